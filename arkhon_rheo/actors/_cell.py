@@ -1,0 +1,244 @@
+"""The cell: the task that runs one actor, its mailbox and its lifecycle."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import anyio
+import structlog
+
+from .._errors import ActorStopped, MailboxClosed
+from ._actor import Actor, ActorContext, Directive, FailurePolicy, Termination, TerminationKind
+from ._mailbox import MailboxReceiveStream, MailboxSendStream, open_mailbox
+from ._ref import ActorRef, Ask
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from anyio.abc import TaskStatus
+
+    from ._system import ActorSystem
+
+__all__ = ["ActorState", "Cell"]
+
+M = TypeVar("M")
+R = TypeVar("R")
+
+_logger = structlog.get_logger("arkhon_rheo.actors")
+
+
+def _log(level: str, event: str, **fields: Any) -> None:
+    """Log without ever letting a logging failure break the runtime."""
+    with contextlib.suppress(Exception):  # a broken log pipeline must not break the runtime
+        getattr(_logger, level)(event, **fields)
+
+
+class ActorState(enum.Enum):
+    """Where an actor is in its life."""
+
+    #: Its task runs ``on_start``; messages queue up but are not handled yet.
+    STARTING = "starting"
+    #: It handles messages.
+    RUNNING = "running"
+    #: It was asked to stop: it refuses new messages and finishes the queued ones.
+    STOPPING = "stopping"
+    #: It has ended; see ``ActorRef.termination``.
+    STOPPED = "stopped"
+
+
+class _Notice:
+    """A system message carrying a watched actor's termination."""
+
+    __slots__ = ("termination",)
+
+    def __init__(self, termination: Termination) -> None:
+        self.termination = termination
+
+
+class Cell(Generic[M, R]):
+    """Runs one actor: creates its mailbox, loops over messages, reports its end."""
+
+    __slots__ = (
+        "_args",
+        "_factory",
+        "_on_failure",
+        "_scope",
+        "_system",
+        "_watchers",
+        "ask_timeout",
+        "capacity",
+        "done",
+        "name",
+        "ref",
+        "restarts",
+        "rx",
+        "state",
+        "termination",
+        "tx",
+    )
+
+    # The mailbox carries the actor's messages, its asks and system notices.
+    tx: MailboxSendStream[Any]
+    rx: MailboxReceiveStream[Any]
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        factory: Callable[..., Actor[M, R]],
+        args: tuple[Any, ...],
+        *,
+        name: str,
+        capacity: int,
+        ask_timeout: float,
+        on_failure: FailurePolicy | None,
+    ) -> None:
+        self._system = system
+        self._factory = factory
+        self._args = args
+        self._on_failure = on_failure
+        self._scope: anyio.CancelScope | None = None
+        self._watchers: dict[Cell[Any, Any], None] = {}
+        self.name = name
+        self.capacity = capacity
+        self.ask_timeout = ask_timeout
+        self.state = ActorState.STARTING
+        self.done = anyio.Event()
+        self.termination: Termination | None = None
+        self.restarts = 0
+        self.ref: ActorRef[M, R] = ActorRef(self)
+
+    # -- called from other tasks -------------------------------------------------
+
+    def request_stop(self) -> None:
+        if self.state in (ActorState.STARTING, ActorState.RUNNING):
+            self.state = ActorState.STOPPING
+            self.tx.close()
+
+    def cancel(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def add_watcher(self, watcher: Cell[Any, Any]) -> None:
+        if self.termination is not None:
+            watcher.notify(self.termination)
+        else:
+            self._watchers[watcher] = None
+
+    def remove_watcher(self, watcher: Cell[Any, Any]) -> None:
+        self._watchers.pop(watcher, None)
+
+    def notify(self, termination: Termination) -> None:
+        with contextlib.suppress(MailboxClosed):  # the watcher ended: nobody left to tell
+            self.tx._send_urgent(_Notice(termination))
+
+    def dead_letter(self, message: object) -> None:
+        self.rx._count_dead_letter()
+        self._system._count_dead_letter()
+        _log(
+            "warning",
+            "dead_letter",
+            actor=self.name,
+            state=self.state.value,
+            message_type=type(message).__name__,
+        )
+
+    # -- the actor's own task ----------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[ActorRef[M, R]]) -> None:
+        self.tx, self.rx = open_mailbox(self.capacity, name=self.name)
+        kind, error = TerminationKind.CANCELLED, None
+        actor: Actor[M, R] | None = None
+        try:
+            with anyio.CancelScope() as self._scope:
+                actor = self._new_actor()
+                await actor.on_start()
+                if self.state is ActorState.STARTING:
+                    self.state = ActorState.RUNNING
+                task_status.started(self.ref)
+                kind, error, actor = await self._loop(actor)
+        except Exception as exc:
+            kind, error = TerminationKind.CRASHED, exc
+            if self.state is ActorState.STARTING:
+                await self._finish(actor, kind, error)
+                exc.add_note(f"raised while starting actor {self.name!r}")
+                raise
+        finally:
+            if self.termination is None:
+                with anyio.CancelScope(shield=True):
+                    await self._finish(actor, kind, error)
+
+    def _new_actor(self) -> Actor[M, R]:
+        actor = self._factory(*self._args)
+        actor.context = ActorContext(self, self._system)
+        return actor
+
+    async def _loop(
+        self, actor: Actor[M, R]
+    ) -> tuple[TerminationKind, Exception | None, Actor[M, R]]:
+        rx = self.rx
+        while True:
+            try:
+                item = await rx.receive()
+            except anyio.EndOfStream:
+                return TerminationKind.NORMAL, None, actor
+            request: Ask[M, R] | None = None
+            try:
+                if type(item) is Ask:
+                    request = item
+                    if request.abandoned:
+                        continue
+                    request.set_value(await actor.receive(request.message))
+                elif type(item) is _Notice:
+                    await actor.on_terminated(item.termination)
+                else:
+                    await actor.receive(item)
+            except Exception as exc:
+                exc.add_note(f"raised by actor {self.name!r}")
+                if request is not None:
+                    request.set_error(exc)
+                directive = self._on_failure(exc) if self._on_failure else Directive.STOP
+                if directive is not Directive.RESTART:
+                    return TerminationKind.CRASHED, exc, actor
+                self.restarts += 1
+                _log("warning", "actor_restarted", actor=self.name, error=repr(exc))
+                actor = self._new_actor()
+                await actor.on_restart(exc)
+
+    async def _finish(
+        self, actor: Actor[M, R] | None, kind: TerminationKind, error: BaseException | None
+    ) -> None:
+        """Record the end, fail pending asks, run ``on_stop``, tell the watchers."""
+        self.state = ActorState.STOPPED
+        termination = self.termination = Termination(self.ref, kind, error)
+        self.tx.close()
+        for item in self.rx.close():
+            if type(item) is _Notice:
+                continue
+            if type(item) is Ask:
+                item.set_error(
+                    ActorStopped(actor=self.name, detail=f"{kind.value} before replying")
+                )
+            self._system._count_dead_letter()
+            _log(
+                "warning",
+                "dead_letter",
+                actor=self.name,
+                state="stopped",
+                message_type=type(item).__name__,
+            )
+        if kind is TerminationKind.CRASHED:
+            _log("error", "actor_crashed", actor=self.name, error=repr(error))
+        try:
+            if actor is not None:
+                with anyio.move_on_after(self._system.shutdown_timeout):
+                    await actor.on_stop(termination)
+        except Exception as exc:
+            _log("error", "actor_on_stop_failed", actor=self.name, error=repr(exc))
+        finally:
+            self._system._forget(self)
+            self.done.set()
+            watchers, self._watchers = self._watchers, {}
+            for watcher in watchers:
+                watcher.notify(termination)

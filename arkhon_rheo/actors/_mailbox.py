@@ -1,0 +1,388 @@
+"""A bounded, single-consumer mailbox modelled on anyio's memory object streams.
+
+``open_mailbox(capacity)`` returns a send side and a receive side. The send side
+may be cloned (one clone per sender); the receive loop ends at end-of-stream once
+every send clone is closed and the buffer is drained. Both sides warn with a
+``ResourceWarning`` when garbage-collected unclosed.
+
+The hot path avoids yielding to the event loop when it need not wait: a send with
+room, or a receive with a message queued, completes at once. To stay fair and
+cancellable it still checks for cancellation on every call and yields for real
+every ``_FAST_PATH_BUDGET`` fast completions, so a busy actor can never starve the
+other tasks of its event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import anyio
+from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
+
+from .._errors import ConfigurationError, MailboxClosed, MailboxFull
+
+__all__ = ["MailboxReceiveStream", "MailboxSendStream", "MailboxStatistics", "open_mailbox"]
+
+T = TypeVar("T")
+
+#: How many calls may complete without yielding before one yields for fairness.
+_FAST_PATH_BUDGET = 16
+
+
+@dataclass(frozen=True, slots=True)
+class MailboxStatistics:
+    """A snapshot of a mailbox's state.
+
+    Attributes:
+        name: The mailbox's name (its actor's name).
+        queued: Messages waiting in the buffer now (urgent system messages included).
+        capacity: The most messages the buffer holds before senders wait.
+        received: Messages accepted into the mailbox since it was opened.
+        delivered: Messages handed to the consumer since it was opened.
+        dead_letters: Messages that could not be delivered: sent after the mailbox
+            closed, or still queued when its consumer stopped.
+        tasks_waiting_send: Senders waiting for room.
+        open_send_streams: Send clones not yet closed.
+        receive_open: Whether the consumer side is still open.
+    """
+
+    name: str
+    queued: int
+    capacity: int
+    received: int
+    delivered: int
+    dead_letters: int
+    tasks_waiting_send: int
+    open_send_streams: int
+    receive_open: bool
+
+
+class _Waiter(Generic[T]):
+    """A sender parked until the consumer makes room for its item."""
+
+    __slots__ = ("delivered", "event", "item")
+
+    def __init__(self, item: T) -> None:
+        self.item = item
+        self.event = anyio.Event()
+        self.delivered = False
+
+
+@dataclass(eq=False)
+class _State(Generic[T]):
+    name: str
+    capacity: int
+    buffer: deque[T] = field(default_factory=deque)
+    urgent: deque[T] = field(default_factory=deque)
+    send_waiters: deque[_Waiter[T]] = field(default_factory=deque)
+    receive_waiter: anyio.Event | None = None
+    open_send_streams: int = 0
+    receive_open: bool = True
+    received: int = 0
+    delivered: int = 0
+    dead_letters: int = 0
+
+    def wake_receiver(self) -> None:
+        waiter = self.receive_waiter
+        if waiter is not None:
+            self.receive_waiter = None
+            waiter.set()
+
+
+class _FastPath:
+    """Counts fast completions so that every ``_FAST_PATH_BUDGET``-th one yields."""
+
+    __slots__ = ("budget",)
+
+    def __init__(self) -> None:
+        self.budget = _FAST_PATH_BUDGET
+
+    async def checkpoint(self) -> None:
+        self.budget -= 1
+        if self.budget:
+            await checkpoint_if_cancelled()
+        else:
+            self.budget = _FAST_PATH_BUDGET
+            await checkpoint()
+
+
+class MailboxSendStream(Generic[T]):
+    """The sending side of a mailbox. Clone it once per independent sender."""
+
+    __slots__ = ("__weakref__", "_closed", "_fast", "_state")
+
+    def __init__(self, state: _State[T]) -> None:
+        self._state = state
+        self._closed = False
+        self._fast = _FastPath()
+        state.open_send_streams += 1
+
+    @property
+    def name(self) -> str:
+        """The mailbox's name."""
+        return self._state.name
+
+    def clone(self) -> MailboxSendStream[T]:
+        """Return another send side of the same mailbox.
+
+        Raises:
+            MailboxClosed: If this send side is already closed.
+        """
+        if self._closed:
+            raise MailboxClosed(mailbox=self._state.name)
+        return MailboxSendStream(self._state)
+
+    def send_nowait(self, item: T) -> None:
+        """Queue ``item`` if there is room now.
+
+        Raises:
+            MailboxFull: If the buffer is full (or other senders are already waiting,
+                who go first).
+            MailboxClosed: If this side or the receiving side is closed.
+        """
+        state = self._state
+        if self._closed or not state.receive_open:
+            raise MailboxClosed(mailbox=state.name)
+        if len(state.buffer) >= state.capacity or state.send_waiters:
+            raise MailboxFull(mailbox=state.name, capacity=state.capacity)
+        state.buffer.append(item)
+        state.received += 1
+        state.wake_receiver()
+
+    async def send(self, item: T) -> None:
+        """Queue ``item``, waiting for room if the buffer is full.
+
+        Waiting senders are served first come, first served. If the call is
+        cancelled while waiting, the item was not queued; if the item was already
+        taken in by the time the cancellation arrived, the call completes normally
+        (the cancellation fires at the caller's next checkpoint).
+
+        Raises:
+            MailboxClosed: If this side or the receiving side is closed, including
+                while waiting.
+        """
+        try:
+            self.send_nowait(item)
+        except MailboxFull:
+            pass
+        else:
+            await self._fast.checkpoint()
+            return
+
+        state = self._state
+        waiter = _Waiter(item)
+        state.send_waiters.append(waiter)
+        try:
+            await waiter.event.wait()
+        except BaseException:
+            if not waiter.delivered:
+                with contextlib.suppress(ValueError):
+                    state.send_waiters.remove(waiter)
+                raise
+            return
+        if not waiter.delivered:
+            raise MailboxClosed(mailbox=state.name)
+
+    def close(self) -> None:
+        """Close this send side; the receiver sees end-of-stream after the last one."""
+        if self._closed:
+            return
+        self._closed = True
+        state = self._state
+        state.open_send_streams -= 1
+        if state.open_send_streams == 0:
+            state.wake_receiver()
+
+    async def aclose(self) -> None:
+        """Close this send side (see `close`)."""
+        self.close()
+        await checkpoint()
+
+    def statistics(self) -> MailboxStatistics:
+        """Return a snapshot of the mailbox's counters."""
+        return _statistics(self._state)
+
+    def _send_urgent(self, item: T) -> None:
+        """Queue ``item`` ahead of ordinary messages, ignoring capacity.
+
+        Used by the actor runtime for its few system messages (termination
+        notices), which must never be refused for want of room.
+
+        Raises:
+            MailboxClosed: If the receiving side is closed.
+        """
+        state = self._state
+        if not state.receive_open:
+            raise MailboxClosed(mailbox=state.name)
+        state.urgent.append(item)
+        state.received += 1
+        state.wake_receiver()
+
+    def __enter__(self) -> MailboxSendStream[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not self._closed:
+            warnings.warn(
+                f"unclosed send side of mailbox {self._state.name!r}",
+                ResourceWarning,
+                stacklevel=1,
+                source=self,
+            )
+
+
+class MailboxReceiveStream(Generic[T]):
+    """The receiving side of a mailbox: one consumer, iterate with ``async for``."""
+
+    __slots__ = ("__weakref__", "_fast", "_state")
+
+    def __init__(self, state: _State[T]) -> None:
+        self._state = state
+        self._fast = _FastPath()
+
+    @property
+    def name(self) -> str:
+        """The mailbox's name."""
+        return self._state.name
+
+    def receive_nowait(self) -> T:
+        """Take the next message if one is queued.
+
+        Raises:
+            anyio.WouldBlock: If nothing is queued and senders remain open.
+            anyio.EndOfStream: If nothing is queued and every sender is closed.
+            MailboxClosed: If this side is closed.
+        """
+        state = self._state
+        if state.urgent:
+            state.delivered += 1
+            return state.urgent.popleft()
+        if state.buffer:
+            item = state.buffer.popleft()
+            state.delivered += 1
+            if state.send_waiters:
+                waiter = state.send_waiters.popleft()
+                waiter.delivered = True
+                state.buffer.append(waiter.item)
+                state.received += 1
+                waiter.event.set()
+            return item
+        if not state.receive_open:
+            raise MailboxClosed(mailbox=state.name)
+        if state.open_send_streams == 0:
+            raise anyio.EndOfStream
+        raise anyio.WouldBlock
+
+    async def receive(self) -> T:
+        """Take the next message, waiting for one if none is queued.
+
+        Raises:
+            anyio.EndOfStream: Once every sender is closed and the buffer is empty.
+            MailboxClosed: If this side is closed.
+        """
+        state = self._state
+        while True:
+            try:
+                item = self.receive_nowait()
+            except anyio.WouldBlock:
+                event = state.receive_waiter = anyio.Event()
+                try:
+                    await event.wait()
+                finally:
+                    if state.receive_waiter is event:
+                        state.receive_waiter = None
+            else:
+                await self._fast.checkpoint()
+                return item
+
+    def __aiter__(self) -> MailboxReceiveStream[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    def close(self) -> list[T]:
+        """Close the mailbox for good and return what was still queued.
+
+        Senders waiting for room are woken with `MailboxClosed`; later sends raise
+        it. The returned messages are counted as dead letters.
+        """
+        state = self._state
+        if not state.receive_open:
+            return []
+        state.receive_open = False
+        leftover = [*state.urgent, *state.buffer]
+        state.urgent.clear()
+        state.buffer.clear()
+        while state.send_waiters:
+            waiter = state.send_waiters.popleft()
+            leftover.append(waiter.item)
+            waiter.event.set()
+        state.dead_letters += len(leftover)
+        return leftover
+
+    async def aclose(self) -> None:
+        """Close the mailbox for good, discarding what was queued (see `close`)."""
+        self.close()
+        await checkpoint()
+
+    def statistics(self) -> MailboxStatistics:
+        """Return a snapshot of the mailbox's counters."""
+        return _statistics(self._state)
+
+    def _count_dead_letter(self) -> None:
+        self._state.dead_letters += 1
+
+    def __del__(self) -> None:
+        if self._state.receive_open:
+            warnings.warn(
+                f"unclosed receive side of mailbox {self._state.name!r}",
+                ResourceWarning,
+                stacklevel=1,
+                source=self,
+            )
+
+
+def _statistics(state: _State[T]) -> MailboxStatistics:
+    return MailboxStatistics(
+        name=state.name,
+        queued=len(state.buffer) + len(state.urgent),
+        capacity=state.capacity,
+        received=state.received,
+        delivered=state.delivered,
+        dead_letters=state.dead_letters,
+        tasks_waiting_send=len(state.send_waiters),
+        open_send_streams=state.open_send_streams,
+        receive_open=state.receive_open,
+    )
+
+
+def open_mailbox(
+    capacity: int, *, name: str = "mailbox"
+) -> tuple[MailboxSendStream[T], MailboxReceiveStream[T]]:
+    """Open a bounded mailbox and return its send and receive sides.
+
+    Args:
+        capacity: The most messages queued before senders wait; at least 1.
+        name: A name for error messages and statistics.
+
+    Raises:
+        ConfigurationError: If ``capacity`` is not a positive integer.
+    """
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ConfigurationError(
+            f"mailbox capacity must be a positive integer, got {capacity!r}; "
+            "use a larger bound rather than an unbounded mailbox"
+        )
+    state: _State[T] = _State(name=name, capacity=capacity)
+    return MailboxSendStream(state), MailboxReceiveStream(state)
