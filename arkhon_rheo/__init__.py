@@ -42,3 +42,4 @@ __all__ = [
 ]
 
 publish(__name__, __all__, globals())
+del publish

@@ -367,10 +367,11 @@ def _statistics(state: _State[T]) -> MailboxStatistics:
     )
 
 
-def open_mailbox(
-    capacity: int, *, name: str = "mailbox"
-) -> tuple[MailboxSendStream[T], MailboxReceiveStream[T]]:
+class open_mailbox(tuple[MailboxSendStream[T], MailboxReceiveStream[T]]):
     """Open a bounded mailbox and return its send and receive sides.
+
+    Subscript it to name the item type, as with anyio's memory object streams:
+    ``tx, rx = open_mailbox[Request](64, name="worker")``.
 
     Args:
         capacity: The most messages queued before senders wait; at least 1.
@@ -379,10 +380,14 @@ def open_mailbox(
     Raises:
         ConfigurationError: If ``capacity`` is not a positive integer.
     """
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ConfigurationError(
-            f"mailbox capacity must be a positive integer, got {capacity!r}; "
-            "use a larger bound rather than an unbounded mailbox"
-        )
-    state: _State[T] = _State(name=name, capacity=capacity)
-    return MailboxSendStream(state), MailboxReceiveStream(state)
+
+    def __new__(  # type: ignore[misc]
+        cls, capacity: int, *, name: str = "mailbox"
+    ) -> tuple[MailboxSendStream[T], MailboxReceiveStream[T]]:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ConfigurationError(
+                f"mailbox capacity must be a positive integer, got {capacity!r}; "
+                "use a larger bound rather than an unbounded mailbox"
+            )
+        state: _State[T] = _State(name=name, capacity=capacity)
+        return MailboxSendStream(state), MailboxReceiveStream(state)

@@ -75,6 +75,11 @@ class ActorRef(Generic[M, R]):
         return self._cell.state
 
     @property
+    def restarts(self) -> int:
+        """How often the actor was restarted by its failure policy."""
+        return self._cell.restarts
+
+    @property
     def termination(self) -> Termination | None:
         """How the actor ended, or ``None`` while it has not."""
         return self._cell.termination
@@ -151,7 +156,7 @@ class ActorRef(Generic[M, R]):
         try:
             await cell.tx.send(request)
         except MailboxClosed:
-            raise ActorStopped(actor=cell.name, detail=cell.state.value) from None
+            raise ActorStopped(actor=cell.name, detail=f"it is {cell.state.value}") from None
         await request.event.wait()
 
     def stop(self) -> None:

@@ -151,6 +151,14 @@ class ActorSystem:
         task_group.cancel_scope.cancel()
         try:
             suppressed = await task_group.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            # Actor tasks never raise (their errors end the actor), so a group holds
+            # only the block's own error: let that propagate as it was raised.
+            if exc is not None and all(error is exc for error in group.exceptions):
+                if drain_error is not None:
+                    raise drain_error from None
+                return False
+            raise
         finally:
             self._state = SystemState.CLOSED
         if drain_error is not None and not suppressed:

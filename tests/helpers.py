@@ -1,0 +1,74 @@
+"""Small actors shared by the tests."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arkhon_rheo.actors import Actor, Termination
+
+if TYPE_CHECKING:
+    import anyio
+
+
+class Recorder(Actor[object, object]):
+    """Records every message; answers an ask with the message itself."""
+
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+
+    async def receive(self, message: object) -> object:
+        self.seen.append(message)
+        return message
+
+
+class Gate(Actor[str, str]):
+    """Blocks in its handler until released; tells the test when it has started."""
+
+    def __init__(self, entered: anyio.Event, release: anyio.Event) -> None:
+        self.entered = entered
+        self.release = release
+        self.handled: list[str] = []
+
+    async def receive(self, message: str) -> str:
+        if message == "block":
+            self.entered.set()
+            await self.release.wait()
+        self.handled.append(message)
+        return message.upper()
+
+
+class Boom(Exception):
+    pass
+
+
+class Crasher(Actor[str, str]):
+    """Raises `Boom` on "crash", echoes otherwise."""
+
+    starts = 0
+
+    async def on_start(self) -> None:
+        type(self).starts += 1
+
+    async def receive(self, message: str) -> str:
+        if message == "crash":
+            raise Boom("asked to crash")
+        return message
+
+
+class Watcher(Actor[object, object]):
+    """Watches the refs it is told about and records their terminations."""
+
+    def __init__(self, notices: list[Termination], arrived: anyio.Event) -> None:
+        self.notices = notices
+        self.arrived = arrived
+
+    async def receive(self, message: object) -> object:
+        from arkhon_rheo.actors import ActorRef
+
+        assert isinstance(message, ActorRef)
+        self.context.watch(message)
+        return None
+
+    async def on_terminated(self, notice: Termination) -> None:
+        self.notices.append(notice)
+        self.arrived.set()

@@ -1,0 +1,73 @@
+"""The public surface: what each namespace exports, and from exactly one home."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import types
+import typing
+
+import pytest
+
+import arkhon_rheo
+
+PUBLIC_NAMESPACES = [
+    "arkhon_rheo",
+    "arkhon_rheo.actors",
+    "arkhon_rheo.protocols",
+    "arkhon_rheo.supervision",
+]
+
+
+def _public_modules() -> list[str]:
+    found = [
+        info.name
+        for info in pkgutil.walk_packages(arkhon_rheo.__path__, "arkhon_rheo.")
+        if not any(part.startswith("_") for part in info.name.split("."))
+    ]
+    return sorted(["arkhon_rheo", *found])
+
+
+def test_the_public_namespaces_are_the_expected_ones() -> None:
+    assert _public_modules() == sorted(PUBLIC_NAMESPACES)
+
+
+@pytest.mark.parametrize("name", PUBLIC_NAMESPACES)
+def test_all_lists_exactly_the_public_names(name: str) -> None:
+    module = importlib.import_module(name)
+    public = {
+        attr
+        for attr, value in vars(module).items()
+        if not attr.startswith("_")
+        and not isinstance(value, types.ModuleType)
+        and attr != "annotations"
+    }
+    assert sorted(module.__all__) == sorted(public)
+
+
+def test_each_public_name_has_one_home() -> None:
+    homes: dict[int, str] = {}
+    for name in PUBLIC_NAMESPACES:
+        module = importlib.import_module(name)
+        for attr in module.__all__:
+            value = getattr(module, attr)
+            home = getattr(value, "__module__", None)
+            if typing.get_origin(value) is not None or not callable(value):
+                continue  # type aliases and constants have no home module of their own
+            # Reported from a public namespace, never from a private file...
+            assert home in PUBLIC_NAMESPACES, f"{name}.{attr} reports module {home}"
+            # ...and that namespace really exports it.
+            assert attr in importlib.import_module(home).__all__
+            homes.setdefault(id(value), home)
+            assert homes[id(value)] == home
+
+
+def test_the_exception_tree_has_one_root() -> None:
+    for attr in arkhon_rheo.__all__:
+        value = getattr(arkhon_rheo, attr)
+        if isinstance(value, type) and issubclass(value, Exception):
+            assert issubclass(value, arkhon_rheo.ArkhonError)
+
+
+def test_version_is_a_string() -> None:
+    assert isinstance(arkhon_rheo.__version__, str)
