@@ -9,17 +9,40 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     ├── MailboxError              a mailbox could not take or give a message
     │   ├── MailboxFull           no room, and the caller would not wait
     │   └── MailboxClosed         the mailbox no longer accepts messages
-    └── ActorError                an operation on an actor failed
-        ├── ActorStopped          the actor has terminated (or is draining)
-        └── AskTimeout            no reply arrived within the ask's timeout
+    ├── ActorError                an operation on an actor failed
+    │   ├── ActorStopped          the actor has terminated (or is draining)
+    │   └── AskTimeout            no reply arrived within the ask's timeout
+    ├── StageFailure              raised by stages to classify their own failure
+    │   ├── Transient             retry after a backoff
+    │   ├── Recoverable           restart the stage, record the error, go on
+    │   └── Fatal                 fail the session
+    ├── ContractViolation         the supervisor refused what a stage did
+    │   ├── UndeclaredRead        read a field outside the read set
+    │   ├── UndeclaredWrite       patch writes a field outside the write set
+    │   ├── InvalidPatch          a written value fails its field's validation
+    │   ├── PreconditionFailed    the state does not meet a stage's precondition
+    │   ├── InvariantViolation    a state would break an invariant of its lifecycle
+    │   └── IllegalTransition     the machine does not allow the chosen transition
+    ├── StageTimeout              a stage overran its state's deadline
+    ├── RestartIntensityExceeded  too many restarts in the window: escalates to fatal
+    └── SessionError              a session could not be started or run
+        └── SessionNotFound       no session has that id
 
 An exception raised by an actor's own handler during an ``ask`` is not wrapped:
 it is re-raised at the caller as it is, with a note naming the actor.
+
+Classification (`Transient`, `Recoverable`, `Fatal`) applies to ``Exception``
+only: cancellation is never classified and always propagates.
 
 This module imports nothing from the package, so every layer may use it.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "ActorError",
@@ -27,10 +50,25 @@ __all__ = [
     "ArkhonError",
     "AskTimeout",
     "ConfigurationError",
+    "ContractViolation",
+    "Fatal",
+    "IllegalTransition",
+    "InvalidPatch",
+    "InvariantViolation",
     "MailboxClosed",
     "MailboxError",
     "MailboxFull",
+    "PreconditionFailed",
+    "Recoverable",
+    "RestartIntensityExceeded",
+    "SessionError",
+    "SessionNotFound",
+    "StageFailure",
+    "StageTimeout",
     "SystemNotRunning",
+    "Transient",
+    "UndeclaredRead",
+    "UndeclaredWrite",
 ]
 
 
@@ -139,3 +177,207 @@ class AskTimeout(ActorError, TimeoutError):
             actor=actor,
         )
         self.timeout = timeout
+
+
+class StageFailure(ArkhonError):
+    """Raised by a stage (or a tool, or a model client) to say how to treat its failure.
+
+    Raise one of the three subclasses directly, or wrap a third-party error:
+    ``raise Transient("rate limited") from exc``. The supervisor fills in the
+    context attributes when it records the failure.
+
+    Attributes:
+        stage: The stage that failed, once known.
+    """
+
+    def __init__(self, message: str = "", *, stage: str | None = None) -> None:
+        super().__init__(message or type(self).__name__)
+        self.stage = stage
+
+
+class Transient(StageFailure):
+    """A failure worth retrying as it is (a timeout, a rate limit, a dropped link)."""
+
+
+class Recoverable(StageFailure):
+    """A failure the session survives: restart the stage, record the error, go on."""
+
+
+class Fatal(StageFailure):
+    """A failure that ends the session in its failed state."""
+
+
+class ContractViolation(ArkhonError):
+    """The supervisor refused what a stage did or proposed; nothing was committed.
+
+    Attributes:
+        stage: The stage at fault.
+    """
+
+    def __init__(self, message: str, *, stage: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
+def _listing(names: Iterable[str]) -> str:
+    return ", ".join(sorted(names)) or "nothing"
+
+
+class UndeclaredRead(ContractViolation, AttributeError):
+    """A stage read a field outside its declared read set.
+
+    Attributes:
+        stage: The stage.
+        field: The field it tried to read.
+    """
+
+    def __init__(self, *, stage: str, field: str, reads: Iterable[str]) -> None:
+        super().__init__(
+            f"stage {stage!r} read {field!r}, which is not in its read set "
+            f"({_listing(reads)}); add it to the stage's reads",
+            stage=stage,
+        )
+        self.field = field
+
+
+class UndeclaredWrite(ContractViolation):
+    """A patch writes fields outside the stage's write set; it was not merged at all.
+
+    Attributes:
+        stage: The stage.
+        fields: The undeclared fields the patch wrote.
+    """
+
+    def __init__(self, *, stage: str, fields: Iterable[str], writes: Iterable[str]) -> None:
+        self.fields = tuple(sorted(fields))
+        super().__init__(
+            f"stage {stage!r} wrote {_listing(self.fields)}, outside its write set "
+            f"({_listing(writes)}); the patch was rejected whole. Declare the field in the "
+            "stage's writes, or leave it to the stage that owns it",
+            stage=stage,
+        )
+
+
+class InvalidPatch(ContractViolation):
+    """A value in a patch fails its field's validation, or the patch is malformed.
+
+    Attributes:
+        stage: The stage.
+        field: The field whose value was refused.
+    """
+
+    def __init__(self, *, stage: str, field: str, reason: str) -> None:
+        super().__init__(
+            f"stage {stage!r} proposed an invalid value for {field!r}: {reason}", stage=stage
+        )
+        self.field = field
+
+
+class PreconditionFailed(ContractViolation):
+    """The committed state does not meet a precondition of the stage about to run.
+
+    Attributes:
+        stage: The stage.
+        condition: The name of the condition that failed.
+    """
+
+    def __init__(self, *, stage: str, condition: str) -> None:
+        super().__init__(f"precondition of stage {stage!r} not met: {condition}", stage=stage)
+        self.condition = condition
+
+
+class InvariantViolation(ContractViolation):
+    """A candidate state breaks an invariant of its lifecycle state; it was not committed.
+
+    Attributes:
+        stage: The stage whose patch produced the candidate.
+        invariant: The name of the invariant.
+        lifecycle: The lifecycle state whose invariant it is.
+    """
+
+    def __init__(self, *, stage: str, invariant: str, lifecycle: str) -> None:
+        super().__init__(
+            f"invariant of {lifecycle!r} violated after stage {stage!r}: {invariant}",
+            stage=stage,
+        )
+        self.invariant = invariant
+        self.lifecycle = lifecycle
+
+
+class IllegalTransition(ContractViolation):
+    """A stage chose a next state the machine does not allow from the current one.
+
+    Attributes:
+        stage: The stage whose ``next`` chose it.
+        from_state: The current lifecycle state.
+        to_state: The state chosen.
+    """
+
+    def __init__(
+        self, *, stage: str, from_state: str, to_state: str, allowed: Iterable[str]
+    ) -> None:
+        super().__init__(
+            f"stage {stage!r} chose {from_state!r} -> {to_state!r}, which the machine does "
+            f"not allow (allowed: {_listing(allowed)})",
+            stage=stage,
+        )
+        self.from_state = from_state
+        self.to_state = to_state
+
+
+class StageTimeout(ArkhonError, TimeoutError):
+    """A stage overran the deadline of its lifecycle state and was cancelled.
+
+    Attributes:
+        stage: The stage.
+        deadline: The deadline, in seconds.
+    """
+
+    def __init__(self, *, stage: str, deadline: float) -> None:
+        super().__init__(f"stage {stage!r} overran its {deadline:g} s deadline and was cancelled")
+        self.stage = stage
+        self.deadline = deadline
+
+
+class RestartIntensityExceeded(ArkhonError):
+    """More restarts happened within the window than the policy allows.
+
+    Attributes:
+        stage: The stage whose failure tipped the balance.
+        restarts: The limit.
+        window: The window, in seconds.
+    """
+
+    def __init__(self, *, stage: str, restarts: int, window: float) -> None:
+        super().__init__(
+            f"more than {restarts} restarts within {window:g} s (last: stage {stage!r}); "
+            "escalating to fatal. Fix the failing stage or relax the restart intensity"
+        )
+        self.stage = stage
+        self.restarts = restarts
+        self.window = window
+
+
+class SessionError(ArkhonError):
+    """A session could not be started, found or driven.
+
+    Attributes:
+        session_id: The session concerned.
+    """
+
+    def __init__(self, message: str, *, session_id: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class SessionNotFound(SessionError, KeyError):
+    """No session with that id exists here."""
+
+    def __init__(self, *, session_id: str) -> None:
+        super().__init__(
+            f"no session {session_id!r}; list the sessions to find its id",
+            session_id=session_id,
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])

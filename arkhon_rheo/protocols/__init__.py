@@ -1,10 +1,44 @@
 """Data contracts and interfaces shared by every layer.
 
-This layer imports nothing from the rest of the package. The agent contracts
-(state, patch, stage contract, machine, events, and the ``ModelClient``,
-``Store`` and ``Tool`` protocols) live here as they are built.
+The agent state and its failure record, the patch a stage proposes, the stage
+contract with its read-only view, the machine, and the transition event. This
+layer imports nothing from the rest of the package.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .._exports import publish
+from ._events import EventKind as EventKind
+from ._events import TransitionEvent as TransitionEvent
+from ._history import History as History
+from ._machine import Machine as Machine
+from ._patch import Patch as Patch
+from ._stage import Condition as Condition
+from ._stage import Stage as Stage
+from ._stage import StateView as StateView
+from ._stage import stage as stage
+from ._state import SUPERVISOR_FIELDS as SUPERVISOR_FIELDS
+from ._state import AgentState as AgentState
+from ._state import ErrorClass as ErrorClass
+from ._state import FailureRecord as FailureRecord
+from ._state import Lifecycle as Lifecycle
+
+__all__ = [
+    "SUPERVISOR_FIELDS",
+    "AgentState",
+    "Condition",
+    "ErrorClass",
+    "EventKind",
+    "FailureRecord",
+    "History",
+    "Lifecycle",
+    "Machine",
+    "Patch",
+    "Stage",
+    "StateView",
+    "TransitionEvent",
+    "stage",
+]
+
+publish(__name__, __all__, globals())
+del publish

@@ -1,0 +1,61 @@
+"""`TransitionEvent`: the audited record of one step of a session."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._patch import Patch
+    from ._state import FailureRecord
+
+__all__ = ["EventKind", "TransitionEvent"]
+
+
+class EventKind(enum.Enum):
+    """What a transition event records."""
+
+    #: A stage ran and its patch was committed, with the move its ``next`` chose.
+    STEP = "step"
+    #: A failure was recorded by the supervisor (error routes, failed state).
+    FAILURE = "failure"
+    #: The session started; the patch holds the initial business fields.
+    START = "start"
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionEvent:
+    """One committed step of a session: who ran, what it read and wrote, where it led.
+
+    Events are append-only; ``seq`` numbers a session's events from 1.
+
+    Attributes:
+        session_id: The session.
+        seq: The event's position in the session's log, from 1.
+        kind: What the event records.
+        stage: The stage that ran (``None`` for supervisor-owned events).
+        from_state: The lifecycle state before the step.
+        to_state: The lifecycle state after it.
+        reads: The stage's read set.
+        writes: The fields the committed patch wrote.
+        patch: The committed patch (for supervisor events, the fields it set).
+        attempt: Which attempt of the stage invocation succeeded (1-based).
+        started_at: Wall-clock time the step started (seconds since the epoch).
+        finished_at: Wall-clock time it was committed.
+        error: The failure recorded by this event, if any.
+    """
+
+    session_id: str
+    seq: int
+    kind: EventKind
+    stage: str | None
+    from_state: enum.Enum
+    to_state: enum.Enum
+    reads: frozenset[str]
+    writes: frozenset[str]
+    patch: Patch
+    attempt: int
+    started_at: float
+    finished_at: float
+    error: FailureRecord | None = None

@@ -1,0 +1,234 @@
+"""`Machine`: a declared finite-state machine of lifecycle states and the stages that run them."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, TypeVar
+
+from .._errors import ConfigurationError
+from ._stage import Condition, Stage
+from ._state import SUPERVISOR_FIELDS, AgentState
+
+__all__ = ["Machine"]
+
+S = TypeVar("S", bound=AgentState)
+
+ConditionLike = Condition[Any] | Callable[[Any], bool]
+
+
+def _label(state: enum.Enum) -> str:
+    return str(state.value) if isinstance(state.value, str) else state.name
+
+
+class Machine(Generic[S]):
+    """States, transitions, the stage of each state, invariants and deadlines.
+
+    A machine is checked when it is built; each mistake is a `ConfigurationError`
+    naming the culprit: an unknown state, a non-terminal state without a stage,
+    a stage reading or writing a field the state type lacks (or a field only
+    the supervisor writes), a transition out of a terminal state, a state that
+    cannot be reached from the initial one.
+
+    Every non-terminal state may move to ``failed``: the supervisor takes that
+    edge on a fatal error; it need not be declared.
+
+    Args:
+        state_type: The `AgentState` subclass the machine runs on.
+        initial: The state a session starts in.
+        transitions: For each state, the states it may move to.
+        stages: For each non-terminal state, the `Stage` class that runs in it
+            (its order is the start order of stage actors, for rest_for_one).
+        terminal: The states in which a session ends.
+        failed: The terminal state a session moves to on a fatal error.
+        invariants: Conditions per state, checked on every state that is
+            committed in it; the key ``None`` holds invariants of every state.
+        deadlines: Seconds a state's stage may run before it is cancelled.
+        error_routes: Where a recoverable failure in a state leads (with the
+            error recorded in ``last_error``); without a route the stage is
+            retried after its restart.
+        loop_state: Entering this state from another one increments ``iteration``.
+        name: A label for logs and diagrams.
+
+    Raises:
+        ConfigurationError: If the machine is inconsistent, as listed above.
+    """
+
+    def __init__(
+        self,
+        *,
+        state_type: type[S],
+        initial: enum.Enum,
+        transitions: Mapping[enum.Enum, Iterable[enum.Enum]],
+        stages: Mapping[enum.Enum, type[Stage[Any]]],
+        terminal: Iterable[enum.Enum],
+        failed: enum.Enum,
+        invariants: Mapping[enum.Enum | None, Iterable[ConditionLike]] | None = None,
+        deadlines: Mapping[enum.Enum, float] | None = None,
+        error_routes: Mapping[enum.Enum, enum.Enum] | None = None,
+        loop_state: enum.Enum | None = None,
+        name: str = "machine",
+    ) -> None:
+        if not (isinstance(state_type, type) and issubclass(state_type, AgentState)):
+            raise ConfigurationError(
+                f"machine {name!r}: state_type must be an AgentState subclass, got {state_type!r}"
+            )
+        self.name = name
+        self.state_type = state_type
+        self.initial = initial
+        self.terminal = frozenset(terminal)
+        self.failed = failed
+        self.stages: dict[enum.Enum, type[Stage[Any]]] = dict(stages)
+        self.transitions: dict[enum.Enum, frozenset[enum.Enum]] = {
+            src: frozenset(dst) for src, dst in transitions.items()
+        }
+        self.deadlines: dict[enum.Enum, float] = dict(deadlines or {})
+        self.error_routes: dict[enum.Enum, enum.Enum] = dict(error_routes or {})
+        self.loop_state = loop_state
+        self.invariants: dict[enum.Enum | None, tuple[Condition[Any], ...]] = {
+            key: tuple(Condition.coerce(c) for c in conditions)
+            for key, conditions in (invariants or {}).items()
+        }
+        self.states: frozenset[enum.Enum] = frozenset(
+            {initial, failed, *self.terminal, *self.transitions, *self.stages}
+            | {dst for dsts in self.transitions.values() for dst in dsts}
+        )
+        self._check()
+        # Precomputed for the supervisor's hot path.
+        self._allowed: dict[enum.Enum, frozenset[enum.Enum]] = {
+            state: self.transitions.get(state, frozenset())
+            | ({failed} if state not in self.terminal else frozenset())
+            for state in self.states
+        }
+        common = self.invariants.get(None, ())
+        self._checks: dict[enum.Enum, tuple[Condition[Any], ...]] = {
+            state: common + self.invariants.get(state, ()) for state in self.states
+        }
+
+    # -- queries used by the supervisor -----------------------------------------
+
+    def allowed(self, state: enum.Enum) -> frozenset[enum.Enum]:
+        """The states ``state`` may move to, the implicit failed edge included."""
+        return self._allowed.get(state, frozenset())
+
+    def invariants_of(self, state: enum.Enum) -> tuple[Condition[Any], ...]:
+        """Every invariant that holds in ``state`` (the common ones first)."""
+        return self._checks.get(state, ())
+
+    def is_terminal(self, state: enum.Enum) -> bool:
+        """Whether a session in ``state`` has ended."""
+        return state in self.terminal
+
+    # -- the build-time check ----------------------------------------------------
+
+    def _fail(self, message: str) -> ConfigurationError:
+        return ConfigurationError(f"machine {self.name!r}: {message}")
+
+    def _check(self) -> None:
+        declared = self._declared_states()
+        for where, state in self._mentioned_states():
+            if state not in declared:
+                raise self._fail(f"{where} names unknown state {state!r}")
+        if self.failed not in self.terminal:
+            raise self._fail(f"failed state {self.failed!r} must be terminal")
+        if self.initial in self.terminal:
+            raise self._fail(f"initial state {self.initial!r} is terminal: nothing would run")
+        for state in self.terminal:
+            if self.transitions.get(state):
+                raise self._fail(f"terminal state {state!r} has outgoing transitions")
+            if state in self.stages:
+                raise self._fail(f"terminal state {state!r} has a stage, which would never run")
+        for state in self.states - self.terminal:
+            if state not in self.stages:
+                raise self._fail(f"non-terminal state {state!r} has no stage to run in it")
+        for state, target in self.error_routes.items():
+            if target not in self.transitions.get(state, frozenset()) | {self.failed}:
+                raise self._fail(
+                    f"error route {state!r} -> {target!r} is not an allowed transition"
+                )
+        for state, seconds in self.deadlines.items():
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+                raise self._fail(
+                    f"deadline of {state!r} must be a positive number, got {seconds!r}"
+                )
+        self._check_stages()
+        self._check_reachable()
+
+    def _declared_states(self) -> frozenset[enum.Enum]:
+        enum_type = type(self.initial)
+        if not isinstance(self.initial, enum.Enum):
+            raise self._fail(f"initial state must be an enum member, got {self.initial!r}")
+        field = self.state_type.model_fields.get("lifecycle")
+        annotation = field.annotation if field is not None else None
+        if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+            if annotation is not enum.Enum and not isinstance(self.initial, annotation):
+                raise self._fail(
+                    f"initial state {self.initial!r} is not a {annotation.__name__}, the type "
+                    f"of {self.state_type.__name__}.lifecycle"
+                )
+            enum_type = annotation if annotation is not enum.Enum else enum_type
+        return frozenset(enum_type)
+
+    def _mentioned_states(self) -> Iterable[tuple[str, enum.Enum]]:
+        yield "initial", self.initial
+        yield "failed", self.failed
+        for state in self.terminal:
+            yield "terminal", state
+        for src, dsts in self.transitions.items():
+            yield "transitions", src
+            for dst in dsts:
+                yield f"transition from {src!r}", dst
+        for state in self.stages:
+            yield "stages", state
+        for state in self.deadlines:
+            yield "deadlines", state
+        for state, target in self.error_routes.items():
+            yield "error_routes", state
+            yield f"error route of {state!r}", target
+        for key in self.invariants:
+            if key is not None:
+                yield "invariants", key
+        if self.loop_state is not None:
+            yield "loop_state", self.loop_state
+
+    def _check_stages(self) -> None:
+        fields = frozenset(self.state_type.model_fields)
+        for state, stage_type in self.stages.items():
+            if not (isinstance(stage_type, type) and issubclass(stage_type, Stage)):
+                raise self._fail(f"stage of {state!r} must be a Stage subclass, got {stage_type!r}")
+            name = stage_type.name
+            if missing := stage_type.writes - fields:
+                raise self._fail(
+                    f"stage {name!r} writes {sorted(missing)}, which "
+                    f"{self.state_type.__name__} does not have"
+                )
+            if reserved := stage_type.writes & SUPERVISOR_FIELDS:
+                raise self._fail(
+                    f"stage {name!r} declares writes to {sorted(reserved)}, which only the "
+                    "supervisor writes (the lifecycle moves through the stage's next())"
+                )
+            if missing := stage_type.reads - fields:
+                raise self._fail(
+                    f"stage {name!r} reads {sorted(missing)}, which "
+                    f"{self.state_type.__name__} does not have"
+                )
+
+    def _check_reachable(self) -> None:
+        seen = {self.initial}
+        frontier = [self.initial]
+        while frontier:
+            state = frontier.pop()
+            nexts = set(self.transitions.get(state, ()))
+            if state not in self.terminal:
+                nexts.add(self.failed)
+                if state in self.error_routes:
+                    nexts.add(self.error_routes[state])
+            for nxt in nexts - seen:
+                seen.add(nxt)
+                frontier.append(nxt)
+        if unreachable := self.states - seen:
+            names = sorted(_label(s) for s in unreachable)
+            raise self._fail(f"states {names} cannot be reached from {self.initial!r}")
+
+    def __repr__(self) -> str:
+        return f"<Machine {self.name!r}: {len(self.states)} states>"

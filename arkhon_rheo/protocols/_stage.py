@@ -1,0 +1,189 @@
+"""The stage contract: what a stage reads, writes, requires, does, and where it goes next."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from .._errors import ConfigurationError, UndeclaredRead
+from ._state import AgentState
+
+if TYPE_CHECKING:
+    import enum
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from ._patch import Patch
+
+__all__ = ["Condition", "Stage", "StateView", "stage"]
+
+S = TypeVar("S", bound=AgentState)
+
+
+class Condition(Generic[S]):
+    """A named predicate over a state: an invariant or a precondition.
+
+    Args:
+        name: What the condition asserts, for error messages
+            ("finished requires a final answer").
+        predicate: Returns true when the state satisfies the condition.
+    """
+
+    __slots__ = ("name", "predicate")
+
+    def __init__(self, name: str, predicate: Callable[[S], bool]) -> None:
+        self.name = name
+        self.predicate = predicate
+
+    @classmethod
+    def coerce(cls, value: Condition[S] | Callable[[S], bool]) -> Condition[S]:
+        """Accept a `Condition` or a plain predicate (named after the function)."""
+        if isinstance(value, Condition):
+            return value
+        if not callable(value):
+            raise ConfigurationError(f"a condition must be callable, got {value!r}")
+        name = getattr(value, "__doc__", None) or getattr(value, "__name__", repr(value))
+        return cls(str(name).strip(), value)
+
+    def holds(self, state: S) -> bool:
+        """Whether ``state`` satisfies the condition."""
+        return bool(self.predicate(state))
+
+    def __repr__(self) -> str:
+        return f"Condition({self.name!r})"
+
+
+class StateView(Generic[S]):
+    """A read-only window on a state that exposes only a stage's read set.
+
+    Reading a field outside the read set raises `UndeclaredRead`; nothing can be
+    written through it. The values themselves are the state's immutable values.
+    """
+
+    __slots__ = ("_reads", "_stage", "_state")
+
+    def __init__(self, state: S, reads: frozenset[str], stage: str) -> None:
+        object.__setattr__(self, "_state", state)
+        object.__setattr__(self, "_reads", reads)
+        object.__setattr__(self, "_stage", stage)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._reads:
+            return getattr(self._state, name)
+        raise UndeclaredRead(stage=self._stage, field=name, reads=self._reads)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"stage {self._stage!r} cannot assign {name!r}: state is read-only, return a Patch"
+        )
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self._state, name)!r}" for name in sorted(self._reads))
+        return f"StateView({fields})"
+
+
+def _names(value: Iterable[str] | str) -> frozenset[str]:
+    if isinstance(value, str):
+        return frozenset({value})
+    return frozenset(value)
+
+
+class Stage(Generic[S]):
+    """Base class of stages: declare the contract in the class statement.
+
+    ::
+
+        class Think(Stage[MyState], reads={"user_input"}, writes={"thought"}):
+            async def execute(self, view: StateView[MyState]) -> Patch:
+                return Patch(thought=...)
+
+            def next(self, state: MyState) -> Lifecycle:
+                return Lifecycle.ACTING
+
+    Each stage runs in its own long-lived actor; an instance may keep a private
+    cache, which a restart (a fresh instance) discards.
+
+    Attributes:
+        name: The stage's name (defaults to the lower-cased class name).
+        reads: The fields `execute` may read through its view.
+        writes: The fields its patch may write.
+        preconditions: Conditions the committed state must meet before it runs.
+    """
+
+    name: ClassVar[str] = "stage"
+    reads: ClassVar[frozenset[str]] = frozenset()
+    writes: ClassVar[frozenset[str]] = frozenset()
+    preconditions: ClassVar[tuple[Condition[Any], ...]] = ()
+
+    def __init_subclass__(
+        cls,
+        *,
+        name: str | None = None,
+        reads: Iterable[str] | None = None,
+        writes: Iterable[str] | None = None,
+        preconditions: Iterable[Condition[Any] | Callable[[Any], bool]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name = name if name is not None else cls.__dict__.get("name", cls.__name__.lower())
+        if reads is not None:
+            cls.reads = _names(reads)
+        if writes is not None:
+            cls.writes = _names(writes)
+        if preconditions is not None:
+            cls.preconditions = tuple(Condition.coerce(c) for c in preconditions)
+
+    async def execute(self, view: StateView[S]) -> Patch:
+        """Do the stage's work from a read-only view; return the proposed patch."""
+        raise NotImplementedError(f"stage {self.name!r} must implement execute()")
+
+    def next(self, state: S) -> enum.Enum:
+        """Choose the next lifecycle state from the state just committed."""
+        raise NotImplementedError(f"stage {self.name!r} must implement next()")
+
+
+def stage(
+    *,
+    reads: Iterable[str] = (),
+    writes: Iterable[str] = (),
+    next: Callable[[Any], enum.Enum] | enum.Enum,
+    name: str | None = None,
+    preconditions: Iterable[Condition[Any] | Callable[[Any], bool]] = (),
+) -> Callable[[Callable[[StateView[Any]], Awaitable[Patch]]], type[Stage[Any]]]:
+    """Turn a plain async function into a `Stage` class.
+
+    ::
+
+        @stage(reads={"user_input"}, writes={"thought"}, next=Lifecycle.ACTING)
+        async def think(view): ...
+
+    Args:
+        reads: The fields the function may read through its view.
+        writes: The fields its patch may write.
+        next: The next lifecycle state, or a function of the committed state choosing it.
+        name: The stage's name; defaults to the function's name.
+        preconditions: Conditions the state must meet before it runs.
+
+    Returns:
+        A decorator returning the `Stage` subclass.
+    """
+
+    def decorate(fn: Callable[[StateView[Any]], Awaitable[Patch]]) -> type[Stage[Any]]:
+        choose = next if callable(next) else (lambda _state, _to=next: _to)
+
+        class FunctionStage(
+            Stage[Any],
+            name=name or fn.__name__,
+            reads=reads,
+            writes=writes,
+            preconditions=preconditions,
+        ):
+            async def execute(self, view: StateView[Any]) -> Patch:
+                return await fn(view)
+
+            def next(self, state: Any) -> enum.Enum:
+                return choose(state)
+
+        FunctionStage.__name__ = FunctionStage.__qualname__ = fn.__name__
+        FunctionStage.__doc__ = fn.__doc__
+        return FunctionStage
+
+    return decorate

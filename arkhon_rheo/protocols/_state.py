@@ -1,0 +1,110 @@
+"""The agent state: lifecycle, business fields and metadata, in one frozen model."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
+
+__all__ = ["SUPERVISOR_FIELDS", "AgentState", "ErrorClass", "FailureRecord", "Lifecycle"]
+
+
+class Lifecycle(enum.Enum):
+    """The lifecycle of seed 004's ReAct agent; machines may declare their own enum."""
+
+    #: The session exists and holds the user's input; nothing has run yet.
+    INITIALIZED = "Initialized"
+    #: The model is deciding what to do next.
+    THINKING = "Thinking"
+    #: Tools the model asked for are running.
+    ACTING = "Acting"
+    #: Results are being turned into an observation or a final answer.
+    OBSERVING = "Observing"
+    #: Done, with a final answer.
+    FINISHED = "Finished"
+    #: Stopped by an error; ``last_error`` says which.
+    FAILED = "Failed"
+
+
+class ErrorClass(enum.Enum):
+    """How the supervisor treats a failure."""
+
+    #: Retry the same stage invocation after a backoff, a bounded number of times.
+    TRANSIENT = "transient"
+    #: Restart the stage's actor, record the error in the state, and go on.
+    RECOVERABLE = "recoverable"
+    #: Move the session to its failed state.
+    FATAL = "fatal"
+
+
+class FailureRecord(BaseModel):
+    """A structured record of a failure, kept in ``AgentState.last_error`` and events.
+
+    Attributes:
+        error_type: The exception's class name (``UndeclaredWrite``, ``TimeoutError``...).
+        message: The exception's message.
+        error_class: How it was classified.
+        stage: The stage that failed, if any.
+        lifecycle: The lifecycle state the session was in.
+        attempt: Which attempt of the stage invocation failed (1-based).
+        exit_reason: Set when the failure ended the session (``fatal``, ``max_steps``...).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    error_type: str
+    message: str
+    error_class: ErrorClass
+    stage: str | None = None
+    lifecycle: str | None = None
+    attempt: int = 1
+    exit_reason: str | None = None
+
+
+def _freeze(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value))
+
+
+#: Metadata: a read-only mapping of JSON-friendly values.
+Metadata = Annotated[
+    Mapping[str, Any],
+    AfterValidator(_freeze),
+    PlainSerializer(dict, return_type=dict[str, Any]),
+]
+
+#: Fields only the supervisor writes; a stage can never declare them as writes.
+SUPERVISOR_FIELDS = frozenset({"lifecycle", "session_id", "iteration"})
+
+
+class AgentState(BaseModel):
+    """The base of every agent state: subclass it and add your business fields.
+
+    The model is frozen: a commit makes a new version that shares every field it
+    did not change with the previous one. Use immutable field types (tuples,
+    frozen models, `History` for sequences that grow) so that sharing is safe.
+
+    Attributes:
+        lifecycle: The machine's current state; subclasses narrow its type to
+            their own enum and give it a default.
+        session_id: The session this state belongs to (set by the supervisor).
+        iteration: How many times the session returned to its loop state;
+            grows monotonically (supervisor-owned).
+        last_error: The last failure recorded, if any.
+        metadata: Free-form read-only data about the session (not business state).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    #: Names of the fields every state has, for the permission checks.
+    base_fields: ClassVar[frozenset[str]] = frozenset(
+        {"lifecycle", "session_id", "iteration", "last_error", "metadata"}
+    )
+
+    lifecycle: enum.Enum
+    session_id: str = ""
+    iteration: int = Field(default=0, ge=0)
+    last_error: FailureRecord | None = None
+    metadata: Metadata = Field(default_factory=lambda: MappingProxyType({}))
