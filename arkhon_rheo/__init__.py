@@ -11,16 +11,45 @@ from ._errors import ActorStopped as ActorStopped
 from ._errors import ArkhonError as ArkhonError
 from ._errors import AskTimeout as AskTimeout
 from ._errors import ConfigurationError as ConfigurationError
+from ._errors import ContractViolation as ContractViolation
+from ._errors import Fatal as Fatal
+from ._errors import IllegalTransition as IllegalTransition
+from ._errors import InvalidPatch as InvalidPatch
+from ._errors import InvariantViolation as InvariantViolation
 from ._errors import MailboxClosed as MailboxClosed
 from ._errors import MailboxError as MailboxError
 from ._errors import MailboxFull as MailboxFull
+from ._errors import PreconditionFailed as PreconditionFailed
+from ._errors import Recoverable as Recoverable
+from ._errors import RestartIntensityExceeded as RestartIntensityExceeded
+from ._errors import SessionError as SessionError
+from ._errors import SessionNotFound as SessionNotFound
+from ._errors import StageFailure as StageFailure
+from ._errors import StageTimeout as StageTimeout
 from ._errors import SystemNotRunning as SystemNotRunning
+from ._errors import Transient as Transient
+from ._errors import UndeclaredRead as UndeclaredRead
+from ._errors import UndeclaredWrite as UndeclaredWrite
 from ._exports import publish
 from .actors import Actor as Actor
 from .actors import ActorRef as ActorRef
 from .actors import ActorSystem as ActorSystem
 from .actors import Termination as Termination
 from .actors import TerminationKind as TerminationKind
+from .protocols import AgentState as AgentState
+from .protocols import Condition as Condition
+from .protocols import History as History
+from .protocols import Lifecycle as Lifecycle
+from .protocols import Machine as Machine
+from .protocols import Patch as Patch
+from .protocols import Stage as Stage
+from .protocols import StateView as StateView
+from .protocols import TransitionEvent as TransitionEvent
+from .protocols import stage as stage
+from .supervision import AgentSystem as AgentSystem
+from .supervision import ExitReason as ExitReason
+from .supervision import RestartStrategy as RestartStrategy
+from .supervision import SessionResult as SessionResult
 
 __version__ = "0.1.0"
 
@@ -30,15 +59,44 @@ __all__ = [
     "ActorRef",
     "ActorStopped",
     "ActorSystem",
+    "AgentState",
+    "AgentSystem",
     "ArkhonError",
     "AskTimeout",
+    "Condition",
     "ConfigurationError",
+    "ContractViolation",
+    "ExitReason",
+    "Fatal",
+    "History",
+    "IllegalTransition",
+    "InvalidPatch",
+    "InvariantViolation",
+    "Lifecycle",
+    "Machine",
     "MailboxClosed",
     "MailboxError",
     "MailboxFull",
+    "Patch",
+    "PreconditionFailed",
+    "Recoverable",
+    "RestartIntensityExceeded",
+    "RestartStrategy",
+    "SessionError",
+    "SessionNotFound",
+    "SessionResult",
+    "Stage",
+    "StageFailure",
+    "StageTimeout",
+    "StateView",
     "SystemNotRunning",
     "Termination",
     "TerminationKind",
+    "Transient",
+    "TransitionEvent",
+    "UndeclaredRead",
+    "UndeclaredWrite",
+    "stage",
 ]
 
 publish(__name__, __all__, globals())

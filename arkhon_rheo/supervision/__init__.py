@@ -1,8 +1,38 @@
-"""Session supervision: patch validation, machine checking, failure handling.
+"""Session supervision: patch validation, failure classification, restart policy.
 
 Built on `arkhon_rheo.actors` and `arkhon_rheo.protocols` only.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .._exports import publish
+from ._policy import Backoff as Backoff
+from ._policy import Classifier as Classifier
+from ._policy import RestartIntensity as RestartIntensity
+from ._policy import RestartStrategy as RestartStrategy
+from ._policy import RestartWindow as RestartWindow
+from ._session import ExitReason as ExitReason
+from ._session import SessionConfig as SessionConfig
+from ._system import AgentSystem as AgentSystem
+from ._system import SessionHandle as SessionHandle
+from ._system import SessionResult as SessionResult
+from ._system import SystemStatistics as SystemStatistics
+from ._validate import PatchValidator as PatchValidator
+
+__all__ = [
+    "AgentSystem",
+    "Backoff",
+    "Classifier",
+    "ExitReason",
+    "PatchValidator",
+    "RestartIntensity",
+    "RestartStrategy",
+    "RestartWindow",
+    "SessionConfig",
+    "SessionHandle",
+    "SessionResult",
+    "SystemStatistics",
+]
+
+publish(__name__, __all__, globals())
+del publish

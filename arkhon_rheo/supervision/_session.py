@@ -1,0 +1,548 @@
+"""One session: its record, its stage actors, and the supervisor actor that drives it.
+
+The supervisor owns the authoritative state. Each step it checks the current
+state's invariants and the stage's preconditions, asks the stage's actor for a
+patch computed from a read-only view, validates the patch, asks the stage's
+``next`` for the move, checks the move and the target state's invariants, and
+commits: the new version becomes authoritative and a `TransitionEvent` is
+appended to the session's log and offered to its listeners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import structlog
+
+from .._errors import (
+    ArkhonError,
+    IllegalTransition,
+    PreconditionFailed,
+    RestartIntensityExceeded,
+    StageTimeout,
+)
+from ..actors import Actor, ActorRef, Termination, TerminationKind
+from ..protocols import (
+    AgentState,
+    ErrorClass,
+    EventKind,
+    FailureRecord,
+    Machine,
+    Patch,
+    Stage,
+    StateView,
+    TransitionEvent,
+)
+from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy, RestartWindow
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Sequence
+
+    from ._validate import PatchValidator
+
+__all__ = ["ExitReason", "Session", "SessionConfig", "SessionSupervisor"]
+
+_logger = structlog.get_logger("arkhon_rheo.supervision")
+
+#: Called with every committed event; a listener's failure is logged, never raised.
+EventListener = Callable[[TransitionEvent], None]
+
+
+def _log(level: str, event: str, **fields: Any) -> None:
+    with contextlib.suppress(Exception):  # a broken log pipeline must not break a commit
+        getattr(_logger, level)(event, **fields)
+
+
+def _label(state: enum.Enum) -> str:
+    return str(state.value) if isinstance(state.value, str) else state.name
+
+
+class ExitReason(enum.Enum):
+    """Why a session ended."""
+
+    #: It reached a terminal state other than the failed one.
+    FINISHED = "finished"
+    #: A fatal error moved it to the failed state.
+    FAILED = "failed"
+    #: It used up its step budget and was moved to the failed state.
+    MAX_STEPS = "max_steps"
+    #: It was cancelled; its state is the last one committed.
+    CANCELLED = "cancelled"
+    #: The supervisor itself crashed (a bug); its state is the last one committed.
+    CRASHED = "crashed"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """How a session is supervised.
+
+    Attributes:
+        max_steps: The most stage steps before the session is stopped (exit reason
+            ``max_steps``); every session has one, so no loop is unbounded.
+        classifier: Maps failures to transient, recoverable or fatal.
+        backoff: Retries of transient failures.
+        restart_strategy: Which stage actors restart on a recoverable failure.
+        restart_intensity: How many restarts within how long escalate to fatal.
+        mailbox_capacity: The mailbox bound of the session's actors.
+    """
+
+    max_steps: int = 100
+    classifier: Classifier = field(default_factory=Classifier)
+    backoff: Backoff = field(default_factory=Backoff)
+    restart_strategy: RestartStrategy = RestartStrategy.ONE_FOR_ONE
+    restart_intensity: RestartIntensity = field(default_factory=RestartIntensity)
+    mailbox_capacity: int = 16
+
+
+class Session:
+    """The record of one session, shared by its supervisor and its handle."""
+
+    __slots__ = (
+        "_changed",
+        "config",
+        "done",
+        "exit_reason",
+        "failure",
+        "listeners",
+        "log",
+        "machine",
+        "restarts",
+        "retries",
+        "rng",
+        "session_id",
+        "state",
+        "steps",
+        "validator",
+    )
+
+    def __init__(
+        self,
+        session_id: str,
+        machine: Machine[Any],
+        state: AgentState,
+        config: SessionConfig,
+        *,
+        validator: PatchValidator,
+        rng: random.Random,
+        listeners: Sequence[EventListener] = (),
+    ) -> None:
+        self.session_id = session_id
+        self.machine = machine
+        self.state = state
+        self.config = config
+        self.validator = validator
+        self.rng = rng
+        self.listeners = tuple(listeners)
+        self.log: list[TransitionEvent] = []
+        self.steps = 0
+        self.retries = 0
+        self.restarts = 0
+        self.done = anyio.Event()
+        self.exit_reason: ExitReason | None = None
+        self.failure: FailureRecord | None = None
+        self._changed: anyio.Event | None = None
+
+    def commit(self, state: AgentState, event: TransitionEvent) -> None:
+        """Make ``state`` authoritative and publish ``event``; listeners never block it."""
+        self.state = state
+        self.log.append(event)
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception as exc:  # audit or sink failure must not break the answer path
+                _log("error", "event_listener_failed", session_id=self.session_id, error=repr(exc))
+        self._notify()
+
+    def finish(self, reason: ExitReason) -> None:
+        """Record how the session ended and wake everybody waiting on it."""
+        if self.exit_reason is None:
+            self.exit_reason = reason
+        self.done.set()
+        self._notify()
+
+    def _notify(self) -> None:
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
+
+    async def wait_changed(self) -> None:
+        """Wait for the next commit or for the end of the session."""
+        if self.done.is_set():
+            return
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+    def next_seq(self) -> int:
+        return len(self.log) + 1
+
+
+class _Invoke:
+    """Run the stage on this view."""
+
+    __slots__ = ("deadline", "view")
+
+    def __init__(self, view: StateView[Any], deadline: float | None) -> None:
+        self.view = view
+        self.deadline = deadline
+
+
+class StageActor(Actor[_Invoke, "Patch | Exception"]):
+    """Runs one stage instance; answers each invocation with its patch or its error.
+
+    It never crashes on a stage error: the supervisor decides what the error
+    means and restarts this actor (a fresh stage instance) when it must.
+    """
+
+    def __init__(self, stage: Stage[Any]) -> None:
+        self.stage = stage
+
+    async def receive(self, message: _Invoke) -> Patch | Exception:
+        try:
+            if message.deadline is None:
+                return await self.stage.execute(message.view)
+            with anyio.move_on_after(message.deadline) as scope:
+                return await self.stage.execute(message.view)
+            if scope.cancelled_caught:
+                return StageTimeout(stage=self.stage.name, deadline=message.deadline)
+            raise AssertionError("unreachable")  # pragma: no cover
+        except Exception as exc:  # classified by the supervisor, never here
+            return exc
+
+
+class _Step:
+    """Run the next step (the supervisor sends this to itself)."""
+
+    __slots__ = ()
+
+
+_STEP = _Step()
+
+
+class SessionSupervisor(Actor[_Step, None]):
+    """The actor that owns one session's state and drives its machine."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.order: list[str] = [stage.name for stage in session.machine.stages.values()]
+        self.stage_types: dict[str, type[Stage[Any]]] = {
+            stage.name: stage for stage in session.machine.stages.values()
+        }
+        self.stages: dict[str, tuple[ActorRef[_Invoke, Patch | Exception], StageActor]] = {}
+        self.window: RestartWindow = session.config.restart_intensity.window()
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        for name in self.order:
+            await self._spawn_stage(name)
+        self.context.ref.tell_nowait(_STEP)
+
+    async def on_stop(self, termination: Termination) -> None:
+        for ref, _ in self.stages.values():
+            ref.cancel()
+        session = self.session
+        if termination.kind is TerminationKind.CANCELLED:
+            session.finish(ExitReason.CANCELLED)
+        elif termination.kind is TerminationKind.CRASHED:
+            error = termination.error
+            session.failure = FailureRecord(
+                error_type=type(error).__name__,
+                message=str(error),
+                error_class=ErrorClass.FATAL,
+                lifecycle=_label(session.state.lifecycle),
+                exit_reason=ExitReason.CRASHED.value,
+            )
+            _log("error", "supervisor_crashed", session_id=session.session_id, error=repr(error))
+            session.finish(ExitReason.CRASHED)
+        else:
+            session.finish(session.exit_reason or ExitReason.FINISHED)
+
+    async def _spawn_stage(self, name: str) -> None:
+        actor = StageActor(self.stage_types[name]())
+        ref = await self.context.system.spawn(
+            lambda: actor,
+            name=f"{self.session.session_id}/{name}",
+            mailbox_capacity=self.session.config.mailbox_capacity,
+        )
+        self.stages[name] = (ref, actor)
+
+    # -- the step ----------------------------------------------------------------
+
+    async def receive(self, message: _Step) -> None:
+        if await self._step():
+            self.context.stop()
+        else:
+            self.context.ref.tell_nowait(_STEP)
+
+    async def _step(self) -> bool:
+        """Run one step; return true once the session has ended."""
+        session = self.session
+        machine = session.machine
+        state = session.state
+        lifecycle = state.lifecycle
+        if machine.is_terminal(lifecycle):
+            reason = ExitReason.FAILED if lifecycle is machine.failed else ExitReason.FINISHED
+            session.finish(session.exit_reason or reason)
+            return True
+        stage_type = machine.stages[lifecycle]
+        name = stage_type.name
+        if session.steps >= session.config.max_steps:
+            await self._fail(
+                "BudgetExhausted",
+                f"the session used its {session.config.max_steps} steps without finishing",
+                stage=name,
+                attempt=1,
+                error_class=ErrorClass.FATAL,
+                reason=ExitReason.MAX_STEPS,
+            )
+            return True
+        started = time.time()
+        try:
+            session.validator.check_invariants(state, lifecycle, stage=name)
+            for condition in stage_type.preconditions:
+                if not condition.holds(state):
+                    raise PreconditionFailed(stage=name, condition=condition.name)
+        except ArkhonError as refused:
+            return await self._failed(refused, name, 1)
+
+        attempt = 1
+        deadline = machine.deadlines.get(lifecycle)
+        while True:
+            ref, actor = self.stages[name]
+            view: StateView[Any] = StateView(state, stage_type.reads, name)
+            outcome = await ref.ask(_Invoke(view, deadline), timeout=math.inf)
+            failure = (
+                outcome
+                if isinstance(outcome, Exception)
+                else self._commit(state, outcome, actor.stage, started, attempt)
+            )
+            if failure is None:
+                session.steps += 1
+                return machine.is_terminal(session.state.lifecycle) and self._ended()
+            error_class = session.config.classifier.classify(failure)
+            if error_class is ErrorClass.TRANSIENT:
+                if attempt < session.config.backoff.max_attempts:
+                    await anyio.sleep(session.config.backoff.delay(attempt, session.rng))
+                    attempt += 1
+                    session.retries += 1
+                    continue
+                error_class = ErrorClass.RECOVERABLE
+            return await self._failed(failure, name, attempt, error_class)
+
+    def _ended(self) -> bool:
+        session = self.session
+        lifecycle = session.state.lifecycle
+        failed = lifecycle is session.machine.failed
+        session.finish(ExitReason.FAILED if failed else ExitReason.FINISHED)
+        return True
+
+    def _commit(
+        self, state: AgentState, patch: Patch, stage: Stage[Any], started: float, attempt: int
+    ) -> Exception | None:
+        """Validate and commit one stage's patch; return the refusal instead of raising."""
+        session = self.session
+        machine = session.machine
+        name = stage.name
+        try:
+            updates = session.validator.updates(state, patch, stage=name, writes=stage.writes)
+            candidate = state.model_copy(update=updates)
+            lifecycle = state.lifecycle
+            target = stage.next(candidate)
+            if target not in machine.allowed(lifecycle):
+                raise IllegalTransition(
+                    stage=name,
+                    from_state=_label(lifecycle),
+                    to_state=_label(target) if isinstance(target, enum.Enum) else repr(target),
+                    allowed=[_label(s) for s in machine.allowed(lifecycle)],
+                )
+            moved: dict[str, Any] = {"lifecycle": target}
+            if target is machine.loop_state and lifecycle is not target:
+                moved["iteration"] = state.iteration + 1
+            candidate = candidate.model_copy(update=moved)
+            if target is not machine.failed:
+                session.validator.check_invariants(candidate, target, stage=name)
+        except Exception as exc:
+            return exc
+        session.commit(
+            candidate,
+            TransitionEvent(
+                session_id=session.session_id,
+                seq=session.next_seq(),
+                kind=EventKind.STEP,
+                stage=name,
+                from_state=lifecycle,
+                to_state=target,
+                reads=stage.reads,
+                writes=patch.fields,
+                patch=patch,
+                attempt=attempt,
+                started_at=started,
+                finished_at=time.time(),
+            ),
+        )
+        return None
+
+    # -- failures ----------------------------------------------------------------
+
+    async def _failed(
+        self,
+        error: Exception,
+        stage: str,
+        attempt: int,
+        error_class: ErrorClass | None = None,
+    ) -> bool:
+        """Handle a classified failure of ``stage``; return true if the session ended."""
+        session = self.session
+        if error_class is None:
+            error_class = session.config.classifier.classify(error)
+        if error_class is ErrorClass.RECOVERABLE:
+            if not self.window.allow(anyio.current_time()):
+                intensity = session.config.restart_intensity
+                error = RestartIntensityExceeded(
+                    stage=stage, restarts=intensity.max_restarts, window=intensity.within
+                )
+                error_class = ErrorClass.FATAL
+            else:
+                await self._restart(stage)
+                return self._record(error, stage, attempt)
+        await self._fail(
+            type(error).__name__,
+            str(error),
+            stage=stage,
+            attempt=attempt,
+            error_class=error_class,
+            reason=ExitReason.FAILED,
+        )
+        return True
+
+    async def _restart(self, failed: str) -> None:
+        session = self.session
+        names = session.config.restart_strategy.affected(self.order, failed)
+        for name in reversed(names):
+            ref, _ = self.stages.pop(name)
+            ref.cancel()
+            await ref.wait_terminated()
+        for name in names:
+            await self._spawn_stage(name)
+        session.restarts += 1
+        _log(
+            "warning",
+            "stages_restarted",
+            session_id=session.session_id,
+            stages=names,
+            strategy=session.config.restart_strategy.value,
+        )
+
+    def _record(self, exc: Exception, stage: str, attempt: int) -> bool:
+        """Record a recoverable error in the state; follow the error route if there is one."""
+        session = self.session
+        state = session.state
+        lifecycle = state.lifecycle
+        record = _record(exc, ErrorClass.RECOVERABLE, stage, lifecycle, attempt)
+        target = session.machine.error_routes.get(lifecycle, lifecycle)
+        updates: dict[str, Any] = {"last_error": record, "lifecycle": target}
+        candidate = state.model_copy(update=updates)
+        try:
+            if target is not lifecycle:
+                session.validator.check_invariants(candidate, target, stage=stage)
+        except ArkhonError as violation:
+            _log(
+                "error", "error_route_refused", session_id=session.session_id, error=repr(violation)
+            )
+            candidate = state.model_copy(update={"last_error": record})
+            target = lifecycle
+        self._commit_failure(candidate, record, stage, lifecycle, target, attempt)
+        session.steps += 1
+        return False
+
+    async def _fail(
+        self,
+        error_type: str,
+        message: str,
+        *,
+        stage: str | None,
+        attempt: int,
+        error_class: ErrorClass,
+        reason: ExitReason,
+    ) -> None:
+        """Move the session to the failed state with a structured record."""
+        session = self.session
+        state = session.state
+        record = FailureRecord(
+            error_type=error_type,
+            message=message,
+            error_class=error_class,
+            stage=stage,
+            lifecycle=_label(state.lifecycle),
+            attempt=attempt,
+            exit_reason=reason.value,
+        )
+        failed = session.machine.failed
+        candidate = state.model_copy(update={"last_error": record, "lifecycle": failed})
+        self._commit_failure(candidate, record, stage, state.lifecycle, failed, attempt)
+        session.failure = record
+        _log(
+            "warning",
+            "session_failed",
+            session_id=session.session_id,
+            stage=stage,
+            error_type=error_type,
+            reason=reason.value,
+        )
+        session.finish(reason)
+
+    def _commit_failure(
+        self,
+        candidate: AgentState,
+        record: FailureRecord,
+        stage: str | None,
+        from_state: enum.Enum,
+        to_state: enum.Enum,
+        attempt: int,
+    ) -> None:
+        session = self.session
+        now = time.time()
+        fields: dict[str, Any] = {"last_error": record}
+        if to_state is not from_state:
+            fields["lifecycle"] = to_state
+        session.commit(
+            candidate,
+            TransitionEvent(
+                session_id=session.session_id,
+                seq=session.next_seq(),
+                kind=EventKind.FAILURE,
+                stage=stage,
+                from_state=from_state,
+                to_state=to_state,
+                reads=frozenset(),
+                writes=frozenset(fields),
+                patch=Patch.of(fields),
+                attempt=attempt,
+                started_at=now,
+                finished_at=now,
+                error=record,
+            ),
+        )
+
+
+def _record(
+    exc: Exception, error_class: ErrorClass, stage: str, lifecycle: enum.Enum, attempt: int
+) -> FailureRecord:
+    return FailureRecord(
+        error_type=type(exc).__name__,
+        message=str(exc),
+        error_class=error_class,
+        stage=stage,
+        lifecycle=_label(lifecycle),
+        attempt=attempt,
+    )

@@ -1,0 +1,331 @@
+"""`AgentSystem`: the main entry point, supervising every session one_for_one."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import uuid
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .._errors import ConfigurationError, SessionError, SessionNotFound, SystemNotRunning
+from ..actors import ActorRef, ActorSystem
+from ..protocols import AgentState, FailureRecord, Machine
+from ._session import EventListener, ExitReason, Session, SessionConfig, SessionSupervisor
+from ._validate import PatchValidator
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable, Sequence
+    from types import TracebackType
+
+    from ..protocols import TransitionEvent
+    from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
+
+__all__ = ["AgentSystem", "SessionHandle", "SessionResult", "SystemStatistics"]
+
+S = TypeVar("S", bound=AgentState)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionResult(Generic[S]):
+    """How a session ended.
+
+    Attributes:
+        session_id: The session.
+        state: Its last committed state.
+        exit_reason: Why it ended.
+        failure: The failure that ended it, if one did.
+        steps: Commits made (stage steps and recorded failures).
+        retries: Transient retries made.
+        restarts: Stage restarts made.
+    """
+
+    session_id: str
+    state: S
+    exit_reason: ExitReason
+    failure: FailureRecord | None
+    steps: int
+    retries: int
+    restarts: int
+
+    @property
+    def ok(self) -> bool:
+        """Whether the session finished in a terminal state other than the failed one."""
+        return self.exit_reason is ExitReason.FINISHED
+
+
+class SessionHandle(Generic[S]):
+    """A caller's handle on a running (or ended) session."""
+
+    __slots__ = ("_ref", "_session")
+
+    def __init__(self, session: Session, ref: ActorRef[Any, Any]) -> None:
+        self._session = session
+        self._ref = ref
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+        return self._session.session_id
+
+    @property
+    def state(self) -> S:
+        """The state as last committed."""
+        return self._session.state  # type: ignore[return-value]
+
+    @property
+    def history(self) -> Sequence[TransitionEvent]:
+        """The events committed so far, in order."""
+        return tuple(self._session.log)
+
+    @property
+    def done(self) -> bool:
+        """Whether the session has ended."""
+        return self._session.done.is_set()
+
+    async def result(self) -> SessionResult[S]:
+        """Wait for the session to end and return how it ended."""
+        session = self._session
+        await session.done.wait()
+        assert session.exit_reason is not None
+        return SessionResult(
+            session_id=session.session_id,
+            state=session.state,  # type: ignore[arg-type]
+            exit_reason=session.exit_reason,
+            failure=session.failure,
+            steps=session.steps,
+            retries=session.retries,
+            restarts=session.restarts,
+        )
+
+    async def events(self) -> AsyncIterator[TransitionEvent]:
+        """Yield every event of the session from the first, live, until it ends.
+
+        Consuming slowly never slows the session: events are kept in its log and
+        each iterator reads at its own pace.
+        """
+        session = self._session
+        position = 0
+        while True:
+            log = session.log
+            while position < len(log):
+                yield log[position]
+                position += 1
+            if session.done.is_set():
+                return
+            await session.wait_changed()
+
+    def cancel(self) -> None:
+        """Cancel the session now; its state stays as last committed."""
+        self._ref.cancel()
+
+    def __repr__(self) -> str:
+        status = self._session.exit_reason.value if self._session.exit_reason else "running"
+        return f"<SessionHandle {self.session_id!r} {status}>"
+
+
+@dataclass(frozen=True, slots=True)
+class SystemStatistics:
+    """A snapshot of an agent system's counters.
+
+    Attributes:
+        sessions: Sessions started.
+        running: Sessions not ended yet.
+        actors: Actors alive (supervisors and stage actors).
+        dead_letters: Messages that reached no actor.
+    """
+
+    sessions: int
+    running: int
+    actors: int
+    dead_letters: int
+
+
+class AgentSystem:
+    """Runs agent sessions, each under its own supervisor actor, inside your event loop.
+
+    Use it as an async context manager on asyncio or trio. Sessions are
+    supervised one_for_one: one session's crash or fatal error never touches
+    another. Leaving the block cancels sessions still running.
+
+    Args:
+        max_steps: The default step budget of a session.
+        classifier: Maps failures to transient, recoverable or fatal.
+        backoff: Retries of transient failures.
+        restart_strategy: Which stage actors restart on a recoverable failure.
+        restart_intensity: Restarts allowed within a window before escalating.
+        mailbox_capacity: The mailbox bound of session actors.
+        seed: Seeds each session's RNG (backoff jitter), for exact tests.
+        listeners: Called with every committed event of every session.
+        shutdown_timeout: Seconds the actors may take to stop on exit.
+
+    Raises:
+        ConfigurationError: If a bound is out of range.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_steps: int = 100,
+        classifier: Classifier | None = None,
+        backoff: Backoff | None = None,
+        restart_strategy: RestartStrategy | None = None,
+        restart_intensity: RestartIntensity | None = None,
+        mailbox_capacity: int = 16,
+        seed: int | None = None,
+        listeners: Iterable[EventListener] = (),
+        shutdown_timeout: float = 5.0,
+    ) -> None:
+        config = SessionConfig(max_steps=max_steps, mailbox_capacity=mailbox_capacity)
+        overrides: dict[str, Any] = {
+            "classifier": classifier,
+            "backoff": backoff,
+            "restart_strategy": restart_strategy,
+            "restart_intensity": restart_intensity,
+        }
+        self._config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
+        _check_budget(max_steps)
+        self._seed = seed
+        self._listeners = tuple(listeners)
+        self._actors = ActorSystem(
+            name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
+        )
+        self._sessions: dict[str, SessionHandle[Any]] = {}
+        self._validators: dict[int, PatchValidator] = {}
+        self._counter = itertools.count()
+
+    async def __aenter__(self) -> AgentSystem:
+        await self._actors.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        for handle in self._sessions.values():
+            if not handle.done:
+                handle.cancel()
+        return await self._actors.__aexit__(exc_type, exc, tb)
+
+    async def start(
+        self,
+        machine: Machine[S],
+        state: S,
+        *,
+        session_id: str | None = None,
+        max_steps: int | None = None,
+    ) -> SessionHandle[S]:
+        """Start a session of ``machine`` from ``state`` and return its handle.
+
+        Args:
+            machine: The machine to run.
+            state: The initial state; its lifecycle must be the machine's initial
+                state and it must satisfy that state's invariants.
+            session_id: The id; a fresh one is made by default.
+            max_steps: The step budget; the system's default otherwise.
+
+        Returns:
+            The session's handle; the session runs on its own.
+
+        Raises:
+            SystemNotRunning: Outside the ``async with`` block.
+            SessionError: If the id is taken.
+            ConfigurationError: If the state does not fit the machine.
+            InvariantViolation: If the initial state breaks an invariant.
+        """
+        if not isinstance(state, machine.state_type):
+            raise ConfigurationError(
+                f"machine {machine.name!r} runs on {machine.state_type.__name__}, "
+                f"got {type(state).__name__}"
+            )
+        if state.lifecycle is not machine.initial:
+            raise ConfigurationError(
+                f"a session of {machine.name!r} starts in {machine.initial!r}, "
+                f"but the state is in {state.lifecycle!r}"
+            )
+        if session_id is None:
+            session_id = uuid.uuid4().hex[:12]
+        if session_id in self._sessions:
+            raise SessionError(
+                f"session {session_id!r} exists already; pick another id", session_id=session_id
+            )
+        config = self._config
+        if max_steps is not None:
+            _check_budget(max_steps)
+            config = replace(config, max_steps=max_steps)
+        validator = self._validator(machine)
+        if state.session_id != session_id:
+            state = state.model_copy(update={"session_id": session_id})
+        validator.check_invariants(state, machine.initial, stage="(start)")
+        rng = random.Random(None if self._seed is None else f"{self._seed}/{next(self._counter)}")
+        session = Session(
+            session_id,
+            machine,
+            state,
+            config,
+            validator=validator,
+            rng=rng,
+            listeners=self._listeners,
+        )
+        if self._actors.state.value != "running":
+            raise SystemNotRunning(
+                f"cannot start a session: the agent system is {self._actors.state.value}; "
+                "start sessions inside its `async with` block"
+            )
+        ref = await self._actors.spawn(SessionSupervisor, session, name=f"{session_id}/supervisor")
+        handle: SessionHandle[S] = SessionHandle(session, ref)
+        self._sessions[session_id] = handle
+        return handle
+
+    async def run(
+        self,
+        machine: Machine[S],
+        state: S,
+        *,
+        session_id: str | None = None,
+        max_steps: int | None = None,
+    ) -> SessionResult[S]:
+        """Start a session and wait for its result (see `start`)."""
+        handle = await self.start(machine, state, session_id=session_id, max_steps=max_steps)
+        return await handle.result()
+
+    def session(self, session_id: str) -> SessionHandle[Any]:
+        """The handle of a session started here.
+
+        Raises:
+            SessionNotFound: If no session has that id.
+        """
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise SessionNotFound(session_id=session_id) from None
+
+    def sessions(self) -> list[str]:
+        """The ids of the sessions started here, oldest first."""
+        return list(self._sessions)
+
+    def statistics(self) -> SystemStatistics:
+        """Return a snapshot of the system's counters."""
+        actors = self._actors.statistics()
+        return SystemStatistics(
+            sessions=len(self._sessions),
+            running=sum(1 for handle in self._sessions.values() if not handle.done),
+            actors=actors.alive,
+            dead_letters=actors.dead_letters,
+        )
+
+    def _validator(self, machine: Machine[Any]) -> PatchValidator:
+        validator = self._validators.get(id(machine))
+        if validator is None:
+            validator = self._validators[id(machine)] = PatchValidator(machine)
+        return validator
+
+
+def _check_budget(max_steps: int) -> None:
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ConfigurationError(
+            f"max_steps must be a positive integer, got {max_steps!r}: every session needs "
+            "a bound on its steps"
+        )

@@ -1,0 +1,146 @@
+"""Patch validation: permissions, per-field value validation, invariants.
+
+``model_copy(update=...)`` does not validate, so each written value is
+validated on its own through a cached ``TypeAdapter`` of its field; appended
+items through an adapter of the sequence's item type. Only the written fields
+are touched, so the cost of a commit does not grow with the state's history.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, get_args, get_origin
+
+from pydantic import TypeAdapter, ValidationError
+
+from .._errors import InvalidPatch, InvariantViolation, UndeclaredWrite
+from ..protocols import SUPERVISOR_FIELDS, AgentState, History, Patch
+
+if TYPE_CHECKING:
+    import enum
+
+    from ..protocols import Machine
+
+__all__ = ["PatchValidator"]
+
+
+def _label(state: enum.Enum) -> str:
+    return str(state.value) if isinstance(state.value, str) else state.name
+
+
+def _item_type(annotation: Any) -> Any | None:
+    """The item type of ``History[X]`` or ``tuple[X, ...]``, else ``None``."""
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    if origin is History or annotation is History:
+        return args[0] if args else Any
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return None
+
+
+class PatchValidator:
+    """Validates patches against one machine's state type and invariants.
+
+    Args:
+        machine: The machine whose state type and invariants apply.
+    """
+
+    __slots__ = ("_items", "_machine", "_values")
+
+    def __init__(self, machine: Machine[Any]) -> None:
+        self._machine = machine
+        self._values: dict[str, TypeAdapter[Any]] = {}
+        self._items: dict[str, TypeAdapter[Any] | None] = {}
+        for name, field in machine.state_type.model_fields.items():
+            config = None if _has_config(field.annotation) else _CONFIG
+            self._values[name] = TypeAdapter(field.annotation, config=config)
+            item = _item_type(field.annotation)
+            self._items[name] = (
+                None
+                if item is None
+                else TypeAdapter(item, config=None if _has_config(item) else _CONFIG)
+            )
+
+    def updates(
+        self,
+        state: AgentState,
+        patch: Patch,
+        *,
+        stage: str,
+        writes: frozenset[str],
+    ) -> dict[str, Any]:
+        """Validate ``patch`` and return the field updates it makes to ``state``.
+
+        Nothing is changed: the caller commits the updates, or drops them.
+
+        Raises:
+            UndeclaredWrite: If the patch writes outside ``writes`` (never partly merged).
+            InvalidPatch: If a value fails its field's validation, a field is both
+                assigned and appended to, or an append targets a non-sequence field.
+        """
+        if not isinstance(patch, Patch):
+            raise InvalidPatch(
+                stage=stage,
+                field="(patch)",
+                reason=f"execute() returned {type(patch).__name__}, not a Patch",
+            )
+        values, appends = patch.values, patch.appends
+        written = patch.fields
+        if not written <= writes or written & SUPERVISOR_FIELDS:
+            raise UndeclaredWrite(
+                stage=stage, fields=written - (writes - SUPERVISOR_FIELDS), writes=writes
+            )
+        updates: dict[str, Any] = {}
+        for name, value in values.items():
+            if name in appends:
+                raise InvalidPatch(
+                    stage=stage, field=name, reason="a patch may assign or append, not both"
+                )
+            try:
+                updates[name] = self._values[name].validate_python(value)
+            except ValidationError as exc:
+                raise InvalidPatch(stage=stage, field=name, reason=_reason(exc)) from exc
+        for name, items in appends.items():
+            adapter = self._items.get(name)
+            if adapter is None:
+                raise InvalidPatch(
+                    stage=stage,
+                    field=name,
+                    reason="only History[...] or tuple[X, ...] fields can be appended to",
+                )
+            try:
+                checked = [adapter.validate_python(item) for item in items]
+            except ValidationError as exc:
+                raise InvalidPatch(stage=stage, field=name, reason=_reason(exc)) from exc
+            current = getattr(state, name)
+            if isinstance(current, History):
+                updates[name] = current.append(*checked)
+            else:
+                updates[name] = (*current, *checked)
+        return updates
+
+    def check_invariants(self, state: AgentState, lifecycle: enum.Enum, *, stage: str) -> None:
+        """Check every invariant of ``lifecycle`` on ``state``.
+
+        Raises:
+            InvariantViolation: Naming the first invariant that does not hold.
+        """
+        for condition in self._machine.invariants_of(lifecycle):
+            if not condition.holds(state):
+                raise InvariantViolation(
+                    stage=stage, invariant=condition.name, lifecycle=_label(lifecycle)
+                )
+
+
+def _reason(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    return f"{first.get('msg', exc)}" + (f" (at {where})" if where else "")
+
+
+_CONFIG: Any = {"arbitrary_types_allowed": True}
+
+
+def _has_config(annotation: Any) -> bool:
+    """Whether ``annotation`` carries its own pydantic config (a model or dataclass)."""
+    return isinstance(annotation, type) and hasattr(annotation, "__pydantic_config__")

@@ -1,0 +1,157 @@
+"""Seed 004's lifecycle machine, supervised: Initialized → Thinking → Acting/Observing → Finished.
+
+Each stage declares the seed's permission matrix (what it reads and writes);
+the supervisor enforces it and the lifecycle invariants at every commit. A
+scripted model stands in for the LLM and a calculator for the tool, so the run
+is deterministic. Run it with ``python examples/lifecycle_agent.py [asyncio|trio]``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import anyio
+import structlog
+from pydantic import BaseModel, ConfigDict
+
+from arkhon_rheo import AgentState, AgentSystem, Lifecycle, Machine, Patch, StateView, stage
+
+L = Lifecycle
+
+
+class Thought(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    intent: str
+    tools: tuple[str, ...] = ()
+    reasoning: str = ""
+
+
+class Action(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    requested_tools: tuple[str, ...]
+    tool_outputs: tuple[str, ...]
+
+
+class Observation(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    summary: str
+    final_answer: str = ""
+    need_loop: bool = False
+
+
+class ReActState(AgentState):
+    """Seed 004's minimal state set: lifecycle, session, input, iteration, T/A/O, last error."""
+
+    lifecycle: Lifecycle = L.INITIALIZED
+    user_input: str | None = None
+    thought: Thought | None = None
+    action: Action | None = None
+    observation: Observation | None = None
+
+
+class ScriptedModel:
+    """Answers each prompt with the next scripted reply (a stand-in for an LLM)."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = list(replies)
+
+    async def complete(self, prompt: str) -> str:
+        await anyio.lowlevel.checkpoint()
+        return self.replies.pop(0)
+
+
+def calculator(expression: str) -> str:
+    """A tiny, safe tool: adds and multiplies integers."""
+    total = 0
+    for term in expression.split("+"):
+        product = 1
+        for factor in term.split("*"):
+            product *= int(factor)
+        total += product
+    return str(total)
+
+
+def build_machine(model: ScriptedModel) -> Machine[ReActState]:
+    @stage(reads={"user_input"}, writes=(), next=L.THINKING)
+    async def load(view: StateView[ReActState]) -> Patch:
+        return Patch()
+
+    @stage(
+        reads={"session_id", "user_input", "iteration", "observation"},
+        writes={"thought"},
+        next=lambda s: L.ACTING if s.thought.tools else L.OBSERVING,
+    )
+    async def think(view: StateView[ReActState]) -> Patch:
+        previous = view.observation.summary if view.observation else "none"
+        reply = await model.complete(f"input={view.user_input} previous={previous}")
+        return Patch(thought=Thought.model_validate_json(reply))
+
+    @stage(reads={"session_id", "iteration", "thought"}, writes={"action"}, next=L.OBSERVING)
+    async def act(view: StateView[ReActState]) -> Patch:
+        tools = view.thought.tools
+        outputs = tuple(calculator(view.thought.reasoning) for _ in tools)
+        return Patch(action=Action(requested_tools=tools, tool_outputs=outputs))
+
+    @stage(
+        reads={"session_id", "iteration", "thought", "action"},
+        writes={"observation"},
+        next=lambda s: L.THINKING if s.observation.need_loop else L.FINISHED,
+    )
+    async def observe(view: StateView[ReActState]) -> Patch:
+        if view.action is None or not view.action.tool_outputs:
+            return Patch(observation=Observation(summary="no tool used", need_loop=True))
+        result = view.action.tool_outputs[-1]
+        return Patch(observation=Observation(summary=f"tool said {result}", final_answer=result))
+
+    return Machine(
+        name="seed-004-lifecycle",
+        state_type=ReActState,
+        initial=L.INITIALIZED,
+        terminal={L.FINISHED, L.FAILED},
+        failed=L.FAILED,
+        loop_state=L.THINKING,
+        transitions={
+            L.INITIALIZED: {L.THINKING},
+            L.THINKING: {L.ACTING, L.OBSERVING, L.FAILED},
+            L.ACTING: {L.OBSERVING, L.FAILED},
+            L.OBSERVING: {L.FINISHED, L.THINKING, L.FAILED},
+        },
+        stages={L.INITIALIZED: load, L.THINKING: think, L.ACTING: act, L.OBSERVING: observe},
+        invariants={
+            L.INITIALIZED: [
+                lambda s: s.user_input is not None,
+                lambda s: s.thought is None and s.action is None and s.observation is None,
+            ],
+            L.ACTING: [lambda s: s.thought is not None and bool(s.thought.intent)],
+            L.FINISHED: [lambda s: s.observation is not None and bool(s.observation.final_answer)],
+        },
+    )
+
+
+async def main() -> None:
+    model = ScriptedModel(
+        [
+            json.dumps({"intent": "reflect", "reasoning": "I should compute it."}),
+            json.dumps({"intent": "compute", "tools": ["calculator"], "reasoning": "6*7+0"}),
+        ]
+    )
+    machine = build_machine(model)
+    async with AgentSystem(seed=4) as system:
+        handle = await system.start(machine, ReActState(user_input="What is 6 times 7?"))
+        async for event in handle.events():
+            print(
+                f"#{event.seq} {event.stage:>8}: {event.from_state.value:>11} -> "
+                f"{event.to_state.value:<9} wrote {sorted(event.writes)}"
+            )
+        result = await handle.result()
+    print(
+        f"exit: {result.exit_reason.value}, iteration {result.state.iteration}, "
+        f"answer {result.state.observation.final_answer if result.state.observation else None}"
+    )
+
+
+if __name__ == "__main__":
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    anyio.run(main, backend=sys.argv[1] if len(sys.argv) > 1 else "asyncio")
