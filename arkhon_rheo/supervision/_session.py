@@ -162,9 +162,12 @@ class Session:
         self._notify()
 
     def finish(self, reason: ExitReason) -> None:
-        """Record how the session ended and wake everybody waiting on it."""
+        """Record how the session ended (the first reason recorded stands)."""
         if self.exit_reason is None:
             self.exit_reason = reason
+
+    def close(self) -> None:
+        """Mark the session ended, its actors gone, and wake everybody waiting on it."""
         self.done.set()
         self._notify()
 
@@ -248,8 +251,17 @@ class SessionSupervisor(Actor[_Step, None]):
         self.context.ref.tell_nowait(_STEP)
 
     async def on_stop(self, termination: Termination) -> None:
-        for ref, _ in self.stages.values():
-            ref.cancel()
+        session = self.session
+        try:
+            for ref, _ in self.stages.values():
+                ref.cancel()
+            for ref, _ in self.stages.values():
+                await ref.wait_terminated()
+        finally:
+            self._conclude(termination)
+            session.close()
+
+    def _conclude(self, termination: Termination) -> None:
         session = self.session
         if termination.kind is TerminationKind.CANCELLED:
             session.finish(ExitReason.CANCELLED)

@@ -1,0 +1,460 @@
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+import trio
+import trio.testing
+
+from arkhon_rheo import (
+    AgentState,
+    AgentSystem,
+    ConfigurationError,
+    ExitReason,
+    Fatal,
+    History,
+    Lifecycle,
+    Machine,
+    Patch,
+    Recoverable,
+    SessionError,
+    SessionNotFound,
+    Stage,
+    StateView,
+    SystemNotRunning,
+    Transient,
+)
+from arkhon_rheo.protocols import ErrorClass, EventKind
+from arkhon_rheo.supervision import (
+    Backoff,
+    Classifier,
+    RestartIntensity,
+    RestartStrategy,
+    RestartWindow,
+)
+
+L = Lifecycle
+
+
+class LoopState(AgentState):
+    lifecycle: Lifecycle = L.INITIALIZED
+    steps: History[str] = History()
+    answer: str = ""
+
+
+Behaviour = Callable[["Probe", StateView[LoopState]], Patch]
+
+
+class Probe:
+    """Scripts what each stage does per call, and counts stage instances."""
+
+    def __init__(self, **scripts: list[Any]) -> None:
+        self.scripts = {name: list(script) for name, script in scripts.items()}
+        self.instances: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+
+    def next_action(self, name: str) -> Any:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        script = self.scripts.get(name)
+        return script.pop(0) if script else "ok"
+
+
+def loop_machine(probe: Probe, *, rounds: int = 1, **options: Any) -> Machine[LoopState]:
+    """INITIALIZED -> THINKING -> ACTING -> OBSERVING -> (THINKING | FINISHED)."""
+
+    def make(name: str, reads: set[str], nxt: Callable[[LoopState], Lifecycle]) -> type[Stage[Any]]:
+        class Scripted(Stage[LoopState], name=name, reads=reads, writes={"steps", "answer"}):
+            def __init__(self) -> None:
+                probe.instances[name] = probe.instances.get(name, 0) + 1
+
+            async def execute(self, view: StateView[LoopState]) -> Patch:
+                action = probe.next_action(name)
+                if isinstance(action, BaseException):
+                    raise action
+                if isinstance(action, tuple):  # ("sleep", seconds[, then raise this])
+                    await anyio.sleep(action[1])
+                    if len(action) > 2:
+                        raise action[2]
+                if isinstance(action, Patch):
+                    return action
+                return Patch().append("steps", name)
+
+            def next(self, state: LoopState) -> Lifecycle:
+                return nxt(state)
+
+        return Scripted
+
+    def after_observe(state: LoopState) -> Lifecycle:
+        return L.FINISHED if state.steps.count("observe") >= rounds else L.THINKING
+
+    def finish_patch_ok(state: LoopState) -> bool:
+        return state.steps.count("observe") >= 1
+
+    return Machine(
+        name="loop",
+        state_type=LoopState,
+        initial=L.INITIALIZED,
+        terminal={L.FINISHED, L.FAILED},
+        failed=L.FAILED,
+        loop_state=L.THINKING,
+        transitions={
+            L.INITIALIZED: {L.THINKING},
+            L.THINKING: {L.ACTING},
+            L.ACTING: {L.OBSERVING},
+            L.OBSERVING: {L.THINKING, L.FINISHED},
+        },
+        stages={
+            L.INITIALIZED: make("load", {"steps"}, lambda s: L.THINKING),
+            L.THINKING: make("think", {"steps"}, lambda s: L.ACTING),
+            L.ACTING: make("act", {"steps"}, lambda s: L.OBSERVING),
+            L.OBSERVING: make("observe", {"steps"}, after_observe),
+        },
+        invariants={L.FINISHED: [finish_patch_ok]},
+        **options,
+    )
+
+
+# -- pure policies -----------------------------------------------------------------
+
+
+def test_backoff_is_full_jitter_bounded_and_seeded() -> None:
+    backoff = Backoff(base=0.5, cap=3.0, max_attempts=5)
+    delays = [backoff.delay(n, random.Random(7)) for n in range(1, 6)]
+    rng = random.Random(7)
+    ceilings = [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert delays == [random.Random(7).uniform(0, c) for c in ceilings]
+    for n, ceiling in enumerate(ceilings, start=1):
+        assert 0 <= backoff.delay(n, rng) <= ceiling
+    with pytest.raises(ConfigurationError):
+        Backoff(max_attempts=0)
+    with pytest.raises(ConfigurationError):
+        Backoff(base=-1)
+
+
+def test_restart_window_counts_within_the_window_only() -> None:
+    window = RestartWindow(RestartIntensity(max_restarts=2, within=10.0))
+    assert window.allow(0.0)
+    assert window.allow(5.0)
+    assert not window.allow(9.0)  # a third within 10 s
+    assert window.allow(10.5)  # the one at 0.0 has left the window
+    assert len(window) == 2
+    with pytest.raises(ConfigurationError):
+        RestartIntensity(within=0)
+
+
+def test_restart_strategies_choose_like_otp() -> None:
+    order = ["load", "think", "act", "observe"]
+    assert RestartStrategy.ONE_FOR_ONE.affected(order, "act") == ["act"]
+    assert RestartStrategy.ONE_FOR_ALL.affected(order, "act") == order
+    assert RestartStrategy.REST_FOR_ONE.affected(order, "think") == ["think", "act", "observe"]
+    with pytest.raises(ConfigurationError, match="nope"):
+        RestartStrategy.ONE_FOR_ONE.affected(order, "nope")
+
+
+def test_classifier_precedence() -> None:
+    class RateLimited(Exception):
+        pass
+
+    classifier = Classifier({RateLimited: ErrorClass.TRANSIENT, KeyError: ErrorClass.FATAL})
+    assert classifier.classify(RateLimited()) is ErrorClass.TRANSIENT
+    assert classifier.classify(KeyError()) is ErrorClass.FATAL
+    assert classifier.classify(TimeoutError()) is ErrorClass.TRANSIENT
+    assert classifier.classify(ValueError()) is ErrorClass.RECOVERABLE
+    # What an exception says it is wins over any rule.
+    assert classifier.classify(Fatal("no")) is ErrorClass.FATAL
+    wrapped = Transient("wrapped")
+    wrapped.__cause__ = KeyError("x")
+    assert classifier.classify(wrapped) is ErrorClass.TRANSIENT
+    with pytest.raises(ConfigurationError, match="cancellation"):
+        classifier.register(BaseException, ErrorClass.FATAL)
+
+
+# -- sessions ------------------------------------------------------------------------
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_session_runs_to_finished_with_audited_events() -> None:
+    probe = Probe()
+    machine = loop_machine(probe, rounds=2)
+    async with AgentSystem(seed=1) as system:
+        handle = await system.start(machine, LoopState(), session_id="s1")
+        seen = [event async for event in handle.events()]
+        result = await handle.result()
+    assert result.ok
+    assert result.exit_reason is ExitReason.FINISHED
+    assert result.state.lifecycle is L.FINISHED
+    assert result.state.session_id == "s1"
+    assert result.state.iteration == 2
+    assert list(result.state.steps) == ["load", *["think", "act", "observe"] * 2]
+    assert [e.seq for e in seen] == list(range(1, 8))
+    assert [(e.from_state, e.to_state) for e in seen[:4]] == [
+        (L.INITIALIZED, L.THINKING),
+        (L.THINKING, L.ACTING),
+        (L.ACTING, L.OBSERVING),
+        (L.OBSERVING, L.THINKING),
+    ]
+    first = seen[1]
+    assert first.stage == "think"
+    assert first.kind is EventKind.STEP
+    assert first.reads == frozenset({"steps"})
+    assert first.writes == frozenset({"steps"})
+    assert first.patch == Patch().append("steps", "think")
+    assert first.started_at <= first.finished_at
+    assert handle.history == tuple(seen)
+
+
+async def test_transient_failures_are_retried_with_seeded_backoff() -> None:
+    probe = Probe(act=[Transient("flaky"), TimeoutError("slow link")])
+    machine = loop_machine(probe)
+    async with AgentSystem(seed=3, backoff=Backoff(base=0, cap=0, max_attempts=3)) as system:
+        handle = await system.start(machine, LoopState())
+        result = await handle.result()
+    assert result.ok
+    assert result.retries == 2
+    assert result.restarts == 0
+    assert probe.calls["act"] == 3
+    act_event = next(e for e in handle.history if e.stage == "act")
+    assert act_event.attempt == 3
+    assert probe.instances["act"] == 1  # retried on the same instance
+
+
+async def test_exhausted_transient_escalates_to_a_restart_and_recorded_error() -> None:
+    probe = Probe(act=[Transient("1"), Transient("2")])
+    machine = loop_machine(probe)
+    async with AgentSystem(seed=3, backoff=Backoff(base=0, cap=0, max_attempts=2)) as system:
+        handle = await system.start(machine, LoopState())
+        result = await handle.result()
+    assert result.ok
+    assert result.restarts == 1
+    assert probe.instances["act"] == 2
+    failures = [e for e in handle.history if e.kind is EventKind.FAILURE]
+    assert len(failures) == 1
+    record = failures[0].error
+    assert record is not None
+    assert (record.error_type, record.error_class, record.stage, record.attempt) == (
+        "Transient",
+        ErrorClass.RECOVERABLE,
+        "act",
+        2,
+    )
+    assert result.state.last_error == record
+
+
+async def test_recoverable_restarts_the_stage_with_a_fresh_instance() -> None:
+    probe = Probe(think=[ValueError("model output unreadable")])
+    machine = loop_machine(probe)
+    async with AgentSystem() as system:
+        handle = await system.start(machine, LoopState())
+        result = await handle.result()
+    assert result.ok
+    assert result.restarts == 1
+    assert probe.instances == {"load": 1, "think": 2, "act": 1, "observe": 1}
+    failure = next(e for e in handle.history if e.kind is EventKind.FAILURE)
+    assert failure.from_state is failure.to_state is L.THINKING
+    assert failure.writes == frozenset({"last_error"})
+    assert result.state.last_error is not None
+    assert result.state.last_error.error_type == "ValueError"
+
+
+async def test_recoverable_follows_the_error_route() -> None:
+    probe = Probe(act=[Recoverable("tool crashed")])
+    machine = loop_machine(probe, error_routes={L.ACTING: L.OBSERVING})
+    async with AgentSystem() as system:
+        handle = await system.start(machine, LoopState())
+        result = await handle.result()
+    assert result.ok
+    failure = next(e for e in handle.history if e.kind is EventKind.FAILURE)
+    assert (failure.from_state, failure.to_state) == (L.ACTING, L.OBSERVING)
+    assert "act" not in result.state.steps
+    assert result.state.last_error is not None
+    assert result.state.last_error.message == "tool crashed"
+
+
+async def test_fatal_fails_the_session_with_a_structured_record() -> None:
+    probe = Probe(act=[Fatal("credentials revoked")])
+    machine = loop_machine(probe)
+    async with AgentSystem() as system:
+        result = await system.run(machine, LoopState())
+    assert result.exit_reason is ExitReason.FAILED
+    assert not result.ok
+    assert result.state.lifecycle is L.FAILED
+    assert result.failure is not None
+    assert result.failure.error_type == "Fatal"
+    assert result.failure.stage == "act"
+    assert result.failure.lifecycle == "Acting"
+    assert result.failure.exit_reason == "failed"
+    assert list(result.state.steps) == ["load", "think"]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        (RestartStrategy.ONE_FOR_ONE, {"load": 1, "think": 1, "act": 2, "observe": 1}),
+        (RestartStrategy.ONE_FOR_ALL, {"load": 2, "think": 2, "act": 2, "observe": 2}),
+        (RestartStrategy.REST_FOR_ONE, {"load": 1, "think": 1, "act": 2, "observe": 2}),
+    ],
+)
+async def test_restart_strategies(strategy: RestartStrategy, expected: dict[str, int]) -> None:
+    probe = Probe(act=[Recoverable("once")])
+    machine = loop_machine(probe)
+    async with AgentSystem(restart_strategy=strategy) as system:
+        result = await system.run(machine, LoopState())
+        assert system.statistics().actors == 0
+    assert result.ok
+    assert probe.instances == expected
+
+
+async def test_restart_intensity_escalates_to_fatal() -> None:
+    probe = Probe(think=[Recoverable("a"), Recoverable("b"), Recoverable("c")])
+    machine = loop_machine(probe)
+    intensity = RestartIntensity(max_restarts=2, within=60.0)
+    async with AgentSystem(restart_intensity=intensity) as system:
+        result = await system.run(machine, LoopState())
+    assert result.exit_reason is ExitReason.FAILED
+    assert result.restarts == 2
+    assert result.failure is not None
+    assert result.failure.error_type == "RestartIntensityExceeded"
+    assert result.failure.error_class is ErrorClass.FATAL
+
+
+async def test_the_step_budget_bounds_every_session() -> None:
+    probe = Probe()
+    machine = loop_machine(probe, rounds=1_000)
+    async with AgentSystem(max_steps=10) as system:
+        result = await system.run(machine, LoopState())
+    assert result.exit_reason is ExitReason.MAX_STEPS
+    assert result.state.lifecycle is L.FAILED
+    assert result.failure is not None
+    assert result.failure.exit_reason == "max_steps"
+    assert result.steps == 10
+
+
+async def test_one_sessions_failure_never_touches_another() -> None:
+    doomed, healthy = Probe(think=[Fatal("bad")]), Probe()
+    async with AgentSystem() as system:
+        first = await system.start(loop_machine(doomed), LoopState(), session_id="doomed")
+        second = await system.start(loop_machine(healthy, rounds=3), LoopState())
+        results = [await first.result(), await second.result()]
+        assert system.statistics().running == 0
+    assert [r.exit_reason for r in results] == [ExitReason.FAILED, ExitReason.FINISHED]
+    assert results[1].state.iteration == 3
+
+
+async def test_cancel_keeps_the_last_committed_state_and_is_not_a_failure() -> None:
+    started = anyio.Event()
+
+    class Waits(Probe):
+        def next_action(self, name: str) -> Any:
+            if name == "act":
+                started.set()
+                return ("sleep", 3600)
+            return super().next_action(name)
+
+    probe = Waits()
+    async with AgentSystem() as system:
+        handle = await system.start(loop_machine(probe), LoopState())
+        await started.wait()
+        handle.cancel()
+        result = await handle.result()
+    assert result.exit_reason is ExitReason.CANCELLED
+    assert result.failure is None
+    assert result.state.lifecycle is L.ACTING
+    assert list(result.state.steps) == ["load", "think"]
+
+
+async def test_listener_failure_never_breaks_a_commit() -> None:
+    seen: list[int] = []
+
+    def flaky_listener(event: Any) -> None:
+        seen.append(event.seq)
+        raise RuntimeError("audit sink down")
+
+    async with AgentSystem(listeners=[flaky_listener]) as system:
+        result = await system.run(loop_machine(Probe()), LoopState())
+    assert result.ok
+    assert seen == list(range(1, 5))
+
+
+async def test_a_slow_event_consumer_never_blocks_the_session() -> None:
+    async with AgentSystem() as system:
+        handle = await system.start(loop_machine(Probe(), rounds=5), LoopState())
+        result = await handle.result()  # nobody has read a single event yet
+        events = [event async for event in handle.events()]
+    assert result.ok
+    assert len(events) == result.steps == 16
+
+
+async def test_bad_session_input_gets_clear_errors() -> None:
+    machine = loop_machine(Probe())
+    outside = AgentSystem()
+    with pytest.raises(ConfigurationError, match="max_steps"):
+        AgentSystem(max_steps=0)
+    async with AgentSystem() as system:
+        with pytest.raises(ConfigurationError, match="starts in"):
+            await system.start(machine, LoopState(lifecycle=L.THINKING))
+
+        class Other(AgentState):
+            lifecycle: Lifecycle = L.INITIALIZED
+
+        with pytest.raises(ConfigurationError, match="runs on LoopState"):
+            await system.start(machine, Other())  # type: ignore[misc]
+        await system.start(machine, LoopState(), session_id="taken")
+        with pytest.raises(SessionError, match="exists already"):
+            await system.start(machine, LoopState(), session_id="taken")
+        with pytest.raises(SessionNotFound, match="nope"):
+            system.session("nope")
+        assert system.sessions() == ["taken"]
+        assert (await system.session("taken").result()).ok
+    with pytest.raises(SystemNotRunning):
+        await outside.start(machine, LoopState())
+
+
+# -- virtual time --------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_backoff_waits_exactly_the_seeded_delays(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe = Probe(act=[Transient("1"), Transient("2")])
+    backoff = Backoff(base=1.0, cap=30.0, max_attempts=3)
+    start = trio.current_time()
+    async with AgentSystem(seed=11, backoff=backoff) as system:
+        result = await system.run(loop_machine(probe), LoopState(), session_id="s")
+    elapsed = trio.current_time() - start
+    rng = random.Random("11/0")
+    expected = backoff.delay(1, rng) + backoff.delay(2, rng)
+    assert result.ok
+    assert result.retries == 2
+    assert elapsed == pytest.approx(expected)
+
+
+@pytest.mark.trio
+async def test_a_stage_past_its_deadline_is_cancelled_and_retried(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe = Probe(act=[("sleep", 100.0)])
+    machine = loop_machine(probe, deadlines={L.ACTING: 5.0})
+    start = trio.current_time()
+    async with AgentSystem(backoff=Backoff(base=0, cap=0)) as system:
+        result = await system.run(machine, LoopState())
+    assert result.ok
+    assert result.retries == 1
+    assert trio.current_time() - start == pytest.approx(5.0)
+
+
+@pytest.mark.trio
+async def test_restarts_spread_beyond_the_window_do_not_escalate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Each failure comes 10 s after the previous one: never 2 within the 5 s window.
+    probe = Probe(think=[("sleep", 10.0, Recoverable("again"))] * 4)
+    intensity = RestartIntensity(max_restarts=1, within=5.0)
+    async with AgentSystem(restart_intensity=intensity) as system:
+        result = await system.run(loop_machine(probe), LoopState())
+    assert result.ok
+    assert result.restarts == 4
