@@ -458,3 +458,16 @@ async def test_restarts_spread_beyond_the_window_do_not_escalate(
         result = await system.run(loop_machine(probe), LoopState())
     assert result.ok
     assert result.restarts == 4
+
+
+async def test_logs_name_the_session_and_stage() -> None:
+    from structlog.contextvars import merge_contextvars
+    from structlog.testing import capture_logs
+
+    probe = Probe(act=[Recoverable("once")])
+    with capture_logs(processors=[merge_contextvars]) as logs:
+        async with AgentSystem() as system:
+            await system.run(loop_machine(probe), LoopState(), session_id="logged")
+    restarted = [entry for entry in logs if entry["event"] == "stages_restarted"]
+    assert restarted and restarted[0]["session_id"] == "logged"
+    assert restarted[0]["stages"] == ["act"]

@@ -206,8 +206,13 @@ class StageActor(Actor[_Invoke, "Patch | Exception"]):
     means and restarts this actor (a fresh stage instance) when it must.
     """
 
-    def __init__(self, stage: Stage[Any]) -> None:
+    def __init__(self, stage: Stage[Any], session_id: str) -> None:
         self.stage = stage
+        self.session_id = session_id
+
+    async def on_start(self) -> None:
+        # Bound in this actor's own task: every log line of the stage names both.
+        structlog.contextvars.bind_contextvars(session_id=self.session_id, stage=self.stage.name)
 
     async def receive(self, message: _Invoke) -> Patch | Exception:
         try:
@@ -246,6 +251,7 @@ class SessionSupervisor(Actor[_Step, None]):
     # -- lifecycle ---------------------------------------------------------------
 
     async def on_start(self) -> None:
+        structlog.contextvars.bind_contextvars(session_id=self.session.session_id)
         for name in self.order:
             await self._spawn_stage(name)
         self.context.ref.tell_nowait(_STEP)
@@ -280,7 +286,7 @@ class SessionSupervisor(Actor[_Step, None]):
             session.finish(session.exit_reason or ExitReason.FINISHED)
 
     async def _spawn_stage(self, name: str) -> None:
-        actor = StageActor(self.stage_types[name]())
+        actor = StageActor(self.stage_types[name](), self.session.session_id)
         ref = await self.context.system.spawn(
             lambda: actor,
             name=f"{self.session.session_id}/{name}",
