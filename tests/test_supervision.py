@@ -469,5 +469,6 @@ async def test_logs_name_the_session_and_stage() -> None:
         async with AgentSystem() as system:
             await system.run(loop_machine(probe), LoopState(), session_id="logged")
     restarted = [entry for entry in logs if entry["event"] == "stages_restarted"]
-    assert restarted and restarted[0]["session_id"] == "logged"
+    assert restarted
+    assert restarted[0]["session_id"] == "logged"
     assert restarted[0]["stages"] == ["act"]
