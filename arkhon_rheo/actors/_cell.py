@@ -69,7 +69,8 @@ class Cell(Generic[M, R]):
         "_watchers",
         "ask_timeout",
         "capacity",
-        "done",
+        "_done",
+        "_ended",
         "name",
         "ref",
         "restarts",
@@ -104,7 +105,8 @@ class Cell(Generic[M, R]):
         self.capacity = capacity
         self.ask_timeout = ask_timeout
         self.state = ActorState.STARTING
-        self.done = anyio.Event()
+        self._done: anyio.Event | None = None  # made only when somebody waits
+        self._ended = False
         self.termination: Termination | None = None
         self.restarts = 0
         self.ref: ActorRef[M, R] = ActorRef(self)
@@ -132,6 +134,13 @@ class Cell(Generic[M, R]):
     def notify(self, termination: Termination) -> None:
         with contextlib.suppress(MailboxClosed):  # the watcher ended: nobody left to tell
             self.tx._send_urgent(_Notice(termination))
+
+    async def wait_done(self) -> None:
+        """Wait until the actor has ended."""
+        if not self._ended:
+            if self._done is None:
+                self._done = anyio.Event()
+            await self._done.wait()
 
     def dead_letter(self, message: object) -> None:
         self.rx._count_dead_letter()
@@ -238,7 +247,9 @@ class Cell(Generic[M, R]):
             _log("error", "actor_on_stop_failed", actor=self.name, error=repr(exc))
         finally:
             self._system._forget(self)
-            self.done.set()
+            self._ended = True
+            if self._done is not None:
+                self._done.set()
             watchers, self._watchers = self._watchers, {}
             for watcher in watchers:
                 watcher.notify(termination)

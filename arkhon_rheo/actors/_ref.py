@@ -174,7 +174,7 @@ class ActorRef(Generic[M, R]):
     async def wait_terminated(self) -> Termination:
         """Wait until the actor has ended and return how it ended."""
         cell = self._cell
-        await cell.done.wait()
+        await cell.wait_done()
         assert cell.termination is not None
         return cell.termination
 

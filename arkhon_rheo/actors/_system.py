@@ -174,7 +174,7 @@ class ActorSystem:
                 for cell in cells:
                     cell.request_stop()
                 for cell in cells:
-                    await cell.done.wait()
+                    await cell.wait_done()
 
     async def spawn(
         self,
