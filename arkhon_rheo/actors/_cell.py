@@ -62,6 +62,8 @@ class Cell(Generic[M, R]):
 
     __slots__ = (
         "_args",
+        "_done",
+        "_ended",
         "_factory",
         "_on_failure",
         "_scope",
@@ -69,8 +71,6 @@ class Cell(Generic[M, R]):
         "_watchers",
         "ask_timeout",
         "capacity",
-        "_done",
-        "_ended",
         "name",
         "ref",
         "restarts",
