@@ -20,6 +20,7 @@ from ._errors import MailboxClosed as MailboxClosed
 from ._errors import MailboxError as MailboxError
 from ._errors import MailboxFull as MailboxFull
 from ._errors import PreconditionFailed as PreconditionFailed
+from ._errors import ReadOnlyState as ReadOnlyState
 from ._errors import Recoverable as Recoverable
 from ._errors import RestartIntensityExceeded as RestartIntensityExceeded
 from ._errors import SessionError as SessionError
@@ -79,6 +80,7 @@ __all__ = [
     "MailboxFull",
     "Patch",
     "PreconditionFailed",
+    "ReadOnlyState",
     "Recoverable",
     "RestartIntensityExceeded",
     "RestartStrategy",

@@ -18,6 +18,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   └── Fatal                 fail the session
     ├── ContractViolation         the supervisor refused what a stage did
     │   ├── UndeclaredRead        read a field outside the read set
+    │   ├── ReadOnlyState         tried to change the state through its view
     │   ├── UndeclaredWrite       patch writes a field outside the write set
     │   ├── InvalidPatch          a written value fails its field's validation
     │   ├── PreconditionFailed    the state does not meet a stage's precondition
@@ -59,6 +60,7 @@ __all__ = [
     "MailboxError",
     "MailboxFull",
     "PreconditionFailed",
+    "ReadOnlyState",
     "Recoverable",
     "RestartIntensityExceeded",
     "SessionError",
@@ -223,8 +225,11 @@ def _listing(names: Iterable[str]) -> str:
     return ", ".join(sorted(names)) or "nothing"
 
 
-class UndeclaredRead(ContractViolation, AttributeError):
+class UndeclaredRead(ContractViolation):
     """A stage read a field outside its declared read set.
+
+    It is deliberately not an ``AttributeError``: ``getattr(view, name, default)``
+    or ``hasattr`` must not quietly hide an undeclared read.
 
     Attributes:
         stage: The stage.
@@ -235,6 +240,23 @@ class UndeclaredRead(ContractViolation, AttributeError):
         super().__init__(
             f"stage {stage!r} read {field!r}, which is not in its read set "
             f"({_listing(reads)}); add it to the stage's reads",
+            stage=stage,
+        )
+        self.field = field
+
+
+class ReadOnlyState(ContractViolation, AttributeError):
+    """A stage tried to assign or delete a field through its read-only view.
+
+    Attributes:
+        stage: The stage.
+        field: The field it tried to change.
+    """
+
+    def __init__(self, *, stage: str, field: str) -> None:
+        super().__init__(
+            f"stage {stage!r} tried to change {field!r} through its view; the state is "
+            "read-only: return a Patch that writes the field instead",
             stage=stage,
         )
         self.field = field

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from .._errors import ConfigurationError, UndeclaredRead
+from .._errors import ConfigurationError, ReadOnlyState, UndeclaredRead
 from ._state import AgentState
 
 if TYPE_CHECKING:
@@ -68,12 +68,15 @@ class StateView(Generic[S]):
     def __getattr__(self, name: str) -> Any:
         if name in self._reads:
             return getattr(self._state, name)
+        if name.startswith("_"):  # protocol probes (copy, pickle, ...) get the usual answer
+            raise AttributeError(name)
         raise UndeclaredRead(stage=self._stage, field=name, reads=self._reads)
 
     def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(
-            f"stage {self._stage!r} cannot assign {name!r}: state is read-only, return a Patch"
-        )
+        raise ReadOnlyState(stage=self._stage, field=name)
+
+    def __delattr__(self, name: str) -> None:
+        raise ReadOnlyState(stage=self._stage, field=name)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self._state, name)!r}" for name in sorted(self._reads))

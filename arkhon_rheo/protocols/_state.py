@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar
 
@@ -64,14 +64,31 @@ class FailureRecord(BaseModel):
     exit_reason: str | None = None
 
 
-def _freeze(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(value))
+class FrozenMap(Mapping[str, Any]):
+    """A read-only mapping that, unlike ``MappingProxyType``, copies and pickles."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any] = MappingProxyType({})) -> None:
+        self._data = dict(data)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
 
 
 #: Metadata: a read-only mapping of JSON-friendly values.
 Metadata = Annotated[
     Mapping[str, Any],
-    AfterValidator(_freeze),
+    AfterValidator(FrozenMap),
     PlainSerializer(dict, return_type=dict[str, Any]),
 ]
 
@@ -107,4 +124,4 @@ class AgentState(BaseModel):
     session_id: str = ""
     iteration: int = Field(default=0, ge=0)
     last_error: FailureRecord | None = None
-    metadata: Metadata = Field(default_factory=lambda: MappingProxyType({}))
+    metadata: Metadata = Field(default_factory=FrozenMap)

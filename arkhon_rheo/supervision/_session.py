@@ -386,11 +386,27 @@ class SessionSupervisor(Actor[_Step, None]):
             moved: dict[str, Any] = {"lifecycle": target}
             if target is machine.loop_state and lifecycle is not target:
                 moved["iteration"] = state.iteration + 1
+            record = None
+            if target is machine.failed:
+                # The stage's own decision to fail: still a structured record.
+                record = FailureRecord(
+                    error_type="StageChoseFailure",
+                    message=f"stage {name!r} moved the session to {_label(target)!r}",
+                    error_class=ErrorClass.FATAL,
+                    stage=name,
+                    lifecycle=_label(lifecycle),
+                    attempt=attempt,
+                    exit_reason=ExitReason.FAILED.value,
+                )
+                if "last_error" not in updates:
+                    moved["last_error"] = record
             candidate = candidate.model_copy(update=moved)
-            if target is not machine.failed:
+            if record is None:
                 session.validator.check_invariants(candidate, target, stage=name)
         except Exception as exc:
             return exc
+        if record is not None:
+            session.failure = record
         session.commit(
             candidate,
             TransitionEvent(
@@ -406,6 +422,7 @@ class SessionSupervisor(Actor[_Step, None]):
                 attempt=attempt,
                 started_at=started,
                 finished_at=time.time(),
+                error=record,
             ),
         )
         return None
@@ -467,19 +484,25 @@ class SessionSupervisor(Actor[_Step, None]):
         state = session.state
         lifecycle = state.lifecycle
         record = _record(exc, ErrorClass.RECOVERABLE, stage, lifecycle, attempt)
-        target = session.machine.error_routes.get(lifecycle, lifecycle)
-        updates: dict[str, Any] = {"last_error": record, "lifecycle": target}
-        candidate = state.model_copy(update=updates)
-        try:
-            if target is not lifecycle:
+        machine = session.machine
+        target = machine.error_routes.get(lifecycle, lifecycle)
+        updates: dict[str, Any] = {"last_error": record}
+        if target is not lifecycle:
+            updates["lifecycle"] = target
+            if target is machine.loop_state:
+                updates["iteration"] = state.iteration + 1
+            try:
+                candidate = state.model_copy(update=updates)
                 session.validator.check_invariants(candidate, target, stage=stage)
-        except ArkhonError as violation:
-            _log(
-                "error", "error_route_refused", session_id=session.session_id, error=repr(violation)
-            )
-            candidate = state.model_copy(update={"last_error": record})
-            target = lifecycle
-        self._commit_failure(candidate, record, stage, lifecycle, target, attempt)
+            except ArkhonError as violation:
+                _log(
+                    "error",
+                    "error_route_refused",
+                    session_id=session.session_id,
+                    error=repr(violation),
+                )
+                updates = {"last_error": record}
+        self._commit_failure(updates, record, stage, attempt)
         session.steps += 1
         return False
 
@@ -505,9 +528,8 @@ class SessionSupervisor(Actor[_Step, None]):
             attempt=attempt,
             exit_reason=reason.value,
         )
-        failed = session.machine.failed
-        candidate = state.model_copy(update={"last_error": record, "lifecycle": failed})
-        self._commit_failure(candidate, record, stage, state.lifecycle, failed, attempt)
+        updates = {"last_error": record, "lifecycle": session.machine.failed}
+        self._commit_failure(updates, record, stage, attempt)
         session.failure = record
         _log(
             "warning",
@@ -521,30 +543,27 @@ class SessionSupervisor(Actor[_Step, None]):
 
     def _commit_failure(
         self,
-        candidate: AgentState,
+        updates: dict[str, Any],
         record: FailureRecord,
         stage: str | None,
-        from_state: enum.Enum,
-        to_state: enum.Enum,
         attempt: int,
     ) -> None:
+        """Commit a supervisor-owned patch recording ``record`` (and maybe a move)."""
         session = self.session
+        state = session.state
         now = time.time()
-        fields: dict[str, Any] = {"last_error": record}
-        if to_state is not from_state:
-            fields["lifecycle"] = to_state
         session.commit(
-            candidate,
+            state.model_copy(update=updates),
             TransitionEvent(
                 session_id=session.session_id,
                 seq=session.next_seq(),
                 kind=EventKind.FAILURE,
                 stage=stage,
-                from_state=from_state,
-                to_state=to_state,
+                from_state=state.lifecycle,
+                to_state=updates.get("lifecycle", state.lifecycle),
                 reads=frozenset(),
-                writes=frozenset(fields),
-                patch=Patch.of(fields),
+                writes=frozenset(updates),
+                patch=Patch.of(updates),
                 attempt=attempt,
                 started_at=now,
                 finished_at=now,

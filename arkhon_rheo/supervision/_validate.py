@@ -45,15 +45,27 @@ class PatchValidator:
         machine: The machine whose state type and invariants apply.
     """
 
-    __slots__ = ("_items", "_machine", "_values")
+    __slots__ = ("_hooked", "_items", "_machine", "_values")
 
     def __init__(self, machine: Machine[Any]) -> None:
         self._machine = machine
         self._values: dict[str, TypeAdapter[Any]] = {}
         self._items: dict[str, TypeAdapter[Any] | None] = {}
-        for name, field in machine.state_type.model_fields.items():
+        state_type = machine.state_type
+        # Fields with the model's own field validators are validated through the
+        # model (on a throwaway copy); the others through an adapter of their full
+        # annotation, constraints and ``Annotated`` metadata included.
+        self._hooked = frozenset(
+            name
+            for decorator in state_type.__pydantic_decorators__.field_validators.values()
+            for name in decorator.info.fields
+        )
+        if "*" in self._hooked:
+            self._hooked = frozenset(state_type.model_fields)
+        for name, field in state_type.model_fields.items():
+            annotation = field.rebuild_annotation()
             config = None if _has_config(field.annotation) else _CONFIG
-            self._values[name] = TypeAdapter(field.annotation, config=config)
+            self._values[name] = TypeAdapter(annotation, config=config)
             item = _item_type(field.annotation)
             self._items[name] = (
                 None
@@ -97,7 +109,12 @@ class PatchValidator:
                     stage=stage, field=name, reason="a patch may assign or append, not both"
                 )
             try:
-                updates[name] = self._values[name].validate_python(value)
+                if name in self._hooked:
+                    scratch = state.model_copy()
+                    type(state).__pydantic_validator__.validate_assignment(scratch, name, value)
+                    updates[name] = getattr(scratch, name)
+                else:
+                    updates[name] = self._values[name].validate_python(value)
             except ValidationError as exc:
                 raise InvalidPatch(stage=stage, field=name, reason=_reason(exc)) from exc
         for name, items in appends.items():
