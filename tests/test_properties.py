@@ -513,7 +513,8 @@ def predict(outcomes: list[Outcome], max_steps: int, max_restarts: int) -> Predi
                     intent, answer = new_intent, new_answer
                     if target is L.THINKING and phase is not L.THINKING:
                         iteration += 1
-                    events.append((EventKind.STEP, phase, target, None, attempt))
+                    chose = "StageChoseFailure" if target is L.FAILED else None
+                    events.append((EventKind.STEP, phase, target, chose, attempt))
                     phase, steps = target, steps + 1
                     break
             elif isinstance(outcome, Raise):
@@ -620,7 +621,9 @@ def test_supervisor_keeps_the_machines_rules_whatever_the_stages_do(
             in_place = moved.kind is EventKind.FAILURE and moved.from_state is moved.to_state
             assert in_place or moved.to_state in machine.allowed(moved.from_state), moved
             assert not machine.is_terminal(moved.from_state), "committed after a terminal state"
-            assert (moved.error is not None) == (moved.kind is EventKind.FAILURE)
+            # Failures carry their record; so does a step whose stage chose to fail.
+            chose_failure = moved.kind is EventKind.STEP and moved.to_state is machine.failed
+            assert (moved.error is not None) == (moved.kind is EventKind.FAILURE or chose_failure)
             if moved.kind is EventKind.STEP:
                 assert moved.stage is not None
                 assert moved.writes <= machine.stages[moved.from_state].writes

@@ -72,6 +72,7 @@ class Cell(Generic[M, R]):
         "ask_timeout",
         "capacity",
         "name",
+        "new_event",
         "ref",
         "restarts",
         "rx",
@@ -105,6 +106,7 @@ class Cell(Generic[M, R]):
         self.capacity = capacity
         self.ask_timeout = ask_timeout
         self.state = ActorState.STARTING
+        self.new_event: Callable[[], anyio.Event] = anyio.Event  # the mailbox's, once open
         self._done: anyio.Event | None = None  # made only when somebody waits
         self._ended = False
         self.termination: Termination | None = None
@@ -139,7 +141,7 @@ class Cell(Generic[M, R]):
         """Wait until the actor has ended."""
         if not self._ended:
             if self._done is None:
-                self._done = anyio.Event()
+                self._done = self.new_event()
             await self._done.wait()
 
     def dead_letter(self, message: object) -> None:
@@ -157,6 +159,7 @@ class Cell(Generic[M, R]):
 
     async def run(self, *, task_status: TaskStatus[ActorRef[M, R]]) -> None:
         self.tx, self.rx = open_mailbox(self.capacity, name=self.name)
+        self.new_event = self.tx._state.new_event
         kind, error = TerminationKind.CANCELLED, None
         actor: Actor[M, R] | None = None
         try:

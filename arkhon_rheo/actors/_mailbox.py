@@ -18,12 +18,16 @@ import contextlib
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
 from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
 
 from .._errors import ConfigurationError, MailboxClosed, MailboxFull
+from ._event import event_factory
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["MailboxReceiveStream", "MailboxSendStream", "MailboxStatistics", "open_mailbox"]
 
@@ -66,9 +70,9 @@ class _Waiter(Generic[T]):
 
     __slots__ = ("delivered", "event", "item")
 
-    def __init__(self, item: T) -> None:
+    def __init__(self, item: T, event: anyio.Event) -> None:
         self.item = item
-        self.event = anyio.Event()
+        self.event = event
         self.delivered = False
 
 
@@ -87,6 +91,7 @@ class _State(Generic[T]):
     received: int = 0
     delivered: int = 0
     dead_letters: int = 0
+    new_event: Callable[[], anyio.Event] = field(default_factory=event_factory)
 
     def wake_receiver(self) -> None:
         waiter = self.receive_waiter
@@ -176,7 +181,7 @@ class MailboxSendStream(Generic[T]):
             return
 
         state = self._state
-        waiter = _Waiter(item)
+        waiter = _Waiter(item, state.new_event())
         waiters = state.send_waiters
         if waiters is None:
             waiters = state.send_waiters = deque()
@@ -296,18 +301,20 @@ class MailboxReceiveStream(Generic[T]):
         """
         state = self._state
         while True:
-            try:
+            if state.urgent or state.buffer:
                 item = self.receive_nowait()
-            except anyio.WouldBlock:
-                event = state.receive_waiter = anyio.Event()
-                try:
-                    await event.wait()
-                finally:
-                    if state.receive_waiter is event:
-                        state.receive_waiter = None
-            else:
                 await self._fast.checkpoint()
                 return item
+            if not state.receive_open:
+                raise MailboxClosed(mailbox=state.name)
+            if state.open_send_streams == 0:
+                raise anyio.EndOfStream
+            event = state.receive_waiter = state.new_event()
+            try:
+                await event.wait()
+            finally:
+                if state.receive_waiter is event:
+                    state.receive_waiter = None
 
     def __aiter__(self) -> MailboxReceiveStream[T]:
         return self

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
 
-from .._errors import ActorStopped, AskTimeout, ConfigurationError, MailboxClosed
+from .._errors import ActorStopped, AskTimeout, ConfigurationError, MailboxClosed, MailboxFull
 
 if TYPE_CHECKING:
     from ._actor import Termination
@@ -29,9 +29,9 @@ class Ask(Generic[M, R]):
 
     __slots__ = ("abandoned", "done", "error", "event", "message", "value")
 
-    def __init__(self, message: M) -> None:
+    def __init__(self, message: M, event: anyio.Event) -> None:
         self.message = message
-        self.event = anyio.Event()
+        self.event = event
         self.done = False
         self.abandoned = False
         self.value: R | None = None
@@ -135,7 +135,7 @@ class ActorRef(Generic[M, R]):
             raise ConfigurationError(
                 f"ask timeout must be a non-negative number of seconds, got {timeout!r}"
             )
-        request: Ask[M, R] = Ask(message)
+        request: Ask[M, R] = Ask(message, cell.new_event())
         try:
             if timeout == math.inf:
                 await self._ask(request)
@@ -152,9 +152,13 @@ class ActorRef(Generic[M, R]):
         return request.value  # type: ignore[return-value]
 
     async def _ask(self, request: Ask[M, R]) -> None:
+        tx = self._cell.tx
         cell = self._cell
         try:
-            await cell.tx.send(request)
+            try:
+                tx.send_nowait(request)
+            except MailboxFull:
+                await tx.send(request)
         except MailboxClosed:
             raise ActorStopped(actor=cell.name, detail=f"it is {cell.state.value}") from None
         await request.event.wait()
