@@ -28,6 +28,7 @@ from arkhon_rheo import (
     Transient,
 )
 from arkhon_rheo.protocols import ErrorClass, EventKind
+from arkhon_rheo.protocols import stage as stage_fn
 from arkhon_rheo.supervision import (
     Backoff,
     Classifier,
@@ -472,3 +473,46 @@ async def test_logs_name_the_session_and_stage() -> None:
     assert restarted
     assert restarted[0]["session_id"] == "logged"
     assert restarted[0]["stages"] == ["act"]
+
+
+async def test_state_fields_typed_as_models_validate_in_every_shape() -> None:
+    from pydantic import BaseModel, ConfigDict
+
+    class Step(BaseModel):
+        model_config = ConfigDict(frozen=True)
+        text: str
+
+    class Rich(AgentState):
+        lifecycle: Lifecycle = L.INITIALIZED
+        last: Step = Step(text="")
+        maybe: Step | None = None
+        steps: History[Step] = History()
+        pairs: tuple[Step, ...] = ()
+
+    @stage_fn(
+        reads=(),
+        writes={"last", "maybe", "steps", "pairs"},
+        next=L.FINISHED,
+    )
+    async def write_all(view: StateView[Rich]) -> Patch:
+        step = Step(text="x")
+        return (
+            Patch(last={"text": "dict becomes a model"}, maybe=step)
+            .append("steps", step, {"text": "y"})
+            .append("pairs", step)
+        )
+
+    machine = Machine(
+        state_type=Rich,
+        initial=L.INITIALIZED,
+        transitions={L.INITIALIZED: {L.FINISHED}},
+        stages={L.INITIALIZED: write_all},
+        terminal={L.FINISHED, L.FAILED},
+        failed=L.FAILED,
+    )
+    async with AgentSystem() as system:
+        result = await system.run(machine, Rich())
+    assert result.ok, result.failure
+    assert result.state.last == Step(text="dict becomes a model")
+    assert [s.text for s in result.state.steps] == ["x", "y"]
+    assert result.state.pairs == (Step(text="x"),)

@@ -8,9 +8,10 @@ are touched, so the cost of a commit does not grow with the state's history.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, get_args, get_origin
+import dataclasses
+from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin, is_typeddict
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .._errors import InvalidPatch, InvariantViolation, UndeclaredWrite
 from ..protocols import SUPERVISOR_FIELDS, AgentState, History, Patch
@@ -159,5 +160,16 @@ _CONFIG: Any = {"arbitrary_types_allowed": True}
 
 
 def _has_config(annotation: Any) -> bool:
-    """Whether ``annotation`` carries its own pydantic config (a model or dataclass)."""
-    return isinstance(annotation, type) and hasattr(annotation, "__pydantic_config__")
+    """Whether ``annotation`` carries its own pydantic config (a model, dataclass, TypedDict).
+
+    pydantic refuses a ``config`` for those; ``Annotated`` wrappers are looked through.
+    """
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if not isinstance(annotation, type):
+        return False
+    return (
+        issubclass(annotation, BaseModel)
+        or dataclasses.is_dataclass(annotation)
+        or is_typeddict(annotation)
+    )
