@@ -35,9 +35,23 @@ from arkhon_rheo.supervision import (
     RestartIntensity,
     RestartStrategy,
     RestartWindow,
+    StageMode,
 )
 
 L = Lifecycle
+
+_MODE = [StageMode.INLINE]
+
+
+@pytest.fixture(autouse=True, params=list(StageMode), ids=lambda mode: mode.value)
+def stage_mode(request: pytest.FixtureRequest) -> StageMode:
+    """Every session test runs with stages inline and in their own actors."""
+    _MODE[0] = request.param
+    return _MODE[0]
+
+
+def System(**options: Any) -> AgentSystem:
+    return AgentSystem(stage_mode=_MODE[0], **options)
 
 
 class LoopState(AgentState):
@@ -181,7 +195,7 @@ pytestmark = pytest.mark.anyio
 async def test_a_session_runs_to_finished_with_audited_events() -> None:
     probe = Probe()
     machine = loop_machine(probe, rounds=2)
-    async with AgentSystem(seed=1) as system:
+    async with System(seed=1) as system:
         handle = await system.start(machine, LoopState(), session_id="s1")
         seen = [event async for event in handle.events()]
         result = await handle.result()
@@ -211,7 +225,7 @@ async def test_a_session_runs_to_finished_with_audited_events() -> None:
 async def test_transient_failures_are_retried_with_seeded_backoff() -> None:
     probe = Probe(act=[Transient("flaky"), TimeoutError("slow link")])
     machine = loop_machine(probe)
-    async with AgentSystem(seed=3, backoff=Backoff(base=0, cap=0, max_attempts=3)) as system:
+    async with System(seed=3, backoff=Backoff(base=0, cap=0, max_attempts=3)) as system:
         handle = await system.start(machine, LoopState())
         result = await handle.result()
     assert result.ok
@@ -226,7 +240,7 @@ async def test_transient_failures_are_retried_with_seeded_backoff() -> None:
 async def test_exhausted_transient_escalates_to_a_restart_and_recorded_error() -> None:
     probe = Probe(act=[Transient("1"), Transient("2")])
     machine = loop_machine(probe)
-    async with AgentSystem(seed=3, backoff=Backoff(base=0, cap=0, max_attempts=2)) as system:
+    async with System(seed=3, backoff=Backoff(base=0, cap=0, max_attempts=2)) as system:
         handle = await system.start(machine, LoopState())
         result = await handle.result()
     assert result.ok
@@ -248,7 +262,7 @@ async def test_exhausted_transient_escalates_to_a_restart_and_recorded_error() -
 async def test_recoverable_restarts_the_stage_with_a_fresh_instance() -> None:
     probe = Probe(think=[ValueError("model output unreadable")])
     machine = loop_machine(probe)
-    async with AgentSystem() as system:
+    async with System() as system:
         handle = await system.start(machine, LoopState())
         result = await handle.result()
     assert result.ok
@@ -264,7 +278,7 @@ async def test_recoverable_restarts_the_stage_with_a_fresh_instance() -> None:
 async def test_recoverable_follows_the_error_route() -> None:
     probe = Probe(act=[Recoverable("tool crashed")])
     machine = loop_machine(probe, error_routes={L.ACTING: L.OBSERVING})
-    async with AgentSystem() as system:
+    async with System() as system:
         handle = await system.start(machine, LoopState())
         result = await handle.result()
     assert result.ok
@@ -278,7 +292,7 @@ async def test_recoverable_follows_the_error_route() -> None:
 async def test_fatal_fails_the_session_with_a_structured_record() -> None:
     probe = Probe(act=[Fatal("credentials revoked")])
     machine = loop_machine(probe)
-    async with AgentSystem() as system:
+    async with System() as system:
         result = await system.run(machine, LoopState())
     assert result.exit_reason is ExitReason.FAILED
     assert not result.ok
@@ -302,7 +316,7 @@ async def test_fatal_fails_the_session_with_a_structured_record() -> None:
 async def test_restart_strategies(strategy: RestartStrategy, expected: dict[str, int]) -> None:
     probe = Probe(act=[Recoverable("once")])
     machine = loop_machine(probe)
-    async with AgentSystem(restart_strategy=strategy) as system:
+    async with System(restart_strategy=strategy) as system:
         result = await system.run(machine, LoopState())
         assert system.statistics().actors == 0
     assert result.ok
@@ -313,7 +327,7 @@ async def test_restart_intensity_escalates_to_fatal() -> None:
     probe = Probe(think=[Recoverable("a"), Recoverable("b"), Recoverable("c")])
     machine = loop_machine(probe)
     intensity = RestartIntensity(max_restarts=2, within=60.0)
-    async with AgentSystem(restart_intensity=intensity) as system:
+    async with System(restart_intensity=intensity) as system:
         result = await system.run(machine, LoopState())
     assert result.exit_reason is ExitReason.FAILED
     assert result.restarts == 2
@@ -325,7 +339,7 @@ async def test_restart_intensity_escalates_to_fatal() -> None:
 async def test_the_step_budget_bounds_every_session() -> None:
     probe = Probe()
     machine = loop_machine(probe, rounds=1_000)
-    async with AgentSystem(max_steps=10) as system:
+    async with System(max_steps=10) as system:
         result = await system.run(machine, LoopState())
     assert result.exit_reason is ExitReason.MAX_STEPS
     assert result.state.lifecycle is L.FAILED
@@ -336,7 +350,7 @@ async def test_the_step_budget_bounds_every_session() -> None:
 
 async def test_one_sessions_failure_never_touches_another() -> None:
     doomed, healthy = Probe(think=[Fatal("bad")]), Probe()
-    async with AgentSystem() as system:
+    async with System() as system:
         first = await system.start(loop_machine(doomed), LoopState(), session_id="doomed")
         second = await system.start(loop_machine(healthy, rounds=3), LoopState())
         results = [await first.result(), await second.result()]
@@ -356,7 +370,7 @@ async def test_cancel_keeps_the_last_committed_state_and_is_not_a_failure() -> N
             return super().next_action(name)
 
     probe = Waits()
-    async with AgentSystem() as system:
+    async with System() as system:
         handle = await system.start(loop_machine(probe), LoopState())
         await started.wait()
         handle.cancel()
@@ -374,14 +388,14 @@ async def test_listener_failure_never_breaks_a_commit() -> None:
         seen.append(event.seq)
         raise RuntimeError("audit sink down")
 
-    async with AgentSystem(listeners=[flaky_listener]) as system:
+    async with System(listeners=[flaky_listener]) as system:
         result = await system.run(loop_machine(Probe()), LoopState())
     assert result.ok
     assert seen == list(range(1, 5))
 
 
 async def test_a_slow_event_consumer_never_blocks_the_session() -> None:
-    async with AgentSystem() as system:
+    async with System() as system:
         handle = await system.start(loop_machine(Probe(), rounds=5), LoopState())
         result = await handle.result()  # nobody has read a single event yet
         events = [event async for event in handle.events()]
@@ -391,10 +405,10 @@ async def test_a_slow_event_consumer_never_blocks_the_session() -> None:
 
 async def test_bad_session_input_gets_clear_errors() -> None:
     machine = loop_machine(Probe())
-    outside = AgentSystem()
+    outside = System()
     with pytest.raises(ConfigurationError, match="max_steps"):
-        AgentSystem(max_steps=0)
-    async with AgentSystem() as system:
+        System(max_steps=0)
+    async with System() as system:
         with pytest.raises(ConfigurationError, match="starts in"):
             await system.start(machine, LoopState(lifecycle=L.THINKING))
 
@@ -424,7 +438,7 @@ async def test_backoff_waits_exactly_the_seeded_delays(
     probe = Probe(act=[Transient("1"), Transient("2")])
     backoff = Backoff(base=1.0, cap=30.0, max_attempts=3)
     start = trio.current_time()
-    async with AgentSystem(seed=11, backoff=backoff) as system:
+    async with System(seed=11, backoff=backoff) as system:
         result = await system.run(loop_machine(probe), LoopState(), session_id="s")
     elapsed = trio.current_time() - start
     rng = random.Random("11/0")
@@ -441,7 +455,7 @@ async def test_a_stage_past_its_deadline_is_cancelled_and_retried(
     probe = Probe(act=[("sleep", 100.0)])
     machine = loop_machine(probe, deadlines={L.ACTING: 5.0})
     start = trio.current_time()
-    async with AgentSystem(backoff=Backoff(base=0, cap=0)) as system:
+    async with System(backoff=Backoff(base=0, cap=0)) as system:
         result = await system.run(machine, LoopState())
     assert result.ok
     assert result.retries == 1
@@ -455,7 +469,7 @@ async def test_restarts_spread_beyond_the_window_do_not_escalate(
     # Each failure comes 10 s after the previous one: never 2 within the 5 s window.
     probe = Probe(think=[("sleep", 10.0, Recoverable("again"))] * 4)
     intensity = RestartIntensity(max_restarts=1, within=5.0)
-    async with AgentSystem(restart_intensity=intensity) as system:
+    async with System(restart_intensity=intensity) as system:
         result = await system.run(loop_machine(probe), LoopState())
     assert result.ok
     assert result.restarts == 4
@@ -467,7 +481,7 @@ async def test_logs_name_the_session_and_stage() -> None:
 
     probe = Probe(act=[Recoverable("once")])
     with capture_logs(processors=[merge_contextvars]) as logs:
-        async with AgentSystem() as system:
+        async with System() as system:
             await system.run(loop_machine(probe), LoopState(), session_id="logged")
     restarted = [entry for entry in logs if entry["event"] == "stages_restarted"]
     assert restarted
@@ -510,7 +524,7 @@ async def test_state_fields_typed_as_models_validate_in_every_shape() -> None:
         terminal={L.FINISHED, L.FAILED},
         failed=L.FAILED,
     )
-    async with AgentSystem() as system:
+    async with System() as system:
         result = await system.run(machine, Rich())
     assert result.ok, result.failure
     assert result.state.last == Step(text="dict becomes a model")

@@ -13,6 +13,7 @@ from ._policy import RestartStrategy as RestartStrategy
 from ._policy import RestartWindow as RestartWindow
 from ._session import ExitReason as ExitReason
 from ._session import SessionConfig as SessionConfig
+from ._session import StageMode as StageMode
 from ._system import AgentSystem as AgentSystem
 from ._system import SessionHandle as SessionHandle
 from ._system import SessionResult as SessionResult
@@ -31,6 +32,7 @@ __all__ = [
     "SessionConfig",
     "SessionHandle",
     "SessionResult",
+    "StageMode",
     "SystemStatistics",
 ]
 

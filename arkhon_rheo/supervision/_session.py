@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from ._validate import PatchValidator
 
-__all__ = ["ExitReason", "Session", "SessionConfig", "SessionSupervisor"]
+__all__ = ["ExitReason", "Session", "SessionConfig", "SessionSupervisor", "StageMode"]
 
 _logger = structlog.get_logger("arkhon_rheo.supervision")
 
@@ -80,6 +80,24 @@ class ExitReason(enum.Enum):
     CRASHED = "crashed"
 
 
+class StageMode(enum.Enum):
+    """Where a session's stages run.
+
+    Both give each stage its own instance and deadline scope, restart it with a
+    fresh instance, and supervise it the same way.
+    """
+
+    #: Each stage is a child of the supervisor that runs in the supervisor's own
+    #: task: no task or mailbox of its own, so a step costs no message round trip
+    #: and an idle session a few kilobytes. The default.
+    INLINE = "inline"
+    #: Each stage runs in its own long-lived actor (its own task and mailbox) and
+    #: the supervisor asks it for each patch: stages are isolated in their own
+    #: tasks (task-local context, their own cancellation) at the cost of a
+    #: round trip per step and an actor per stage.
+    TASK = "task"
+
+
 @dataclass(frozen=True, slots=True)
 class SessionConfig:
     """How a session is supervised.
@@ -92,6 +110,7 @@ class SessionConfig:
         restart_strategy: Which stage actors restart on a recoverable failure.
         restart_intensity: How many restarts within how long escalate to fatal.
         mailbox_capacity: The mailbox bound of the session's actors.
+        stage_mode: Where stages run: in the supervisor's task, or each in its own actor.
     """
 
     max_steps: int = 100
@@ -100,6 +119,7 @@ class SessionConfig:
     restart_strategy: RestartStrategy = RestartStrategy.ONE_FOR_ONE
     restart_intensity: RestartIntensity = field(default_factory=RestartIntensity)
     mailbox_capacity: int = 16
+    stage_mode: StageMode = StageMode.INLINE
 
 
 class Session:
@@ -189,6 +209,24 @@ class Session:
         return len(self.log) + 1
 
 
+async def run_stage(stage: Stage[Any], view: StateView[Any], deadline: float | None) -> Any:
+    """Run ``stage`` on ``view`` within ``deadline``; return its patch or its error.
+
+    Errors are returned, not raised: the supervisor classifies them. Cancellation
+    from outside is never caught.
+    """
+    try:
+        if deadline is None:
+            return await stage.execute(view)
+        with anyio.move_on_after(deadline) as scope:
+            return await stage.execute(view)
+        if scope.cancelled_caught:
+            return StageTimeout(stage=stage.name, deadline=deadline)
+        raise AssertionError("unreachable")  # pragma: no cover
+    except Exception as exc:  # classified by the supervisor, never here
+        return exc
+
+
 class _Invoke:
     """Run the stage on this view."""
 
@@ -215,16 +253,41 @@ class StageActor(Actor[_Invoke, "Patch | Exception"]):
         structlog.contextvars.bind_contextvars(session_id=self.session_id, stage=self.stage.name)
 
     async def receive(self, message: _Invoke) -> Patch | Exception:
-        try:
-            if message.deadline is None:
-                return await self.stage.execute(message.view)
-            with anyio.move_on_after(message.deadline) as scope:
-                return await self.stage.execute(message.view)
-            if scope.cancelled_caught:
-                return StageTimeout(stage=self.stage.name, deadline=message.deadline)
-            raise AssertionError("unreachable")  # pragma: no cover
-        except Exception as exc:  # classified by the supervisor, never here
-            return exc
+        outcome: Patch | Exception = await run_stage(self.stage, message.view, message.deadline)
+        return outcome
+
+
+class _TaskSlot:
+    """A stage hosted by its own `StageActor`."""
+
+    __slots__ = ("ref", "stage")
+
+    def __init__(self, ref: ActorRef[_Invoke, Patch | Exception], stage: Stage[Any]) -> None:
+        self.ref = ref
+        self.stage = stage
+
+    async def invoke(self, view: StateView[Any], deadline: float | None) -> Any:
+        return await self.ref.ask(_Invoke(view, deadline), timeout=math.inf)
+
+    async def stop(self) -> None:
+        self.ref.cancel()
+        await self.ref.wait_terminated()
+
+
+class _InlineSlot:
+    """A stage hosted in its supervisor's task."""
+
+    __slots__ = ("stage",)
+
+    def __init__(self, stage: Stage[Any]) -> None:
+        self.stage = stage
+
+    async def invoke(self, view: StateView[Any], deadline: float | None) -> Any:
+        structlog.contextvars.bind_contextvars(stage=self.stage.name)
+        return await run_stage(self.stage, view, deadline)
+
+    async def stop(self) -> None:
+        """Nothing runs between invocations, so there is nothing to stop."""
 
 
 class _Step:
@@ -245,7 +308,7 @@ class SessionSupervisor(Actor[_Step, None]):
         self.stage_types: dict[str, type[Stage[Any]]] = {
             stage.name: stage for stage in session.machine.stages.values()
         }
-        self.stages: dict[str, tuple[ActorRef[_Invoke, Patch | Exception], StageActor]] = {}
+        self.stages: dict[str, _TaskSlot | _InlineSlot] = {}
         self.window: RestartWindow = session.config.restart_intensity.window()
 
     # -- lifecycle ---------------------------------------------------------------
@@ -259,10 +322,8 @@ class SessionSupervisor(Actor[_Step, None]):
     async def on_stop(self, termination: Termination) -> None:
         session = self.session
         try:
-            for ref, _ in self.stages.values():
-                ref.cancel()
-            for ref, _ in self.stages.values():
-                await ref.wait_terminated()
+            for slot in self.stages.values():
+                await slot.stop()
         finally:
             self._conclude(termination)
             session.close()
@@ -286,13 +347,17 @@ class SessionSupervisor(Actor[_Step, None]):
             session.finish(session.exit_reason or ExitReason.FINISHED)
 
     async def _spawn_stage(self, name: str) -> None:
-        actor = StageActor(self.stage_types[name](), self.session.session_id)
+        stage = self.stage_types[name]()
+        if self.session.config.stage_mode is StageMode.INLINE:
+            self.stages[name] = _InlineSlot(stage)
+            return
+        actor = StageActor(stage, self.session.session_id)
         ref = await self.context.system.spawn(
             lambda: actor,
             name=f"{self.session.session_id}/{name}",
             mailbox_capacity=self.session.config.mailbox_capacity,
         )
-        self.stages[name] = (ref, actor)
+        self.stages[name] = _TaskSlot(ref, stage)
 
     # -- the step ----------------------------------------------------------------
 
@@ -336,13 +401,13 @@ class SessionSupervisor(Actor[_Step, None]):
         attempt = 1
         deadline = machine.deadlines.get(lifecycle)
         while True:
-            ref, actor = self.stages[name]
+            slot = self.stages[name]
             view: StateView[Any] = StateView(state, stage_type.reads, name)
-            outcome = await ref.ask(_Invoke(view, deadline), timeout=math.inf)
+            outcome = await slot.invoke(view, deadline)
             failure = (
                 outcome
                 if isinstance(outcome, Exception)
-                else self._commit(state, outcome, actor.stage, started, attempt)
+                else self._commit(state, outcome, slot.stage, started, attempt)
             )
             if failure is None:
                 session.steps += 1
@@ -464,9 +529,7 @@ class SessionSupervisor(Actor[_Step, None]):
         session = self.session
         names = session.config.restart_strategy.affected(self.order, failed)
         for name in reversed(names):
-            ref, _ = self.stages.pop(name)
-            ref.cancel()
-            await ref.wait_terminated()
+            await self.stages.pop(name).stop()
         for name in names:
             await self._spawn_stage(name)
         session.restarts += 1

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .._errors import ConfigurationError, SessionError, SessionNotFound, SystemNotRunning
 from ..actors import ActorRef, ActorSystem
 from ..protocols import AgentState, FailureRecord, Machine
-from ._session import EventListener, ExitReason, Session, SessionConfig, SessionSupervisor
+from ._session import (
+    EventListener,
+    ExitReason,
+    Session,
+    SessionConfig,
+    SessionSupervisor,
+    StageMode,
+)
 from ._validate import PatchValidator
 
 if TYPE_CHECKING:
@@ -155,6 +162,8 @@ class AgentSystem:
         restart_strategy: Which stage actors restart on a recoverable failure.
         restart_intensity: Restarts allowed within a window before escalating.
         mailbox_capacity: The mailbox bound of session actors.
+        stage_mode: Where stages run: `StageMode.INLINE` (in the supervisor's task,
+            the default) or `StageMode.TASK` (each in its own actor).
         seed: Seeds each session's RNG (backoff jitter), for exact tests.
         listeners: Called with every committed event of every session.
         shutdown_timeout: Seconds the actors may take to stop on exit.
@@ -172,11 +181,16 @@ class AgentSystem:
         restart_strategy: RestartStrategy | None = None,
         restart_intensity: RestartIntensity | None = None,
         mailbox_capacity: int = 16,
+        stage_mode: StageMode = StageMode.INLINE,
         seed: int | None = None,
         listeners: Iterable[EventListener] = (),
         shutdown_timeout: float = 5.0,
     ) -> None:
-        config = SessionConfig(max_steps=max_steps, mailbox_capacity=mailbox_capacity)
+        if not isinstance(stage_mode, StageMode):
+            raise ConfigurationError(f"stage_mode must be a StageMode, got {stage_mode!r}")
+        config = SessionConfig(
+            max_steps=max_steps, mailbox_capacity=mailbox_capacity, stage_mode=stage_mode
+        )
         overrides: dict[str, Any] = {
             "classifier": classifier,
             "backoff": backoff,
