@@ -59,7 +59,6 @@ import math
 import os
 import platform
 import pstats
-import random
 import sys
 import time
 import tracemalloc
@@ -85,7 +84,7 @@ from arkhon_rheo import (
     StateView,
     stage,
 )
-from arkhon_rheo.supervision import PatchValidator, SessionConfig
+from arkhon_rheo.supervision import PatchValidator, SessionConfig, StageMode
 from arkhon_rheo.supervision._session import Session, SessionSupervisor
 
 if TYPE_CHECKING:
@@ -282,7 +281,7 @@ def commit_round(length: int) -> Callable[[int], dict[str, float]]:
         bases[0],
         SessionConfig(),
         validator=validator,
-        rng=random.Random(0),
+        seed="0",
     )
     supervisor = SessionSupervisor(session)
     # One commit outside the clock, to check that it is accepted at all.
@@ -378,10 +377,10 @@ async def ask_round_trip(asks: int) -> float:
     return elapsed
 
 
-async def one_session(cycles: int) -> float:
+async def one_session(cycles: int, mode: StageMode = StageMode.INLINE) -> float:
     """Seconds for one session to run ``cycles`` cycles, from start to result."""
     machine = build_machine()
-    async with AgentSystem(max_steps=3 * cycles + 10) as system:
+    async with AgentSystem(max_steps=3 * cycles + 10, stage_mode=mode) as system:
         with gc_mode(enabled=True):
             start = time.perf_counter()
             result = await system.run(machine, LoopState(cycles=cycles))
@@ -391,14 +390,20 @@ async def one_session(cycles: int) -> float:
 
 
 async def report_cycle(sizes: Sizes) -> None:
-    cycle = ask = math.inf
+    cycle = tasked = ask = math.inf
     for _ in range(sizes.repeat):
         cycle = min(cycle, per(await one_session(sizes.cycles), sizes.cycles))
+        tasked = min(tasked, per(await one_session(sizes.cycles, StageMode.TASK), sizes.cycles))
         ask = min(ask, per(await ask_round_trip(sizes.asks), sizes.asks))
     print(
         f"  (b) cycle  think->act->observe {cycle:7.2f} us/cycle ({cycle / 3:.2f} us/step)   "
         f"ask echo {ask:6.2f} us/rt   cycle/ask {cycle / ask:5.2f}x   "
         f"(target <= 100 us/cycle on asyncio; {sizes.cycles:,} cycles, best of {sizes.repeat})",
+        flush=True,
+    )
+    print(
+        f"      StageMode.TASK (an actor per stage): {tasked:7.2f} us/cycle   "
+        f"ratio TASK/INLINE {tasked / cycle:5.2f}x",
         flush=True,
     )
 

@@ -92,6 +92,11 @@ class ActorContext(Generic[M, R]):
         """Stop watching ``other``; a notice already queued is still delivered."""
         other._cell.remove_watcher(self._cell)
 
+    @property
+    def pending(self) -> int:
+        """Messages waiting in this actor's mailbox, system notices included."""
+        return self._cell.pending()
+
     def stop(self) -> None:
         """Stop this actor once the messages already queued are handled."""
         self._cell.request_stop()

@@ -137,6 +137,10 @@ class Cell(Generic[M, R]):
         with contextlib.suppress(MailboxClosed):  # the watcher ended: nobody left to tell
             self.tx._send_urgent(_Notice(termination))
 
+    def pending(self) -> int:
+        state = self.rx._state
+        return len(state.buffer) + len(state.urgent or ())
+
     async def wait_done(self) -> None:
         """Wait until the actor has ended."""
         if not self._ended:

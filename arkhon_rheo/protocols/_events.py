@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from ._patch import Patch
@@ -24,11 +23,12 @@ class EventKind(enum.Enum):
     START = "start"
 
 
-@dataclass(frozen=True, slots=True)
-class TransitionEvent:
+class TransitionEvent(NamedTuple):
     """One committed step of a session: who ran, what it read and wrote, where it led.
 
-    Events are append-only; ``seq`` numbers a session's events from 1.
+    Events are append-only; ``seq`` numbers a session's events from 1. It is a
+    named tuple, immutable and about four times cheaper to build than a frozen
+    dataclass, which matters at one event per commit.
 
     Attributes:
         session_id: The session.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import random
 import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -273,14 +272,14 @@ class AgentSystem:
         if state.session_id != session_id:
             state = state.model_copy(update={"session_id": session_id})
         validator.check_invariants(state, machine.initial, stage="(start)")
-        rng = random.Random(None if self._seed is None else f"{self._seed}/{next(self._counter)}")
+        seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
         session = Session(
             session_id,
             machine,
             state,
             config,
             validator=validator,
-            rng=rng,
+            seed=seed,
             listeners=self._listeners,
         )
         if self._actors.state.value != "running":
