@@ -530,3 +530,28 @@ async def test_state_fields_typed_as_models_validate_in_every_shape() -> None:
     assert result.state.last == Step(text="dict becomes a model")
     assert [s.text for s in result.state.steps] == ["x", "y"]
     assert result.state.pairs == (Step(text="x"),)
+
+
+async def test_forget_drops_ended_sessions_only() -> None:
+    started = anyio.Event()
+
+    class Waits(Probe):
+        def next_action(self, name: str) -> Any:
+            if name == "act":
+                started.set()
+                return ("sleep", 3600)
+            return super().next_action(name)
+
+    async with System() as system:
+        done = await system.start(loop_machine(Probe()), LoopState(), session_id="done")
+        result = await done.result()
+        running = await system.start(loop_machine(Waits()), LoopState(), session_id="running")
+        await started.wait()
+        with pytest.raises(SessionError, match="still running"):
+            system.forget("running")
+        system.forget("done")
+        assert system.sessions() == ["running"]
+        with pytest.raises(SessionNotFound):
+            system.forget("done")
+        assert (await done.result()) == result  # a held handle keeps working
+        running.cancel()

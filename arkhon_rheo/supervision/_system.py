@@ -315,6 +315,25 @@ class AgentSystem:
         except KeyError:
             raise SessionNotFound(session_id=session_id) from None
 
+    def forget(self, session_id: str) -> None:
+        """Drop an ended session's record (log, state, handle) to free its memory.
+
+        A long-running service that starts sessions without end should forget
+        them once their results are read; handles already held keep working.
+
+        Raises:
+            SessionNotFound: If no session has that id.
+            SessionError: If the session is still running; cancel it first.
+        """
+        handle = self.session(session_id)
+        if not handle.done:
+            raise SessionError(
+                f"session {session_id!r} is still running; cancel it or wait for its "
+                "result before forgetting it",
+                session_id=session_id,
+            )
+        del self._sessions[session_id]
+
     def sessions(self) -> list[str]:
         """The ids of the sessions started here, oldest first."""
         return list(self._sessions)
