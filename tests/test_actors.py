@@ -367,3 +367,124 @@ async def test_bad_configuration_is_refused() -> None:
         with pytest.raises(ConfigurationError, match="timeout"):
             await ref.ask("x", timeout=-1)
         assert await ref.ask("still fine") == "still fine"
+
+
+async def test_cancel_racing_a_finished_handler_never_loses_a_queued_ask() -> None:
+    entered, release = anyio.Event(), anyio.Event()
+    outcome: list[str] = []
+
+    async def asker(ref: ActorRef[str, str]) -> None:
+        try:
+            await ref.ask("queued", timeout=math.inf)
+        except ActorStopped:
+            outcome.append("ActorStopped")
+
+    async with ActorSystem() as system:
+        ref = await system.spawn(Gate, entered, release)
+        ref.tell_nowait("block")
+        await entered.wait()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(asker, ref)
+            await wait_all_tasks_blocked()
+            release.set()  # the handler finishes...
+            ref.cancel()  # ...in the same step as the cancellation
+    assert outcome == ["ActorStopped"]
+
+
+async def test_a_stray_base_exception_ends_only_its_actor() -> None:
+    class Abort(BaseException):
+        pass
+
+    class Aborts(Recorder):
+        async def receive(self, message: object) -> object:
+            raise Abort
+
+    async with ActorSystem() as system:
+        bad = await system.spawn(Aborts)
+        good = await system.spawn(Recorder)
+        await bad.tell("boom")
+        termination = await bad.wait_terminated()
+        assert await good.ask("alive") == "alive"
+    assert termination.kind is TerminationKind.CRASHED
+    assert isinstance(termination.error, Abort)
+
+
+async def test_a_parked_tell_to_an_actor_that_dies_is_one_dead_letter() -> None:
+    entered, release = anyio.Event(), anyio.Event()
+    async with ActorSystem() as system:
+        ref = await system.spawn(Gate, entered, release, mailbox_capacity=1)
+        ref.tell_nowait("block")
+        await entered.wait()
+        ref.tell_nowait("queued")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ref.tell, "parked")
+            await wait_all_tasks_blocked()
+            ref.cancel()
+        await ref.wait_terminated()
+        assert system.statistics().dead_letters == 2  # "queued" and "parked", once each
+
+
+async def test_a_failure_policy_must_return_a_directive() -> None:
+    async with ActorSystem() as system:
+        ref = await system.spawn(Crasher, on_failure=lambda _: "restart")  # type: ignore[arg-type, return-value]
+        await ref.tell("crash")
+        termination = await ref.wait_terminated()
+    assert isinstance(termination.error, ConfigurationError)
+    assert "Directive" in str(termination.error)
+
+
+async def test_ended_watchers_are_not_kept_by_their_targets() -> None:
+    notices: list[Termination] = []
+    async with ActorSystem() as system:
+        target = await system.spawn(Recorder)
+        watcher = await system.spawn(Watcher, notices, anyio.Event())
+        await watcher.ask(target)
+        assert target._cell._watchers
+        watcher.stop()
+        await watcher.wait_terminated()
+        assert not target._cell._watchers
+
+
+async def test_closing_the_receive_side_wakes_a_waiting_receiver() -> None:
+    from arkhon_rheo import MailboxClosed
+    from arkhon_rheo.actors import open_mailbox
+
+    tx, rx = open_mailbox[int](1)
+    errors: list[Exception] = []
+
+    async def consumer() -> None:
+        try:
+            await rx.receive()
+        except MailboxClosed as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(consumer)
+        await wait_all_tasks_blocked()
+        rx.close()
+    tx.close()
+    assert len(errors) == 1
+
+
+def test_native_asyncio_cancel_of_a_parked_sender_is_not_swallowed() -> None:
+    import asyncio
+
+    from arkhon_rheo.actors import open_mailbox
+
+    async def main() -> bool:
+        tx, rx = open_mailbox[int](1)
+        tx.send_nowait(0)
+        sender = asyncio.create_task(tx.send(1))
+        await asyncio.sleep(0)
+        rx.receive_nowait()  # hands the parked item over...
+        sender.cancel()  # ...and a plain asyncio cancel arrives in the same step
+        try:
+            await sender
+        except asyncio.CancelledError:
+            return True
+        finally:
+            tx.close()
+            rx.close()
+        return False
+
+    assert asyncio.run(main())

@@ -127,7 +127,7 @@ def loop_machine(probe: Probe, *, rounds: int = 1, **options: Any) -> Machine[Lo
             L.ACTING: make("act", {"steps"}, lambda s: L.OBSERVING),
             L.OBSERVING: make("observe", {"steps"}, after_observe),
         },
-        invariants={L.FINISHED: [finish_patch_ok]},
+        invariants={L.FINISHED: [finish_patch_ok], **options.pop("invariants", {})},
         **options,
     )
 
@@ -555,3 +555,84 @@ async def test_forget_drops_ended_sessions_only() -> None:
             system.forget("done")
         assert (await done.result()) == result  # a held handle keeps working
         running.cancel()
+
+
+async def test_next_must_return_the_machines_own_member() -> None:
+    import enum
+
+    class Phase(enum.StrEnum):
+        INIT = "init"
+        DONE = "done"
+        FAILED = "failed"
+
+    class PhaseState(AgentState):
+        lifecycle: Phase = Phase.INIT
+
+    def sloppy_next(state: PhaseState) -> Any:
+        return "done"  # equal to Phase.DONE, but not the member
+
+    @stage_fn(next=sloppy_next)
+    async def sloppy(view: StateView[PhaseState]) -> Patch:
+        return Patch()
+
+    machine = Machine(
+        state_type=PhaseState,
+        initial=Phase.INIT,
+        transitions={Phase.INIT: {Phase.DONE}},
+        stages={Phase.INIT: sloppy},
+        terminal={Phase.DONE, Phase.FAILED},
+        failed=Phase.FAILED,
+    )
+    async with System() as system:
+        result = await system.run(machine, PhaseState())
+    assert result.exit_reason is ExitReason.FAILED
+    assert result.failure is not None
+    assert result.failure.error_type == "IllegalTransition"
+
+
+async def test_a_broad_user_rule_cannot_make_a_contract_violation_retryable() -> None:
+    probe = Probe(act=[Patch(lifecycle=L.FINISHED)])  # writes a supervisor-owned field
+    classifier = Classifier({Exception: ErrorClass.TRANSIENT})
+    async with System(classifier=classifier) as system:
+        result = await system.run(loop_machine(probe), LoopState())
+    assert result.exit_reason is ExitReason.FAILED
+    assert result.failure is not None
+    assert result.failure.error_type == "UndeclaredWrite"
+    assert result.retries == 0
+
+
+async def test_a_predicate_that_raises_is_a_typed_violation() -> None:
+    from arkhon_rheo import InvariantViolation
+
+    def fragile(state: LoopState) -> bool:
+        raise KeyError("oops")
+
+    machine = loop_machine(Probe(), invariants={L.ACTING: [fragile]})
+    async with System() as system:
+        result = await system.run(machine, LoopState())
+        assert result.failure is not None
+        assert result.failure.error_type == "InvariantViolation"
+        assert "raised KeyError" in result.failure.message
+        starting = loop_machine(Probe(), invariants={L.INITIALIZED: [fragile]})
+        with pytest.raises(InvariantViolation, match="raised KeyError"):
+            await system.start(starting, LoopState())
+
+
+def test_two_stages_may_not_share_a_name() -> None:
+    @stage_fn(next=L.ACTING, name="twin")
+    async def first(view: StateView[LoopState]) -> Patch:
+        return Patch()
+
+    @stage_fn(next=L.FINISHED, name="twin")
+    async def second(view: StateView[LoopState]) -> Patch:
+        return Patch()
+
+    with pytest.raises(ConfigurationError, match="two different stages are named 'twin'"):
+        Machine(
+            state_type=LoopState,
+            initial=L.INITIALIZED,
+            transitions={L.INITIALIZED: {L.ACTING}, L.ACTING: {L.FINISHED}},
+            stages={L.INITIALIZED: first, L.ACTING: second},
+            terminal={L.FINISHED, L.FAILED},
+            failed=L.FAILED,
+        )

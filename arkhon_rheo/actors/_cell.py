@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 import structlog
 
-from .._errors import ActorStopped, MailboxClosed
+from .._errors import ActorStopped, ConfigurationError, MailboxClosed
 from ._actor import Actor, ActorContext, Directive, FailurePolicy, Termination, TerminationKind
 from ._mailbox import MailboxReceiveStream, MailboxSendStream, open_mailbox
 from ._ref import ActorRef, Ask
@@ -69,6 +69,7 @@ class Cell(Generic[M, R]):
         "_scope",
         "_system",
         "_watchers",
+        "_watching",
         "ask_timeout",
         "capacity",
         "name",
@@ -102,11 +103,15 @@ class Cell(Generic[M, R]):
         self._on_failure = on_failure
         self._scope: anyio.CancelScope | None = None
         self._watchers: dict[Cell[Any, Any], None] = {}
+        self._watching: dict[Cell[Any, Any], None] = {}
         self.name = name
         self.capacity = capacity
         self.ask_timeout = ask_timeout
         self.state = ActorState.STARTING
-        self.new_event: Callable[[], anyio.Event] = anyio.Event  # the mailbox's, once open
+        # The mailbox exists from the start, so a stop requested while the actor is
+        # still starting (or before its task runs) has something to close.
+        self.tx, self.rx = open_mailbox(capacity, name=name)
+        self.new_event: Callable[[], anyio.Event] = self.tx._state.new_event
         self._done: anyio.Event | None = None  # made only when somebody waits
         self._ended = False
         self.termination: Termination | None = None
@@ -129,9 +134,11 @@ class Cell(Generic[M, R]):
             watcher.notify(self.termination)
         else:
             self._watchers[watcher] = None
+            watcher._watching[self] = None
 
     def remove_watcher(self, watcher: Cell[Any, Any]) -> None:
         self._watchers.pop(watcher, None)
+        watcher._watching.pop(self, None)
 
     def notify(self, termination: Termination) -> None:
         with contextlib.suppress(MailboxClosed):  # the watcher ended: nobody left to tell
@@ -162,10 +169,10 @@ class Cell(Generic[M, R]):
     # -- the actor's own task ----------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[ActorRef[M, R]]) -> None:
-        self.tx, self.rx = open_mailbox(self.capacity, name=self.name)
-        self.new_event = self.tx._state.new_event
-        kind, error = TerminationKind.CANCELLED, None
+        kind = TerminationKind.CANCELLED
+        error: BaseException | None = None
         actor: Actor[M, R] | None = None
+        started = False
         try:
             with anyio.CancelScope() as self._scope:
                 actor = self._new_actor()
@@ -173,13 +180,21 @@ class Cell(Generic[M, R]):
                 if self.state is ActorState.STARTING:
                     self.state = ActorState.RUNNING
                 task_status.started(self.ref)
+                started = True
                 kind, error, actor = await self._loop(actor)
         except Exception as exc:
             kind, error = TerminationKind.CRASHED, exc
-            if self.state is ActorState.STARTING:
+            if not started:
                 await self._finish(actor, kind, error)
                 exc.add_note(f"raised while starting actor {self.name!r}")
                 raise
+        except BaseException as exc:
+            if not started or not _containable(exc):
+                raise
+            # A stray BaseException (not cancellation, not an interrupt) from the
+            # actor's own code ends this actor only, as a crash: one actor's bug
+            # must not cancel every other actor of the system.
+            kind, error = TerminationKind.CRASHED, exc
         finally:
             if self.termination is None:
                 with anyio.CancelScope(shield=True):
@@ -215,6 +230,12 @@ class Cell(Generic[M, R]):
                 if request is not None:
                     request.set_error(exc)
                 directive = self._on_failure(exc) if self._on_failure else Directive.STOP
+                if not isinstance(directive, Directive):
+                    bad = ConfigurationError(
+                        f"the failure policy of actor {self.name!r} returned {directive!r}; "
+                        "it must return a Directive (STOP or RESTART)"
+                    )
+                    return TerminationKind.CRASHED, bad, actor
                 if directive is not Directive.RESTART:
                     return TerminationKind.CRASHED, exc, actor
                 self.restarts += 1
@@ -259,4 +280,24 @@ class Cell(Generic[M, R]):
                 self._done.set()
             watchers, self._watchers = self._watchers, {}
             for watcher in watchers:
+                watcher._watching.pop(self, None)
                 watcher.notify(termination)
+            watching, self._watching = self._watching, {}
+            for target in watching:  # ended watchers must not stay referenced
+                target._watchers.pop(self, None)
+
+
+def _containable(exc: BaseException) -> bool:
+    """Whether a non-``Exception`` may end just one actor instead of propagating.
+
+    Cancellation, interrupts, exit requests and exception groups (which may
+    hold a cancellation) always propagate.
+    """
+    return not isinstance(
+        exc,
+        anyio.get_cancelled_exc_class()
+        | KeyboardInterrupt
+        | SystemExit
+        | GeneratorExit
+        | BaseExceptionGroup,
+    )

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
-from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
+from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_cancelled
 
 from .._errors import ConfigurationError, MailboxClosed, MailboxFull
 from ._event import event_factory
@@ -101,20 +101,23 @@ class _State(Generic[T]):
 
 
 class _FastPath:
-    """Counts fast completions so that every ``_FAST_PATH_BUDGET``-th one yields."""
+    """Counts fast completions so that every ``_FAST_PATH_BUDGET``-th one yields.
+
+    The yield comes after the operation has happened, so it is shielded: a
+    cancellation arriving then must not make a done operation look undone (the
+    caller sees it at its next checkpoint). Cancellation is checked before.
+    """
 
     __slots__ = ("budget",)
 
     def __init__(self) -> None:
         self.budget = _FAST_PATH_BUDGET
 
-    async def checkpoint(self) -> None:
+    async def maybe_yield(self) -> None:
         self.budget -= 1
-        if self.budget:
-            await checkpoint_if_cancelled()
-        else:
+        if not self.budget:
             self.budget = _FAST_PATH_BUDGET
-            await checkpoint()
+            await cancel_shielded_checkpoint()
 
 
 class MailboxSendStream(Generic[T]):
@@ -163,21 +166,23 @@ class MailboxSendStream(Generic[T]):
     async def send(self, item: T) -> None:
         """Queue ``item``, waiting for room if the buffer is full.
 
-        Waiting senders are served first come, first served. If the call is
-        cancelled while waiting, the item was not queued; if the item was already
-        taken in by the time the cancellation arrived, the call completes normally
-        (the cancellation fires at the caller's next checkpoint).
+        Waiting senders are served first come, first served. A call cancelled
+        before it starts sends nothing. Cancelled while waiting for room, it
+        raises the cancellation; the item was withdrawn unless the consumer had
+        already taken it in (as with anyio's memory streams, a cancelled send
+        that was waiting may still have delivered).
 
         Raises:
             MailboxClosed: If this side or the receiving side is closed, including
                 while waiting.
         """
+        await checkpoint_if_cancelled()
         try:
             self.send_nowait(item)
         except MailboxFull:
             pass
         else:
-            await self._fast.checkpoint()
+            await self._fast.maybe_yield()
             return
 
         state = self._state
@@ -192,8 +197,7 @@ class MailboxSendStream(Generic[T]):
             if not waiter.delivered:
                 with contextlib.suppress(ValueError):
                     waiters.remove(waiter)
-                raise
-            return
+            raise
         if not waiter.delivered:
             raise MailboxClosed(mailbox=state.name)
 
@@ -300,15 +304,18 @@ class MailboxReceiveStream(Generic[T]):
             MailboxClosed: If this side is closed.
         """
         state = self._state
+        await checkpoint_if_cancelled()  # before taking anything: nothing is lost
         while True:
             if state.urgent or state.buffer:
                 item = self.receive_nowait()
-                await self._fast.checkpoint()
+                await self._fast.maybe_yield()
                 return item
             if not state.receive_open:
                 raise MailboxClosed(mailbox=state.name)
             if state.open_send_streams == 0:
                 raise anyio.EndOfStream
+            if state.receive_waiter is not None:
+                raise anyio.BusyResourceError("receiving from")
             event = state.receive_waiter = state.new_event()
             try:
                 await event.wait()
@@ -338,11 +345,12 @@ class MailboxReceiveStream(Generic[T]):
         leftover = [*(state.urgent or ()), *state.buffer]
         state.urgent = None
         state.buffer.clear()
+        # Parked senders are woken with MailboxClosed: they still hold their items
+        # and know they were not delivered, so those are not counted here.
         while state.send_waiters:
-            waiter = state.send_waiters.popleft()
-            leftover.append(waiter.item)
-            waiter.event.set()
+            state.send_waiters.popleft().event.set()
         state.dead_letters += len(leftover)
+        state.wake_receiver()
         return leftover
 
     async def aclose(self) -> None:

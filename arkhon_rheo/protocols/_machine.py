@@ -193,7 +193,16 @@ class Machine(Generic[S]):
 
     def _check_stages(self) -> None:
         fields = frozenset(self.state_type.model_fields)
+        named: dict[str, type[Stage[Any]]] = {}
         for state, stage_type in self.stages.items():
+            if isinstance(stage_type, type) and issubclass(stage_type, Stage):
+                other = named.setdefault(stage_type.name, stage_type)
+                if other is not stage_type:
+                    raise self._fail(
+                        f"two different stages are named {stage_type.name!r} "
+                        f"({other.__qualname__} and {stage_type.__qualname__}); give each "
+                        "a unique name"
+                    )
             if not (isinstance(stage_type, type) and issubclass(stage_type, Stage)):
                 raise self._fail(f"stage of {state!r} must be a Stage subclass, got {stage_type!r}")
             name = stage_type.name

@@ -34,8 +34,9 @@ class Classifier:
     """Maps an exception to its `ErrorClass`.
 
     The order of precedence: the `Transient`/`Recoverable`/`Fatal` an exception
-    is (or wraps, as its ``__cause__``); then the most specific registered type
-    in its MRO; then the framework's defaults (contract violations are fatal,
+    is (wrap a third-party error with ``raise Transient(...) from exc``); then,
+    walking its MRO from the most specific class, the first class with a
+    registered rule or a framework default (contract violations are fatal,
     except an invalid patch value, which is recoverable; timeouts are
     transient); then ``default``. Only ``Exception`` is ever classified:
     cancellation always propagates.
@@ -86,10 +87,14 @@ class Classifier:
         explicit = _explicit(exc)
         if explicit is not None:
             return explicit
-        for table in (self._rules, self._BUILTIN):
-            for klass in type(exc).__mro__:
-                if klass in table:
-                    return table[klass]
+        # The most specific class wins; at the same class a registered rule beats
+        # the framework's default, so ``{Exception: ...}`` cannot turn a contract
+        # violation into a retry.
+        for klass in type(exc).__mro__:
+            if klass in self._rules:
+                return self._rules[klass]
+            if klass in self._BUILTIN:
+                return self._BUILTIN[klass]
         return self.default
 
 

@@ -338,8 +338,10 @@ class SessionSupervisor(Actor[_Step, None]):
             for slot in self.stages.values():
                 await slot.stop()
         finally:
-            self._conclude(termination)
-            session.close()
+            try:
+                self._conclude(termination)
+            finally:
+                session.close()
 
     def _conclude(self, termination: Termination) -> None:
         session = self.session
@@ -417,7 +419,13 @@ class SessionSupervisor(Actor[_Step, None]):
         try:
             session.validator.check_invariants(state, lifecycle, stage=name)
             for condition in stage_type.preconditions:
-                if not condition.holds(state):
+                try:
+                    holds = condition.holds(state)
+                except Exception as exc:
+                    raise PreconditionFailed(
+                        stage=name, condition=f"{condition.name} (the check raised {exc!r})"
+                    ) from exc
+                if not holds:
                     raise PreconditionFailed(stage=name, condition=condition.name)
         except ArkhonError as refused:
             return await self._failed(refused, name, 1)
@@ -465,12 +473,15 @@ class SessionSupervisor(Actor[_Step, None]):
             candidate = state.model_copy(update=updates)
             lifecycle = state.lifecycle
             target = stage.next(candidate)
-            if target not in machine.allowed(lifecycle):
+            allowed = machine.allowed(lifecycle)
+            # Identity, not equality: a str-valued enum's member of another enum, or a
+            # bare string, may compare equal to an allowed state without being one.
+            if not (isinstance(target, enum.Enum) and any(target is s for s in allowed)):
                 raise IllegalTransition(
                     stage=name,
                     from_state=_label(lifecycle),
                     to_state=_label(target) if isinstance(target, enum.Enum) else repr(target),
-                    allowed=[_label(s) for s in machine.allowed(lifecycle)],
+                    allowed=[_label(s) for s in allowed],
                 )
             moved: dict[str, Any] = {"lifecycle": target}
             if target is machine.loop_state and lifecycle is not target:

@@ -141,10 +141,19 @@ class PatchValidator:
         """Check every invariant of ``lifecycle`` on ``state``.
 
         Raises:
-            InvariantViolation: Naming the first invariant that does not hold.
+            InvariantViolation: Naming the first invariant that does not hold, or
+                whose predicate raised.
         """
         for condition in self._machine.invariants_of(lifecycle):
-            if not condition.holds(state):
+            try:
+                holds = condition.holds(state)
+            except Exception as exc:  # a broken predicate is a violation, never a crash
+                raise InvariantViolation(
+                    stage=stage,
+                    invariant=f"{condition.name} (the check raised {exc!r})",
+                    lifecycle=_label(lifecycle),
+                ) from exc
+            if not holds:
                 raise InvariantViolation(
                     stage=stage, invariant=condition.name, lifecycle=_label(lifecycle)
                 )
