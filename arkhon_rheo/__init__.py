@@ -12,6 +12,7 @@ from ._errors import ArkhonError as ArkhonError
 from ._errors import AskTimeout as AskTimeout
 from ._errors import ConfigurationError as ConfigurationError
 from ._errors import ContractViolation as ContractViolation
+from ._errors import DuplicateEvent as DuplicateEvent
 from ._errors import Fatal as Fatal
 from ._errors import IllegalTransition as IllegalTransition
 from ._errors import InvalidPatch as InvalidPatch
@@ -24,13 +25,17 @@ from ._errors import ReadOnlyState as ReadOnlyState
 from ._errors import Recoverable as Recoverable
 from ._errors import RestartIntensityExceeded as RestartIntensityExceeded
 from ._errors import SessionError as SessionError
+from ._errors import SessionLocked as SessionLocked
 from ._errors import SessionNotFound as SessionNotFound
 from ._errors import StageFailure as StageFailure
 from ._errors import StageTimeout as StageTimeout
+from ._errors import StoreCorrupt as StoreCorrupt
+from ._errors import StoreError as StoreError
 from ._errors import SystemNotRunning as SystemNotRunning
 from ._errors import Transient as Transient
 from ._errors import UndeclaredRead as UndeclaredRead
 from ._errors import UndeclaredWrite as UndeclaredWrite
+from ._errors import UnserializablePatch as UnserializablePatch
 from ._exports import publish
 from .actors import Actor as Actor
 from .actors import ActorRef as ActorRef
@@ -67,6 +72,7 @@ __all__ = [
     "Condition",
     "ConfigurationError",
     "ContractViolation",
+    "DuplicateEvent",
     "ExitReason",
     "Fatal",
     "History",
@@ -85,12 +91,15 @@ __all__ = [
     "RestartIntensityExceeded",
     "RestartStrategy",
     "SessionError",
+    "SessionLocked",
     "SessionNotFound",
     "SessionResult",
     "Stage",
     "StageFailure",
     "StageTimeout",
     "StateView",
+    "StoreCorrupt",
+    "StoreError",
     "SystemNotRunning",
     "Termination",
     "TerminationKind",
@@ -98,6 +107,7 @@ __all__ = [
     "TransitionEvent",
     "UndeclaredRead",
     "UndeclaredWrite",
+    "UnserializablePatch",
     "stage",
 ]
 

@@ -26,8 +26,13 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   └── IllegalTransition     the machine does not allow the chosen transition
     ├── StageTimeout              a stage overran its state's deadline
     ├── RestartIntensityExceeded  too many restarts in the window: escalates to fatal
-    └── SessionError              a session could not be started or run
-        └── SessionNotFound       no session has that id
+    ├── SessionError              a session could not be started or run
+    │   └── SessionNotFound       no session has that id
+    └── StoreError                the store failed, or refused what was asked
+        ├── StoreCorrupt          not our file, another schema version, or damaged
+        ├── DuplicateEvent        an event number is taken or out of order
+        ├── UnserializablePatch   a patch value cannot be stored (refused before commit)
+        └── SessionLocked         another owner holds the session's lease
 
 An exception raised by an actor's own handler during an ``ask`` is not wrapped:
 it is re-raised at the caller as it is, with a note naming the actor.
@@ -52,6 +57,7 @@ __all__ = [
     "AskTimeout",
     "ConfigurationError",
     "ContractViolation",
+    "DuplicateEvent",
     "Fatal",
     "IllegalTransition",
     "InvalidPatch",
@@ -64,13 +70,17 @@ __all__ = [
     "Recoverable",
     "RestartIntensityExceeded",
     "SessionError",
+    "SessionLocked",
     "SessionNotFound",
     "StageFailure",
     "StageTimeout",
+    "StoreCorrupt",
+    "StoreError",
     "SystemNotRunning",
     "Transient",
     "UndeclaredRead",
     "UndeclaredWrite",
+    "UnserializablePatch",
 ]
 
 
@@ -403,3 +413,77 @@ class SessionNotFound(SessionError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class StoreError(ArkhonError):
+    """The store failed, or refused what was asked; nothing committed was lost.
+
+    Attributes:
+        location: Where the store lives (a file path, or ``":memory:"``).
+    """
+
+    def __init__(self, message: str, *, location: str = "") -> None:
+        super().__init__(message)
+        self.location = location
+
+
+class StoreCorrupt(StoreError):
+    """The file is not an arkhon-rheo store, has another schema version, or is damaged.
+
+    The file is never overwritten.
+    """
+
+
+class DuplicateEvent(StoreError):
+    """An event's number is already taken in its session, or is not the next one.
+
+    Attributes:
+        session_id: The session.
+        seq: The refused number.
+    """
+
+    def __init__(self, *, session_id: str, seq: int, expected: int, location: str = "") -> None:
+        super().__init__(
+            f"session {session_id!r} refused event #{seq}: the next number is #{expected} "
+            "(an event is committed exactly once)",
+            location=location,
+        )
+        self.session_id = session_id
+        self.seq = seq
+
+
+class UnserializablePatch(StoreError):
+    """A patch holds a value the store cannot keep; it was refused before commit.
+
+    Attributes:
+        field: The field whose value could not be serialized.
+    """
+
+    def __init__(self, *, stage: str | None, field: str, reason: str) -> None:
+        super().__init__(
+            f"stage {stage!r} wrote a value to {field!r} that cannot be stored: {reason}; "
+            "use JSON-friendly field types (pydantic models, str, numbers, lists)"
+        )
+        self.field = field
+
+
+class SessionLocked(StoreError):
+    """Another owner holds the session's lease: one driver per session at a time.
+
+    Attributes:
+        session_id: The session.
+        owner: Who holds it.
+        expires_at: When the lease runs out unless renewed (seconds since the epoch).
+    """
+
+    def __init__(
+        self, *, session_id: str, owner: str, expires_at: float, location: str = ""
+    ) -> None:
+        super().__init__(
+            f"session {session_id!r} is driven by {owner!r} (lease until {expires_at:.0f}); "
+            "wait for it to end or for the lease to expire if that owner died",
+            location=location,
+        )
+        self.session_id = session_id
+        self.owner = owner
+        self.expires_at = expires_at

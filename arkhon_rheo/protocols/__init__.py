@@ -22,20 +22,32 @@ from ._state import AgentState as AgentState
 from ._state import ErrorClass as ErrorClass
 from ._state import FailureRecord as FailureRecord
 from ._state import Lifecycle as Lifecycle
+from ._store import Durability as Durability
+from ._store import LoadedSession as LoadedSession
+from ._store import SessionRecord as SessionRecord
+from ._store import Store as Store
+from ._store import StoredEvent as StoredEvent
+from ._store import StoreStatistics as StoreStatistics
 
 __all__ = [
     "SUPERVISOR_FIELDS",
     "AgentState",
     "Condition",
+    "Durability",
     "ErrorClass",
     "EventKind",
     "FailureRecord",
     "History",
     "Lifecycle",
+    "LoadedSession",
     "Machine",
     "Patch",
+    "SessionRecord",
     "Stage",
     "StateView",
+    "Store",
+    "StoreStatistics",
+    "StoredEvent",
     "TransitionEvent",
     "stage",
 ]

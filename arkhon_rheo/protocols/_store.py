@@ -1,0 +1,220 @@
+"""The `Store` protocol: where sessions' events and snapshots live.
+
+A store is event-sourced: each session has an initial snapshot, an
+append-only log of committed events (numbered from 1, a duplicate number is
+refused), and a snapshot every K events. Loading a session is its latest
+snapshot plus the events after it. Everything a store holds is plain JSON
+data (``dict``/``list``/``str``/numbers/``bool``/``None``); turning states
+and patches into that data, and back, is the supervisor's job.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import TracebackType
+
+__all__ = [
+    "Durability",
+    "LoadedSession",
+    "SessionRecord",
+    "Store",
+    "StoreStatistics",
+    "StoredEvent",
+]
+
+#: A JSON-compatible value.
+Json = Any
+
+
+class Durability(enum.Enum):
+    """When a commit is acknowledged to the supervisor that made it."""
+
+    #: After the transaction holding it is durable on disk (``synchronous=FULL``).
+    SYNC = "sync"
+    #: After the batch holding it is durable; batches group many sessions' commits
+    #: into one transaction (``synchronous=NORMAL`` with WAL).
+    BATCHED = "batched"
+    #: At once; the documented loss window on a crash is the batch not yet flushed.
+    ASYNC = "async"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One committed event as the store keeps it.
+
+    Attributes:
+        session_id: The session.
+        seq: Its number in the session's log, from 1; unique per session.
+        kind: ``"step"``, ``"failure"``, ``"rollback"``, ``"edit"``...
+        stage: The stage that ran, if any.
+        from_state: The lifecycle state before (the enum member's name).
+        to_state: The lifecycle state after.
+        reads: The stage's read set.
+        writes: The fields written.
+        patch: ``{"set": {field: json}, "append": {field: [json, ...]}}``.
+        attempt: Which attempt succeeded.
+        started_at: Wall-clock start, seconds since the epoch.
+        finished_at: Wall-clock commit time.
+        error: The failure record as JSON, if any.
+        io: Recorded model and tool I/O for replay, if any.
+    """
+
+    session_id: str
+    seq: int
+    kind: str
+    stage: str | None
+    from_state: str
+    to_state: str
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    patch: Json
+    attempt: int
+    started_at: float
+    finished_at: float
+    error: Json = None
+    io: Json = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """What the store knows about a session without loading it.
+
+    Attributes:
+        session_id: The session.
+        machine: The name of its machine.
+        status: ``"running"``, ``"paused"``, ``"finished"``, ``"failed"``, ``"cancelled"``...
+        last_seq: The number of its last event (0 if none).
+        created_at: Wall-clock creation time.
+        updated_at: Wall-clock time of its last change.
+        parent: The session it was forked from, if any.
+    """
+
+    session_id: str
+    machine: str
+    status: str
+    last_seq: int
+    created_at: float
+    updated_at: float
+    parent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSession:
+    """A session as loaded: its latest snapshot and the events after it.
+
+    Attributes:
+        record: The session's record.
+        snapshot_seq: The event number the snapshot was taken after (0: initial).
+        snapshot: The state at that point, as JSON data.
+        events: The events after the snapshot, in order.
+    """
+
+    record: SessionRecord
+    snapshot_seq: int
+    snapshot: Json
+    events: tuple[StoredEvent, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatistics:
+    """A snapshot of a store's counters.
+
+    Attributes:
+        appended: Events appended since it was opened.
+        transactions: Write transactions committed.
+        largest_batch: The most events one transaction has carried.
+        pending: Events accepted but not yet durable.
+    """
+
+    appended: int
+    transactions: int
+    largest_batch: int
+    pending: int
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable (or in-memory) storage of sessions: snapshots plus an event log.
+
+    A store is an async context manager; every method below may be called only
+    between entering and leaving it. Errors are `StoreError` subclasses.
+    """
+
+    async def __aenter__(self) -> Store: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None: ...
+
+    async def create_session(
+        self,
+        session_id: str,
+        *,
+        machine: str,
+        snapshot: Json,
+        parent: str | None = None,
+        status: str = "running",
+    ) -> SessionRecord:
+        """Record a new session with its initial snapshot (event number 0).
+
+        Raises ``SessionError`` if the id exists already.
+        """
+        ...
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        snapshot: tuple[int, Json] | None = None,
+        status: str | None = None,
+    ) -> None:
+        """Append events (with numbers following the last one), durably per the store's mode.
+
+        ``snapshot`` is ``(seq, state)`` to store alongside. Raises ``StoreError``
+        (``DuplicateEvent``) if a number is taken or not the next one.
+        """
+        ...
+
+    async def load(self, session_id: str) -> LoadedSession:
+        """The latest snapshot and the events after it. Raises ``SessionNotFound``."""
+        ...
+
+    async def history(self, session_id: str) -> tuple[StoredEvent, ...]:
+        """Every event of the session, in order. Raises ``SessionNotFound``."""
+        ...
+
+    async def snapshot_at(self, session_id: str, seq: int) -> tuple[int, Json]:
+        """The latest snapshot taken at or before event ``seq``."""
+        ...
+
+    async def sessions(self) -> tuple[SessionRecord, ...]:
+        """Every session's record, oldest first."""
+        ...
+
+    async def set_status(self, session_id: str, status: str) -> None:
+        """Change a session's status."""
+        ...
+
+    async def acquire(self, session_id: str, owner: str, *, ttl: float) -> None:
+        """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
+
+        Raises ``SessionLocked`` if another owner holds an unexpired lease.
+        """
+        ...
+
+    async def release(self, session_id: str, owner: str) -> None:
+        """Give up the lease if ``owner`` holds it."""
+        ...
+
+    def statistics(self) -> StoreStatistics:
+        """A snapshot of the store's counters."""
+        ...
