@@ -6,6 +6,9 @@ Built on `arkhon_rheo.actors` and `arkhon_rheo.protocols` only.
 from __future__ import annotations
 
 from .._exports import publish
+from ._codec import EventCodec as EventCodec
+from ._codec import apply_event as apply_event
+from ._codec import replay as replay
 from ._policy import Backoff as Backoff
 from ._policy import Classifier as Classifier
 from ._policy import RestartIntensity as RestartIntensity
@@ -24,6 +27,7 @@ __all__ = [
     "AgentSystem",
     "Backoff",
     "Classifier",
+    "EventCodec",
     "ExitReason",
     "PatchValidator",
     "RestartIntensity",
@@ -34,6 +38,8 @@ __all__ = [
     "SessionResult",
     "StageMode",
     "SystemStatistics",
+    "apply_event",
+    "replay",
 ]
 
 publish(__name__, __all__, globals())

@@ -469,7 +469,9 @@ class SessionSupervisor(Actor[_Step, None]):
         machine = session.machine
         name = stage.name
         try:
-            updates = session.validator.updates(state, patch, stage=name, writes=stage.writes)
+            updates, patch = session.validator.validate(
+                state, patch, stage=name, writes=stage.writes
+            )
             candidate = state.model_copy(update=updates)
             lifecycle = state.lifecycle
             target = stage.next(candidate)

@@ -91,6 +91,27 @@ class PatchValidator:
             InvalidPatch: If a value fails its field's validation, a field is both
                 assigned and appended to, or an append targets a non-sequence field.
         """
+        return self.validate(state, patch, stage=stage, writes=writes)[0]
+
+    def validate(
+        self,
+        state: AgentState,
+        patch: Patch,
+        *,
+        stage: str,
+        writes: frozenset[str],
+    ) -> tuple[dict[str, Any], Patch]:
+        """Like `updates`, and also return the patch with its values as validated.
+
+        The validated patch is what an event records (a dict a stage wrote for a
+        model field is recorded as the model), so replaying it gives the same state.
+        It is ``patch`` itself when validation changed no value.
+
+        Raises:
+            UndeclaredWrite: If the patch writes outside ``writes`` (never partly merged).
+            InvalidPatch: If a value fails its field's validation, a field is both
+                assigned and appended to, or an append targets a non-sequence field.
+        """
         if not isinstance(patch, Patch):
             raise InvalidPatch(
                 stage=stage,
@@ -104,6 +125,8 @@ class PatchValidator:
                 stage=stage, fields=written - (writes - SUPERVISOR_FIELDS), writes=writes
             )
         updates: dict[str, Any] = {}
+        changed = False
+        validated_appends: dict[str, tuple[Any, ...]] = {}
         for name, value in values.items():
             if name in appends:
                 raise InvalidPatch(
@@ -118,6 +141,7 @@ class PatchValidator:
                     updates[name] = self._values[name].validate_python(value)
             except ValidationError as exc:
                 raise InvalidPatch(stage=stage, field=name, reason=_reason(exc)) from exc
+            changed = changed or updates[name] is not value
         for name, items in appends.items():
             adapter = self._items.get(name)
             if adapter is None:
@@ -127,15 +151,19 @@ class PatchValidator:
                     reason="only History[...] or tuple[X, ...] fields can be appended to",
                 )
             try:
-                checked = [adapter.validate_python(item) for item in items]
+                checked = tuple(adapter.validate_python(item) for item in items)
             except ValidationError as exc:
                 raise InvalidPatch(stage=stage, field=name, reason=_reason(exc)) from exc
+            validated_appends[name] = checked
+            changed = changed or any(a is not b for a, b in zip(checked, items, strict=True))
             current = getattr(state, name)
             if isinstance(current, History):
                 updates[name] = current.append(*checked)
             else:
                 updates[name] = (*current, *checked)
-        return updates
+        if changed:
+            patch = Patch.of({name: updates[name] for name in values}, validated_appends)
+        return updates, patch
 
     def check_invariants(self, state: AgentState, lifecycle: enum.Enum, *, stage: str) -> None:
         """Check every invariant of ``lifecycle`` on ``state``.

@@ -1,0 +1,208 @@
+"""From states and events to the plain JSON data a store keeps, and back; and replay.
+
+Every value is turned into JSON through the adapter of its own field, so what
+comes back is validated exactly like a patch. Replaying a session's events on
+its initial state gives the state the supervisor committed, because both use
+`apply_event`: the supervisor's derived changes (the lifecycle move, the
+iteration count, a stage's own failure record) follow from the event alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
+
+from .._errors import StoreCorrupt, UnserializablePatch
+from ..protocols import (
+    AgentState,
+    EventKind,
+    FailureRecord,
+    History,
+    Machine,
+    Patch,
+    StoredEvent,
+    TransitionEvent,
+)
+from ._validate import _item_type
+
+if TYPE_CHECKING:
+    import enum
+    from collections.abc import Iterable
+
+__all__ = ["EventCodec", "apply_event", "replay"]
+
+
+class EventCodec:
+    """Encodes one machine's states and events as JSON data, and decodes them.
+
+    Args:
+        machine: The machine whose state type and lifecycle enum apply.
+    """
+
+    __slots__ = ("_items", "_lifecycle", "_machine", "_values")
+
+    def __init__(self, machine: Machine[Any]) -> None:
+        self._machine = machine
+        state_type = machine.state_type
+        self._values: dict[str, TypeAdapter[Any]] = {}
+        self._items: dict[str, TypeAdapter[Any]] = {}
+        for name, info in state_type.model_fields.items():
+            self._values[name] = TypeAdapter(info.rebuild_annotation())
+            item = _item_type(info.annotation)
+            if item is not None:
+                self._items[name] = TypeAdapter(item)
+        self._lifecycle = type(machine.initial)
+
+    # -- states ------------------------------------------------------------------
+
+    def encode_state(self, state: AgentState) -> dict[str, Any]:
+        """The state as JSON data."""
+        return state.model_dump(mode="json")
+
+    def decode_state(self, data: Any) -> AgentState:
+        """A state from JSON data.
+
+        Raises:
+            StoreCorrupt: If the data does not validate as the machine's state.
+        """
+        try:
+            state: AgentState = self._machine.state_type.model_validate(data)
+        except ValidationError as exc:
+            raise StoreCorrupt(f"a stored state does not validate: {exc}") from exc
+        return state
+
+    # -- patches -----------------------------------------------------------------
+
+    def encode_patch(self, patch: Patch, *, stage: str | None = None) -> dict[str, Any]:
+        """The patch as ``{"set": {...}, "append": {...}}`` JSON data.
+
+        Raises:
+            UnserializablePatch: If a value cannot be turned into JSON.
+        """
+        values: dict[str, Any] = {}
+        appends: dict[str, list[Any]] = {}
+        field = ""
+        try:
+            for name, value in patch.values.items():
+                field = name
+                values[name] = self._values[name].dump_python(value, mode="json")
+            for name, items in patch.appends.items():
+                field = name
+                adapter = self._items[name]
+                appends[name] = [adapter.dump_python(item, mode="json") for item in items]
+        except (PydanticSerializationError, ValueError, TypeError, KeyError) as exc:
+            raise UnserializablePatch(stage=stage, field=field, reason=str(exc)) from exc
+        encoded: dict[str, Any] = {}
+        if values:
+            encoded["set"] = values
+        if appends:
+            encoded["append"] = appends
+        return encoded
+
+    def decode_patch(self, data: Any) -> Patch:
+        """A patch from JSON data, each value validated by its field.
+
+        Raises:
+            StoreCorrupt: If a value does not validate.
+        """
+        try:
+            values = {
+                name: self._values[name].validate_python(value)
+                for name, value in (data or {}).get("set", {}).items()
+            }
+            appends = {
+                name: tuple(self._items[name].validate_python(item) for item in items)
+                for name, items in (data or {}).get("append", {}).items()
+            }
+        except (ValidationError, KeyError) as exc:
+            raise StoreCorrupt(f"a stored patch does not validate: {exc}") from exc
+        return Patch.of(values, appends)
+
+    # -- events ------------------------------------------------------------------
+
+    def encode_event(self, event: TransitionEvent) -> StoredEvent:
+        """The event as the store keeps it.
+
+        Raises:
+            UnserializablePatch: If its patch holds a value that cannot be stored.
+        """
+        return StoredEvent(
+            session_id=event.session_id,
+            seq=event.seq,
+            kind=event.kind.value,
+            stage=event.stage,
+            from_state=event.from_state.name,
+            to_state=event.to_state.name,
+            reads=tuple(sorted(event.reads)),
+            writes=tuple(sorted(event.writes)),
+            patch=self.encode_patch(event.patch, stage=event.stage),
+            attempt=event.attempt,
+            started_at=event.started_at,
+            finished_at=event.finished_at,
+            error=None if event.error is None else event.error.model_dump(mode="json"),
+        )
+
+    def decode_event(self, stored: StoredEvent) -> TransitionEvent:
+        """The event from what the store kept.
+
+        Raises:
+            StoreCorrupt: If it names unknown states or holds invalid values.
+        """
+        try:
+            return TransitionEvent(
+                session_id=stored.session_id,
+                seq=stored.seq,
+                kind=EventKind(stored.kind),
+                stage=stored.stage,
+                from_state=self._state(stored.from_state),
+                to_state=self._state(stored.to_state),
+                reads=frozenset(stored.reads),
+                writes=frozenset(stored.writes),
+                patch=self.decode_patch(stored.patch),
+                attempt=stored.attempt,
+                started_at=stored.started_at,
+                finished_at=stored.finished_at,
+                error=None if stored.error is None else FailureRecord.model_validate(stored.error),
+            )
+        except (ValueError, KeyError) as exc:  # ValidationError is a ValueError
+            raise StoreCorrupt(f"stored event #{stored.seq} does not decode: {exc}") from exc
+
+    def _state(self, name: str) -> enum.Enum:
+        return self._lifecycle[name]
+
+
+def apply_event(machine: Machine[Any], state: AgentState, event: TransitionEvent) -> AgentState:
+    """The state after ``event``: its patch, plus the moves the supervisor derives.
+
+    The patch's values must already be validated (they are, in events the
+    supervisor made and in events a codec decoded).
+    """
+    updates: dict[str, Any] = dict(event.patch.values)
+    for name, items in event.patch.appends.items():
+        current = getattr(state, name)
+        updates[name] = (
+            current.append(*items)
+            if isinstance(current, History)
+            else (
+                *current,
+                *items,
+            )
+        )
+    if event.kind is EventKind.STEP:
+        updates["lifecycle"] = event.to_state
+        if event.to_state is machine.loop_state and event.from_state is not event.to_state:
+            updates["iteration"] = state.iteration + 1
+        if event.error is not None and "last_error" not in updates:
+            updates["last_error"] = event.error
+    return state.model_copy(update=updates)
+
+
+def replay(
+    machine: Machine[Any], state: AgentState, events: Iterable[TransitionEvent]
+) -> AgentState:
+    """Apply ``events`` in order to ``state`` (a snapshot) and return the result."""
+    for event in events:
+        state = apply_event(machine, state, event)
+    return state
