@@ -29,9 +29,9 @@ from ._validate import _item_type
 
 if TYPE_CHECKING:
     import enum
-    from collections.abc import Iterable
+    from collections.abc import Container, Iterable
 
-__all__ = ["EventCodec", "apply_event", "replay"]
+__all__ = ["EventCodec", "apply_event", "replay", "step_moves"]
 
 
 class EventCodec:
@@ -191,12 +191,33 @@ def apply_event(machine: Machine[Any], state: AgentState, event: TransitionEvent
             )
         )
     if event.kind is EventKind.STEP:
-        updates["lifecycle"] = event.to_state
-        if event.to_state is machine.loop_state and event.from_state is not event.to_state:
-            updates["iteration"] = state.iteration + 1
-        if event.error is not None and "last_error" not in updates:
-            updates["last_error"] = event.error
+        updates.update(
+            step_moves(machine, state, event.from_state, event.to_state, event.error, updates)
+        )
     return state.model_copy(update=updates)
+
+
+def step_moves(
+    machine: Machine[Any],
+    state: AgentState,
+    from_state: enum.Enum,
+    to_state: enum.Enum,
+    error: FailureRecord | None,
+    written: Container[str],
+) -> dict[str, Any]:
+    """What the supervisor itself changes on a step, besides the stage's patch.
+
+    The lifecycle moves; entering the loop state from another counts an
+    iteration; a stage that chose the failed state leaves its record in
+    ``last_error`` unless it wrote that field itself. The supervisor and
+    `apply_event` both use this, so a replay cannot drift from a commit.
+    """
+    moves: dict[str, Any] = {"lifecycle": to_state}
+    if to_state is machine.loop_state and from_state is not to_state:
+        moves["iteration"] = state.iteration + 1
+    if error is not None and "last_error" not in written:
+        moves["last_error"] = error
+    return moves
 
 
 def replay(

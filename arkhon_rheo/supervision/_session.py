@@ -42,6 +42,7 @@ from ..protocols import (
     StateView,
     TransitionEvent,
 )
+from ._codec import step_moves
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy, RestartWindow
 
 if TYPE_CHECKING:
@@ -485,9 +486,6 @@ class SessionSupervisor(Actor[_Step, None]):
                     to_state=_label(target) if isinstance(target, enum.Enum) else repr(target),
                     allowed=[_label(s) for s in allowed],
                 )
-            moved: dict[str, Any] = {"lifecycle": target}
-            if target is machine.loop_state and lifecycle is not target:
-                moved["iteration"] = state.iteration + 1
             record = None
             if target is machine.failed:
                 # The stage's own decision to fail: still a structured record.
@@ -500,8 +498,7 @@ class SessionSupervisor(Actor[_Step, None]):
                     attempt=attempt,
                     exit_reason=ExitReason.FAILED.value,
                 )
-                if "last_error" not in updates:
-                    moved["last_error"] = record
+            moved = step_moves(machine, state, lifecycle, target, record, updates)
             # The candidate is still private to this call: set the moves on it
             # rather than copying the state a second time.
             candidate.__dict__.update(moved)
