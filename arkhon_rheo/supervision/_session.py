@@ -48,6 +48,7 @@ from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy, Res
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ._persist import Persistence
     from ._validate import PatchValidator
 
 __all__ = ["ExitReason", "Session", "SessionConfig", "SessionSupervisor", "StageMode"]
@@ -130,6 +131,7 @@ class Session:
     __slots__ = (
         "_changed",
         "_rng",
+        "base_seq",
         "config",
         "done",
         "exit_reason",
@@ -137,6 +139,7 @@ class Session:
         "listeners",
         "log",
         "machine",
+        "persistence",
         "restarts",
         "retries",
         "seed",
@@ -156,8 +159,12 @@ class Session:
         validator: PatchValidator,
         seed: str | None,
         listeners: Sequence[EventListener] = (),
+        persistence: Persistence | None = None,
+        base_seq: int = 0,
     ) -> None:
         self.session_id = session_id
+        self.persistence = persistence
+        self.base_seq = base_seq
         self.machine = machine
         self.state = state
         self.config = config
@@ -217,7 +224,7 @@ class Session:
         return self._rng
 
     def next_seq(self) -> int:
-        return len(self.log) + 1
+        return self.base_seq + len(self.log) + 1
 
 
 async def run_stage(stage: Stage[Any], view: StateView[Any], deadline: float | None) -> Any:
@@ -341,8 +348,18 @@ class SessionSupervisor(Actor[_Step, None]):
         finally:
             try:
                 self._conclude(termination)
+                if session.persistence is not None and session.exit_reason is not None:
+                    await self._store_status(session.exit_reason.value)
             finally:
                 session.close()
+
+    async def _store_status(self, status: str) -> None:
+        persistence = self.session.persistence
+        assert persistence is not None
+        try:
+            await persistence.store.set_status(self.session.session_id, status)
+        except Exception as exc:  # the outcome is known in memory; the record catches up on resume
+            _log("error", "status_not_stored", session_id=self.session.session_id, error=repr(exc))
 
     def _conclude(self, termination: Termination) -> None:
         session = self.session
@@ -440,7 +457,7 @@ class SessionSupervisor(Actor[_Step, None]):
             failure = (
                 outcome
                 if isinstance(outcome, Exception)
-                else self._commit(state, outcome, slot.stage, started, attempt)
+                else await self._commit(state, outcome, slot.stage, started, attempt)
             )
             if failure is None:
                 session.steps += 1
@@ -462,7 +479,7 @@ class SessionSupervisor(Actor[_Step, None]):
         session.finish(ExitReason.FAILED if failed else ExitReason.FINISHED)
         return True
 
-    def _commit(
+    async def _commit(
         self, state: AgentState, patch: Patch, stage: Stage[Any], started: float, attempt: int
     ) -> Exception | None:
         """Validate and commit one stage's patch; return the refusal instead of raising."""
@@ -507,26 +524,29 @@ class SessionSupervisor(Actor[_Step, None]):
                 session.validator.check_invariants(candidate, target, stage=name)
         except Exception as exc:
             return exc
+        event = TransitionEvent(
+            session_id=session.session_id,
+            seq=session.next_seq(),
+            kind=EventKind.STEP,
+            stage=name,
+            from_state=lifecycle,
+            to_state=target,
+            reads=stage.reads,
+            writes=patch.fields,
+            patch=patch,
+            attempt=attempt,
+            started_at=started,
+            finished_at=time.time(),
+            error=record,
+        )
+        if session.persistence is not None:
+            try:  # write-ahead: the store has it before it becomes authoritative
+                await session.persistence.record(event, candidate)
+            except Exception as exc:
+                return exc
         if record is not None:
             session.failure = record
-        session.commit(
-            candidate,
-            TransitionEvent(
-                session_id=session.session_id,
-                seq=session.next_seq(),
-                kind=EventKind.STEP,
-                stage=name,
-                from_state=lifecycle,
-                to_state=target,
-                reads=stage.reads,
-                writes=patch.fields,
-                patch=patch,
-                attempt=attempt,
-                started_at=started,
-                finished_at=time.time(),
-                error=record,
-            ),
-        )
+        session.commit(candidate, event)
         return None
 
     # -- failures ----------------------------------------------------------------
@@ -551,7 +571,7 @@ class SessionSupervisor(Actor[_Step, None]):
                 error_class = ErrorClass.FATAL
             else:
                 await self._restart(stage)
-                return self._record(error, stage, attempt)
+                return await self._record(error, stage, attempt)
         await self._fail(
             type(error).__name__,
             str(error),
@@ -578,7 +598,7 @@ class SessionSupervisor(Actor[_Step, None]):
             strategy=session.config.restart_strategy.value,
         )
 
-    def _record(self, exc: Exception, stage: str, attempt: int) -> bool:
+    async def _record(self, exc: Exception, stage: str, attempt: int) -> bool:
         """Record a recoverable error in the state; follow the error route if there is one."""
         session = self.session
         state = session.state
@@ -602,7 +622,7 @@ class SessionSupervisor(Actor[_Step, None]):
                     error=repr(violation),
                 )
                 updates = {"last_error": record}
-        self._commit_failure(updates, record, stage, attempt)
+        await self._commit_failure(updates, record, stage, attempt)
         session.steps += 1
         return False
 
@@ -629,7 +649,7 @@ class SessionSupervisor(Actor[_Step, None]):
             exit_reason=reason.value,
         )
         updates = {"last_error": record, "lifecycle": session.machine.failed}
-        self._commit_failure(updates, record, stage, attempt)
+        await self._commit_failure(updates, record, stage, attempt)
         session.failure = record
         _log(
             "warning",
@@ -641,7 +661,7 @@ class SessionSupervisor(Actor[_Step, None]):
         )
         session.finish(reason)
 
-    def _commit_failure(
+    async def _commit_failure(
         self,
         updates: dict[str, Any],
         record: FailureRecord,
@@ -652,24 +672,33 @@ class SessionSupervisor(Actor[_Step, None]):
         session = self.session
         state = session.state
         now = time.time()
-        session.commit(
-            state.model_copy(update=updates),
-            TransitionEvent(
-                session_id=session.session_id,
-                seq=session.next_seq(),
-                kind=EventKind.FAILURE,
-                stage=stage,
-                from_state=state.lifecycle,
-                to_state=updates.get("lifecycle", state.lifecycle),
-                reads=frozenset(),
-                writes=frozenset(updates),
-                patch=Patch.of(updates),
-                attempt=attempt,
-                started_at=now,
-                finished_at=now,
-                error=record,
-            ),
+        candidate = state.model_copy(update=updates)
+        event = TransitionEvent(
+            session_id=session.session_id,
+            seq=session.next_seq(),
+            kind=EventKind.FAILURE,
+            stage=stage,
+            from_state=state.lifecycle,
+            to_state=updates.get("lifecycle", state.lifecycle),
+            reads=frozenset(),
+            writes=frozenset(updates),
+            patch=Patch.of(updates),
+            attempt=attempt,
+            started_at=now,
+            finished_at=now,
+            error=record,
         )
+        if session.persistence is not None:
+            try:
+                await session.persistence.record(event, candidate)
+            except Exception as exc:  # the failure still ends or redirects the session here
+                _log(
+                    "error",
+                    "failure_not_stored",
+                    session_id=session.session_id,
+                    error=repr(exc),
+                )
+        session.commit(candidate, event)
 
 
 def _record(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import itertools
 import uuid
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .._errors import ConfigurationError, SessionError, SessionNotFound, SystemNotRunning
 from ..actors import ActorRef, ActorSystem
 from ..protocols import AgentState, FailureRecord, Machine
+from ._codec import EventCodec, replay
+from ._persist import Persistence
 from ._session import (
     EventListener,
     ExitReason,
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Sequence
     from types import TracebackType
 
-    from ..protocols import TransitionEvent
+    from ..protocols import Store, TransitionEvent
     from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 
 __all__ = ["AgentSystem", "SessionHandle", "SessionResult", "SystemStatistics"]
@@ -166,6 +168,12 @@ class AgentSystem:
         seed: Seeds each session's RNG (backoff jitter), for exact tests.
         listeners: Called with every committed event of every session.
         shutdown_timeout: Seconds the actors may take to stop on exit.
+        store: Where sessions are recorded: every commit is stored before it
+            becomes authoritative, and `resume` rebuilds a session from it. The
+            store must be entered (``async with``) before the system is used.
+            ``None`` keeps sessions in memory only.
+        snapshot_every: With a store, a snapshot every this many events (loading
+            a session is its latest snapshot plus the events after it).
 
     Raises:
         ConfigurationError: If a bound is out of range.
@@ -184,6 +192,8 @@ class AgentSystem:
         seed: int | None = None,
         listeners: Iterable[EventListener] = (),
         shutdown_timeout: float = 5.0,
+        store: Store | None = None,
+        snapshot_every: int = 100,
     ) -> None:
         if not isinstance(stage_mode, StageMode):
             raise ConfigurationError(f"stage_mode must be a StageMode, got {stage_mode!r}")
@@ -198,7 +208,14 @@ class AgentSystem:
         }
         self._config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
         _check_budget(max_steps)
+        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
+            raise ConfigurationError(f"snapshot_every must be an integer, got {snapshot_every!r}")
+        if snapshot_every < 1:
+            raise ConfigurationError(f"snapshot_every must be at least 1, got {snapshot_every}")
         self._seed = seed
+        self._store = store
+        self._snapshot_every = snapshot_every
+        self._codecs: dict[int, EventCodec] = {}
         self._listeners = tuple(listeners)
         self._actors = ActorSystem(
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
@@ -272,25 +289,136 @@ class AgentSystem:
         if state.session_id != session_id:
             state = state.model_copy(update={"session_id": session_id})
         validator.check_invariants(state, machine.initial, stage="(start)")
+        self._check_running()
+        if self._store is not None:
+            await self._store.create_session(
+                session_id, machine=machine.name, snapshot=self._codec(machine).encode_state(state)
+            )
+        return await self._launch(machine, state, config, session_id, base_seq=0)
+
+    async def resume(
+        self, machine: Machine[S], session_id: str, *, max_steps: int | None = None
+    ) -> SessionHandle[S]:
+        """Rebuild a session from the store and continue it from its last commit.
+
+        A stage that was running when its process died runs again: stages run at
+        least once, commits exactly once (event numbers are unique per session).
+
+        Args:
+            machine: The session's machine (the same one it was started with).
+            session_id: The session to resume.
+            max_steps: The step budget for this run; the system's default otherwise.
+
+        Returns:
+            The session's handle; it runs on its own from its last committed state.
+
+        Raises:
+            ConfigurationError: If the system has no store, or ``machine`` is not
+                the session's machine.
+            SessionNotFound: If the store has no such session.
+            SessionError: If the session is running here already, or has ended.
+            StoreCorrupt: If what is stored does not decode.
+        """
+        store = self._require_store("resume a session")
+        self._check_running()
+        if session_id in self._sessions and not self._sessions[session_id].done:
+            raise SessionError(
+                f"session {session_id!r} is running here already", session_id=session_id
+            )
+        loaded = await store.load(session_id)
+        if loaded.record.machine != machine.name:
+            raise ConfigurationError(
+                f"session {session_id!r} runs machine {loaded.record.machine!r}, "
+                f"not {machine.name!r}"
+            )
+        codec = self._codec(machine)
+        state = cast(
+            "S",
+            replay(
+                machine,
+                codec.decode_state(loaded.snapshot),
+                [codec.decode_event(event) for event in loaded.events],
+            ),
+        )
+        if machine.is_terminal(state.lifecycle):
+            raise SessionError(
+                f"session {session_id!r} has ended in {state.lifecycle.name}; "
+                "fork it or roll it back to go on",
+                session_id=session_id,
+            )
+        config = self._config
+        if max_steps is not None:
+            _check_budget(max_steps)
+            config = replace(config, max_steps=max_steps)
+        self._sessions.pop(session_id, None)
+        return await self._launch(
+            machine, state, config, session_id, base_seq=loaded.record.last_seq
+        )
+
+    async def history(self, session_id: str, machine: Machine[Any]) -> list[TransitionEvent]:
+        """Every event of a session, from the store, in order, with patches and timings.
+
+        Raises:
+            ConfigurationError: If the system has no store.
+            SessionNotFound: If the store has no such session.
+        """
+        store = self._require_store("read a session's history")
+        codec = self._codec(machine)
+        return [codec.decode_event(event) for event in await store.history(session_id)]
+
+    async def _launch(
+        self,
+        machine: Machine[S],
+        state: S,
+        config: SessionConfig,
+        session_id: str,
+        *,
+        base_seq: int,
+    ) -> SessionHandle[S]:
         seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
+        persistence = None
+        if self._store is not None:
+            persistence = Persistence(
+                self._store,
+                self._codec(machine),
+                session_id,
+                snapshot_every=self._snapshot_every,
+            )
         session = Session(
             session_id,
             machine,
             state,
             config,
-            validator=validator,
+            validator=self._validator(machine),
             seed=seed,
             listeners=self._listeners,
+            persistence=persistence,
+            base_seq=base_seq,
         )
+        ref = await self._actors.spawn(SessionSupervisor, session, name=f"{session_id}/supervisor")
+        handle: SessionHandle[S] = SessionHandle(session, ref)
+        self._sessions[session_id] = handle
+        return handle
+
+    def _check_running(self) -> None:
         if self._actors.state.value != "running":
             raise SystemNotRunning(
                 f"cannot start a session: the agent system is {self._actors.state.value}; "
                 "start sessions inside its `async with` block"
             )
-        ref = await self._actors.spawn(SessionSupervisor, session, name=f"{session_id}/supervisor")
-        handle: SessionHandle[S] = SessionHandle(session, ref)
-        self._sessions[session_id] = handle
-        return handle
+
+    def _require_store(self, purpose: str) -> Store:
+        if self._store is None:
+            raise ConfigurationError(
+                f"cannot {purpose} without a store: pass store=... to AgentSystem"
+            )
+        return self._store
+
+    def _codec(self, machine: Machine[Any]) -> EventCodec:
+        codec = self._codecs.get(id(machine))
+        if codec is None:
+            codec = self._codecs[id(machine)] = EventCodec(machine)
+        return codec
 
     async def run(
         self,

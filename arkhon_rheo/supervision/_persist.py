@@ -1,0 +1,49 @@
+"""A session's link to its store: every commit is recorded before it becomes authoritative."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..protocols import AgentState, Store, TransitionEvent
+    from ._codec import EventCodec
+
+__all__ = ["Persistence"]
+
+
+class Persistence:
+    """Writes a session's events (and a snapshot every ``snapshot_every``) to a store.
+
+    The supervisor awaits `record` before a commit becomes authoritative, so
+    what a caller was told is committed is in the store, as durable as the
+    store's durability mode makes it.
+
+    Args:
+        store: The store, already entered.
+        codec: Encodes the machine's states and events.
+        session_id: The session.
+        snapshot_every: Take a snapshot after every this many events.
+    """
+
+    __slots__ = ("codec", "session_id", "snapshot_every", "store")
+
+    def __init__(
+        self, store: Store, codec: EventCodec, session_id: str, *, snapshot_every: int
+    ) -> None:
+        self.store = store
+        self.codec = codec
+        self.session_id = session_id
+        self.snapshot_every = snapshot_every
+
+    async def record(self, event: TransitionEvent, state: AgentState) -> None:
+        """Store ``event`` (and ``state`` as a snapshot when one is due).
+
+        Raises:
+            UnserializablePatch: If the event cannot be encoded (nothing was written).
+            StoreError: If the store refused or failed.
+        """
+        stored = self.codec.encode_event(event)
+        snapshot = None
+        if event.seq % self.snapshot_every == 0:
+            snapshot = (event.seq, self.codec.encode_state(state))
+        await self.store.append(self.session_id, [stored], snapshot=snapshot)
