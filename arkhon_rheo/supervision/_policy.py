@@ -19,6 +19,7 @@ from .._errors import (
     Recoverable,
     RestartIntensityExceeded,
     StageTimeout,
+    StoreError,
     Transient,
 )
 from ..protocols import ErrorClass
@@ -36,9 +37,9 @@ class Classifier:
     The order of precedence: the `Transient`/`Recoverable`/`Fatal` an exception
     is (wrap a third-party error with ``raise Transient(...) from exc``); then,
     walking its MRO from the most specific class, the first class with a
-    registered rule or a framework default (contract violations are fatal,
-    except an invalid patch value, which is recoverable; timeouts are
-    transient); then ``default``. Only ``Exception`` is ever classified:
+    registered rule or a framework default (contract violations and store
+    failures are fatal, except an invalid patch value, which is recoverable;
+    timeouts are transient); then ``default``. Only ``Exception`` is ever classified:
     cancellation always propagates.
 
     Args:
@@ -50,6 +51,7 @@ class Classifier:
         InvalidPatch: ErrorClass.RECOVERABLE,
         ContractViolation: ErrorClass.FATAL,
         RestartIntensityExceeded: ErrorClass.FATAL,
+        StoreError: ErrorClass.FATAL,
         StageTimeout: ErrorClass.TRANSIENT,
         TimeoutError: ErrorClass.TRANSIENT,
     }
