@@ -15,6 +15,7 @@ PUBLIC_NAMESPACES = [
     "arkhon_rheo",
     "arkhon_rheo.actors",
     "arkhon_rheo.protocols",
+    "arkhon_rheo.store",
     "arkhon_rheo.supervision",
 ]
 

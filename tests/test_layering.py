@@ -17,6 +17,7 @@ ALLOWED: dict[str, set[str]] = {
     "protocols": set(),
     "actors": {"protocols"},
     "supervision": {"protocols", "actors"},
+    "store": {"protocols"},
 }
 
 

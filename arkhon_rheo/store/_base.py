@@ -1,0 +1,106 @@
+"""What both stores share: their lifecycle, and turning calls into write requests."""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any
+
+from .._errors import ConfigurationError, StoreError
+from ._codec import dumps, encode_events
+from ._plan import Append, Create
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ..protocols import StoredEvent
+
+__all__ = ["StoreBase", "StoreState"]
+
+
+class StoreState(enum.Enum):
+    """Where a store is in its life."""
+
+    #: Made, not entered yet: no call is accepted.
+    NEW = "new"
+    #: Entered: reads and writes are accepted.
+    OPEN = "open"
+    #: Left, or failed to open: no call is accepted and it cannot be reopened.
+    CLOSED = "closed"
+
+
+class StoreBase:
+    """The lifecycle checks and request encoding common to every store."""
+
+    def __init__(self, location: str, clock: Callable[[], float]) -> None:
+        if not callable(clock):
+            raise ConfigurationError(f"clock must be a callable returning seconds, not {clock!r}")
+        self._location = location
+        self._clock = clock
+        self._state = StoreState.NEW
+
+    @property
+    def state(self) -> StoreState:
+        """Where the store is in its life."""
+        return self._state
+
+    @property
+    def location(self) -> str:
+        """Where the store lives: a file path, or ``":memory:"``."""
+        return self._location
+
+    def _begin_enter(self) -> None:
+        if self._state is StoreState.OPEN:
+            raise StoreError(
+                f"the store at {self._location} is open already; enter it once",
+                location=self._location,
+            )
+        if self._state is StoreState.CLOSED:
+            raise StoreError(
+                f"cannot reopen a store once it has been closed; make a new store "
+                f"on {self._location} instead",
+                location=self._location,
+            )
+
+    def _check_open(self) -> None:
+        if self._state is not StoreState.OPEN:
+            hint = (
+                "enter it first (`async with store:`)"
+                if self._state is StoreState.NEW
+                else "make a new store on the same location to use it again"
+            )
+            raise StoreError(
+                f"the store at {self._location} is {self._state.value}; {hint}",
+                location=self._location,
+            )
+
+    def _create_request(
+        self,
+        session_id: str,
+        machine: str,
+        snapshot: Any,
+        parent: str | None,
+        status: str,
+    ) -> Create:
+        self._check_open()
+        text = dumps(
+            snapshot,
+            what=f"the initial snapshot of session {session_id!r}",
+            location=self._location,
+        )
+        return Create(session_id, machine, status, parent, text, self._clock())
+
+    def _append_request(
+        self,
+        session_id: str,
+        events: Sequence[StoredEvent],
+        snapshot: tuple[int, Any] | None,
+        status: str | None,
+    ) -> Append:
+        self._check_open()
+        rows = encode_events(session_id, events, self._location)
+        encoded: tuple[int, str] | None = None
+        if snapshot is not None:
+            seq, state = snapshot
+            what = f"the snapshot of session {session_id!r} after event #{seq}"
+            encoded = (seq, dumps(state, what=what, location=self._location))
+        return Append(session_id, rows, encoded, status)

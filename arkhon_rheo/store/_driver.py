@@ -1,0 +1,227 @@
+"""How `SQLiteStore` runs its SQL: scripts, and the two drivers that run them.
+
+The SQL layer (`._sql`) is written once, as *scripts*: generators that yield
+statements and receive their rows, with no I/O of their own. A driver runs a
+script on its connection:
+
+* ``"thread"`` (the default on trio, available everywhere): stdlib `sqlite3` on
+  one dedicated connection; the whole script (a transaction with all its
+  statements) runs in one `anyio.to_thread.run_sync` call, with a
+  `CapacityLimiter` of 1 so the connection is only ever used by one thread.
+* ``"aiosqlite"`` (the default on asyncio): each statement is awaited on
+  aiosqlite's connection. aiosqlite is asyncio-only (each call awaits an
+  ``asyncio`` future; under trio it fails with "trio.run received unrecognized
+  yield message"), so it lives in its own adapter module, `._aiosqlite`.
+
+Every `sqlite3` error is translated here into a `StoreError` (`StoreCorrupt`
+when SQLite says the file is damaged or is not a database) and thrown into the
+script, which rolls its transaction back.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from .._errors import ConfigurationError, StoreCorrupt, StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+__all__ = [
+    "Driver",
+    "DriverName",
+    "Rows",
+    "Script",
+    "Statement",
+    "ThreadDriver",
+    "open_driver",
+    "step",
+    "translate",
+]
+
+T = TypeVar("T")
+
+#: Which driver a `SQLiteStore` uses; ``"auto"`` picks by the running event loop.
+DriverName = Literal["auto", "aiosqlite", "thread"]
+#: ``(sql, parameters, many)``: with ``many``, ``parameters`` is one row per run.
+Statement = tuple[str, "Sequence[Any] | Iterable[Sequence[Any]]", bool]
+Rows = list[tuple[Any, ...]]
+#: A generator that yields statements, receives their rows, and returns a result.
+Script = Generator[Statement, Rows, T]
+
+
+class Driver(Protocol):
+    """One SQLite connection, in autocommit mode (transactions are explicit SQL)."""
+
+    async def run(self, script: Script[T]) -> T:
+        """Run ``script`` to its end and return its result.
+
+        Raises:
+            StoreError: A statement failed and the script did not handle it.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Close the connection (a no-op if closed)."""
+        ...
+
+
+_DAMAGED = ("malformed", "not a database", "file is encrypted", "disk image")
+
+
+def translate(exc: sqlite3.Error, location: str) -> StoreError:
+    """The `StoreError` to raise for a `sqlite3` error.
+
+    Args:
+        exc: What `sqlite3` raised.
+        location: The database file.
+
+    Returns:
+        `StoreCorrupt` if SQLite says the file is damaged or not a database, else
+        `StoreError`; either names the file.
+    """
+    text = str(exc)
+    if any(marker in text for marker in _DAMAGED):
+        error: StoreError = StoreCorrupt(
+            f"{location} is damaged or not an SQLite database ({text}); it was left "
+            "untouched: restore it from a backup or move it aside",
+            location=location,
+        )
+    else:
+        error = StoreError(f"SQLite failed on {location}: {text}", location=location)
+    error.__cause__ = exc
+    return error
+
+
+def step(script: Script[T], statement: Statement, execute: Callable[[Statement], Rows]) -> T:
+    """Run ``script`` synchronously from ``statement`` on, with ``execute``.
+
+    Args:
+        script: The script, already advanced to ``statement``.
+        statement: Its first statement.
+        execute: Runs one statement and returns its rows.
+
+    Returns:
+        The script's result.
+    """
+    while True:
+        try:
+            rows = execute(statement)
+        except StoreError as exc:
+            statement = script.throw(exc)
+        else:
+            try:
+                statement = script.send(rows)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+
+
+def connect(path: str, busy_timeout: float) -> sqlite3.Connection:
+    """Open a connection in autocommit mode, usable from any one thread at a time."""
+    return sqlite3.connect(
+        path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+    )
+
+
+class ThreadDriver:
+    """stdlib `sqlite3` through `anyio.to_thread.run_sync`: one thread hop per script."""
+
+    def __init__(self, connection: sqlite3.Connection, location: str) -> None:
+        self._connection: sqlite3.Connection | None = connection
+        self._location = location
+        self._limiter = anyio.CapacityLimiter(1)
+
+    @classmethod
+    async def open(cls, path: str, *, busy_timeout: float) -> ThreadDriver:
+        """Connect to ``path``; ``busy_timeout``: how long to wait for another writer's lock.
+
+        Raises:
+            StoreError: SQLite cannot open the file.
+        """
+        try:
+            connection = await anyio.to_thread.run_sync(connect, path, busy_timeout)
+        except sqlite3.Error as exc:
+            raise translate(exc, path) from exc
+        return cls(connection, path)
+
+    def _execute(self, statement: Statement) -> Rows:
+        assert self._connection is not None
+        sql, params, many = statement
+        try:
+            if many:
+                self._connection.executemany(sql, params)
+                return []
+            return self._connection.execute(sql, params).fetchall()  # type: ignore[arg-type]
+        except sqlite3.Error as exc:
+            raise translate(exc, self._location) from exc
+
+    def _run(self, script: Script[T]) -> T:
+        try:
+            first = next(script)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        return step(script, first, self._execute)
+
+    async def run(self, script: Script[T]) -> T:
+        """Run the whole script in the connection's worker thread.
+
+        Raises:
+            StoreError: A statement failed and the script did not handle it, or the
+                connection is closed.
+        """
+        if self._connection is None:
+            raise StoreError(
+                f"the connection to {self._location} is closed", location=self._location
+            )
+        return await anyio.to_thread.run_sync(self._run, script, limiter=self._limiter)
+
+    async def close(self) -> None:
+        """Close the connection, even when cancelled."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(connection.close, limiter=self._limiter)
+
+
+def _running_library() -> str:
+    try:
+        import sniffio  # installed with trio; without it we can only be on asyncio
+    except ImportError:  # pragma: no cover - trio (which needs sniffio) is not installed
+        return "asyncio"
+    return sniffio.current_async_library()
+
+
+async def open_driver(path: str, *, name: DriverName, busy_timeout: float) -> Driver:
+    """Open the driver ``name`` (``"auto"``: aiosqlite on asyncio, threads elsewhere).
+
+    Args:
+        path: The database file.
+        name: Which driver.
+        busy_timeout: How long a statement waits for another connection's lock, in
+            seconds.
+
+    Returns:
+        The open driver.
+
+    Raises:
+        ConfigurationError: ``"aiosqlite"`` was asked for outside asyncio.
+        StoreError: SQLite cannot open the file.
+    """
+    library = _running_library()
+    if name == "aiosqlite" and library != "asyncio":
+        raise ConfigurationError(
+            f"the aiosqlite driver runs on asyncio only, not {library}; use driver='thread' "
+            "or 'auto'"
+        )
+    if name == "thread" or (name == "auto" and library != "asyncio"):
+        return await ThreadDriver.open(path, busy_timeout=busy_timeout)
+    from ._aiosqlite import AiosqliteDriver  # asyncio-only: loaded on asyncio only
+
+    return await AiosqliteDriver.open(path, busy_timeout=busy_timeout)

@@ -1,0 +1,166 @@
+"""Write requests, and the pure check that turns a batch of them into rows.
+
+Both stores decide what a batch of writes does with the same function, `plan`:
+given the requests in arrival order and what is known of the sessions they
+touch, it checks each request in turn (an event number must be the next one, a
+session must exist, or must not when created) and returns the rows to write
+plus, per request, the error that excluded it. A refused request never takes
+the other requests of its batch down with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .._errors import DuplicateEvent, SessionError, SessionNotFound, StoreError
+
+if TYPE_CHECKING:
+    from ._codec import EventRow, SessionRow
+
+__all__ = ["Append", "Create", "Flush", "Plan", "Request", "SetStatus", "plan"]
+
+
+@dataclass(slots=True)
+class Create:
+    """Create a session with its initial snapshot (event number 0)."""
+
+    session_id: str
+    machine: str
+    status: str
+    parent: str | None
+    snapshot: str
+    created_at: float
+
+
+@dataclass(slots=True)
+class Append:
+    """Append encoded events, with an optional snapshot and status change."""
+
+    session_id: str
+    rows: list[EventRow]
+    snapshot: tuple[int, str] | None
+    status: str | None
+
+
+@dataclass(slots=True)
+class SetStatus:
+    """Change a session's status."""
+
+    session_id: str
+    status: str
+
+
+@dataclass(slots=True)
+class Flush:
+    """A barrier: done once everything queued before it is committed."""
+
+    session_id: str = ""
+
+
+Request = Create | Append | SetStatus | Flush
+
+
+@dataclass(slots=True)
+class Plan:
+    """The rows a batch writes, and the error (or ``None``) of each request.
+
+    Attributes:
+        created: New session rows.
+        events: Event rows, in order.
+        snapshots: ``(session_id, seq, state)`` rows.
+        updated: The final ``(last_seq, status)`` of every session the batch touched.
+        errors: One entry per request: why it was refused, or ``None``.
+        appended: How many events the batch writes.
+    """
+
+    created: list[SessionRow] = field(default_factory=list)
+    events: list[EventRow] = field(default_factory=list)
+    snapshots: list[tuple[str, int, str]] = field(default_factory=list)
+    updated: dict[str, tuple[int, str]] = field(default_factory=dict)
+    errors: list[Exception | None] = field(default_factory=list)
+    appended: int = 0
+
+
+def _check_append(request: Append, last_seq: int, location: str) -> int:
+    expected = last_seq + 1
+    for row in request.rows:
+        if row[1] != expected:
+            raise DuplicateEvent(
+                session_id=request.session_id, seq=row[1], expected=expected, location=location
+            )
+        expected += 1
+    new_last = expected - 1
+    if request.snapshot is not None and not 0 < request.snapshot[0] <= new_last:
+        raise StoreError(
+            f"session {request.session_id!r}: a snapshot after event #{request.snapshot[0]} "
+            f"cannot be stored, the last event is #{new_last}",
+            location=location,
+        )
+    return new_last
+
+
+def plan(
+    requests: list[Request],
+    known: dict[str, tuple[int, str]],
+    *,
+    now: float,
+    location: str = "",
+) -> Plan:
+    """Check a batch of requests in order and gather the rows to write.
+
+    Args:
+        requests: The batch, in arrival order.
+        known: ``(last_seq, status)`` of every existing session the batch touches
+            (absent: the session does not exist). Not modified.
+        now: The time to record as the sessions' ``updated_at``.
+        location: The store's location, for errors.
+
+    Returns:
+        The plan.
+    """
+    out = Plan()
+    state = dict(known)
+    for request in requests:
+        sid = request.session_id
+        current = state.get(sid)
+        error: Exception | None = None
+        if isinstance(request, Flush):
+            pass
+        elif isinstance(request, Create):
+            if current is not None:
+                error = SessionError(
+                    f"session {sid!r} exists already; choose another id, or resume it",
+                    session_id=sid,
+                )
+            else:
+                out.created.append(
+                    (
+                        sid,
+                        request.machine,
+                        request.status,
+                        0,
+                        request.created_at,
+                        now,
+                        request.parent,
+                    )
+                )
+                out.snapshots.append((sid, 0, request.snapshot))
+                state[sid] = out.updated[sid] = (0, request.status)
+        elif current is None:
+            error = SessionNotFound(session_id=sid)
+        elif isinstance(request, SetStatus):
+            state[sid] = out.updated[sid] = (current[0], request.status)
+        else:
+            try:
+                new_last = _check_append(request, current[0], location)
+            except StoreError as exc:
+                error = exc
+            else:
+                out.events.extend(request.rows)
+                out.appended += len(request.rows)
+                if request.snapshot is not None:
+                    out.snapshots.append((sid, *request.snapshot))
+                state[sid] = out.updated[sid] = (new_last, request.status or current[1])
+        out.errors.append(error)
+    return out

@@ -1,0 +1,163 @@
+"""The SQL layer: every query of the store, as scripts any driver can run.
+
+A script is a generator: it yields ``(sql, parameters, many)`` and receives the
+rows, so the same code runs in one thread hop (thread driver) or one await per
+statement (aiosqlite). `transaction` wraps a script in ``BEGIN``/``COMMIT``,
+rolling back on any error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._errors import SessionLocked, SessionNotFound, StoreError
+from ._plan import Plan, Request, plan
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from ._driver import Rows, Script, Statement
+
+__all__ = [
+    "acquire",
+    "history",
+    "load",
+    "record",
+    "release",
+    "sessions",
+    "snapshot_at",
+    "sql",
+    "transaction",
+    "write_batch",
+]
+
+T = TypeVar("T")
+_CHUNK = 500  # session ids per ``IN (...)`` query, well below SQLite's variable limit
+INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)"
+INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_SNAPSHOT = "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)"
+UPDATE_SESSION = "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? WHERE id = ?"
+_SESSION_COLUMNS = "id, machine, status, last_seq, created_at, updated_at, parent"
+
+
+def sql(text: str, params: Sequence[Any] = ()) -> Statement:
+    """One statement, run once."""
+    return (text, params, False)
+
+
+def many(text: str, rows: Iterable[Sequence[Any]]) -> Statement:
+    """One statement, run once per row of parameters."""
+    return (text, rows, True)
+
+
+def transaction(body: Script[T], *, write: bool) -> Script[T]:
+    """Run ``body`` in a transaction: ``BEGIN IMMEDIATE`` to write, ``BEGIN`` to read.
+
+    It commits if ``body`` returns and rolls back if anything raises. A write
+    transaction takes the file's write lock first, so what it reads cannot go
+    stale before it commits, even with other processes on the file.
+    """
+    yield sql("BEGIN IMMEDIATE" if write else "BEGIN")
+    try:
+        result = yield from body
+        yield sql("COMMIT")
+    except GeneratorExit:
+        raise
+    except BaseException:
+        with contextlib.suppress(StoreError):  # none is active if COMMIT failed
+            yield sql("ROLLBACK")
+        raise
+    return result
+
+
+def write_batch(requests: list[Request], *, now: float, location: str) -> Script[Plan]:
+    """Check a batch against the sessions' rows and write what passes (in a transaction)."""
+    ids = sorted({r.session_id for r in requests if r.session_id})
+    known: dict[str, tuple[int, str]] = {}
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        rows = yield sql(f"SELECT id, last_seq, status FROM sessions WHERE id IN ({marks})", chunk)
+        known.update((row[0], (row[1], row[2])) for row in rows)
+    result = plan(requests, known, now=now, location=location)
+    if result.created:
+        yield many(INSERT_SESSION, result.created)
+    if result.events:
+        yield many(INSERT_EVENT, result.events)
+    if result.snapshots:
+        yield many(INSERT_SNAPSHOT, result.snapshots)
+    if result.updated:
+        updates = [(last, status, now, sid) for sid, (last, status) in result.updated.items()]
+        yield many(UPDATE_SESSION, updates)
+    return result
+
+
+def record(session_id: str) -> Script[tuple[Any, ...]]:
+    """The session's row; raises `SessionNotFound`."""
+    rows = yield sql(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
+    if not rows:
+        raise SessionNotFound(session_id=session_id)
+    return rows[0]
+
+
+def sessions() -> Script[Rows]:
+    """Every session's row, oldest first."""
+    rows = yield sql(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY rowid")
+    return rows
+
+
+def _snapshot(session_id: str, seq: int) -> Script[tuple[int, str]]:
+    rows = yield sql(
+        "SELECT seq, state FROM snapshots WHERE session_id = ? AND seq <= ? "
+        "ORDER BY seq DESC LIMIT 1",
+        (session_id, seq),
+    )
+    if not rows:  # only for seq < 0: the initial snapshot is number 0
+        rows = yield sql(
+            "SELECT seq, state FROM snapshots WHERE session_id = ? ORDER BY seq LIMIT 1",
+            (session_id,),
+        )
+    return rows[0][0], rows[0][1]
+
+
+def snapshot_at(session_id: str, seq: int) -> Script[tuple[int, str]]:
+    """The latest snapshot at or before ``seq``; raises `SessionNotFound`."""
+    yield from record(session_id)
+    return (yield from _snapshot(session_id, seq))
+
+
+def load(session_id: str) -> Script[tuple[tuple[Any, ...], int, str, Rows]]:
+    """The session's row, its latest snapshot and the event rows after it."""
+    row = yield from record(session_id)
+    seq, state = yield from _snapshot(session_id, row[3])
+    events = yield sql(
+        "SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq", (session_id, seq)
+    )
+    return row, seq, state, events
+
+
+def history(session_id: str) -> Script[Rows]:
+    """Every event row of the session, in order; raises `SessionNotFound`."""
+    yield from record(session_id)
+    rows = yield sql("SELECT * FROM events WHERE session_id = ? ORDER BY seq", (session_id,))
+    return rows
+
+
+def acquire(session_id: str, owner: str, *, now: float, ttl: float, location: str) -> Script[None]:
+    """Take or renew a lease unless another owner's is unexpired (then `SessionLocked`)."""
+    rows = yield sql("SELECT owner, expires_at FROM leases WHERE session_id = ?", (session_id,))
+    if rows and rows[0][0] != owner and rows[0][1] > now:
+        raise SessionLocked(
+            session_id=session_id, owner=rows[0][0], expires_at=rows[0][1], location=location
+        )
+    yield sql(
+        "INSERT INTO leases VALUES (?, ?, ?) ON CONFLICT (session_id) DO UPDATE "
+        "SET owner = excluded.owner, expires_at = excluded.expires_at",
+        (session_id, owner, now + ttl),
+    )
+
+
+def release(session_id: str, owner: str) -> Script[None]:
+    """Drop the lease if ``owner`` holds it."""
+    yield sql("DELETE FROM leases WHERE session_id = ? AND owner = ?", (session_id, owner))

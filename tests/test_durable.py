@@ -1,0 +1,195 @@
+"""Sessions recorded in a store: write-ahead commits, resume after a crash, history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from arkhon_rheo import (
+    AgentState,
+    AgentSystem,
+    ConfigurationError,
+    ExitReason,
+    History,
+    Lifecycle,
+    Machine,
+    Patch,
+    SessionError,
+    SessionNotFound,
+    StateView,
+    stage,
+)
+from arkhon_rheo.protocols import Durability
+from arkhon_rheo.store import MemoryStore, SQLiteStore
+from arkhon_rheo.supervision import EventCodec, replay
+
+pytestmark = pytest.mark.anyio
+
+L = Lifecycle
+
+
+@pytest.fixture(params=["memory", "sqlite-sync", "sqlite-batched"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    """A factory of stores that share one place, so a second one sees the first's data."""
+    path = tmp_path / "sessions.db"
+
+    def make() -> Any:
+        if request.param == "memory":
+            return shared
+        mode = Durability.SYNC if request.param == "sqlite-sync" else Durability.BATCHED
+        return SQLiteStore(path, durability=mode)
+
+    shared = _Reentrant(MemoryStore())
+    return make
+
+
+class _Reentrant:
+    """Lets one MemoryStore be entered twice, standing in for reopening a file."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.entered = False
+
+    async def __aenter__(self) -> Any:
+        if not self.entered:
+            await self.store.__aenter__()
+            self.entered = True
+        return self.store
+
+    async def __aexit__(self, *exc: Any) -> None:
+        pass  # kept open: its data must outlive the first "process"
+
+
+class Notes(AgentState):
+    lifecycle: Lifecycle = L.INITIALIZED
+    notes: History[str] = History()
+    blob: Any = None
+
+
+class Control:
+    """What the stages do: block forever at a given act call, or write garbage."""
+
+    def __init__(self, *, block_at: int | None = None, garbage: bool = False) -> None:
+        self.block_at = block_at
+        self.garbage = garbage
+        self.acts = 0
+        self.blocked = anyio.Event()
+
+
+def notes_machine(control: Control, rounds: int = 3) -> Machine[Notes]:
+    @stage(reads=(), writes={"notes"}, next=L.THINKING)
+    async def load(view: StateView[Notes]) -> Patch:
+        return Patch().append("notes", "load")
+
+    @stage(reads={"notes"}, writes={"notes"}, next=L.ACTING)
+    async def think(view: StateView[Notes]) -> Patch:
+        return Patch().append("notes", f"think {len(view.notes)}")
+
+    @stage(reads={"notes"}, writes={"notes", "blob"}, next=L.OBSERVING)
+    async def act(view: StateView[Notes]) -> Patch:
+        control.acts += 1
+        if control.acts == control.block_at:
+            control.blocked.set()
+            await anyio.sleep_forever()
+        if control.garbage:
+            return Patch(blob=object())
+        return Patch().append("notes", "act")
+
+    def after(state: Notes) -> Lifecycle:
+        return L.FINISHED if state.notes.count("observe") >= rounds else L.THINKING
+
+    @stage(reads={"notes"}, writes={"notes"}, next=after)
+    async def observe(view: StateView[Notes]) -> Patch:
+        return Patch().append("notes", "observe")
+
+    return Machine(
+        name="notes",
+        state_type=Notes,
+        initial=L.INITIALIZED,
+        terminal={L.FINISHED, L.FAILED},
+        failed=L.FAILED,
+        loop_state=L.THINKING,
+        transitions={
+            L.INITIALIZED: {L.THINKING},
+            L.THINKING: {L.ACTING},
+            L.ACTING: {L.OBSERVING},
+            L.OBSERVING: {L.THINKING, L.FINISHED},
+        },
+        stages={L.INITIALIZED: load, L.THINKING: think, L.ACTING: act, L.OBSERVING: observe},
+    )
+
+
+async def test_every_commit_is_in_the_store(make_store: Any) -> None:
+    machine = notes_machine(Control())
+    async with make_store() as store, AgentSystem(store=store, snapshot_every=4) as system:
+        handle = await system.start(machine, Notes(), session_id="n1")
+        result = await handle.result()
+        history = await system.history("n1", machine)
+        records = await store.sessions()
+    assert result.ok
+    assert history == list(handle.history)
+    assert [r.status for r in records] == ["finished"]
+    assert records[0].last_seq == len(history) == result.steps
+
+
+async def test_a_session_resumes_from_its_last_commit_after_a_crash(make_store: Any) -> None:
+    first = Control(block_at=2)
+    machine = notes_machine(first)
+    async with make_store() as store, AgentSystem(store=store, snapshot_every=3) as system:
+        await system.start(machine, Notes(), session_id="n2")
+        await first.blocked.wait()
+        # Leaving the blocks cancels the session mid-stage and closes the store.
+    async with make_store() as store:
+        committed = await store.history("n2")
+        assert committed  # what was committed before the "crash" is there
+
+        second = Control()
+        machine2 = notes_machine(second)
+        async with AgentSystem(store=store, snapshot_every=3) as system:
+            handle = await system.resume(machine2, "n2")
+            result = await handle.result()
+            history = await system.history("n2", machine2)
+    assert result.ok
+    assert second.acts >= 1  # the stage that was running ran again
+    assert [e.seq for e in history] == list(range(1, len(history) + 1))
+    assert history[: len(committed)] == [EventCodec(machine2).decode_event(e) for e in committed]
+    assert replay(machine2, Notes(session_id="n2"), history) == result.state
+    assert list(result.state.notes).count("observe") == 3
+
+
+async def test_an_unserializable_patch_is_refused_before_commit(make_store: Any) -> None:
+    machine = notes_machine(Control(garbage=True))
+    async with make_store() as store, AgentSystem(store=store) as system:
+        result = await system.run(machine, Notes(), session_id="n3")
+        stored = await store.history("n3")
+    assert result.exit_reason is ExitReason.FAILED
+    assert result.failure is not None
+    assert result.failure.error_type == "UnserializablePatch"
+    assert result.state.blob is None
+    assert all(event.stage != "act" or event.kind != "step" for event in stored)
+
+
+async def test_resume_refuses_what_it_cannot_do(make_store: Any) -> None:
+    machine = notes_machine(Control())
+    async with AgentSystem() as memory_only:
+        with pytest.raises(ConfigurationError, match="without a store"):
+            await memory_only.resume(machine, "x")
+    async with make_store() as store, AgentSystem(store=store) as system:
+        with pytest.raises(SessionNotFound):
+            await system.resume(machine, "nobody")
+        await system.run(machine, Notes(), session_id="done")
+        with pytest.raises(SessionError, match="has ended"):
+            await system.resume(machine, "done")
+        other = Machine(
+            name="other",
+            state_type=Notes,
+            initial=L.INITIALIZED,
+            terminal={L.FINISHED, L.FAILED},
+            failed=L.FAILED,
+            transitions={L.INITIALIZED: {L.FINISHED}},
+            stages={L.INITIALIZED: machine.stages[L.INITIALIZED]},
+        )
+        with pytest.raises(ConfigurationError, match="runs machine 'notes'"):
+            await system.resume(other, "done")

@@ -1,0 +1,492 @@
+"""The store suite: one set of tests, run on every store, durability mode and backend.
+
+``memory`` is `MemoryStore`; ``sync``, ``batched`` and ``async`` are `SQLiteStore` in
+that mode with the default driver (aiosqlite on asyncio, threads on trio);
+``thread`` is `SQLiteStore` with the thread driver forced, so it also runs on
+asyncio. Files that must be refused are in ``test_store_files.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from arkhon_rheo import (
+    ConfigurationError,
+    DuplicateEvent,
+    SessionError,
+    SessionLocked,
+    SessionNotFound,
+    StoreError,
+    UnserializablePatch,
+)
+from arkhon_rheo.protocols import Durability, Store, StoredEvent
+from arkhon_rheo.store import MemoryStore, SQLiteStore, StoreState
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from arkhon_rheo.store._driver import Rows, Script
+
+pytestmark = pytest.mark.anyio
+
+AnyStore = MemoryStore | SQLiteStore
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    name: str
+    durability: Durability | None  # None: MemoryStore
+    driver: str = "auto"
+
+    @property
+    def sqlite(self) -> bool:
+        return self.durability is not None
+
+
+KINDS = [
+    Kind("memory", None),
+    Kind("sync", Durability.SYNC),
+    Kind("batched", Durability.BATCHED),
+    Kind("async", Durability.ASYNC),
+    Kind("thread", Durability.BATCHED, "thread"),
+]
+
+
+@pytest.fixture(params=KINDS, ids=[kind.name for kind in KINDS])
+def kind(request: pytest.FixtureRequest) -> Kind:
+    value: Kind = request.param
+    return value
+
+
+@pytest.fixture
+def make_store(kind: Kind, tmp_path: Path) -> Callable[..., AnyStore]:
+    """Make a new store of the kind; SQLite ones all open the same file."""
+
+    def make(**options: Any) -> AnyStore:
+        if kind.durability is None:
+            return MemoryStore(**options)
+        return SQLiteStore(
+            tmp_path / "store.db",
+            durability=kind.durability,
+            driver=kind.driver,  # type: ignore[arg-type]
+            **options,
+        )
+
+    return make
+
+
+def event(session_id: str, seq: int, **changes: Any) -> StoredEvent:
+    base = StoredEvent(
+        session_id=session_id,
+        seq=seq,
+        kind="step",
+        stage="think",
+        from_state="Thinking",
+        to_state="Acting",
+        reads=("messages",),
+        writes=("answer", "messages"),
+        patch={
+            "set": {"answer": f"answer {seq}"},
+            "append": {"messages": [{"role": "assistant", "text": f"step {seq}", "n": 1.5}]},
+        },
+        attempt=1,
+        started_at=1000.0 + seq,
+        finished_at=1000.25 + seq,
+        io={"model": [{"request": "q", "response": "r"}]},
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def events(session_id: str, first: int, last: int) -> list[StoredEvent]:
+    return [event(session_id, seq) for seq in range(first, last + 1)]
+
+
+async def test_every_store_implements_the_protocol(make_store: Callable[..., AnyStore]) -> None:
+    store = make_store()
+    assert isinstance(store, Store)
+    states = [store.state]
+    async with store as entered:
+        assert entered is store
+        states.append(store.state)
+    states.append(store.state)
+    assert states == [StoreState.NEW, StoreState.OPEN, StoreState.CLOSED]
+
+
+async def test_create_append_load_and_history(make_store: Callable[..., AnyStore]) -> None:
+    async with make_store() as store:
+        record = await store.create_session("s", machine="lifecycle", snapshot={"n": 0})
+        assert (record.session_id, record.machine, record.status) == ("s", "lifecycle", "running")
+        assert record.last_seq == 0
+        assert record.parent is None
+
+        loaded = await store.load("s")
+        assert (loaded.snapshot_seq, loaded.snapshot, loaded.events) == (0, {"n": 0}, ())
+
+        await store.append("s", events("s", 1, 3), snapshot=(3, {"n": 3}))
+        await store.append("s", events("s", 4, 4))
+        await store.append("s", [event("s", 5, error={"class": "transient"}, io=None)])
+
+        loaded = await store.load("s")
+        assert loaded.record.last_seq == 5
+        assert loaded.snapshot_seq == 3
+        assert loaded.snapshot == {"n": 3}
+        assert loaded.events == (
+            event("s", 4),
+            event("s", 5, error={"class": "transient"}, io=None),
+        )
+        history = await store.history("s")
+        assert history == (*events("s", 1, 4), event("s", 5, error={"class": "transient"}, io=None))
+        stats = store.statistics()
+        assert stats.appended == 5
+        assert stats.pending == 0
+
+
+async def test_snapshot_at_finds_the_latest_at_or_before(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={"at": 0})
+        await store.append("s", events("s", 1, 3), snapshot=(3, {"at": 3}))
+        await store.append("s", events("s", 4, 6), snapshot=(6, {"at": 6}))
+        await store.append("s", events("s", 7, 7))
+        assert await store.snapshot_at("s", 0) == (0, {"at": 0})
+        assert await store.snapshot_at("s", 2) == (0, {"at": 0})
+        assert await store.snapshot_at("s", 3) == (3, {"at": 3})
+        assert await store.snapshot_at("s", 5) == (3, {"at": 3})
+        assert await store.snapshot_at("s", 99) == (6, {"at": 6})
+        loaded = await store.load("s")
+        assert (loaded.snapshot_seq, [e.seq for e in loaded.events]) == (6, [7])
+
+
+async def test_json_comes_back_as_json(make_store: Callable[..., AnyStore]) -> None:
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={"t": (1, 2), "u": "é✓"})
+        loaded = await store.load("s")
+        assert loaded.snapshot == {"t": [1, 2], "u": "é✓"}
+
+
+async def test_statuses_and_sessions_oldest_first(make_store: Callable[..., AnyStore]) -> None:
+    clock = iter(range(100, 200))
+    async with make_store(clock=lambda: float(next(clock))) as store:
+        await store.create_session("b", machine="m", snapshot={})
+        await store.create_session("a", machine="m", snapshot={}, status="paused")
+        await store.create_session("c", machine="n", snapshot={}, parent="b")
+        await store.set_status("b", "finished")
+        await store.append("a", events("a", 1, 1), status="running")
+        records = {r.session_id: r for r in await store.sessions()}
+        assert list(records) == ["b", "a", "c"]
+        assert records["b"].status == "finished"
+        assert records["a"].status == "running"
+        assert records["a"].last_seq == 1
+        assert records["a"].updated_at > records["a"].created_at
+        assert records["c"].status == "running"
+        assert records["c"].parent == "b"
+        assert records["c"].machine == "n"
+        assert await store.record("c") == records["c"]
+
+
+@pytest.mark.parametrize("seq", [2, 1, 4, 0])
+async def test_a_taken_or_gapped_number_is_refused_and_loses_nothing(
+    make_store: Callable[..., AnyStore], seq: int
+) -> None:
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        await store.append("s", events("s", 1, 2))
+        with pytest.raises(DuplicateEvent) as caught:
+            await store.append("s", [event("s", seq)])
+        assert (caught.value.session_id, caught.value.seq) == ("s", seq)
+        assert "#3" in str(caught.value)
+        assert await store.history("s") == tuple(events("s", 1, 2))
+        await store.append("s", events("s", 3, 3))
+        assert (await store.load("s")).record.last_seq == 3
+
+
+async def test_an_append_with_an_inner_gap_appends_nothing(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        with pytest.raises(DuplicateEvent) as caught:
+            await store.append("s", [event("s", 1), event("s", 3)], status="done")
+        assert caught.value.seq == 3
+        loaded = await store.load("s")
+        assert (loaded.record.last_seq, loaded.record.status, loaded.events) == (0, "running", ())
+
+
+async def test_a_snapshot_beyond_the_last_event_is_refused(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        with pytest.raises(StoreError, match="snapshot"):
+            await store.append("s", events("s", 1, 1), snapshot=(2, {}))
+        assert await store.history("s") == ()
+
+
+async def test_unknown_sessions_are_not_found(make_store: Callable[..., AnyStore]) -> None:
+    async with make_store() as store:
+        with pytest.raises(SessionNotFound, match="'nope'"):
+            await store.load("nope")
+        with pytest.raises(SessionNotFound):
+            await store.history("nope")
+        with pytest.raises(SessionNotFound):
+            await store.snapshot_at("nope", 1)
+        with pytest.raises(SessionNotFound):
+            await store.append("nope", [event("nope", 1)])
+        with pytest.raises(SessionNotFound):
+            await store.set_status("nope", "paused")
+        assert await store.sessions() == ()
+
+
+async def test_creating_a_session_twice_is_refused(make_store: Callable[..., AnyStore]) -> None:
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={"v": 1})
+        await store.append("s", events("s", 1, 1))
+        with pytest.raises(SessionError, match="exists already") as caught:
+            await store.create_session("s", machine="other", snapshot={"v": 2})
+        assert not isinstance(caught.value, SessionNotFound)
+        loaded = await store.load("s")
+        assert (loaded.record.machine, loaded.snapshot, loaded.record.last_seq) == (
+            "m",
+            {"v": 1},
+            1,
+        )
+
+
+@pytest.mark.parametrize("bad", [object(), math.nan, {1, 2}])
+async def test_an_unserializable_patch_is_refused_before_commit(
+    make_store: Callable[..., AnyStore], bad: object
+) -> None:
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        patch = {"set": {"fine": 1, "broken": bad}}
+        with pytest.raises(UnserializablePatch) as caught:
+            await store.append("s", [event("s", 1, patch=patch)])
+        assert caught.value.field == "broken"
+        with pytest.raises(StoreError, match="snapshot"):
+            await store.append("s", events("s", 1, 1), snapshot=(1, {"x": bad}))
+        with pytest.raises(StoreError, match="I/O record"):
+            await store.append("s", [event("s", 1, io=bad)])
+        with pytest.raises(StoreError, match="initial snapshot"):
+            await store.create_session("t", machine="m", snapshot=bad)
+        assert await store.history("s") == ()
+        await store.append("s", events("s", 1, 1))
+
+
+async def test_an_event_of_another_session_is_a_caller_error(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        with pytest.raises(ConfigurationError, match="'t'"):
+            await store.append("s", [event("t", 1)])
+
+
+async def test_an_error_in_the_body_propagates_unwrapped_after_a_flush(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    store = make_store()
+
+    async def body() -> None:
+        async with store:
+            await store.create_session("s", machine="m", snapshot={})
+            await store.append("s", events("s", 1, 5))
+            raise LookupError("mine")
+
+    with pytest.raises(LookupError, match="mine"):
+        await body()
+    assert store.statistics().appended == 5
+    assert store.statistics().pending == 0
+
+
+async def test_calls_outside_the_async_with_name_the_state(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    store = make_store()
+    with pytest.raises(StoreError, match="is new; enter it first"):
+        await store.sessions()
+    async with store:
+        with pytest.raises(StoreError, match="open already"):
+            await store.__aenter__()
+    with pytest.raises(StoreError, match="is closed"):
+        await store.append("s", [])
+    with pytest.raises(StoreError, match="cannot reopen"):
+        await store.__aenter__()
+
+
+async def test_concurrent_appends_of_many_sessions_all_land(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    sessions = [f"s{i}" for i in range(50)]
+
+    async def drive(sid: str) -> None:
+        await store.create_session(sid, machine="m", snapshot={"sid": sid})
+        for seq in range(1, 11):
+            snapshot = (seq, {"seq": seq}) if seq % 5 == 0 else None
+            await store.append(sid, [event(sid, seq)], snapshot=snapshot)
+
+    async with make_store() as store:
+        async with anyio.create_task_group() as tg:
+            for sid in sessions:
+                tg.start_soon(drive, sid)
+        for sid in sessions:
+            assert await store.history(sid) == tuple(events(sid, 1, 10))
+            assert (await store.load(sid)).snapshot_seq == 10
+        stats = store.statistics()
+        assert stats.appended == 500
+        assert stats.pending == 0
+        if kind.sqlite:
+            assert stats.largest_batch > 1
+            assert stats.transactions < 500 + 50
+
+
+async def test_a_refused_write_does_not_take_its_batch_down(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    outcomes: dict[str, str] = {}
+
+    async def write(sid: str, seq: int) -> None:
+        try:
+            await store.append(sid, [event(sid, seq)])
+        except DuplicateEvent:
+            outcomes[sid] = "refused"
+        else:
+            outcomes[sid] = "ok"
+
+    async with make_store() as store:
+        for i in range(20):
+            await store.create_session(f"s{i}", machine="m", snapshot={})
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(write, f"s{i}", 1 if i % 3 else 2)
+        for i in range(20):
+            expected = "ok" if i % 3 else "refused"
+            assert outcomes[f"s{i}"] == expected
+            assert len(await store.history(f"s{i}")) == (1 if i % 3 else 0)
+        if kind.sqlite:
+            assert store.statistics().largest_batch > 1
+
+
+async def test_leases_one_owner_at_a_time(make_store: Callable[..., AnyStore]) -> None:
+    now = [1000.0]
+    async with make_store(clock=lambda: now[0]) as store:
+        await store.acquire("s", "alice", ttl=30)
+        await store.acquire("s", "alice", ttl=30)  # renewal by the holder
+        with pytest.raises(SessionLocked) as caught:
+            await store.acquire("s", "bob", ttl=30)
+        assert (caught.value.owner, caught.value.expires_at) == ("alice", 1030.0)
+        assert caught.value.session_id == "s"
+        await store.release("s", "bob")  # not bob's: no effect
+        with pytest.raises(SessionLocked):
+            await store.acquire("s", "bob", ttl=30)
+        now[0] = 1029.0
+        with pytest.raises(SessionLocked):
+            await store.acquire("s", "bob", ttl=30)
+        now[0] = 1030.5  # expired: the owner died
+        await store.acquire("s", "bob", ttl=30)
+        with pytest.raises(SessionLocked, match="'bob'"):
+            await store.acquire("s", "alice", ttl=30)
+        await store.release("s", "bob")
+        await store.acquire("s", "alice", ttl=30)
+        with pytest.raises(ConfigurationError):
+            await store.acquire("t", "alice", ttl=0)
+
+
+async def test_everything_reads_back_after_reopening(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    if not kind.sqlite:
+        pytest.skip("a memory store keeps nothing")
+    async with make_store() as store:
+        await store.create_session("a", machine="m", snapshot={"v": 0})
+        await store.create_session("b", machine="m", snapshot={"v": 0}, parent="a")
+        for seq in range(1, 31):
+            await store.append(
+                "a", [event("a", seq)], snapshot=(seq, {"v": seq}) if seq % 10 == 0 else None
+            )
+        await store.append("b", events("b", 1, 2), status="paused")
+        await store.acquire("a", "me", ttl=60)
+        before = (await store.sessions(), await store.history("a"), await store.load("b"))
+    async with make_store() as store:
+        after = (await store.sessions(), await store.history("a"), await store.load("b"))
+        assert after == before
+        assert (await store.load("a")).snapshot_seq == 30
+        with pytest.raises(SessionLocked):
+            await store.acquire("a", "someone else", ttl=60)
+        await store.append("a", events("a", 31, 31))
+
+
+async def test_async_mode_commits_the_queue_on_exit_and_on_cancel(tmp_path: Path) -> None:
+    path = tmp_path / "async.db"
+    async with SQLiteStore(path, durability=Durability.ASYNC) as store:
+        await store.create_session("s", machine="m", snapshot={})
+        for seq in range(1, 101):
+            await store.append("s", [event("s", seq)])
+        assert store.statistics().pending > 0  # acknowledged before the writer caught up
+    with anyio.CancelScope() as scope:
+        async with SQLiteStore(path, durability=Durability.ASYNC) as store:
+            for seq in range(101, 201):
+                await store.append("s", [event("s", seq)])
+            scope.cancel()
+            await anyio.sleep_forever()
+    async with SQLiteStore(path) as store:
+        assert [e.seq for e in await store.history("s")] == list(range(1, 201))
+
+
+async def test_async_mode_reads_its_own_writes_and_refuses_early(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "a.db", durability=Durability.ASYNC) as store:
+        await store.create_session("s", machine="m", snapshot={})
+        await store.append("s", events("s", 1, 3))
+        with pytest.raises(DuplicateEvent):
+            await store.append("s", [event("s", 3)])
+        assert (await store.load("s")).record.last_seq == 3
+    async with SQLiteStore(tmp_path / "a.db", durability=Durability.ASYNC) as store:
+        with pytest.raises(DuplicateEvent):  # not in the cache: read from the file
+            await store.append("s", [event("s", 2)])
+        with pytest.raises(SessionNotFound):
+            await store.append("t", [event("t", 1)])
+
+
+def pragmas() -> Script[tuple[Rows, Rows]]:
+    synchronous = yield ("PRAGMA synchronous", (), False)
+    journal = yield ("PRAGMA journal_mode", (), False)
+    return synchronous, journal
+
+
+@pytest.mark.parametrize(
+    ("durability", "level"),
+    [(Durability.SYNC, 2), (Durability.BATCHED, 1), (Durability.ASYNC, 1)],
+)
+async def test_the_synchronous_level_matches_the_mode(
+    tmp_path: Path, durability: Durability, level: int
+) -> None:
+    async with SQLiteStore(tmp_path / "s.db", durability=durability) as store:
+        writer = store._writer
+        assert writer is not None
+        assert await writer.run_script(pragmas()) == ([(level,)], [("wal",)])
+
+
+def test_bad_arguments_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError):
+        SQLiteStore(tmp_path / "x.db", batch_max=0)
+    with pytest.raises(ConfigurationError):
+        SQLiteStore(tmp_path / "x.db", driver="odbc")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        SQLiteStore(tmp_path / "x.db", durability="sync")  # type: ignore[arg-type]
+
+
+async def test_aiosqlite_runs_on_asyncio_only(tmp_path: Path, anyio_backend: str) -> None:
+    store = SQLiteStore(tmp_path / "x.db", driver="aiosqlite")
+    if anyio_backend == "asyncio":
+        async with store:
+            await store.create_session("s", machine="m", snapshot={})
+    else:
+        with pytest.raises(ConfigurationError, match="asyncio only, not trio"):
+            await store.__aenter__()
+        assert store.state is StoreState.CLOSED
