@@ -6,6 +6,10 @@ effects (no logging set-up, no event loop, no threads).
 
 from __future__ import annotations
 
+from ._agents import AgentStatistics as AgentStatistics
+from ._agents import AgentSystem as AgentSystem
+from ._agents import SessionHandle as SessionHandle
+from ._agents import SessionResult as SessionResult
 from ._errors import ActorError as ActorError
 from ._errors import ActorStopped as ActorStopped
 from ._errors import ArkhonError as ArkhonError
@@ -52,10 +56,8 @@ from .protocols import Stage as Stage
 from .protocols import StateView as StateView
 from .protocols import TransitionEvent as TransitionEvent
 from .protocols import stage as stage
-from .supervision import AgentSystem as AgentSystem
 from .supervision import ExitReason as ExitReason
 from .supervision import RestartStrategy as RestartStrategy
-from .supervision import SessionResult as SessionResult
 
 __version__ = "0.1.0"
 
@@ -66,6 +68,7 @@ __all__ = [
     "ActorStopped",
     "ActorSystem",
     "AgentState",
+    "AgentStatistics",
     "AgentSystem",
     "ArkhonError",
     "AskTimeout",
@@ -91,6 +94,7 @@ __all__ = [
     "RestartIntensityExceeded",
     "RestartStrategy",
     "SessionError",
+    "SessionHandle",
     "SessionLocked",
     "SessionNotFound",
     "SessionResult",

@@ -90,7 +90,7 @@ from arkhon_rheo.supervision._session import Session, SessionSupervisor
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterator
 
-    from arkhon_rheo.supervision import SessionHandle
+    from arkhon_rheo import SessionHandle
 
 BACKENDS = ("asyncio", "trio")
 L = Lifecycle
@@ -394,7 +394,7 @@ async def ask_round_trip(asks: int) -> float:
 async def one_session(cycles: int, mode: StageMode = StageMode.INLINE) -> float:
     """Seconds for one session to run ``cycles`` cycles, from start to result."""
     machine = build_machine()
-    async with AgentSystem(max_steps=3 * cycles + 10, stage_mode=mode) as system:
+    async with AgentSystem(path=None, max_steps=3 * cycles + 10, stage_mode=mode) as system:
         with gc_mode(enabled=True):
             start = time.perf_counter()
             result = await system.run(machine, LoopState(cycles=cycles))
@@ -497,7 +497,7 @@ async def crowd(count: int, *, gc_enabled: bool, trace_start: bool = False) -> C
     alive: float | None = None
     clock = GcClock()
     with gc_mode(enabled=gc_enabled):
-        async with AgentSystem(max_steps=3 * SESSION_CYCLES + 10) as system:
+        async with AgentSystem(path=None, max_steps=3 * SESSION_CYCLES + 10) as system:
             if trace_start:
                 tracemalloc.start()
                 before = traced_now()
@@ -533,7 +533,7 @@ async def footprint(count: int) -> Footprint:
     gc.collect()
     tracemalloc.start()
     try:
-        async with AgentSystem(max_steps=3 * SESSION_CYCLES + 10) as system:
+        async with AgentSystem(path=None, max_steps=3 * SESSION_CYCLES + 10) as system:
             before_snapshot = tracemalloc.take_snapshot()
             before = traced_now()
             handles = await start_gated(system, machine, count)

@@ -138,6 +138,7 @@ async def main() -> None:
         ]
     )
     machine = build_machine(model)
+    # No arguments: sessions are kept in ./arkhon-rheo.db, the embedded SQLite default.
     async with AgentSystem(seed=4) as system:
         handle = await system.start(machine, ReActState(user_input="What is 6 times 7?"))
         async for event in handle.events():
@@ -146,10 +147,15 @@ async def main() -> None:
                 f"{event.to_state.value:<9} wrote {sorted(event.writes)}"
             )
         result = await handle.result()
-    print(
-        f"exit: {result.exit_reason.value}, iteration {result.state.iteration}, "
-        f"answer {result.state.observation.final_answer if result.state.observation else None}"
-    )
+        stored = await system.history(handle.session_id, machine)
+        assert system.store is not None
+        records = await system.store.sessions()
+    answer = result.state.observation.final_answer if result.state.observation else None
+    print(f"exit: {result.exit_reason.value}, iteration {result.state.iteration}, answer {answer}")
+    print(f"stored history of session {handle.session_id} in arkhon-rheo.db:")
+    for event in stored:
+        print(f"  #{event.seq} {event.stage}: {event.from_state.name} -> {event.to_state.name}")
+    print(f"{len(records)} session(s) in the file")
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ async def test_an_unserializable_patch_is_refused_before_commit(make_store: Any)
 
 async def test_resume_refuses_what_it_cannot_do(make_store: Any) -> None:
     machine = notes_machine(Control())
-    async with AgentSystem() as memory_only:
+    async with AgentSystem(path=None) as memory_only:
         with pytest.raises(ConfigurationError, match="without a store"):
             await memory_only.resume(machine, "x")
     async with make_store() as store, AgentSystem(store=store) as system:

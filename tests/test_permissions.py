@@ -290,7 +290,7 @@ def build_machine(
 async def run_session(
     machine: Machine[ReActState], state: ReActState | None = None, **system: Any
 ) -> tuple[SessionResult[ReActState], Sequence[TransitionEvent]]:
-    async with AgentSystem(seed=4, **system) as agents:
+    async with AgentSystem(path=None, seed=4, **system) as agents:
         with anyio.fail_after(120):
             initial = state if state is not None else ReActState(user_input=Q)
             result = await agents.run(machine, initial, session_id="s")
@@ -841,7 +841,7 @@ async def test_invariant_violation_fails_the_session_without_committing(
 async def test_start_refuses_an_initial_state_breaking_an_invariant(
     state: ReActState, condition: Condition[ReActState]
 ) -> None:
-    async with AgentSystem() as agents:
+    async with AgentSystem(path=None) as agents:
         with pytest.raises(InvariantViolation) as info:
             await agents.start(build_machine(), state)
         assert info.value.invariant == condition.name

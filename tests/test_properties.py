@@ -42,6 +42,7 @@ from arkhon_rheo import (
     Machine,
     Patch,
     Recoverable,
+    SessionResult,
     Stage,
     StateView,
     Transient,
@@ -50,7 +51,7 @@ from arkhon_rheo import (
     stage,
 )
 from arkhon_rheo.protocols import SUPERVISOR_FIELDS, ErrorClass, EventKind, FailureRecord
-from arkhon_rheo.supervision import Backoff, PatchValidator, RestartIntensity, SessionResult
+from arkhon_rheo.supervision import Backoff, PatchValidator, RestartIntensity
 
 # == patch validation =====================================================================
 
@@ -551,6 +552,7 @@ def run_script(
     async def main() -> tuple[SessionResult[Agent], list[TransitionEvent]]:
         seen: list[TransitionEvent] = []
         agents = AgentSystem(
+            path=None,
             seed=seed,
             backoff=Backoff(base=0, cap=0, max_attempts=MAX_ATTEMPTS),
             restart_intensity=RestartIntensity(max_restarts=max_restarts, within=3600),

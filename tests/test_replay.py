@@ -107,7 +107,7 @@ SCRIPTS: dict[str, list[tuple[str, Any]]] = {
 async def test_replaying_the_log_reproduces_the_state(script: str) -> None:
     machine = journal_machine(list(SCRIPTS[script]))
     initial = Journal(session_id="j")
-    async with AgentSystem(backoff=Backoff(base=0, cap=0)) as system:
+    async with AgentSystem(path=None, backoff=Backoff(base=0, cap=0)) as system:
         handle = await system.start(machine, initial, session_id="j")
         result = await handle.result()
     assert result.ok, result.failure
@@ -121,7 +121,7 @@ async def test_replaying_the_log_reproduces_the_state(script: str) -> None:
 async def test_events_survive_a_round_trip_through_json() -> None:
     machine = journal_machine([("act", Recoverable("tool down"))])
     initial = Journal(session_id="j")
-    async with AgentSystem() as system:
+    async with AgentSystem(path=None) as system:
         handle = await system.start(machine, initial, session_id="j")
         result = await handle.result()
     codec = EventCodec(machine)

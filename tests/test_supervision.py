@@ -51,7 +51,7 @@ def stage_mode(request: pytest.FixtureRequest) -> StageMode:
 
 
 def System(**options: Any) -> AgentSystem:
-    return AgentSystem(stage_mode=_MODE[0], **options)
+    return AgentSystem(stage_mode=_MODE[0], path=None, **options)
 
 
 class LoopState(AgentState):

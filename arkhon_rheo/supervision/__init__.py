@@ -17,14 +17,9 @@ from ._policy import RestartWindow as RestartWindow
 from ._session import ExitReason as ExitReason
 from ._session import SessionConfig as SessionConfig
 from ._session import StageMode as StageMode
-from ._system import AgentSystem as AgentSystem
-from ._system import SessionHandle as SessionHandle
-from ._system import SessionResult as SessionResult
-from ._system import SystemStatistics as SystemStatistics
 from ._validate import PatchValidator as PatchValidator
 
 __all__ = [
-    "AgentSystem",
     "Backoff",
     "Classifier",
     "EventCodec",
@@ -34,10 +29,7 @@ __all__ = [
     "RestartStrategy",
     "RestartWindow",
     "SessionConfig",
-    "SessionHandle",
-    "SessionResult",
     "StageMode",
-    "SystemStatistics",
     "apply_event",
     "replay",
 ]

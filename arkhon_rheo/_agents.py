@@ -1,4 +1,8 @@
-"""`AgentSystem`: the main entry point, supervising every session one_for_one."""
+"""`AgentSystem`: the main entry point, supervising every session one_for_one.
+
+It sits above both `supervision` and `store`, since by default it keeps its
+sessions in a SQLite file.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,13 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from .._errors import ConfigurationError, SessionError, SessionNotFound, SystemNotRunning
-from ..actors import ActorRef, ActorSystem
-from ..protocols import AgentState, FailureRecord, Machine
-from ._codec import EventCodec, replay
-from ._persist import Persistence
-from ._session import (
+from ._errors import ConfigurationError, SessionError, SessionNotFound, SystemNotRunning
+from .actors import ActorRef, ActorSystem
+from .protocols import AgentState, Durability, FailureRecord, Machine
+from .store import SQLiteStore
+from .supervision._codec import EventCodec, replay
+from .supervision._persist import Persistence
+from .supervision._session import (
     EventListener,
     ExitReason,
     Session,
@@ -20,18 +25,22 @@ from ._session import (
     SessionSupervisor,
     StageMode,
 )
-from ._validate import PatchValidator
+from .supervision._validate import PatchValidator
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import AsyncIterator, Iterable, Sequence
     from types import TracebackType
 
-    from ..protocols import Store, TransitionEvent
-    from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
+    from .protocols import Store, TransitionEvent
+    from .supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 
-__all__ = ["AgentSystem", "SessionHandle", "SessionResult", "SystemStatistics"]
+__all__ = ["AgentStatistics", "AgentSystem", "SessionHandle", "SessionResult"]
 
 S = TypeVar("S", bound=AgentState)
+
+#: The SQLite file an `AgentSystem` keeps its sessions in by default.
+DEFAULT_PATH = "arkhon-rheo.db"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +142,7 @@ class SessionHandle(Generic[S]):
 
 
 @dataclass(frozen=True, slots=True)
-class SystemStatistics:
+class AgentStatistics:
     """A snapshot of an agent system's counters.
 
     Attributes:
@@ -169,9 +178,13 @@ class AgentSystem:
         listeners: Called with every committed event of every session.
         shutdown_timeout: Seconds the actors may take to stop on exit.
         store: Where sessions are recorded: every commit is stored before it
-            becomes authoritative, and `resume` rebuilds a session from it. The
-            store must be entered (``async with``) before the system is used.
-            ``None`` keeps sessions in memory only.
+            becomes authoritative, and `resume` rebuilds a session from it. A
+            store passed here is yours: enter it (``async with``) before the
+            system and leave it after.
+        path: Without ``store``, the SQLite file the system opens (and closes)
+            itself: the embedded default, ``arkhon-rheo.db`` in the working
+            directory. ``path=None`` (and no store) keeps sessions in memory only.
+        durability: The durability mode of that file (see `Durability`).
         snapshot_every: With a store, a snapshot every this many events (loading
             a session is its latest snapshot plus the events after it).
 
@@ -193,6 +206,8 @@ class AgentSystem:
         listeners: Iterable[EventListener] = (),
         shutdown_timeout: float = 5.0,
         store: Store | None = None,
+        path: str | os.PathLike[str] | None = DEFAULT_PATH,
+        durability: Durability = Durability.BATCHED,
         snapshot_every: int = 100,
     ) -> None:
         if not isinstance(stage_mode, StageMode):
@@ -213,6 +228,9 @@ class AgentSystem:
         if snapshot_every < 1:
             raise ConfigurationError(f"snapshot_every must be at least 1, got {snapshot_every}")
         self._seed = seed
+        self._owned_store: SQLiteStore | None = None
+        if store is None and path is not None:
+            store = self._owned_store = SQLiteStore(path, durability=durability)
         self._store = store
         self._snapshot_every = snapshot_every
         self._codecs: dict[int, EventCodec] = {}
@@ -225,7 +243,14 @@ class AgentSystem:
         self._counter = itertools.count()
 
     async def __aenter__(self) -> AgentSystem:
-        await self._actors.__aenter__()
+        if self._owned_store is not None:
+            await self._owned_store.__aenter__()
+        try:
+            await self._actors.__aenter__()
+        except BaseException as exc:
+            if self._owned_store is not None:
+                await self._owned_store.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(
@@ -237,7 +262,16 @@ class AgentSystem:
         for handle in self._sessions.values():
             if not handle.done:
                 handle.cancel()
-        return await self._actors.__aexit__(exc_type, exc, tb)
+        try:
+            return await self._actors.__aexit__(exc_type, exc, tb)
+        finally:
+            if self._owned_store is not None:
+                await self._owned_store.__aexit__(None, None, None)
+
+    @property
+    def store(self) -> Store | None:
+        """Where sessions are recorded (``None``: in memory only)."""
+        return self._store
 
     async def start(
         self,
@@ -466,10 +500,10 @@ class AgentSystem:
         """The ids of the sessions started here, oldest first."""
         return list(self._sessions)
 
-    def statistics(self) -> SystemStatistics:
+    def statistics(self) -> AgentStatistics:
         """Return a snapshot of the system's counters."""
         actors = self._actors.statistics()
-        return SystemStatistics(
+        return AgentStatistics(
             sessions=len(self._sessions),
             running=sum(1 for handle in self._sessions.values() if not handle.done),
             actors=actors.alive,
