@@ -7,13 +7,22 @@ sessions in a SQLite file.
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ._errors import ConfigurationError, SessionError, SessionNotFound, SystemNotRunning
 from .actors import ActorRef, ActorSystem
-from .protocols import AgentState, Durability, FailureRecord, Machine
+from .protocols import (
+    AgentState,
+    Durability,
+    EventKind,
+    FailureRecord,
+    Machine,
+    Patch,
+    TransitionEvent,
+)
 from .store import SQLiteStore
 from .supervision._codec import EventCodec, replay
 from .supervision._persist import Persistence
@@ -32,7 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Sequence
     from types import TracebackType
 
-    from .protocols import Store, TransitionEvent
+    from .protocols import Store
     from .supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 
 __all__ = ["AgentStatistics", "AgentSystem", "SessionHandle", "SessionResult"]
@@ -399,6 +408,128 @@ class AgentSystem:
         store = self._require_store("read a session's history")
         codec = self._codec(machine)
         return [codec.decode_event(event) for event in await store.history(session_id)]
+
+    async def rollback(
+        self, machine: Machine[Any], session_id: str, to_seq: int
+    ) -> TransitionEvent:
+        """Return a stopped session's state to what it was after event ``to_seq``.
+
+        The audit log stays append-only: the rollback is a new event whose patch
+        sets every field to its value at ``to_seq`` and whose ``info`` records
+        ``rolled_back_from`` and ``rolled_back_to``. Resume the session to go on.
+
+        Returns:
+            The rollback event.
+
+        Raises:
+            ConfigurationError: Without a store, or if ``to_seq`` is out of range.
+            SessionNotFound: If the store has no such session.
+            SessionError: If the session is running here.
+        """
+        store = self._require_store("roll a session back")
+        self._check_not_running(session_id)
+        codec = self._codec(machine)
+        current, last = await self._state_at(machine, session_id, None)
+        target, _ = await self._state_at(machine, session_id, to_seq)
+        fields = {
+            name: getattr(target, name)
+            for name in machine.state_type.model_fields
+            if name != "session_id"
+        }
+        now = time.time()
+        event = TransitionEvent(
+            session_id=session_id,
+            seq=last + 1,
+            kind=EventKind.ROLLBACK,
+            stage=None,
+            from_state=current.lifecycle,
+            to_state=target.lifecycle,
+            reads=frozenset(),
+            writes=frozenset(fields),
+            patch=Patch.of(fields),
+            attempt=0,
+            started_at=now,
+            finished_at=now,
+            info={"rolled_back_from": last, "rolled_back_to": to_seq},
+        )
+        await store.append(
+            session_id,
+            [codec.encode_event(event)],
+            snapshot=(event.seq, codec.encode_state(target)),
+            status="rolled_back",
+        )
+        return event
+
+    async def fork(
+        self,
+        machine: Machine[Any],
+        session_id: str,
+        *,
+        at_seq: int | None = None,
+        new_id: str | None = None,
+    ) -> str:
+        """Start a new session from another's state after event ``at_seq`` (default: last).
+
+        The fork's first snapshot is that state, its parent is ``session_id``;
+        the original is untouched. Resume the fork to run it.
+
+        Returns:
+            The new session's id.
+
+        Raises:
+            ConfigurationError: Without a store, or if ``at_seq`` is out of range.
+            SessionNotFound: If the store has no such session.
+            SessionError: If ``new_id`` is taken.
+        """
+        store = self._require_store("fork a session")
+        state, _ = await self._state_at(machine, session_id, at_seq)
+        new_id = new_id or uuid.uuid4().hex[:12]
+        state = state.model_copy(update={"session_id": new_id})
+        await store.create_session(
+            new_id,
+            machine=machine.name,
+            snapshot=self._codec(machine).encode_state(state),
+            parent=session_id,
+            status="forked",
+        )
+        return new_id
+
+    async def _state_at(
+        self, machine: Machine[Any], session_id: str, seq: int | None
+    ) -> tuple[AgentState, int]:
+        """The stored state after event ``seq`` (``None``: the last), and the last number."""
+        store = self._require_store("read a session")
+        codec = self._codec(machine)
+        loaded = await store.load(session_id)
+        if loaded.record.machine != machine.name:
+            raise ConfigurationError(
+                f"session {session_id!r} runs machine {loaded.record.machine!r}, "
+                f"not {machine.name!r}"
+            )
+        last = loaded.record.last_seq
+        if seq is None or seq == last:
+            events = [codec.decode_event(event) for event in loaded.events]
+            return replay(machine, codec.decode_state(loaded.snapshot), events), last
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= last:
+            raise ConfigurationError(
+                f"event number must be between 0 (the start) and {last} for session "
+                f"{session_id!r}, got {seq!r}"
+            )
+        snapshot_seq, snapshot = await store.snapshot_at(session_id, seq)
+        events = [
+            codec.decode_event(event)
+            for event in await store.history(session_id)
+            if snapshot_seq < event.seq <= seq
+        ]
+        return replay(machine, codec.decode_state(snapshot), events), last
+
+    def _check_not_running(self, session_id: str) -> None:
+        handle = self._sessions.get(session_id)
+        if handle is not None and not handle.done:
+            raise SessionError(
+                f"session {session_id!r} is running here; cancel it (or wait for it) first",
+                session_id=session_id,
+            )
 
     async def _launch(
         self,

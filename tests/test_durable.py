@@ -21,7 +21,7 @@ from arkhon_rheo import (
     StateView,
     stage,
 )
-from arkhon_rheo.protocols import Durability
+from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.supervision import EventCodec, replay
 
@@ -193,3 +193,47 @@ async def test_resume_refuses_what_it_cannot_do(make_store: Any) -> None:
         )
         with pytest.raises(ConfigurationError, match="runs machine 'notes'"):
             await system.resume(other, "done")
+
+
+async def test_rollback_is_an_appended_event_and_the_session_goes_on(make_store: Any) -> None:
+    machine = notes_machine(Control())
+    async with make_store() as store, AgentSystem(store=store) as system:
+        done = await system.run(machine, Notes(), session_id="r1")
+        before = await system.history("r1", machine)
+        event = await system.rollback(machine, "r1", 4)
+        after = await system.history("r1", machine)
+        assert after[:-1] == before  # append-only: nothing rewritten
+        assert after[-1] == event
+        assert event.kind is EventKind.ROLLBACK
+        assert event.info == {"rolled_back_from": len(before), "rolled_back_to": 4}
+        rolled = replay(machine, Notes(session_id="r1"), after)
+        assert rolled == replay(machine, Notes(session_id="r1"), before[:4])
+        assert rolled.lifecycle is L.THINKING
+        handle = await system.resume(machine, "r1")
+        again = await handle.result()
+        with pytest.raises(ConfigurationError, match="between 0"):
+            await system.rollback(machine, "r1", 10_000)
+    assert done.ok
+    assert again.ok
+    assert list(again.state.notes) == list(done.state.notes)
+
+
+async def test_fork_starts_a_child_from_any_point(make_store: Any) -> None:
+    machine = notes_machine(Control())
+    async with make_store() as store, AgentSystem(store=store) as system:
+        await system.run(machine, Notes(), session_id="parent")
+        child = await system.fork(machine, "parent", at_seq=5, new_id="child")
+        records = {r.session_id: r for r in await store.sessions()}
+        handle = await system.resume(machine, child)
+        result = await handle.result()
+        parent_history = await system.history("parent", machine)
+        with pytest.raises(SessionError):
+            await system.fork(machine, "parent", new_id="child")
+    assert records["child"].parent == "parent"
+    assert result.ok
+    assert result.state.session_id == "child"
+    # The fork began with the parent's first five commits and went its own way.
+    at_five = replay(machine, Notes(session_id="parent"), parent_history[:5])
+    assert isinstance(at_five, Notes)
+    assert list(result.state.notes)[:5] == list(at_five.notes)
+    assert len(parent_history) == 10  # load, then three rounds of think/act/observe

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ._patch import Patch
     from ._state import FailureRecord
 
@@ -21,6 +23,9 @@ class EventKind(enum.Enum):
     FAILURE = "failure"
     #: The session started; the patch holds the initial business fields.
     START = "start"
+    #: The state was returned to what it was after an earlier event; the patch
+    #: sets every field to that value, and ``info`` names the two event numbers.
+    ROLLBACK = "rollback"
 
 
 class TransitionEvent(NamedTuple):
@@ -44,6 +49,8 @@ class TransitionEvent(NamedTuple):
         started_at: Wall-clock time the step started (seconds since the epoch).
         finished_at: Wall-clock time it was committed.
         error: The failure recorded by this event, if any.
+        info: Extra facts about the event (a rollback's ``rolled_back_from`` and
+            ``rolled_back_to`` event numbers), as JSON data.
     """
 
     session_id: str
@@ -59,3 +66,4 @@ class TransitionEvent(NamedTuple):
     started_at: float
     finished_at: float
     error: FailureRecord | None = None
+    info: Mapping[str, Any] | None = None

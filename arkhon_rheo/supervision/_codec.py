@@ -142,6 +142,7 @@ class EventCodec:
             started_at=event.started_at,
             finished_at=event.finished_at,
             error=None if event.error is None else event.error.model_dump(mode="json"),
+            io=None if event.info is None else dict(event.info),
         )
 
     def decode_event(self, stored: StoredEvent) -> TransitionEvent:
@@ -165,6 +166,7 @@ class EventCodec:
                 started_at=stored.started_at,
                 finished_at=stored.finished_at,
                 error=None if stored.error is None else FailureRecord.model_validate(stored.error),
+                info=stored.io,
             )
         except (ValueError, KeyError) as exc:  # ValidationError is a ValueError
             raise StoreCorrupt(f"stored event #{stored.seq} does not decode: {exc}") from exc
