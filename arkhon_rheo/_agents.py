@@ -7,12 +7,23 @@ sessions in a SQLite file.
 from __future__ import annotations
 
 import itertools
+import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from ._errors import ConfigurationError, SessionError, SessionNotFound, SystemNotRunning
+import anyio
+
+from ._errors import (
+    ConfigurationError,
+    SessionError,
+    SessionLocked,
+    SessionNotFound,
+    StoreError,
+    SystemNotRunning,
+)
 from .actors import ActorRef, ActorSystem
 from .protocols import (
     AgentState,
@@ -37,9 +48,10 @@ from .supervision._session import (
 from .supervision._validate import PatchValidator
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import AsyncIterator, Iterable, Sequence
     from types import TracebackType
+
+    from anyio.abc import TaskGroup
 
     from .protocols import Store
     from .supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
@@ -194,6 +206,10 @@ class AgentSystem:
             itself: the embedded default, ``arkhon-rheo.db`` in the working
             directory. ``path=None`` (and no store) keeps sessions in memory only.
         durability: The durability mode of that file (see `Durability`).
+        lease_ttl: With a store, each running session is leased to this system
+            for this many seconds, renewed every third of it: a second system
+            (in this process or another on the same file) cannot drive it, and
+            the lease runs out if this process dies.
         snapshot_every: With a store, a snapshot every this many events (loading
             a session is its latest snapshot plus the events after it).
 
@@ -215,6 +231,7 @@ class AgentSystem:
         listeners: Iterable[EventListener] = (),
         shutdown_timeout: float = 5.0,
         store: Store | None = None,
+        lease_ttl: float = 30.0,
         path: str | os.PathLike[str] | None = DEFAULT_PATH,
         durability: Durability = Durability.BATCHED,
         snapshot_every: int = 100,
@@ -237,6 +254,11 @@ class AgentSystem:
         if snapshot_every < 1:
             raise ConfigurationError(f"snapshot_every must be at least 1, got {snapshot_every}")
         self._seed = seed
+        if not (isinstance(lease_ttl, int | float) and lease_ttl > 0):
+            raise ConfigurationError(f"lease_ttl must be positive seconds, got {lease_ttl!r}")
+        self._lease_ttl = float(lease_ttl)
+        self._owner = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        self._renewer: TaskGroup | None = None
         self._owned_store: SQLiteStore | None = None
         if store is None and path is not None:
             store = self._owned_store = SQLiteStore(path, durability=durability)
@@ -256,11 +278,31 @@ class AgentSystem:
             await self._owned_store.__aenter__()
         try:
             await self._actors.__aenter__()
+            if self._store is not None:
+                self._renewer = anyio.create_task_group()
+                await self._renewer.__aenter__()
+                self._renewer.start_soon(self._renew_leases)
         except BaseException as exc:
             if self._owned_store is not None:
                 await self._owned_store.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         return self
+
+    async def _renew_leases(self) -> None:
+        """Renew the lease of every running session; a session that lost its own stops."""
+        store = self._store
+        assert store is not None
+        while True:
+            await anyio.sleep(self._lease_ttl / 3)
+            for session_id, handle in list(self._sessions.items()):
+                if handle.done:
+                    continue
+                try:
+                    await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
+                except SessionLocked:
+                    handle.cancel()  # another owner took over: never write beside it
+                except StoreError:
+                    pass  # a transient store failure; the next round tries again
 
     async def __aexit__(
         self,
@@ -271,6 +313,9 @@ class AgentSystem:
         for handle in self._sessions.values():
             if not handle.done:
                 handle.cancel()
+        if self._renewer is not None:
+            self._renewer.cancel_scope.cancel()
+            await self._renewer.__aexit__(None, None, None)
         try:
             return await self._actors.__aexit__(exc_type, exc, tb)
         finally:
@@ -337,6 +382,7 @@ class AgentSystem:
             await self._store.create_session(
                 session_id, machine=machine.name, snapshot=self._codec(machine).encode_state(state)
             )
+            await self._store.acquire(session_id, self._owner, ttl=self._lease_ttl)
         return await self._launch(machine, state, config, session_id, base_seq=0)
 
     async def resume(
@@ -368,6 +414,7 @@ class AgentSystem:
             raise SessionError(
                 f"session {session_id!r} is running here already", session_id=session_id
             )
+        await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
         loaded = await store.load(session_id)
         if loaded.record.machine != machine.name:
             raise ConfigurationError(
@@ -425,9 +472,19 @@ class AgentSystem:
             ConfigurationError: Without a store, or if ``to_seq`` is out of range.
             SessionNotFound: If the store has no such session.
             SessionError: If the session is running here.
+            SessionLocked: If another system drives it.
         """
         store = self._require_store("roll a session back")
         self._check_not_running(session_id)
+        await store.acquire(session_id, self._owner, ttl=self._lease_ttl)  # nobody drives it
+        try:
+            return await self._rollback(store, machine, session_id, to_seq)
+        finally:
+            await store.release(session_id, self._owner)
+
+    async def _rollback(
+        self, store: Store, machine: Machine[Any], session_id: str, to_seq: int
+    ) -> TransitionEvent:
         codec = self._codec(machine)
         current, last = await self._state_at(machine, session_id, None)
         target, _ = await self._state_at(machine, session_id, to_seq)
@@ -548,6 +605,7 @@ class AgentSystem:
                 self._codec(machine),
                 session_id,
                 snapshot_every=self._snapshot_every,
+                owner=self._owner,
             )
         session = Session(
             session_id,

@@ -237,3 +237,40 @@ async def test_fork_starts_a_child_from_any_point(make_store: Any) -> None:
     assert isinstance(at_five, Notes)
     assert list(result.state.notes)[:5] == list(at_five.notes)
     assert len(parent_history) == 10  # load, then three rounds of think/act/observe
+
+
+async def test_a_session_has_one_owner_at_a_time(make_store: Any) -> None:
+    from arkhon_rheo import SessionLocked
+
+    control = Control(block_at=1)
+    machine = notes_machine(control)
+    async with make_store() as store:
+        async with AgentSystem(store=store) as first, AgentSystem(store=store) as second:
+            await first.start(machine, Notes(), session_id="owned")
+            await control.blocked.wait()
+            with pytest.raises(SessionLocked, match="'owned'"):
+                await second.resume(machine, "owned")
+            with pytest.raises(SessionLocked):
+                await second.rollback(machine, "owned", 1)
+        # The first system ended the session cleanly and let go of it.
+        async with AgentSystem(store=store) as third:
+            handle = await third.resume(notes_machine(Control()), "owned")
+            assert (await handle.result()).ok
+
+
+@pytest.mark.trio
+async def test_a_running_sessions_lease_is_renewed(autojump_clock: Any) -> None:
+    import trio
+
+    from arkhon_rheo import SessionLocked
+
+    control = Control(block_at=1)
+    machine = notes_machine(control)
+    store = MemoryStore(clock=trio.current_time)
+    async with store, AgentSystem(store=store, lease_ttl=3.0) as first:
+        await first.start(machine, Notes(), session_id="kept")
+        await control.blocked.wait()
+        await trio.sleep(30)  # ten lease lifetimes
+        async with AgentSystem(store=store) as second:
+            with pytest.raises(SessionLocked):
+                await second.resume(machine, "kept")

@@ -23,14 +23,22 @@ class Persistence:
         codec: Encodes the machine's states and events.
         session_id: The session.
         snapshot_every: Take a snapshot after every this many events.
+        owner: Who holds the session's lease (released when the session ends).
     """
 
-    __slots__ = ("codec", "session_id", "snapshot_every", "store")
+    __slots__ = ("codec", "owner", "session_id", "snapshot_every", "store")
 
     def __init__(
-        self, store: Store, codec: EventCodec, session_id: str, *, snapshot_every: int
+        self,
+        store: Store,
+        codec: EventCodec,
+        session_id: str,
+        *,
+        snapshot_every: int,
+        owner: str | None = None,
     ) -> None:
         self.store = store
+        self.owner = owner
         self.codec = codec
         self.session_id = session_id
         self.snapshot_every = snapshot_every

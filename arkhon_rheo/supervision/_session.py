@@ -358,6 +358,8 @@ class SessionSupervisor(Actor[_Step, None]):
         assert persistence is not None
         try:
             await persistence.store.set_status(self.session.session_id, status)
+            if persistence.owner is not None:
+                await persistence.store.release(self.session.session_id, persistence.owner)
         except Exception as exc:  # the outcome is known in memory; the record catches up on resume
             _log("error", "status_not_stored", session_id=self.session.session_id, error=repr(exc))
 
