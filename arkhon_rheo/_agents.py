@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-    from .protocols import Store
+    from .protocols import LoadedSession, Store
     from .supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 
 __all__ = ["AgentStatistics", "AgentSystem", "SessionHandle", "SessionResult"]
@@ -414,8 +414,20 @@ class AgentSystem:
             raise SessionError(
                 f"session {session_id!r} is running here already", session_id=session_id
             )
+        loaded = await store.load(session_id)  # SessionNotFound before any lease
         await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
-        loaded = await store.load(session_id)
+        try:
+            return await self._resume_owned(store, machine, loaded, max_steps)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await store.release(session_id, self._owner)
+            raise
+
+    async def _resume_owned(
+        self, store: Store, machine: Machine[S], loaded: LoadedSession, max_steps: int | None
+    ) -> SessionHandle[S]:
+        session_id = loaded.record.session_id
+        loaded = await store.load(session_id)  # again, now that nobody else can write
         if loaded.record.machine != machine.name:
             raise ConfigurationError(
                 f"session {session_id!r} runs machine {loaded.record.machine!r}, "
@@ -431,6 +443,9 @@ class AgentSystem:
             ),
         )
         if machine.is_terminal(state.lifecycle):
+            ended = "failed" if state.lifecycle is machine.failed else "finished"
+            if loaded.record.status not in (ended, "max_steps", "cancelled", "crashed"):
+                await store.set_status(session_id, ended)  # repair a record a crash left behind
             raise SessionError(
                 f"session {session_id!r} has ended in {state.lifecycle.name}; "
                 "fork it or roll it back to go on",

@@ -57,6 +57,11 @@ class EventCodec:
 
     # -- states ------------------------------------------------------------------
 
+    @property
+    def machine(self) -> Machine[Any]:
+        """The machine whose states and events this codec handles."""
+        return self._machine
+
     def encode_state(self, state: AgentState) -> dict[str, Any]:
         """The state as JSON data."""
         return state.model_dump(mode="json")

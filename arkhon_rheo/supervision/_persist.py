@@ -54,4 +54,10 @@ class Persistence:
         snapshot = None
         if event.seq % self.snapshot_every == 0:
             snapshot = (event.seq, self.codec.encode_state(state))
-        await self.store.append(self.session_id, [stored], snapshot=snapshot)
+        # The event that ends the session carries its status in the same
+        # transaction: a crash right after it cannot leave it "running".
+        machine = self.codec.machine
+        status = None
+        if machine.is_terminal(event.to_state):
+            status = "failed" if event.to_state is machine.failed else "finished"
+        await self.store.append(self.session_id, [stored], snapshot=snapshot, status=status)
