@@ -1,0 +1,672 @@
+"""Benchmarks of durable sessions: cycles per second through `SQLiteStore`, and bytes on disk.
+
+In one process and one run, against files in a temporary directory, it measures:
+
+(1) one session: a looping machine THINKING -> ACTING -> OBSERVING -> THINKING ...
+    with trivial stages (no model), each commit durable in the store (3 commits a
+    cycle), for N cycles; us per cycle and cycles/s in ``sync`` and ``batched``
+    mode, on both drivers (``auto``, which is aiosqlite on asyncio, and
+    ``"thread"``), next to (a) one transaction per commit (``batch_max=1``: no
+    group commit) and (b) LangGraph's SQLite checkpointer (``AsyncSqliteSaver``)
+    running the same three-node graph for as many cycles, with its
+    ``durability="sync"`` (each checkpoint written before the next step, as our
+    ``sync``) and with its default ``"async"``. Target: ours in ``sync`` at least
+    7x faster per cycle than LangGraph's checkpointer.
+(2) sessions: N concurrent sessions x 10 cycles, N = 100 and 1,000 (``--quick``:
+    10 and 100), in ``sync`` and ``batched`` mode, against (a) and (b) doing the
+    same. All N are started first and park at a gate in their first stage (the
+    session's record, lease and first checkpoint written); the clock runs from
+    opening the gate until every result is in. At N = 1,000 (``--quick``: 100)
+    the two references run 3 cycles per session (they take ~1-3 ms per
+    transaction: 10 cycles would cost minutes); cycles/s are comparable, the
+    header says how many cycles they ran. ``write tx`` counts the write
+    transactions of the timed phase, lease releases and status writes included
+    (one each per session, unbatched); ``largest batch``, the most events one
+    transaction carried.
+    Target: >= 5,000 cycles/s at 1,000 sessions in ``batched``.
+(3) disk: one session whose state grows by one step per cycle, after 10 and
+    1,000 cycles (``--quick``: 10 and 200): the bytes of the database file plus its
+    ``-wal`` and ``-shm`` files after the store (or LangGraph's saver) is closed,
+    ours (default ``snapshot_every``) vs LangGraph. Target: <= 1 MB after 1,000.
+
+The same lines of ours run under trio too (``--backend both``, the default; the
+store uses its thread driver there); (a) and (b) run on asyncio only, as LangGraph
+does. LangGraph is a reference, not a dependency: ``pip install -e .[bench]``;
+without it its lines are skipped with a note.
+
+Timings use ``time.perf_counter()``, the cyclic GC on (as deployed); the one-session
+lines are the best of 2, the rest run once. Nothing is asserted on timing: the
+targets printed are goals, not checks. structlog is set to drop records below
+WARNING before anything is timed. The default run takes about two minutes.
+
+Run it from the repository root::
+
+    python bench/store.py                     # asyncio, then trio (minutes)
+    python bench/store.py --backend asyncio   # one backend only
+    python bench/store.py --quick             # smaller sizes (seconds)
+    python bench/store.py --profile           # also profile ours under cProfile
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import importlib
+import io
+import logging
+import operator
+import platform
+import pstats
+import sqlite3
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypedDict
+
+import anyio
+import structlog
+from pydantic import Field
+
+from arkhon_rheo import (
+    AgentState,
+    AgentSystem,
+    ExitReason,
+    History,
+    Lifecycle,
+    Machine,
+    Patch,
+    StateView,
+    stage,
+)
+from arkhon_rheo.protocols import Durability
+from arkhon_rheo.store import SQLiteStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+
+    from arkhon_rheo import SessionHandle
+    from arkhon_rheo.store._driver import DriverName
+
+BACKENDS = ("asyncio", "trio")
+L = Lifecycle
+SYNC, BATCHED = Durability.SYNC, Durability.BATCHED
+#: Cycles each session runs in (2).
+SESSION_CYCLES = 10
+#: Cycles each session of the references runs in (2) from `Sizes.reference_crowd` sessions on.
+REFERENCE_CYCLES = 3
+MISSING = "langgraph not installed: pip install -e .[bench]"
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much work each measurement does."""
+
+    #: Cycles of the one session in (1).
+    cycles: int
+    #: Session counts of (2).
+    sessions: tuple[int, ...]
+    #: Cycles of the two runs of (3).
+    disk: tuple[int, int]
+    #: Best of how many runs, for (1).
+    repeat: int
+    #: From this many sessions on, the references run `REFERENCE_CYCLES` per session in (2).
+    reference_crowd: int
+
+
+FULL = Sizes(cycles=300, sessions=(100, 1_000), disk=(10, 1_000), repeat=2, reference_crowd=1_000)
+QUICK = Sizes(cycles=40, sessions=(10, 100), disk=(10, 200), repeat=1, reference_crowd=100)
+
+
+# -- the machine (ours) -----------------------------------------------------------------
+
+
+class Step(NamedTuple):
+    """One tool call, appended to the history by the act stage (a JSON list when stored)."""
+
+    cycle: int
+    tool: str
+    output: str
+
+
+class LoopState(AgentState):
+    lifecycle: Lifecycle = L.THINKING
+    user_input: str = "what is 6 times 7?"
+    cycles: int = Field(default=SESSION_CYCLES, ge=1)
+    thought: str | None = None
+    observation: str | None = None
+    steps: History[Step] = History()
+
+
+class Gate:
+    """Where every session waits in its first stage until the clock starts.
+
+    ``all_in`` is set once ``expected`` sessions have arrived; ``open`` lets them go.
+    """
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.arrived = 0
+        self.all_in = anyio.Event()
+        self.open = anyio.Event()
+
+    async def wait(self) -> None:
+        if self.open.is_set():
+            return
+        self.arrived += 1
+        if self.arrived >= self.expected:
+            self.all_in.set()
+        await self.open.wait()
+
+
+def build_machine(gate: Gate) -> Machine[LoopState]:
+    """THINKING -> ACTING -> OBSERVING -> THINKING ... -> FINISHED after ``cycles`` cycles."""
+
+    @stage(reads={"user_input", "iteration", "observation"}, writes={"thought"}, next=L.ACTING)
+    async def think(view: StateView[LoopState]) -> Patch:
+        await gate.wait()
+        return Patch(thought="use the calculator")
+
+    @stage(reads={"iteration", "thought"}, writes={"steps"}, next=L.OBSERVING)
+    async def act(view: StateView[LoopState]) -> Patch:
+        return Patch().append("steps", Step(cycle=view.iteration, tool="calc", output="42"))
+
+    @stage(
+        reads={"steps"},
+        writes={"observation"},
+        next=lambda s: L.FINISHED if s.iteration + 1 >= s.cycles else L.THINKING,
+    )
+    async def observe(view: StateView[LoopState]) -> Patch:
+        return Patch(observation=view.steps[-1].output)
+
+    return Machine(
+        name="bench-store-loop",
+        state_type=LoopState,
+        initial=L.THINKING,
+        terminal={L.FINISHED, L.FAILED},
+        failed=L.FAILED,
+        loop_state=L.THINKING,
+        transitions={
+            L.THINKING: {L.ACTING},
+            L.ACTING: {L.OBSERVING},
+            L.OBSERVING: {L.THINKING, L.FINISHED},
+        },
+        stages={L.THINKING: think, L.ACTING: act, L.OBSERVING: observe},
+    )
+
+
+def check_finished(state: LoopState, exit_reason: ExitReason, cycles: int) -> None:
+    """A run that did not do the work it was timed for is a bug, not a figure."""
+    if exit_reason is not ExitReason.FINISHED or len(state.steps) != cycles:
+        raise RuntimeError(
+            f"bench session ended {exit_reason.value} after {len(state.steps)} of {cycles} "
+            f"cycles (lifecycle {state.lifecycle!r}, last error {state.last_error!r})"
+        )
+
+
+# -- measuring ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One timed run: N sessions x ``cycles`` from the gate to the last result."""
+
+    sessions: int
+    cycles: int
+    seconds: float
+    #: Write transactions (lease and status writes included) and events appended
+    #: during the timed phase, and the most events one transaction carried (ours only).
+    transactions: int = 0
+    appended: int = 0
+    largest: int = 0
+    #: Bytes of the database, ``-wal`` and ``-shm`` files once closed.
+    size: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.sessions * self.cycles
+
+    @property
+    def rate(self) -> float:
+        """Cycles per second."""
+        return self.total / self.seconds
+
+    @property
+    def us(self) -> float:
+        """Microseconds per cycle (of the whole crowd)."""
+        return self.seconds / self.total * 1e6
+
+
+def file_bytes(directory: Path) -> int:
+    """The bytes of every file in ``directory`` (the database and its -wal, -shm files)."""
+    return sum(entry.stat().st_size for entry in directory.iterdir() if entry.is_file())
+
+
+async def start_all(
+    count: int, start: Callable[[int], Coroutine[Any, Any, None]], gate: Gate
+) -> None:
+    """Start ``count`` sessions concurrently, and wait until all are parked at the gate."""
+    async with anyio.create_task_group() as group:
+        for index in range(count):
+            group.start_soon(start, index)
+    await gate.all_in.wait()
+
+
+async def crowd(
+    system: AgentSystem,
+    count: int,
+    cycles: int,
+    gate: Gate,
+    at_gate: Callable[[], object] = lambda: None,
+) -> float:
+    """Start ``count`` sessions at the gate, open it, and return the seconds until all end.
+
+    ``at_gate`` is called once every session is parked, just before the clock starts.
+    """
+    machine = build_machine(gate)
+    handles: list[SessionHandle[LoopState]] = []
+
+    async def start(index: int) -> None:
+        handles.append(await system.start(machine, LoopState(cycles=cycles)))
+
+    await start_all(count, start, gate)
+    at_gate()
+    started = time.perf_counter()
+    gate.open.set()
+    for handle in handles:
+        result = await handle.result()
+        check_finished(result.state, result.exit_reason, cycles)
+    return time.perf_counter() - started
+
+
+async def ours(
+    count: int,
+    cycles: int,
+    durability: Durability,
+    *,
+    driver: DriverName = "auto",
+    batch_max: int = 1024,
+) -> Run:
+    """N of our sessions x ``cycles``, each commit durable in a fresh `SQLiteStore`."""
+    gate = Gate(count)
+    with tempfile.TemporaryDirectory(prefix="arkhon-bench-") as tmp:
+        directory = Path(tmp)
+        store = SQLiteStore(
+            directory / "sessions.db", durability=durability, driver=driver, batch_max=batch_max
+        )
+        async with store, AgentSystem(store=store, max_steps=3 * cycles + 10) as system:
+            statistics = [store.statistics()]
+            elapsed = await crowd(
+                system, count, cycles, gate, lambda: statistics.append(store.statistics())
+            )
+            before, after = statistics[-1], store.statistics()
+        size = file_bytes(directory)
+    return Run(
+        count,
+        cycles,
+        elapsed,
+        transactions=after.transactions - before.transactions,
+        appended=after.appended - before.appended,
+        largest=after.largest_batch,
+        size=size,
+    )
+
+
+async def in_memory(count: int, cycles: int) -> Run:
+    """The same sessions with no store at all (``path=None``): the ceiling of the runtime."""
+    async with AgentSystem(path=None, max_steps=3 * cycles + 10) as system:
+        elapsed = await crowd(system, count, cycles, Gate(count))
+    return Run(count, cycles, elapsed)
+
+
+# -- LangGraph (the reference) --------------------------------------------------------
+
+
+class GraphState(TypedDict):
+    """LangGraph's state for the same loop: the same fields, ``steps`` appended to."""
+
+    user_input: str
+    cycles: int
+    iteration: int
+    thought: str | None
+    observation: str | None
+    steps: Annotated[list[list[Any]], operator.add]
+
+
+def langgraph_modules() -> tuple[Any, Any] | None:
+    """``(langgraph.graph, langgraph.checkpoint.sqlite.aio)``, or None if not installed."""
+    try:
+        graph = importlib.import_module("langgraph.graph")
+        saver = importlib.import_module("langgraph.checkpoint.sqlite.aio")
+    except ImportError:
+        return None
+    return graph, saver
+
+
+def build_graph(graph: Any, gate: Gate) -> Any:
+    """think -> act -> observe -> think ... -> END after ``cycles`` cycles (uncompiled)."""
+
+    async def think(state: GraphState) -> dict[str, Any]:
+        await gate.wait()
+        return {"thought": "use the calculator"}
+
+    async def act(state: GraphState) -> dict[str, Any]:
+        return {"steps": [[state["iteration"], "calc", "42"]]}
+
+    async def observe(state: GraphState) -> dict[str, Any]:
+        return {"observation": state["steps"][-1][2], "iteration": state["iteration"] + 1}
+
+    def route(state: GraphState) -> str:
+        return str(graph.END) if state["iteration"] >= state["cycles"] else "think"
+
+    builder = graph.StateGraph(GraphState)
+    builder.add_node("think", think)
+    builder.add_node("act", act)
+    builder.add_node("observe", observe)
+    builder.add_edge(graph.START, "think")
+    builder.add_edge("think", "act")
+    builder.add_edge("act", "observe")
+    builder.add_conditional_edges("observe", route, ["think", graph.END])
+    return builder
+
+
+async def langgraph(modules: tuple[Any, Any], count: int, cycles: int, durability: str) -> Run:
+    """N LangGraph threads x ``cycles``, checkpointed by ``AsyncSqliteSaver`` to one file."""
+    graph, saver_module = modules
+    gate = Gate(count)
+    builder = build_graph(graph, gate)
+    with tempfile.TemporaryDirectory(prefix="arkhon-bench-lg-") as tmp:
+        directory = Path(tmp)
+        async with saver_module.AsyncSqliteSaver.from_conn_string(
+            str(directory / "checkpoints.db")
+        ) as saver:
+            await saver.setup()
+            app = builder.compile(checkpointer=saver)
+
+            async def start(index: int) -> None:
+                group.start_soon(invoke, index)
+
+            async def invoke(index: int) -> None:
+                state: GraphState = {
+                    "user_input": "what is 6 times 7?",
+                    "cycles": cycles,
+                    "iteration": 0,
+                    "thought": None,
+                    "observation": None,
+                    "steps": [],
+                }
+                config = {
+                    "configurable": {"thread_id": f"session-{index}"},
+                    "recursion_limit": 3 * cycles + 10,
+                }
+                result = await app.ainvoke(state, config, durability=durability)
+                if len(result["steps"]) != cycles:
+                    raise RuntimeError(f"langgraph ran {len(result['steps'])} of {cycles} cycles")
+
+            async with anyio.create_task_group() as group:
+                await start_all(count, start, gate)
+                started = time.perf_counter()
+                gate.open.set()
+            elapsed = time.perf_counter() - started
+        size = file_bytes(directory)
+    return Run(count, cycles, elapsed, size=size)
+
+
+# -- the report -----------------------------------------------------------------------
+
+
+async def best(
+    repeat: int, measure: Callable[..., Coroutine[Any, Any, Run]], *args: Any, **kwargs: Any
+) -> Run:
+    """The fastest of ``repeat`` runs of ``measure(*args, **kwargs)``."""
+    runs = [await measure(*args, **kwargs) for _ in range(repeat)]
+    return min(runs, key=lambda run: run.seconds)
+
+
+def per_tx(run: Run) -> str:
+    if not run.transactions:
+        return ""
+    return f"   {run.transactions:>6,} write tx, largest batch {run.largest:>5,} events"
+
+
+def line(label: str, run: Run, extra: str = "") -> None:
+    print(
+        f"      {label:<44} {run.us:8.0f} us/cycle {run.rate:8,.0f} cycles/s{per_tx(run)}{extra}",
+        flush=True,
+    )
+
+
+async def report_one(sizes: Sizes, backend: str, modules: tuple[Any, Any] | None) -> None:
+    cycles = sizes.cycles
+    print(
+        f"  (1) one session, {cycles:,} cycles (3 durable commits each; best of {sizes.repeat}):",
+        flush=True,
+    )
+    drivers: tuple[DriverName, ...] = ("auto", "thread") if backend == "asyncio" else ("auto",)
+    runs: dict[tuple[Durability, str], Run] = {}
+    for durability in (SYNC, BATCHED):
+        for driver in drivers:
+            run = await best(sizes.repeat, ours, 1, cycles, durability, driver=driver)
+            runs[durability, driver] = run
+            name = "aiosqlite" if backend == "asyncio" and driver == "auto" else "threads"
+            extra = ""
+            if driver == "thread" and backend == "asyncio":
+                speed = runs[durability, "auto"].seconds / run.seconds
+                extra = f"   thread/auto speed {speed:4.2f}x"
+            line(f"ours {durability.value:<7} driver={driver} ({name})", run, extra)
+    memory = await best(sizes.repeat, in_memory, 1, cycles)
+    line("ours, no store (runtime alone)", memory)
+    if backend != "asyncio":
+        return
+    ours_sync = runs[SYNC, "auto"]
+    baseline = await best(sizes.repeat, ours, 1, cycles, SYNC, batch_max=1)
+    line("(a) one tx per commit, sync", baseline)
+    if modules is None:
+        print(f"      (b) {MISSING}", flush=True)
+        return
+    for mode in ("sync", "async"):
+        run = await best(sizes.repeat, langgraph, modules, 1, cycles, mode)
+        default = ", its default" if mode == "async" else ""
+        line(f"(b) langgraph durability={mode}{default}", run)
+        if mode == "sync":
+            fastest = min(runs[SYNC, "auto"], runs[SYNC, "thread"], key=lambda r: r.seconds)
+            print(
+                f"          langgraph sync / ours sync: {run.us / ours_sync.us:5.2f}x (auto), "
+                f"{run.us / fastest.us:5.2f}x (fastest driver)   (target >= 7x)",
+                flush=True,
+            )
+
+
+async def report_crowds(sizes: Sizes, backend: str, modules: tuple[Any, Any] | None) -> None:
+    for count in sizes.sessions:
+        reference_cycles = REFERENCE_CYCLES if count >= sizes.reference_crowd else SESSION_CYCLES
+        print(
+            f"  (2) sessions N={count:,}, {SESSION_CYCLES} cycles each"
+            + (
+                f" (references: {reference_cycles} each)"
+                if reference_cycles != SESSION_CYCLES and backend == "asyncio"
+                else ""
+            )
+            + ", run once:",
+            flush=True,
+        )
+        mine: dict[Durability, Run] = {}
+        for durability in (SYNC, BATCHED):
+            run = mine[durability] = await ours(count, SESSION_CYCLES, durability)
+            target = (
+                "   (target >= 5,000 cycles/s)" if count == 1_000 and durability is BATCHED else ""
+            )
+            line(f"ours {durability.value}", run, target)
+        memory = await in_memory(count, SESSION_CYCLES)
+        line(
+            "ours, no store (runtime alone)",
+            memory,
+            f"   ours batched takes {mine[BATCHED].us / memory.us:4.2f}x its time",
+        )
+        if backend != "asyncio":
+            continue
+        for durability in (SYNC, BATCHED):
+            run = await ours(count, reference_cycles, durability, batch_max=1)
+            ratio = mine[durability].rate / run.rate
+            line(f"(a) one tx per commit, {durability.value}", run, f"   ours/(a) {ratio:5.2f}x")
+        if modules is None:
+            print(f"      (b) {MISSING}", flush=True)
+            continue
+        run = await langgraph(modules, count, reference_cycles, "sync")
+        line(
+            "(b) langgraph durability=sync",
+            run,
+            f"   ours sync/(b) {mine[SYNC].rate / run.rate:5.2f}x   "
+            f"ours batched/(b) {mine[BATCHED].rate / run.rate:5.2f}x",
+        )
+
+
+async def report_disk(sizes: Sizes, modules: tuple[Any, Any] | None) -> None:
+    print(
+        "  (3) bytes on disk, one session, state growing by one step a cycle "
+        "(db + -wal + -shm, after close):",
+        flush=True,
+    )
+    for cycles in sizes.disk:
+        run = await ours(1, cycles, SYNC)
+        text = f"      after {cycles:>5,} cycles: ours {run.size / 1e6:7.3f} MB"
+        if modules is not None:
+            reference = await langgraph(modules, 1, cycles, "sync")
+            text += (
+                f"   langgraph {reference.size / 1e6:8.3f} MB   "
+                f"langgraph/ours {reference.size / run.size:6.1f}x"
+            )
+        if cycles == 1_000:
+            text += "   (target <= 1 MB)"
+        print(text, flush=True)
+    if modules is None:
+        print(f"      {MISSING}", flush=True)
+
+
+async def run_backend(sizes: Sizes, backend: str) -> None:
+    modules = langgraph_modules() if backend == "asyncio" else None
+    await report_one(sizes, backend, modules)
+    await report_crowds(sizes, backend, modules)
+    if backend == "asyncio":
+        await report_disk(sizes, modules)
+
+
+# -- profile --------------------------------------------------------------------------
+
+
+#: Where a profiled function belongs: the first pattern found in "path:function".
+LAYERS = (
+    ("select.epoll", "waiting in the event loop (the SQLite thread: SQL, fsync)"),
+    ("epoll", "waiting in the event loop (the SQLite thread: SQL, fsync)"),
+    ("arkhon_rheo/store", "arkhon store: encode, queue, writer, plan"),
+    ("arkhon_rheo/supervision", "arkhon supervision: step, commit, validation"),
+    ("arkhon_rheo/_agents", "arkhon supervision: step, commit, validation"),
+    ("arkhon_rheo/actors", "arkhon actors: mailbox, cell, ask"),
+    ("arkhon_rheo/protocols", "arkhon protocols: Patch, StateView, History, Machine"),
+    ("aiosqlite", "aiosqlite: queue, futures"),
+    ("sqlite3", "sqlite3 calls on this thread"),
+    ("json", "json encode/decode"),
+    ("/anyio/", "anyio: threads, checkpoints, Event, cancel scopes"),
+    ("sniffio", "anyio: threads, checkpoints, Event, cancel scopes"),
+    ("threading.py", "threading, queue: hand-offs to the SQLite thread"),
+    ("queue.py", "threading, queue: hand-offs to the SQLite thread"),
+    ("lock", "threading, queue: hand-offs to the SQLite thread"),
+    ("/asyncio/", "asyncio: event loop, handles, futures"),
+    ("selectors.py", "asyncio: event loop, handles, futures"),
+    ("_asyncio.", "asyncio: event loop, handles, futures"),
+    ("contextvars", "asyncio: event loop, handles, futures"),
+    ("/trio/", "trio: scheduler"),
+    ("pydantic", "pydantic: model_copy, validation, dump"),
+    ("copy.py", "pydantic: model_copy, validation, dump"),
+    ("bench/store.py", "the bench's own trivial stages"),
+)
+BUILTINS = "builtins called from every layer (dict.get, len, ...)"
+
+
+def profile(backend: str, label: str, count: int, cycles: int, durability: Durability) -> None:
+    """Run one of our measurements under cProfile; print own time by layer and the top."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    run = anyio.run(functools.partial(ours, count, cycles, durability), backend=backend)
+    profiler.disable()
+    print(
+        f"profile of {label} on {backend}: N={count:,} x {cycles:,} cycles, "
+        f"{run.us:,.0f} us/cycle, {run.rate:,.0f} cycles/s under the profiler "
+        "(main thread only, start phase included)",
+        flush=True,
+    )
+    layers: dict[str, float] = {}
+    for entry in profiler.getstats():
+        code = entry.code
+        where = code if isinstance(code, str) else f"{code.co_filename}:{code.co_name}"
+        layer = next((name for pattern, name in LAYERS if pattern in where), BUILTINS)
+        layers[layer] = layers.get(layer, 0.0) + entry.inlinetime
+    total = sum(layers.values())
+    print("  own time by layer:", flush=True)
+    for layer, seconds in sorted(layers.items(), key=lambda item: -item[1]):
+        print(f"    {seconds / total:6.1%}  {layer}", flush=True)
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.strip_dirs().sort_stats("tottime").print_stats(15)
+    lines = out.getvalue().splitlines()
+    start = next((i for i, text in enumerate(lines) if "ncalls" in text), 0)
+    print("  by tottime:", flush=True)
+    for text in lines[start:]:
+        if text.strip():
+            print(f"    {text}", flush=True)
+
+
+# -- the run --------------------------------------------------------------------------
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--backend", choices=[*BACKENDS, "both"], default="both")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile ours (one session sync, crowd batched)"
+    )
+    args = parser.parse_args(argv)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    sizes = QUICK if args.quick else FULL
+    backends = BACKENDS if args.backend == "both" else (args.backend,)
+    versions = (
+        f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
+        f"anyio {version('anyio')}, aiosqlite {version('aiosqlite')}"
+    )
+    if "trio" in backends:
+        versions += f", trio {version('trio')}"
+    for name in ("langgraph", "langgraph-checkpoint-sqlite"):
+        if (found := package_version(name)) is not None:
+            versions += f", {name} {found}"
+    print(
+        f"arkhon_rheo store bench ({versions}){', quick' if args.quick else ''}: one session "
+        f"x {sizes.cycles:,} cycles, sessions {', '.join(f'{n:,}' for n in sizes.sessions)} "
+        f"x {SESSION_CYCLES} cycles, disk after {' and '.join(f'{n:,}' for n in sizes.disk)} "
+        f"cycles; files in {tempfile.gettempdir()}",
+        flush=True,
+    )
+    for backend in backends:
+        print(f"backend: {backend}", flush=True)
+        started = time.perf_counter()
+        anyio.run(run_backend, sizes, backend, backend=backend)
+        print(f"  ({time.perf_counter() - started:.1f} s)", flush=True)
+    if args.profile:
+        for backend in backends:
+            profile(backend, "(1) ours sync", 1, sizes.cycles, SYNC)
+            crowd = max(sizes.sessions)
+            profile(backend, f"(2) ours batched N={crowd:,}", crowd, SESSION_CYCLES, BATCHED)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
