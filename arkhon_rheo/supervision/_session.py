@@ -357,7 +357,9 @@ class SessionSupervisor(Actor[_Step, None]):
         persistence = self.session.persistence
         assert persistence is not None
         try:
-            await persistence.store.set_status(self.session.session_id, status)
+            # "finished" and "failed" went with the final commit, in its transaction.
+            if status not in (ExitReason.FINISHED.value, ExitReason.FAILED.value):
+                await persistence.store.set_status(self.session.session_id, status)
             if persistence.owner is not None:
                 await persistence.store.release(self.session.session_id, persistence.owner)
         except Exception as exc:  # the outcome is known in memory; the record catches up on resume
