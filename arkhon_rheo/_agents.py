@@ -26,8 +26,10 @@ from ._errors import (
 )
 from .actors import ActorRef, ActorSystem
 from .protocols import (
+    SUPERVISOR_FIELDS,
     AgentState,
     Durability,
+    ErrorClass,
     EventKind,
     FailureRecord,
     Machine,
@@ -428,6 +430,11 @@ class AgentSystem:
     ) -> SessionHandle[S]:
         session_id = loaded.record.session_id
         loaded = await store.load(session_id)  # again, now that nobody else can write
+        if loaded.record.status == "paused":
+            raise SessionError(
+                f"session {session_id!r} is paused at a gate; answer it with decide()",
+                session_id=session_id,
+            )
         if loaded.record.machine != machine.name:
             raise ConfigurationError(
                 f"session {session_id!r} runs machine {loaded.record.machine!r}, "
@@ -470,6 +477,134 @@ class AgentSystem:
         store = self._require_store("read a session's history")
         codec = self._codec(machine)
         return [codec.decode_event(event) for event in await store.history(session_id)]
+
+    async def decide(
+        self,
+        machine: Machine[S],
+        session_id: str,
+        decision: str,
+        *,
+        value: Any = None,
+        edit: dict[str, Any] | None = None,
+    ) -> SessionHandle[S] | None:
+        """Answer a session paused at a gate: ``"resume"``, ``"abort"`` or ``"edit"``.
+
+        Args:
+            machine: The session's machine.
+            session_id: The paused session.
+            decision: ``"resume"`` goes on (with ``value`` written to the gate's
+                field, validated like any patch); ``"abort"`` moves it to the failed
+                state; ``"edit"`` applies ``edit`` (field values, validated like a
+                patch, invariants checked) and leaves it paused.
+            value: The resume value, for a gate that takes one.
+            edit: The fields a human changes.
+
+        Returns:
+            The running session's handle after ``"resume"``, else ``None``.
+
+        Raises:
+            ConfigurationError: Without a store, or for an unknown decision.
+            SessionError: If the session is not paused (or runs here).
+            InvalidPatch: If the value or an edited field fails validation; the
+                session stays paused, nothing is written.
+            UndeclaredWrite: If an edit touches a field only the supervisor writes.
+            InvariantViolation: If the edited state breaks an invariant.
+        """
+        store = self._require_store("decide on a paused session")
+        if decision not in ("resume", "abort", "edit"):
+            raise ConfigurationError(
+                f"decision must be 'resume', 'abort' or 'edit', got {decision!r}"
+            )
+        self._check_not_running(session_id)
+        self._check_running()
+        await store.load(session_id)  # SessionNotFound before any lease
+        await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
+        launched = False
+        try:
+            state, last = await self._state_at(machine, session_id, None)
+            record = (await store.load(session_id)).record
+            if record.status != "paused":
+                raise SessionError(
+                    f"session {session_id!r} is not paused (it is {record.status}); "
+                    "only a session waiting at a gate takes a decision",
+                    session_id=session_id,
+                )
+            pause = (await self.history(session_id, machine))[-1]
+            info = dict(pause.info or {})
+            gate = next((g for g in machine.gates if g.name == info.get("gate")), None)
+            validator = self._validator(machine)
+            codec = self._codec(machine)
+            now = time.time()
+            if decision == "abort":
+                failure = FailureRecord(
+                    error_type="Aborted",
+                    message=f"aborted by a human at gate {info.get('gate')!r}",
+                    error_class=ErrorClass.FATAL,
+                    lifecycle=state.lifecycle.name,
+                    exit_reason="aborted",
+                )
+                updates = {"last_error": failure, "lifecycle": machine.failed}
+                kind, status, error = EventKind.FAILURE, "aborted", failure
+            else:
+                if decision == "resume":
+                    if gate is None or gate.field is None:
+                        if value is not None:
+                            raise ConfigurationError(
+                                f"gate {info.get('gate')!r} takes no resume value"
+                            )
+                        fields: dict[str, Any] = {}
+                    else:
+                        fields = {gate.field: value}
+                    writes = frozenset(fields)
+                else:
+                    fields = dict(edit or {})
+                    writes = frozenset(machine.state_type.model_fields) - SUPERVISOR_FIELDS
+                updates, _ = validator.validate(
+                    state, Patch.of(fields), stage="(human)", writes=writes
+                )
+                validator.check_invariants(
+                    state.model_copy(update=updates), state.lifecycle, stage="(human)"
+                )
+                kind, status, error = EventKind.DECISION, "paused", None
+            event = TransitionEvent(
+                session_id=session_id,
+                seq=last + 1,
+                kind=kind,
+                stage=None,
+                from_state=state.lifecycle,
+                to_state=machine.failed if decision == "abort" else state.lifecycle,
+                reads=frozenset(),
+                writes=frozenset(updates),
+                patch=Patch.of(updates),
+                attempt=0,
+                started_at=now,
+                finished_at=now,
+                error=error,
+                info={"decision": decision, "gate": info.get("gate")},
+            )
+            decided = state.model_copy(update=updates)
+            await store.append(
+                session_id,
+                [codec.encode_event(event)],
+                snapshot=(event.seq, codec.encode_state(decided)),
+                status="running" if decision == "resume" else status,
+            )
+            if decision != "resume":
+                return None
+            handle = await self._launch(
+                machine,
+                cast("S", decided),
+                self._config,
+                session_id,
+                base_seq=event.seq,
+                gates_passed=True,
+            )
+            launched = True
+            return handle
+        finally:
+            if not launched:
+                with anyio.CancelScope(shield=True):
+                    await store.release(session_id, self._owner)
 
     async def rollback(
         self, machine: Machine[Any], session_id: str, to_seq: int
@@ -611,6 +746,7 @@ class AgentSystem:
         session_id: str,
         *,
         base_seq: int,
+        gates_passed: bool = False,
     ) -> SessionHandle[S]:
         seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
         persistence = None
@@ -633,6 +769,7 @@ class AgentSystem:
             persistence=persistence,
             base_seq=base_seq,
         )
+        session.gates_passed = gates_passed
         ref = await self._actors.spawn(SessionSupervisor, session, name=f"{session_id}/supervisor")
         handle: SessionHandle[S] = SessionHandle(session, ref)
         self._sessions[session_id] = handle

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .._exports import publish
 from ._events import EventKind as EventKind
 from ._events import TransitionEvent as TransitionEvent
+from ._gates import Gate as Gate
 from ._history import History as History
 from ._machine import Machine as Machine
 from ._patch import Patch as Patch
@@ -37,6 +38,7 @@ __all__ = [
     "ErrorClass",
     "EventKind",
     "FailureRecord",
+    "Gate",
     "History",
     "Lifecycle",
     "LoadedSession",

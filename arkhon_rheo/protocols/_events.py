@@ -26,6 +26,10 @@ class EventKind(enum.Enum):
     #: The state was returned to what it was after an earlier event; the patch
     #: sets every field to that value, and ``info`` names the two event numbers.
     ROLLBACK = "rollback"
+    #: The session paused at a gate (``info``: the gate and the stage it guards).
+    PAUSE = "pause"
+    #: A human decision on a paused session: a resume value or an edit (the patch).
+    DECISION = "decision"
 
 
 class TransitionEvent(NamedTuple):

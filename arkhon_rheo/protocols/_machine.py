@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from .._errors import ConfigurationError
+from ._gates import Gate
 from ._stage import Condition, Stage
 from ._state import SUPERVISOR_FIELDS, AgentState
 
@@ -48,6 +49,7 @@ class Machine(Generic[S]):
             error recorded in ``last_error``); without a route the stage is
             retried after its restart.
         loop_state: Entering this state from another one increments ``iteration``.
+        gates: Where a session pauses for a human decision (see `Gate`).
         name: A label for logs and diagrams.
 
     Raises:
@@ -67,6 +69,7 @@ class Machine(Generic[S]):
         deadlines: Mapping[enum.Enum, float] | None = None,
         error_routes: Mapping[enum.Enum, enum.Enum] | None = None,
         loop_state: enum.Enum | None = None,
+        gates: Iterable[Gate] = (),
         name: str = "machine",
     ) -> None:
         if not (isinstance(state_type, type) and issubclass(state_type, AgentState)):
@@ -85,6 +88,7 @@ class Machine(Generic[S]):
         self.deadlines: dict[enum.Enum, float] = dict(deadlines or {})
         self.error_routes: dict[enum.Enum, enum.Enum] = dict(error_routes or {})
         self.loop_state = loop_state
+        self.gates = tuple(gates)
         self.invariants: dict[enum.Enum | None, tuple[Condition[Any], ...]] = {
             key: tuple(Condition.coerce(c) for c in conditions)
             for key, conditions in (invariants or {}).items()
@@ -153,6 +157,7 @@ class Machine(Generic[S]):
                 )
         self._check_stages()
         self._check_reachable()
+        self._check_gates()
 
     def _declared_states(self) -> frozenset[enum.Enum]:
         enum_type = type(self.initial)
@@ -220,6 +225,20 @@ class Machine(Generic[S]):
                 raise self._fail(
                     f"stage {name!r} reads {sorted(missing)}, which "
                     f"{self.state_type.__name__} does not have"
+                )
+
+    def _check_gates(self) -> None:
+        names = {stage.name for stage in self.stages.values()}
+        fields = frozenset(self.state_type.model_fields) - SUPERVISOR_FIELDS
+        for gate in self.gates:
+            if not isinstance(gate, Gate):
+                raise self._fail(f"gates must be Gate objects, got {gate!r}")
+            if gate.stage is not None and gate.stage not in names:
+                raise self._fail(f"gate {gate.name!r} guards unknown stage {gate.stage!r}")
+            if gate.field is not None and gate.field not in fields:
+                raise self._fail(
+                    f"gate {gate.name!r} writes {gate.field!r}, which "
+                    f"{self.state_type.__name__} does not have (or only the supervisor writes)"
                 )
 
     def _check_reachable(self) -> None:

@@ -43,7 +43,9 @@ class Persistence:
         self.session_id = session_id
         self.snapshot_every = snapshot_every
 
-    async def record(self, event: TransitionEvent, state: AgentState) -> None:
+    async def record(
+        self, event: TransitionEvent, state: AgentState, *, status: str | None = None
+    ) -> None:
         """Store ``event`` (and ``state`` as a snapshot when one is due).
 
         Raises:
@@ -57,7 +59,6 @@ class Persistence:
         # The event that ends the session carries its status in the same
         # transaction: a crash right after it cannot leave it "running".
         machine = self.codec.machine
-        status = None
         if machine.is_terminal(event.to_state):
             status = "failed" if event.to_state is machine.failed else "finished"
         await self.store.append(self.session_id, [stored], snapshot=snapshot, status=status)

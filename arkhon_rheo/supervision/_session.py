@@ -81,6 +81,8 @@ class ExitReason(enum.Enum):
     CANCELLED = "cancelled"
     #: The supervisor itself crashed (a bug); its state is the last one committed.
     CRASHED = "crashed"
+    #: It reached a gate and waits, durably, for a human decision.
+    PAUSED = "paused"
 
 
 class StageMode(enum.Enum):
@@ -136,6 +138,7 @@ class Session:
         "done",
         "exit_reason",
         "failure",
+        "gates_passed",
         "listeners",
         "log",
         "machine",
@@ -165,6 +168,7 @@ class Session:
         self.session_id = session_id
         self.persistence = persistence
         self.base_seq = base_seq
+        self.gates_passed = False
         self.machine = machine
         self.state = state
         self.config = config
@@ -437,6 +441,8 @@ class SessionSupervisor(Actor[_Step, None]):
                 reason=ExitReason.MAX_STEPS,
             )
             return True
+        if machine.gates and await self._pause_at_gate(state, name):
+            return True
         started = time.time()
         try:
             session.validator.check_invariants(state, lifecycle, stage=name)
@@ -482,6 +488,44 @@ class SessionSupervisor(Actor[_Step, None]):
         failed = lifecycle is session.machine.failed
         session.finish(ExitReason.FAILED if failed else ExitReason.FINISHED)
         return True
+
+    async def _pause_at_gate(self, state: AgentState, stage: str) -> bool:
+        """Pause, durably, if a gate guards this step; return true if it did."""
+        session = self.session
+        if session.gates_passed:
+            session.gates_passed = False  # the step a human just let through
+            return False
+        commits = session.next_seq() - 1
+        for gate in session.machine.gates:
+            try:
+                triggered = gate.triggers(state, stage, commits)
+            except Exception as exc:
+                _log("error", "gate_check_failed", session_id=session.session_id, error=repr(exc))
+                triggered = True  # a broken gate pauses rather than lets through
+            if not triggered:
+                continue
+            now = time.time()
+            event = TransitionEvent(
+                session_id=session.session_id,
+                seq=session.next_seq(),
+                kind=EventKind.PAUSE,
+                stage=stage,
+                from_state=state.lifecycle,
+                to_state=state.lifecycle,
+                reads=frozenset(),
+                writes=frozenset(),
+                patch=Patch(),
+                attempt=0,
+                started_at=now,
+                finished_at=now,
+                info={"gate": gate.name, "stage": stage},
+            )
+            if session.persistence is not None:
+                await session.persistence.record(event, state, status="paused")
+            session.commit(state, event)
+            session.finish(ExitReason.PAUSED)
+            return True
+        return False
 
     async def _commit(
         self, state: AgentState, patch: Patch, stage: Stage[Any], started: float, attempt: int

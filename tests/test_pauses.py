@@ -1,0 +1,134 @@
+"""Human-in-the-loop gates: durable pauses, resume values, aborts and validated edits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from arkhon_rheo import (
+    AgentState,
+    AgentSystem,
+    ConfigurationError,
+    ExitReason,
+    InvalidPatch,
+    InvariantViolation,
+    Lifecycle,
+    Machine,
+    Patch,
+    SessionError,
+    StateView,
+    UndeclaredWrite,
+    stage,
+)
+from arkhon_rheo.protocols import EventKind, Gate
+from arkhon_rheo.supervision import replay
+
+pytestmark = pytest.mark.anyio
+
+L = Lifecycle
+
+
+class Order(AgentState):
+    lifecycle: Lifecycle = L.INITIALIZED
+    item: str = ""
+    approved: bool | None = None
+    shipped: bool = False
+
+
+def order_machine(*gates: Gate) -> Machine[Order]:
+    @stage(reads={"item"}, writes=(), next=L.ACTING)
+    async def plan(view: StateView[Order]) -> Patch:
+        return Patch()
+
+    @stage(reads={"approved"}, writes={"shipped"}, next=L.FINISHED)
+    async def ship(view: StateView[Order]) -> Patch:
+        return Patch(shipped=bool(view.approved))
+
+    return Machine(
+        name="order",
+        state_type=Order,
+        initial=L.INITIALIZED,
+        terminal={L.FINISHED, L.FAILED},
+        failed=L.FAILED,
+        transitions={L.INITIALIZED: {L.ACTING}, L.ACTING: {L.FINISHED}},
+        stages={L.INITIALIZED: plan, L.ACTING: ship},
+        invariants={None: [lambda s: bool(s.item)]},
+        gates=gates,
+    )
+
+
+async def test_a_pause_survives_a_restart_and_resumes_with_a_validated_value(
+    tmp_path: Any,
+) -> None:
+    machine = order_machine(Gate.before("ship", field="approved"))
+    path = tmp_path / "orders.db"
+    async with AgentSystem(path=path) as system:
+        result = await system.run(machine, Order(item="book"), session_id="o1")
+        assert result.exit_reason is ExitReason.PAUSED
+        assert result.state.shipped is False
+        with pytest.raises(SessionError, match="paused at a gate"):
+            await system.resume(machine, "o1")
+    # A new process: the pause is still there.
+    async with AgentSystem(path=path) as system:
+        with pytest.raises(InvalidPatch, match="approved"):
+            await system.decide(machine, "o1", "resume", value={"not": "a bool"})
+        handle = await system.decide(machine, "o1", "resume", value=True)
+        assert handle is not None
+        done = await handle.result()
+        history = await system.history("o1", machine)
+    assert done.ok
+    assert done.state.shipped is True
+    kinds = [event.kind for event in history]
+    assert kinds == [EventKind.STEP, EventKind.PAUSE, EventKind.DECISION, EventKind.STEP]
+    assert history[1].info == {"gate": "before ship", "stage": "ship"}
+    assert replay(machine, Order(item="book", session_id="o1"), history) == done.state
+
+
+async def test_abort_and_edit_a_paused_session() -> None:
+    machine = order_machine(Gate.before("ship"))
+    async with AgentSystem() as system:
+        await system.run(machine, Order(item="lamp"), session_id="o2")
+        with pytest.raises(UndeclaredWrite):
+            await system.decide(machine, "o2", "edit", edit={"lifecycle": L.FINISHED})
+        with pytest.raises(InvariantViolation):
+            await system.decide(machine, "o2", "edit", edit={"item": ""})
+        assert await system.decide(machine, "o2", "edit", edit={"item": "desk lamp"}) is None
+        with pytest.raises(ConfigurationError, match="takes no resume value"):
+            await system.decide(machine, "o2", "resume", value=1)
+        with pytest.raises(ConfigurationError, match="decision must be"):
+            await system.decide(machine, "o2", "maybe")
+        assert await system.decide(machine, "o2", "abort") is None
+        with pytest.raises(SessionError, match="not paused"):
+            await system.decide(machine, "o2", "resume")
+        history = await system.history("o2", machine)
+    state = replay(machine, Order(item="lamp", session_id="o2"), history)
+    assert isinstance(state, Order)
+    assert state.item == "desk lamp"
+    assert state.lifecycle is L.FAILED
+    assert state.last_error is not None
+    assert state.last_error.error_type == "Aborted"
+
+
+async def test_every_n_steps_and_predicate_gates() -> None:
+    every = order_machine(Gate.every(1))
+    when = order_machine(Gate.when(lambda s: s.lifecycle is L.ACTING, name="acting"))
+    async with AgentSystem() as system:
+        first = await system.run(every, Order(item="pen"), session_id="o3")
+        second = await system.run(when, Order(item="pen"), session_id="o4")
+        handle = await system.decide(when, "o4", "resume")
+        assert handle is not None
+        third = await handle.result()
+    assert first.exit_reason is ExitReason.PAUSED
+    assert first.state.lifecycle is L.ACTING  # paused before its second commit
+    assert second.exit_reason is ExitReason.PAUSED
+    assert third.ok
+
+
+def test_gates_are_checked_with_the_machine() -> None:
+    with pytest.raises(ConfigurationError, match="unknown stage 'nope'"):
+        order_machine(Gate.before("nope"))
+    with pytest.raises(ConfigurationError, match="'lifecycle'"):
+        order_machine(Gate.before("ship", field="lifecycle"))
+    with pytest.raises(ConfigurationError, match="positive"):
+        Gate.every(0)
