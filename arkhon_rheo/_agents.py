@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-    from .protocols import LoadedSession, Store
+    from .protocols import LoadedSession, SessionRecord, Store
     from .supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 
 __all__ = ["AgentStatistics", "AgentSystem", "SessionHandle", "SessionResult"]
@@ -521,8 +521,7 @@ class AgentSystem:
         await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
         launched = False
         try:
-            state, last = await self._state_at(machine, session_id, None)
-            record = (await store.load(session_id)).record
+            state, record = await self._state_at(machine, session_id, None)
             if record.status != "paused":
                 raise SessionError(
                     f"session {session_id!r} is not paused (it is {record.status}); "
@@ -533,8 +532,6 @@ class AgentSystem:
             info = dict(pause.info or {})
             gate = next((g for g in machine.gates if g.name == info.get("gate")), None)
             validator = self._validator(machine)
-            codec = self._codec(machine)
-            now = time.time()
             if decision == "abort":
                 failure = FailureRecord(
                     error_type="Aborted",
@@ -566,28 +563,17 @@ class AgentSystem:
                     state.model_copy(update=updates), state.lifecycle, stage="(human)"
                 )
                 kind, status, error = EventKind.DECISION, "paused", None
-            event = TransitionEvent(
-                session_id=session_id,
-                seq=last + 1,
-                kind=kind,
-                stage=None,
-                from_state=state.lifecycle,
-                to_state=machine.failed if decision == "abort" else state.lifecycle,
-                reads=frozenset(),
-                writes=frozenset(updates),
-                patch=Patch.of(updates),
-                attempt=0,
-                started_at=now,
-                finished_at=now,
-                error=error,
-                info={"decision": decision, "gate": info.get("gate")},
-            )
             decided = state.model_copy(update=updates)
-            await store.append(
-                session_id,
-                [codec.encode_event(event)],
-                snapshot=(event.seq, codec.encode_state(decided)),
+            event = await self._append_owned(
+                machine,
+                record,
+                kind,
+                state,
+                decided,
+                updates,
+                info={"decision": decision, "gate": info.get("gate")},
                 status="running" if decision == "resume" else status,
+                error=error,
             )
             if decision != "resume":
                 return None
@@ -628,42 +614,73 @@ class AgentSystem:
         self._check_not_running(session_id)
         await store.acquire(session_id, self._owner, ttl=self._lease_ttl)  # nobody drives it
         try:
-            return await self._rollback(store, machine, session_id, to_seq)
+            return await self._rollback(machine, session_id, to_seq)
         finally:
             await store.release(session_id, self._owner)
 
     async def _rollback(
-        self, store: Store, machine: Machine[Any], session_id: str, to_seq: int
+        self, machine: Machine[Any], session_id: str, to_seq: int
     ) -> TransitionEvent:
-        codec = self._codec(machine)
-        current, last = await self._state_at(machine, session_id, None)
+        current, record = await self._state_at(machine, session_id, None)
         target, _ = await self._state_at(machine, session_id, to_seq)
         fields = {
             name: getattr(target, name)
             for name in machine.state_type.model_fields
             if name != "session_id"
         }
+        return await self._append_owned(
+            machine,
+            record,
+            EventKind.ROLLBACK,
+            current,
+            target,
+            fields,
+            info={"rolled_back_from": record.last_seq, "rolled_back_to": to_seq},
+            status="rolled_back",
+        )
+
+    async def _append_owned(
+        self,
+        machine: Machine[Any],
+        record: SessionRecord,
+        kind: EventKind,
+        before: AgentState,
+        after: AgentState,
+        updates: dict[str, Any],
+        *,
+        info: dict[str, Any],
+        status: str,
+        error: FailureRecord | None = None,
+    ) -> TransitionEvent:
+        """Store an event made outside any stage (a rollback, a human decision).
+
+        It follows the session's last event, carries ``updates`` as its patch,
+        and is stored with a snapshot of ``after`` and the session's new status.
+        """
+        store = self._require_store("change a stored session")
+        codec = self._codec(machine)
         now = time.time()
         event = TransitionEvent(
-            session_id=session_id,
-            seq=last + 1,
-            kind=EventKind.ROLLBACK,
+            session_id=record.session_id,
+            seq=record.last_seq + 1,
+            kind=kind,
             stage=None,
-            from_state=current.lifecycle,
-            to_state=target.lifecycle,
+            from_state=before.lifecycle,
+            to_state=after.lifecycle,
             reads=frozenset(),
-            writes=frozenset(fields),
-            patch=Patch.of(fields),
+            writes=frozenset(updates),
+            patch=Patch.of(updates),
             attempt=0,
             started_at=now,
             finished_at=now,
-            info={"rolled_back_from": last, "rolled_back_to": to_seq},
+            error=error,
+            info=info,
         )
         await store.append(
-            session_id,
+            record.session_id,
             [codec.encode_event(event)],
-            snapshot=(event.seq, codec.encode_state(target)),
-            status="rolled_back",
+            snapshot=(event.seq, codec.encode_state(after)),
+            status=status,
         )
         return event
 
@@ -703,8 +720,8 @@ class AgentSystem:
 
     async def _state_at(
         self, machine: Machine[Any], session_id: str, seq: int | None
-    ) -> tuple[AgentState, int]:
-        """The stored state after event ``seq`` (``None``: the last), and the last number."""
+    ) -> tuple[AgentState, SessionRecord]:
+        """The stored state after event ``seq`` (``None``: the last), and the session's record."""
         store = self._require_store("read a session")
         codec = self._codec(machine)
         loaded = await store.load(session_id)
@@ -716,7 +733,7 @@ class AgentSystem:
         last = loaded.record.last_seq
         if seq is None or seq == last:
             events = [codec.decode_event(event) for event in loaded.events]
-            return replay(machine, codec.decode_state(loaded.snapshot), events), last
+            return replay(machine, codec.decode_state(loaded.snapshot), events), loaded.record
         if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= last:
             raise ConfigurationError(
                 f"event number must be between 0 (the start) and {last} for session "
@@ -728,7 +745,7 @@ class AgentSystem:
             for event in await store.history(session_id)
             if snapshot_seq < event.seq <= seq
         ]
-        return replay(machine, codec.decode_state(snapshot), events), last
+        return replay(machine, codec.decode_state(snapshot), events), loaded.record
 
     def _check_not_running(self, session_id: str) -> None:
         handle = self._sessions.get(session_id)
