@@ -65,24 +65,20 @@ import tracemalloc
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import structlog
-from pydantic import Field
+from _loop import SESSION_CYCLES, Gate, LoopState, Step, build_machine, check_finished
 
 from arkhon_rheo import (
     Actor,
     ActorSystem,
-    AgentState,
     AgentSystem,
-    ExitReason,
     History,
     Lifecycle,
     Machine,
     Patch,
-    StateView,
-    stage,
 )
 from arkhon_rheo.supervision import PatchValidator, SessionConfig, StageMode
 from arkhon_rheo.supervision._session import Session, SessionSupervisor
@@ -95,7 +91,6 @@ if TYPE_CHECKING:
 BACKENDS = ("asyncio", "trio")
 L = Lifecycle
 #: Cycles each session runs in (c).
-SESSION_CYCLES = 10
 #: The chunk size of `History`: base states cover this many consecutive lengths.
 SPREAD = 64
 
@@ -140,85 +135,6 @@ QUICK = Sizes(
 
 
 # -- the machine --------------------------------------------------------------------
-
-
-class Step(NamedTuple):
-    """One tool call, appended to the history by the act stage.
-
-    A NamedTuple, not a pydantic model: ``PatchValidator`` cannot build the item
-    adapter of ``History[SomeBaseModel]`` yet (it passes a config that pydantic
-    refuses for a model type); see the report that came with this bench.
-    """
-
-    cycle: int
-    tool: str
-    output: str
-
-
-class LoopState(AgentState):
-    lifecycle: Lifecycle = L.THINKING
-    user_input: str = "what is 6 times 7?"
-    #: How many think/act/observe cycles the session runs before it finishes.
-    cycles: int = Field(default=SESSION_CYCLES, ge=1)
-    thought: str | None = None
-    observation: str | None = None
-    steps: History[Step] = History()
-
-
-def build_machine(gate: anyio.Event | None = None) -> Machine[LoopState]:
-    """THINKING -> ACTING -> OBSERVING -> THINKING ... -> FINISHED after ``cycles`` cycles.
-
-    With a ``gate``, the think stage waits until it is set (only the first time
-    matters: once set, the check costs nothing).
-    """
-
-    @stage(reads={"user_input", "iteration", "observation"}, writes={"thought"}, next=L.ACTING)
-    async def think(view: StateView[LoopState]) -> Patch:
-        if gate is not None and not gate.is_set():
-            await gate.wait()
-        return Patch(thought="use the calculator")
-
-    @stage(reads={"iteration", "thought"}, writes={"steps"}, next=L.OBSERVING)
-    async def act(view: StateView[LoopState]) -> Patch:
-        return Patch().append("steps", Step(cycle=view.iteration, tool="calc", output="42"))
-
-    @stage(
-        reads={"steps"},
-        writes={"observation"},
-        next=lambda s: L.FINISHED if s.iteration + 1 >= s.cycles else L.THINKING,
-    )
-    async def observe(view: StateView[LoopState]) -> Patch:
-        return Patch(observation=view.steps[-1].output)
-
-    return Machine(
-        name="bench-loop",
-        state_type=LoopState,
-        initial=L.THINKING,
-        terminal={L.FINISHED, L.FAILED},
-        failed=L.FAILED,
-        loop_state=L.THINKING,
-        transitions={
-            L.THINKING: {L.ACTING},
-            L.ACTING: {L.OBSERVING},
-            L.OBSERVING: {L.THINKING, L.FINISHED},
-        },
-        stages={L.THINKING: think, L.ACTING: act, L.OBSERVING: observe},
-        invariants={
-            None: [lambda s: s.user_input is not None],
-            L.ACTING: [lambda s: s.thought is not None],
-            L.OBSERVING: [lambda s: len(s.steps) > 0],
-            L.FINISHED: [lambda s: s.observation is not None],
-        },
-    )
-
-
-def check_finished(state: LoopState, exit_reason: ExitReason, cycles: int) -> None:
-    """A run that did not do the work it was timed for is a bug, not a figure."""
-    if exit_reason is not ExitReason.FINISHED or len(state.steps) != cycles:
-        raise RuntimeError(
-            f"bench session ended {exit_reason.value} after {len(state.steps)} of {cycles} "
-            f"cycles (lifecycle {state.lifecycle!r}, last error {state.last_error!r})"
-        )
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -492,7 +408,7 @@ async def crowd(count: int, *, gc_enabled: bool, trace_start: bool = False) -> C
     included). With ``trace_start``, tracemalloc runs during the start phase only
     (so that figure is not a timing) and is stopped before the timed run phase.
     """
-    gate = anyio.Event()
+    gate = Gate(count)
     machine = build_machine(gate)
     alive: float | None = None
     clock = GcClock()
@@ -509,7 +425,7 @@ async def crowd(count: int, *, gc_enabled: bool, trace_start: bool = False) -> C
                 tracemalloc.stop()
             with clock.installed():
                 start = time.perf_counter()
-                gate.set()
+                gate.open.set()
                 await finish_all(handles)
                 elapsed = time.perf_counter() - start
     c0, c1, c2 = clock.collections
@@ -528,7 +444,7 @@ class Footprint:
 
 async def footprint(count: int) -> Footprint:
     """Traced memory per session: parked at the gate, at the peak of the run, after it."""
-    gate = anyio.Event()
+    gate = Gate(count)
     machine = build_machine(gate)
     gc.collect()
     tracemalloc.start()
@@ -540,7 +456,7 @@ async def footprint(count: int) -> Footprint:
             alive = traced_now() - before
             alive_snapshot = tracemalloc.take_snapshot()
             tracemalloc.reset_peak()
-            gate.set()
+            gate.open.set()
             await finish_all(handles)
             peak = tracemalloc.get_traced_memory()[1] - before
             retained = traced_now() - before

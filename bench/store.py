@@ -65,22 +65,15 @@ import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import anyio
 import structlog
-from pydantic import Field
+from _loop import SESSION_CYCLES, Gate, LoopState, build_machine, check_finished
 
 from arkhon_rheo import (
-    AgentState,
     AgentSystem,
-    ExitReason,
-    History,
     Lifecycle,
-    Machine,
-    Patch,
-    StateView,
-    stage,
 )
 from arkhon_rheo.protocols import Durability
 from arkhon_rheo.store import SQLiteStore
@@ -94,8 +87,6 @@ if TYPE_CHECKING:
 BACKENDS = ("asyncio", "trio")
 L = Lifecycle
 SYNC, BATCHED = Durability.SYNC, Durability.BATCHED
-#: Cycles each session runs in (2).
-SESSION_CYCLES = 10
 #: Cycles each session of the references runs in (2) from `Sizes.reference_crowd` sessions on.
 REFERENCE_CYCLES = 3
 MISSING = "langgraph not installed: pip install -e .[bench]"
@@ -122,89 +113,6 @@ QUICK = Sizes(cycles=40, sessions=(10, 100), disk=(10, 200), repeat=1, reference
 
 
 # -- the machine (ours) -----------------------------------------------------------------
-
-
-class Step(NamedTuple):
-    """One tool call, appended to the history by the act stage (a JSON list when stored)."""
-
-    cycle: int
-    tool: str
-    output: str
-
-
-class LoopState(AgentState):
-    lifecycle: Lifecycle = L.THINKING
-    user_input: str = "what is 6 times 7?"
-    cycles: int = Field(default=SESSION_CYCLES, ge=1)
-    thought: str | None = None
-    observation: str | None = None
-    steps: History[Step] = History()
-
-
-class Gate:
-    """Where every session waits in its first stage until the clock starts.
-
-    ``all_in`` is set once ``expected`` sessions have arrived; ``open`` lets them go.
-    """
-
-    def __init__(self, expected: int) -> None:
-        self.expected = expected
-        self.arrived = 0
-        self.all_in = anyio.Event()
-        self.open = anyio.Event()
-
-    async def wait(self) -> None:
-        if self.open.is_set():
-            return
-        self.arrived += 1
-        if self.arrived >= self.expected:
-            self.all_in.set()
-        await self.open.wait()
-
-
-def build_machine(gate: Gate) -> Machine[LoopState]:
-    """THINKING -> ACTING -> OBSERVING -> THINKING ... -> FINISHED after ``cycles`` cycles."""
-
-    @stage(reads={"user_input", "iteration", "observation"}, writes={"thought"}, next=L.ACTING)
-    async def think(view: StateView[LoopState]) -> Patch:
-        await gate.wait()
-        return Patch(thought="use the calculator")
-
-    @stage(reads={"iteration", "thought"}, writes={"steps"}, next=L.OBSERVING)
-    async def act(view: StateView[LoopState]) -> Patch:
-        return Patch().append("steps", Step(cycle=view.iteration, tool="calc", output="42"))
-
-    @stage(
-        reads={"steps"},
-        writes={"observation"},
-        next=lambda s: L.FINISHED if s.iteration + 1 >= s.cycles else L.THINKING,
-    )
-    async def observe(view: StateView[LoopState]) -> Patch:
-        return Patch(observation=view.steps[-1].output)
-
-    return Machine(
-        name="bench-store-loop",
-        state_type=LoopState,
-        initial=L.THINKING,
-        terminal={L.FINISHED, L.FAILED},
-        failed=L.FAILED,
-        loop_state=L.THINKING,
-        transitions={
-            L.THINKING: {L.ACTING},
-            L.ACTING: {L.OBSERVING},
-            L.OBSERVING: {L.THINKING, L.FINISHED},
-        },
-        stages={L.THINKING: think, L.ACTING: act, L.OBSERVING: observe},
-    )
-
-
-def check_finished(state: LoopState, exit_reason: ExitReason, cycles: int) -> None:
-    """A run that did not do the work it was timed for is a bug, not a figure."""
-    if exit_reason is not ExitReason.FINISHED or len(state.steps) != cycles:
-        raise RuntimeError(
-            f"bench session ended {exit_reason.value} after {len(state.steps)} of {cycles} "
-            f"cycles (lifecycle {state.lifecycle!r}, last error {state.last_error!r})"
-        )
 
 
 # -- measuring ------------------------------------------------------------------------
@@ -266,7 +174,7 @@ async def crowd(
 
     ``at_gate`` is called once every session is parked, just before the clock starts.
     """
-    machine = build_machine(gate)
+    machine = build_machine(gate, name="bench-store-loop")
     handles: list[SessionHandle[LoopState]] = []
 
     async def start(index: int) -> None:
