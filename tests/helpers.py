@@ -72,3 +72,31 @@ class Watcher(Actor[object, object]):
     async def on_terminated(self, notice: Termination) -> None:
         self.notices.append(notice)
         self.arrived.set()
+
+
+def run_bench_quick(script: str, *, timeout: float) -> dict[str, str]:
+    """Run ``bench/<script> --quick`` and return its output per backend section.
+
+    The run must succeed with nothing on stderr (unclosed resources are errors),
+    log no dead letter, and print exactly an asyncio and a trio section.
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / script
+    result = subprocess.run(
+        [sys.executable, "-W", "error::ResourceWarning", str(bench), "--quick"],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+        check=True,
+    )
+    assert result.stderr == "", result.stderr
+    out = result.stdout
+    assert "dead_letter" not in out
+    sections = out.split("backend: ")[1:]
+    backends = {section.split("\n", 1)[0].strip(): section for section in sections}
+    assert list(backends) == ["asyncio", "trio"], out
+    return backends

@@ -5,28 +5,12 @@ Nothing about the figures themselves is checked; timings are not tested.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "commit.py"
+from .helpers import run_bench_quick
 
 
 def test_commit_bench_quick_run_prints_every_figure_on_both_backends() -> None:
-    result = subprocess.run(
-        [sys.executable, "-W", "error::ResourceWarning", str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=180,
-        check=True,
-    )
-    assert result.stderr == "", result.stderr
-    out = result.stdout
-    assert "dead_letter" not in out
-    sections = out.split("backend: ")
-    backends = {section.split("\n", 1)[0].strip(): section for section in sections[1:]}
-    assert set(backends) == {"asyncio", "trio"}, out
+    backends = run_bench_quick("commit.py", timeout=180)
+    out = "".join(backends.values())
     for backend, section in backends.items():
         for label in (
             "(a) commit validate+copy+check",

@@ -5,11 +5,7 @@ Nothing about the figures themselves is checked; timings are not tested.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "actors.py"
+from .helpers import run_bench_quick
 
 LABELS = (
     "tell ",
@@ -28,18 +24,6 @@ LABELS = (
 
 
 def test_actor_bench_quick_runs_on_both_backends() -> None:
-    result = subprocess.run(
-        [sys.executable, "-W", "error::ResourceWarning", str(BENCH), "--quick"],
-        check=True,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=120,
-    )
-    assert result.stderr == "", result.stderr
-    sections = result.stdout.split("backend: ")[1:]
-    assert [section.split("\n", 1)[0] for section in sections] == ["asyncio", "trio"]
-    for section in sections:
+    for section in run_bench_quick("actors.py", timeout=120).values():
         missing = [label for label in LABELS if label not in section]
         assert not missing, f"missing {missing} in:\n{section}"
-    assert "dead_letter" not in result.stdout
