@@ -26,7 +26,9 @@ from ._errors import MailboxError as MailboxError
 from ._errors import MailboxFull as MailboxFull
 from ._errors import PreconditionFailed as PreconditionFailed
 from ._errors import ReadOnlyState as ReadOnlyState
+from ._errors import RecordedCallFailed as RecordedCallFailed
 from ._errors import Recoverable as Recoverable
+from ._errors import ReplayDiverged as ReplayDiverged
 from ._errors import RestartIntensityExceeded as RestartIntensityExceeded
 from ._errors import SessionError as SessionError
 from ._errors import SessionLocked as SessionLocked
@@ -39,6 +41,7 @@ from ._errors import SystemNotRunning as SystemNotRunning
 from ._errors import Transient as Transient
 from ._errors import UndeclaredRead as UndeclaredRead
 from ._errors import UndeclaredWrite as UndeclaredWrite
+from ._errors import UnrecordableCall as UnrecordableCall
 from ._errors import UnserializablePatch as UnserializablePatch
 from ._exports import publish
 from .actors import Actor as Actor
@@ -55,8 +58,12 @@ from .protocols import Patch as Patch
 from .protocols import Stage as Stage
 from .protocols import StateView as StateView
 from .protocols import TransitionEvent as TransitionEvent
+from .protocols import record_call as record_call
+from .protocols import recorded as recorded
 from .protocols import stage as stage
+from .supervision import Divergence as Divergence
 from .supervision import ExitReason as ExitReason
+from .supervision import ReplayReport as ReplayReport
 from .supervision import RestartStrategy as RestartStrategy
 
 __version__ = "0.1.0"
@@ -75,6 +82,7 @@ __all__ = [
     "Condition",
     "ConfigurationError",
     "ContractViolation",
+    "Divergence",
     "DuplicateEvent",
     "ExitReason",
     "Fatal",
@@ -90,7 +98,10 @@ __all__ = [
     "Patch",
     "PreconditionFailed",
     "ReadOnlyState",
+    "RecordedCallFailed",
     "Recoverable",
+    "ReplayDiverged",
+    "ReplayReport",
     "RestartIntensityExceeded",
     "RestartStrategy",
     "SessionError",
@@ -111,7 +122,10 @@ __all__ = [
     "TransitionEvent",
     "UndeclaredRead",
     "UndeclaredWrite",
+    "UnrecordableCall",
     "UnserializablePatch",
+    "record_call",
+    "recorded",
     "stage",
 ]
 

@@ -21,6 +21,7 @@ from ._errors import (
     SessionError,
     SessionLocked,
     SessionNotFound,
+    StoreCorrupt,
     StoreError,
     SystemNotRunning,
 )
@@ -38,7 +39,9 @@ from .protocols import (
 )
 from .store import SQLiteStore
 from .supervision._codec import EventCodec, replay
+from .supervision._digest import StateHasher
 from .supervision._persist import Persistence
+from .supervision._replay import ReplayReport, verify
 from .supervision._session import (
     EventListener,
     ExitReason,
@@ -267,6 +270,7 @@ class AgentSystem:
         self._store = store
         self._snapshot_every = snapshot_every
         self._codecs: dict[int, EventCodec] = {}
+        self._hashers: dict[int, StateHasher] = {}
         self._listeners = tuple(listeners)
         self._actors = ActorSystem(
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
@@ -478,6 +482,72 @@ class AgentSystem:
         codec = self._codec(machine)
         return [codec.decode_event(event) for event in await store.history(session_id)]
 
+    async def replay(
+        self, machine: Machine[S], session_id: str, *, reexecute: bool = False
+    ) -> ReplayReport[S]:
+        """Fold a session's whole log from its start and check it against what was committed.
+
+        Each event's replayed state is compared with the digest the event was
+        stored with, and the end result with the stored state a resume would
+        run from; the first event that does not fit is reported with the
+        reason. With ``reexecute``, every step's stage also runs again on the
+        replayed state, its model and tool calls answered from the calls the
+        event recorded (see `record_call`): it must make the same calls, propose
+        the same patch and choose the same next state. Nothing is written, and
+        no model or tool is called.
+
+        Args:
+            machine: The session's machine.
+            session_id: The session.
+            reexecute: Also run each step's stage again against its recorded calls.
+
+        Returns:
+            The report: ``report.ok``, or ``report.divergence`` (the event number
+            and what differed), and the replayed state.
+
+        Raises:
+            ConfigurationError: Without a store, or if ``machine`` is not the
+                session's machine.
+            SessionNotFound: If the store has no such session.
+            StoreCorrupt: If the session's first snapshot does not decode.
+        """
+        store = self._require_store("replay a session")
+        codec = self._codec(machine)
+        loaded = await store.load(session_id)
+        if loaded.record.machine != machine.name:
+            raise ConfigurationError(
+                f"session {session_id!r} runs machine {loaded.record.machine!r}, "
+                f"not {machine.name!r}"
+            )
+        stored_events = await store.history(session_id)
+        _, first = await store.snapshot_at(session_id, 0)
+        initial = codec.decode_state(first)
+        events: list[tuple[TransitionEvent | str, int | None]] = []
+        for stored in stored_events:
+            try:
+                events.append((codec.decode_event(stored), stored.digest))
+            except StoreCorrupt as exc:
+                events.append((f"the stored event does not decode: {exc}", None))
+        last = loaded.record.last_seq
+        current: AgentState | str
+        try:
+            tail = [codec.decode_event(event) for event in loaded.events]
+            current = replay(machine, codec.decode_state(loaded.snapshot), tail)
+        except StoreCorrupt as exc:
+            current = f"the stored state does not decode: {exc}"
+        report = await verify(
+            machine,
+            codec,
+            self._hasher(machine),
+            self._validator(machine),
+            session_id=session_id,
+            initial=initial,
+            events=events,
+            stored=(last, current),
+            reexecute=reexecute,
+        )
+        return cast("ReplayReport[S]", report)
+
     async def decide(
         self,
         machine: Machine[S],
@@ -678,7 +748,7 @@ class AgentSystem:
         )
         await store.append(
             record.session_id,
-            [codec.encode_event(event)],
+            [codec.encode_event(event, self._hasher(machine).of(after))],
             snapshot=(event.seq, codec.encode_state(after)),
             status=status,
         )
@@ -774,6 +844,7 @@ class AgentSystem:
                 session_id,
                 snapshot_every=self._snapshot_every,
                 owner=self._owner,
+                digest=self._hasher(machine).start(state),
             )
         session = Session(
             session_id,
@@ -811,6 +882,12 @@ class AgentSystem:
         if codec is None:
             codec = self._codecs[id(machine)] = EventCodec(machine)
         return codec
+
+    def _hasher(self, machine: Machine[Any]) -> StateHasher:
+        hasher = self._hashers.get(id(machine))
+        if hasher is None:
+            hasher = self._hashers[id(machine)] = StateHasher(machine)
+        return hasher
 
     async def run(
         self,

@@ -26,12 +26,15 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   └── IllegalTransition     the machine does not allow the chosen transition
     ├── StageTimeout              a stage overran its state's deadline
     ├── RestartIntensityExceeded  too many restarts in the window: escalates to fatal
+    ├── RecordedCallFailed        a recorded call failed; replayed, its class not rebuilt
     ├── SessionError              a session could not be started or run
-    │   └── SessionNotFound       no session has that id
+    │   ├── SessionNotFound       no session has that id
+    │   └── ReplayDiverged        a re-executed stage called out unlike the recorded run
     └── StoreError                the store failed, or refused what was asked
         ├── StoreCorrupt          not our file, another schema version, or damaged
         ├── DuplicateEvent        an event number is taken or out of order
         ├── UnserializablePatch   a patch value cannot be stored (refused before commit)
+        ├── UnrecordableCall      a recorded call's request or response cannot be stored
         └── SessionLocked         another owner holds the session's lease
 
 An exception raised by an actor's own handler during an ``ask`` is not wrapped:
@@ -67,7 +70,9 @@ __all__ = [
     "MailboxFull",
     "PreconditionFailed",
     "ReadOnlyState",
+    "RecordedCallFailed",
     "Recoverable",
+    "ReplayDiverged",
     "RestartIntensityExceeded",
     "SessionError",
     "SessionLocked",
@@ -80,6 +85,7 @@ __all__ = [
     "Transient",
     "UndeclaredRead",
     "UndeclaredWrite",
+    "UnrecordableCall",
     "UnserializablePatch",
 ]
 
@@ -415,6 +421,44 @@ class SessionNotFound(SessionError, KeyError):
         return str(self.args[0])
 
 
+class ReplayDiverged(SessionError):
+    """A stage re-executed from the log called out differently from the recorded run.
+
+    Raised inside the stage at the call that differs, so it stops there; the
+    replay reports it as the first divergent event.
+
+    Attributes:
+        kind: The kind of call the stage made (``"model"``, ``"tool:search"``...).
+        reason: What differed.
+    """
+
+    def __init__(self, *, session_id: str, kind: str, reason: str) -> None:
+        super().__init__(
+            f"a re-executed stage of session {session_id!r} diverged at a {kind!r} call: "
+            f"{reason}; the stage's code or its inputs changed since the recorded run",
+            session_id=session_id,
+        )
+        self.kind = kind
+        self.reason = reason
+
+
+class RecordedCallFailed(ArkhonError):
+    """A call that raised in the recorded run, raised again in a replay.
+
+    Replays raise the recorded exception's own class when it is importable and
+    takes a message; otherwise this, carrying its name and message.
+
+    Attributes:
+        kind: The kind of call.
+        error_type: The qualified name of the original exception's class.
+    """
+
+    def __init__(self, *, kind: str, error_type: str, message: str) -> None:
+        super().__init__(f"recorded {kind!r} call failed with {error_type}: {message}")
+        self.kind = kind
+        self.error_type = error_type
+
+
 class StoreError(ArkhonError):
     """The store failed, or refused what was asked; nothing committed was lost.
 
@@ -465,6 +509,21 @@ class UnserializablePatch(StoreError):
             "use JSON-friendly field types (pydantic models, str, numbers, lists)"
         )
         self.field = field
+
+
+class UnrecordableCall(StoreError):
+    """A recorded call's request or response cannot be kept as JSON; the stage fails.
+
+    Attributes:
+        kind: The kind of call.
+    """
+
+    def __init__(self, *, kind: str, what: str, reason: str) -> None:
+        super().__init__(
+            f"the {what} of a recorded {kind!r} call cannot be stored: {reason}; pass "
+            "JSON-friendly requests, and returns= the response's type so it can be dumped"
+        )
+        self.kind = kind
 
 
 class SessionLocked(StoreError):

@@ -208,8 +208,24 @@ async def test_a_lease_holds_across_processes(tmp_path: Path) -> None:
 def insert_rogue_event(path: Path, session_id: str) -> None:
     """Write an event behind the store's back, without moving the session's last_seq."""
     with sqlite3.connect(path, timeout=5) as db:
-        row = (session_id, 1, "step", None, "A", "B", "[]", "[]", "{}", 1, 0.0, 0.0, None, None)
-        db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+        row = (
+            session_id,
+            1,
+            "step",
+            None,
+            "A",
+            "B",
+            "[]",
+            "[]",
+            "{}",
+            1,
+            0.0,
+            0.0,
+            None,
+            None,
+            None,
+        )
+        db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
     db.close()
 
 

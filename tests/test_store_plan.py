@@ -12,7 +12,23 @@ if TYPE_CHECKING:
 
 
 def row(session_id: str, seq: int) -> EventRow:
-    return (session_id, seq, "step", None, "A", "B", "[]", "[]", "{}", 1, 0.0, 0.0, None, None)
+    return (
+        session_id,
+        seq,
+        "step",
+        None,
+        "A",
+        "B",
+        "[]",
+        "[]",
+        "{}",
+        1,
+        0.0,
+        0.0,
+        None,
+        None,
+        None,
+    )
 
 
 def append(session_id: str, *seqs: int, status: str | None = None) -> Append:

@@ -1,7 +1,8 @@
 """Data contracts and interfaces shared by every layer.
 
 The agent state and its failure record, the patch a stage proposes, the stage
-contract with its read-only view, the machine, and the transition event. This
+contract with its read-only view, the machine, the transition event, and the
+recording of a stage's model and tool calls. This
 layer imports nothing from the rest of the package.
 """
 
@@ -12,6 +13,10 @@ from ._events import EventKind as EventKind
 from ._events import TransitionEvent as TransitionEvent
 from ._gates import Gate as Gate
 from ._history import History as History
+from ._io import CallPlayback as CallPlayback
+from ._io import CallRecorder as CallRecorder
+from ._io import record_call as record_call
+from ._io import recorded as recorded
 from ._machine import Machine as Machine
 from ._patch import Patch as Patch
 from ._stage import Condition as Condition
@@ -33,6 +38,8 @@ from ._store import StoreStatistics as StoreStatistics
 __all__ = [
     "SUPERVISOR_FIELDS",
     "AgentState",
+    "CallPlayback",
+    "CallRecorder",
     "Condition",
     "Durability",
     "ErrorClass",
@@ -51,6 +58,8 @@ __all__ = [
     "StoreStatistics",
     "StoredEvent",
     "TransitionEvent",
+    "record_call",
+    "recorded",
     "stage",
 ]
 

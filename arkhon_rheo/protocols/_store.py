@@ -61,7 +61,9 @@ class StoredEvent:
         started_at: Wall-clock start, seconds since the epoch.
         finished_at: Wall-clock commit time.
         error: The failure record as JSON, if any.
-        io: Recorded model and tool I/O for replay, if any.
+        io: Extra facts about the event as JSON (a gate, a rollback's event
+            numbers, the model and tool I/O recorded for replay), if any.
+        digest: The 64-bit digest of the state the event left (see `replay`).
     """
 
     session_id: str
@@ -78,6 +80,7 @@ class StoredEvent:
     finished_at: float
     error: Json = None
     io: Json = None
+    digest: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

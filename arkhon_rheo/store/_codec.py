@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 #: ``(session_id, seq, kind, stage, from_state, to_state, reads, writes, patch,
-#: attempt, started_at, finished_at, error, io)``, JSON columns as text.
+#: attempt, started_at, finished_at, error, io, digest)``, JSON columns as text.
 EventRow = tuple[
     str,
     int,
@@ -45,6 +45,7 @@ EventRow = tuple[
     float,
     "str | None",
     "str | None",
+    "int | None",
 ]
 #: ``(id, machine, status, last_seq, created_at, updated_at, parent)``.
 SessionRow = tuple[str, str, str, int, float, float, "str | None"]
@@ -142,6 +143,7 @@ def encode_events(
                 _dump_optional(
                     event.io, what=f"I/O record of event #{event.seq}", location=location
                 ),
+                event.digest,
             )
         )
     return rows
@@ -164,6 +166,7 @@ def decode_event(row: Sequence[Any]) -> StoredEvent:
         finished_at=row[11],
         error=None if row[12] is None else loads(row[12]),
         io=None if row[13] is None else loads(row[13]),
+        digest=row[14],
     )
 
 

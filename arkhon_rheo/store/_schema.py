@@ -25,7 +25,7 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "inspect_file", "prepare"]
 #: ``PRAGMA application_id`` of every store file: "ArkR".
 APPLICATION_ID = 0x41726B52
 #: ``PRAGMA user_version``: the schema version this code reads and writes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MAGIC = b"SQLite format 3\x00"
 _TABLES = frozenset({"meta", "sessions", "events", "snapshots", "leases"})
 
@@ -40,6 +40,7 @@ _SCHEMA = (
         from_state TEXT NOT NULL, to_state TEXT NOT NULL, reads TEXT NOT NULL,
         writes TEXT NOT NULL, patch TEXT NOT NULL, attempt INTEGER NOT NULL,
         started_at REAL NOT NULL, finished_at REAL NOT NULL, error TEXT, io TEXT,
+        digest INTEGER,
         PRIMARY KEY (session_id, seq)) WITHOUT ROWID""",
     """CREATE TABLE snapshots (
         session_id TEXT NOT NULL, seq INTEGER NOT NULL, state TEXT NOT NULL,

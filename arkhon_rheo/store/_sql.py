@@ -35,7 +35,7 @@ __all__ = [
 T = TypeVar("T")
 _CHUNK = 500  # session ids per ``IN (...)`` query, well below SQLite's variable limit
 INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)"
-INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_SNAPSHOT = "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)"
 UPDATE_SESSION = "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? WHERE id = ?"
 _SESSION_COLUMNS = "id, machine, status, last_seq, created_at, updated_at, parent"

@@ -9,11 +9,14 @@ from .._exports import publish
 from ._codec import EventCodec as EventCodec
 from ._codec import apply_event as apply_event
 from ._codec import replay as replay
+from ._digest import StateHasher as StateHasher
 from ._policy import Backoff as Backoff
 from ._policy import Classifier as Classifier
 from ._policy import RestartIntensity as RestartIntensity
 from ._policy import RestartStrategy as RestartStrategy
 from ._policy import RestartWindow as RestartWindow
+from ._replay import Divergence as Divergence
+from ._replay import ReplayReport as ReplayReport
 from ._session import ExitReason as ExitReason
 from ._session import SessionConfig as SessionConfig
 from ._session import StageMode as StageMode
@@ -22,14 +25,17 @@ from ._validate import PatchValidator as PatchValidator
 __all__ = [
     "Backoff",
     "Classifier",
+    "Divergence",
     "EventCodec",
     "ExitReason",
     "PatchValidator",
+    "ReplayReport",
     "RestartIntensity",
     "RestartStrategy",
     "RestartWindow",
     "SessionConfig",
     "StageMode",
+    "StateHasher",
     "apply_event",
     "replay",
 ]

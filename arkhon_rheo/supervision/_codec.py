@@ -127,8 +127,8 @@ class EventCodec:
 
     # -- events ------------------------------------------------------------------
 
-    def encode_event(self, event: TransitionEvent) -> StoredEvent:
-        """The event as the store keeps it.
+    def encode_event(self, event: TransitionEvent, digest: int | None = None) -> StoredEvent:
+        """The event as the store keeps it, with ``digest``, that of the state it left.
 
         Raises:
             UnserializablePatch: If its patch holds a value that cannot be stored.
@@ -148,6 +148,7 @@ class EventCodec:
             finished_at=event.finished_at,
             error=None if event.error is None else event.error.model_dump(mode="json"),
             io=None if event.info is None else dict(event.info),
+            digest=digest,
         )
 
     def decode_event(self, stored: StoredEvent) -> TransitionEvent:

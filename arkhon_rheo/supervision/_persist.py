@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..protocols import AgentState, Store, TransitionEvent
     from ._codec import EventCodec
+    from ._digest import StateDigest
 
 __all__ = ["Persistence"]
 
@@ -24,9 +26,11 @@ class Persistence:
         session_id: The session.
         snapshot_every: Take a snapshot after every this many events.
         owner: Who holds the session's lease (released when the session ends).
+        digest: The digest of the session's current state; each stored event
+            carries the digest of the state it leads to.
     """
 
-    __slots__ = ("codec", "owner", "session_id", "snapshot_every", "store")
+    __slots__ = ("codec", "digest", "owner", "session_id", "snapshot_every", "store")
 
     def __init__(
         self,
@@ -36,8 +40,10 @@ class Persistence:
         *,
         snapshot_every: int,
         owner: str | None = None,
+        digest: StateDigest,
     ) -> None:
         self.store = store
+        self.digest = digest
         self.owner = owner
         self.codec = codec
         self.session_id = session_id
@@ -52,7 +58,9 @@ class Persistence:
             UnserializablePatch: If the event cannot be encoded (nothing was written).
             StoreError: If the store refused or failed.
         """
-        stored = self.codec.encode_event(event)
+        stored = self.codec.encode_event(event)  # refuses what cannot be stored, first
+        digest = self.digest.after(event, state)
+        stored = replace(stored, digest=digest.value)
         snapshot = None
         if event.seq % self.snapshot_every == 0:
             snapshot = (event.seq, self.codec.encode_state(state))
@@ -62,3 +70,4 @@ class Persistence:
         if machine.is_terminal(event.to_state):
             status = "failed" if event.to_state is machine.failed else "finished"
         await self.store.append(self.session_id, [stored], snapshot=snapshot, status=status)
+        self.digest.accept(digest)

@@ -33,6 +33,7 @@ from .._errors import (
 from ..actors import Actor, ActorRef, Termination, TerminationKind
 from ..protocols import (
     AgentState,
+    CallRecorder,
     ErrorClass,
     EventKind,
     FailureRecord,
@@ -231,17 +232,21 @@ class Session:
         return self.base_seq + len(self.log) + 1
 
 
-async def run_stage(stage: Stage[Any], view: StateView[Any], deadline: float | None) -> Any:
+async def run_stage(
+    stage: Stage[Any], view: StateView[Any], deadline: float | None, recorder: CallRecorder
+) -> Any:
     """Run ``stage`` on ``view`` within ``deadline``; return its patch or its error.
 
-    Errors are returned, not raised: the supervisor classifies them. Cancellation
-    from outside is never caught.
+    The calls it makes through `record_call` go to ``recorder``. Errors are
+    returned, not raised: the supervisor classifies them. Cancellation from
+    outside is never caught.
     """
     try:
-        if deadline is None:
-            return await stage.execute(view)
-        with anyio.move_on_after(deadline) as scope:
-            return await stage.execute(view)
+        with recorder:
+            if deadline is None:
+                return await stage.execute(view)
+            with anyio.move_on_after(deadline) as scope:
+                return await stage.execute(view)
         if scope.cancelled_caught:
             return StageTimeout(stage=stage.name, deadline=deadline)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -252,11 +257,14 @@ async def run_stage(stage: Stage[Any], view: StateView[Any], deadline: float | N
 class _Invoke:
     """Run the stage on this view."""
 
-    __slots__ = ("deadline", "view")
+    __slots__ = ("deadline", "recorder", "view")
 
-    def __init__(self, view: StateView[Any], deadline: float | None) -> None:
+    def __init__(
+        self, view: StateView[Any], deadline: float | None, recorder: CallRecorder
+    ) -> None:
         self.view = view
         self.deadline = deadline
+        self.recorder = recorder
 
 
 class StageActor(Actor[_Invoke, "Patch | Exception"]):
@@ -275,7 +283,9 @@ class StageActor(Actor[_Invoke, "Patch | Exception"]):
         structlog.contextvars.bind_contextvars(session_id=self.session_id, stage=self.stage.name)
 
     async def receive(self, message: _Invoke) -> Patch | Exception:
-        outcome: Patch | Exception = await run_stage(self.stage, message.view, message.deadline)
+        outcome: Patch | Exception = await run_stage(
+            self.stage, message.view, message.deadline, message.recorder
+        )
         return outcome
 
 
@@ -288,8 +298,10 @@ class _TaskSlot:
         self.ref = ref
         self.stage = stage
 
-    async def invoke(self, view: StateView[Any], deadline: float | None) -> Any:
-        return await self.ref.ask(_Invoke(view, deadline), timeout=math.inf)
+    async def invoke(
+        self, view: StateView[Any], deadline: float | None, recorder: CallRecorder
+    ) -> Any:
+        return await self.ref.ask(_Invoke(view, deadline, recorder), timeout=math.inf)
 
     async def stop(self) -> None:
         self.ref.cancel()
@@ -304,9 +316,11 @@ class _InlineSlot:
     def __init__(self, stage: Stage[Any]) -> None:
         self.stage = stage
 
-    async def invoke(self, view: StateView[Any], deadline: float | None) -> Any:
+    async def invoke(
+        self, view: StateView[Any], deadline: float | None, recorder: CallRecorder
+    ) -> Any:
         structlog.contextvars.bind_contextvars(stage=self.stage.name)
-        return await run_stage(self.stage, view, deadline)
+        return await run_stage(self.stage, view, deadline, recorder)
 
     async def stop(self) -> None:
         """Nothing runs between invocations, so there is nothing to stop."""
@@ -463,11 +477,14 @@ class SessionSupervisor(Actor[_Step, None]):
         while True:
             slot = self.stages[name]
             view: StateView[Any] = StateView(state, stage_type.reads, name)
-            outcome = await slot.invoke(view, deadline)
+            recorder = CallRecorder(session.session_id)
+            outcome = await slot.invoke(view, deadline, recorder)
             failure = (
                 outcome
                 if isinstance(outcome, Exception)
-                else await self._commit(state, outcome, slot.stage, started, attempt)
+                else await self._commit(
+                    state, outcome, slot.stage, started, attempt, recorder.calls
+                )
             )
             if failure is None:
                 session.steps += 1
@@ -528,7 +545,13 @@ class SessionSupervisor(Actor[_Step, None]):
         return False
 
     async def _commit(
-        self, state: AgentState, patch: Patch, stage: Stage[Any], started: float, attempt: int
+        self,
+        state: AgentState,
+        patch: Patch,
+        stage: Stage[Any],
+        started: float,
+        attempt: int,
+        calls: list[dict[str, Any]] | None = None,
     ) -> Exception | None:
         """Validate and commit one stage's patch; return the refusal instead of raising."""
         session = self.session
@@ -586,6 +609,7 @@ class SessionSupervisor(Actor[_Step, None]):
             started_at=started,
             finished_at=time.time(),
             error=record,
+            info={"io": calls} if calls else None,
         )
         if session.persistence is not None:
             try:  # write-ahead: the store has it before it becomes authoritative

@@ -1,0 +1,228 @@
+"""Checking a session's log: fold it from the start, and (optionally) run its stages again.
+
+`verify` folds a session's events on its first snapshot with `apply_event`,
+the rule the supervisor commits by, and compares the digest of each state it
+reaches with the digest the event was stored with, then the end result with
+the stored state (the latest snapshot and the events after it, what a resume
+would run from). The first event that does not fit is reported, with why.
+
+With ``reexecute``, each step's stage runs again on the replayed state, its
+model and tool calls answered from the calls recorded in the event
+(`CallPlayback`): it must ask the same things, propose the same patch and
+choose the same next state. No model or tool is called.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ..protocols import AgentState, CallPlayback, EventKind, StateView, TransitionEvent
+from ._codec import apply_event
+from ._session import run_stage
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..protocols import Machine, Stage
+    from ._codec import EventCodec
+    from ._digest import StateHasher
+    from ._validate import PatchValidator
+
+__all__ = ["Divergence", "ReplayReport", "verify"]
+
+S = TypeVar("S", bound=AgentState)
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where a replay first parted from what was committed.
+
+    Attributes:
+        seq: The event (or the snapshot's event number) that does not fit.
+        reason: What differed.
+    """
+
+    seq: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport(Generic[S]):
+    """What replaying a session's log found.
+
+    Attributes:
+        session_id: The session.
+        events: How many events were folded (up to the divergence, if any).
+        state: The state the fold reached (before the divergent event, if any).
+        digest: That state's 64-bit digest.
+        divergence: The first event that does not fit, or ``None``.
+        reexecuted: How many stages ran again (``reexecute=True``).
+    """
+
+    session_id: str
+    events: int
+    state: S
+    digest: int
+    divergence: Divergence | None
+    reexecuted: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the log folds to the committed states, event by event."""
+        return self.divergence is None
+
+
+class _Verifier:
+    __slots__ = ("codec", "machine", "session_id", "stages", "validator")
+
+    def __init__(
+        self, machine: Machine[Any], codec: EventCodec, validator: PatchValidator, session_id: str
+    ) -> None:
+        self.machine = machine
+        self.codec = codec
+        self.validator = validator
+        self.session_id = session_id
+        self.stages: dict[str, Stage[Any]] = {}
+
+    async def reexecute(self, state: AgentState, event: TransitionEvent) -> str | None:
+        """Run the event's stage again on ``state``; say how it differs, if it does."""
+        machine = self.machine
+        stage_type = machine.stages.get(state.lifecycle)
+        if stage_type is None or stage_type.name != event.stage:
+            running = None if stage_type is None else stage_type.name
+            return (
+                f"the machine runs stage {running!r} in {state.lifecycle.name}, "
+                f"the log has {event.stage!r}"
+            )
+        name = stage_type.name
+        instance = self.stages.get(name)
+        if instance is None:
+            instance = self.stages[name] = stage_type()
+        records = (event.info or {}).get("io", [])
+        playback = CallPlayback(records, self.session_id)
+        view: StateView[Any] = StateView(state, stage_type.reads, name)
+        outcome = await run_stage(instance, view, machine.deadlines.get(state.lifecycle), playback)
+        if playback.diverged is not None:
+            return str(playback.diverged)
+        if isinstance(outcome, Exception):
+            return f"stage {name!r} raised {outcome!r}; the recorded run committed its patch"
+        if playback.unused():
+            return (
+                f"stage {name!r} made {playback.position} of the {len(records)} calls "
+                "the recorded run made"
+            )
+        try:
+            updates, patch = self.validator.validate(
+                state, outcome, stage=name, writes=stage_type.writes
+            )
+            proposed = self.codec.encode_patch(patch, stage=name)
+            target = instance.next(state.model_copy(update=updates))
+        except Exception as exc:
+            return f"stage {name!r}'s patch is refused now: {exc}"
+        recorded = self.codec.encode_patch(event.patch, stage=name)
+        if proposed != recorded:
+            return f"stage {name!r} proposed {proposed}, the recorded run {recorded}"
+        if not (isinstance(target, enum.Enum) and target is event.to_state):
+            return (
+                f"stage {name!r} chose {target!r} as the next state, "
+                f"the recorded run {event.to_state.name}"
+            )
+        return None
+
+
+async def verify(
+    machine: Machine[Any],
+    codec: EventCodec,
+    hasher: StateHasher,
+    validator: PatchValidator,
+    *,
+    session_id: str,
+    initial: AgentState,
+    events: Sequence[tuple[TransitionEvent | str, int | None]],
+    stored: tuple[int, AgentState | str],
+    reexecute: bool = False,
+) -> ReplayReport[Any]:
+    """Replay ``events`` on ``initial`` and check them against what was committed.
+
+    Args:
+        machine: The session's machine.
+        codec: Its codec (patches are compared in their stored form).
+        hasher: Digests its states.
+        validator: Validates re-executed patches.
+        session_id: The session.
+        initial: Its first snapshot.
+        events: Each event with its stored digest; an event that did not decode
+            is given as the reason it did not.
+        stored: The event number and state a resume would run from (or why it
+            did not decode).
+        reexecute: Run each step's stage again against its recorded calls.
+
+    Returns:
+        The report.
+    """
+    verifier = _Verifier(machine, codec, validator, session_id)
+    state = initial
+    digest = hasher.start(state)
+    folded = 0
+    reexecuted = 0
+
+    def report(divergence: Divergence | None) -> ReplayReport[Any]:
+        return ReplayReport(session_id, folded, state, digest.value, divergence, reexecuted)
+
+    for event, expected in events:
+        if isinstance(event, str):
+            return report(Divergence(folded + 1, event))
+        seq = event.seq
+        if seq != folded + 1:
+            return report(Divergence(folded + 1, f"the log skips from #{folded} to #{seq}"))
+        if event.from_state is not state.lifecycle:
+            return report(
+                Divergence(
+                    seq,
+                    f"the event starts in {event.from_state.name}, "
+                    f"the replayed state is in {state.lifecycle.name}",
+                )
+            )
+        if reexecute and event.kind is EventKind.STEP:
+            reason = await verifier.reexecute(state, event)
+            reexecuted += 1
+            if reason is not None:
+                return report(Divergence(seq, reason))
+        if event.kind is EventKind.FAILURE and event.stage is not None:
+            verifier.stages.pop(event.stage, None)  # the stage restarted: a fresh instance
+        try:
+            after = apply_event(machine, state, event)
+            following = digest.after(event, after)
+        except Exception as exc:
+            return report(Divergence(seq, f"the event does not apply: {exc!r}"))
+        if expected is not None and following.value != expected:
+            return report(
+                Divergence(
+                    seq,
+                    "the replayed state differs from the state committed by this event "
+                    f"(digest {following.value:#x}, stored {expected:#x})",
+                )
+            )
+        state = after
+        digest.accept(following)
+        folded = seq
+    stored_seq, stored_state = stored
+    if isinstance(stored_state, str):
+        return report(Divergence(stored_seq, stored_state))
+    if stored_seq != folded:
+        return report(
+            Divergence(
+                stored_seq, f"the session's last event is #{stored_seq}, the log's #{folded}"
+            )
+        )
+    if hasher.of(stored_state) != digest.value:
+        return report(
+            Divergence(
+                stored_seq,
+                "the stored state (latest snapshot and the events after it) differs from the "
+                "replay of the whole log: the snapshot is damaged",
+            )
+        )
+    return report(None)
