@@ -5,7 +5,8 @@ it: it opens (never corrupt), every commit the child acknowledged (in
 `Durability.SYNC`) is stored, each session's events are numbered 1..n without a
 gap and only ever grow (exactly-once commits), its stored state (latest snapshot
 plus the events after it) equals the replay of its whole log from its initial
-snapshot, so does every snapshot, and the state is the one the machine must reach
+snapshot, so does every snapshot, each event carries the digest of the state
+the replay reaches with it, and the state is the one the machine must reach
 after n events. Then the child is started again and resumes the sessions; a last
 run is left alone and every session must finish with the right result.
 
@@ -32,7 +33,7 @@ import pytest
 from arkhon_rheo import Lifecycle
 from arkhon_rheo.protocols import Durability
 from arkhon_rheo.store import SQLiteStore
-from arkhon_rheo.supervision import EventCodec, replay
+from arkhon_rheo.supervision import EventCodec, StateHasher, apply_event, replay
 
 from .crash_child import SNAPSHOT_EVERY, Crash, crash_machine, expected_trace, planned
 
@@ -161,6 +162,7 @@ async def _verify(crashes: Crashes, final: bool = False) -> dict[str, int]:
     """Check the file after a kill (or at the end); return each session's last number."""
     machine = crash_machine(crashes.rounds)
     codec = EventCodec(machine)
+    hasher = StateHasher(machine)
     trace = expected_trace(crashes.rounds)
     acked = _read_acks(crashes.acks)
     lasts: dict[str, int] = {}
@@ -189,6 +191,13 @@ async def _verify(crashes: Crashes, final: bool = False) -> dict[str, int]:
             initial = codec.decode_state(start)
             assert initial == Crash(session_id=session_id), where
             full = replay(machine, initial, decoded)
+            state, digest = initial, hasher.start(initial)
+            for stored_event, event in zip(events, decoded, strict=True):
+                state = apply_event(machine, state, event)
+                digest.accept(digest.after(event, state))
+                assert stored_event.digest == digest.value, (
+                    f"{where}: event #{event.seq} was stored with the digest of another state"
+                )
 
             loaded = await store.load(session_id)
             assert [event.seq for event in loaded.events] == list(
