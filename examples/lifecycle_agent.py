@@ -3,7 +3,9 @@
 Each stage declares the seed's permission matrix (what it reads and writes);
 the supervisor enforces it and the lifecycle invariants at every commit. A
 scripted model stands in for the LLM and a calculator for the tool, so the run
-is deterministic. Run it with ``python examples/lifecycle_agent.py [asyncio|trio]``.
+is deterministic. Their calls are recorded in the stored events, and the run
+ends by replaying the stored log: every stage runs again on the recorded calls,
+without the model. Run it with ``python examples/lifecycle_agent.py [asyncio|trio]``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,17 @@ import anyio
 import structlog
 from pydantic import BaseModel, ConfigDict
 
-from arkhon_rheo import AgentState, AgentSystem, Lifecycle, Machine, Patch, StateView, stage
+from arkhon_rheo import (
+    AgentState,
+    AgentSystem,
+    Lifecycle,
+    Machine,
+    Patch,
+    StateView,
+    record_call,
+    recorded,
+    stage,
+)
 
 L = Lifecycle
 
@@ -62,7 +74,8 @@ class ScriptedModel:
         return self.replies.pop(0)
 
 
-def calculator(expression: str) -> str:
+@recorded("tool:calculator")  # its calls are recorded in the step's event
+async def calculator(expression: str) -> str:
     """A tiny, safe tool: adds and multiplies integers."""
     total = 0
     for term in expression.split("+"):
@@ -85,13 +98,15 @@ def build_machine(model: ScriptedModel) -> Machine[ReActState]:
     )
     async def think(view: StateView[ReActState]) -> Patch:
         previous = view.observation.summary if view.observation else "none"
-        reply = await model.complete(f"input={view.user_input} previous={previous}")
+        prompt = f"input={view.user_input} previous={previous}"
+        # Recorded too: a replay re-executes this stage without the model.
+        reply = await record_call("model", {"prompt": prompt}, lambda: model.complete(prompt))
         return Patch(thought=Thought.model_validate_json(reply))
 
     @stage(reads={"session_id", "iteration", "thought"}, writes={"action"}, next=L.OBSERVING)
     async def act(view: StateView[ReActState]) -> Patch:
         tools = view.thought.tools
-        outputs = tuple(calculator(view.thought.reasoning) for _ in tools)
+        outputs = tuple([await calculator(view.thought.reasoning) for _ in tools])
         return Patch(action=Action(requested_tools=tools, tool_outputs=outputs))
 
     @stage(
@@ -150,11 +165,25 @@ async def main() -> None:
         stored = await system.history(handle.session_id, machine)
         assert system.store is not None
         records = await system.store.sessions()
+        # Check the stored log: fold it, and run every stage again on the recorded
+        # model and tool calls, with a model that has nothing left to say.
+        offline = build_machine(ScriptedModel([]))
+        report = await system.replay(offline, handle.session_id, reexecute=True)
     answer = result.state.observation.final_answer if result.state.observation else None
     print(f"exit: {result.exit_reason.value}, iteration {result.state.iteration}, answer {answer}")
     print(f"stored history of session {handle.session_id} in arkhon-rheo.db:")
     for event in stored:
-        print(f"  #{event.seq} {event.stage}: {event.from_state.name} -> {event.to_state.name}")
+        calls = [call["kind"] for call in (event.info or {}).get("io", [])]
+        recorded_calls = f" (recorded calls: {', '.join(calls)})" if calls else ""
+        print(
+            f"  #{event.seq} {event.stage}: {event.from_state.name} -> {event.to_state.name}"
+            f"{recorded_calls}"
+        )
+    verdict = "ok" if report.ok else f"diverged at {report.divergence}"
+    print(
+        f"replay: {verdict}; {report.events} events folded, {report.reexecuted} stages "
+        "re-executed on their recorded calls, without the model"
+    )
     print(f"{len(records)} session(s) in the file")
 
 

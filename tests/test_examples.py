@@ -27,3 +27,25 @@ def test_example_runs(script: Path, backend: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip(), "an example should show what it did"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_main_job_stores_its_history_and_replays_it(tmp_path: Path, backend: str) -> None:
+    script = next(path for path in EXAMPLES if path.stem == "lifecycle_agent")
+    result = subprocess.run(
+        [sys.executable, str(script), backend],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "exit: finished, iteration 2, answer 42" in lines
+    assert "  #5 act: ACTING -> OBSERVING (recorded calls: tool:calculator)" in lines
+    assert (
+        "replay: ok; 6 events folded, 6 stages re-executed on their recorded calls, "
+        "without the model" in lines
+    )
+    assert (tmp_path / "arkhon-rheo.db").exists()  # the embedded SQLite default
