@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
-from arkhon_rheo import Lifecycle
+from arkhon_rheo import AgentState, Lifecycle
 from arkhon_rheo.protocols import Durability
 from arkhon_rheo.store import SQLiteStore
 from arkhon_rheo.supervision import EventCodec, StateHasher, apply_event, replay
@@ -191,7 +191,8 @@ async def _verify(crashes: Crashes, final: bool = False) -> dict[str, int]:
             initial = codec.decode_state(start)
             assert initial == Crash(session_id=session_id), where
             full = replay(machine, initial, decoded)
-            state, digest = initial, hasher.start(initial)
+            state: AgentState = initial
+            digest = hasher.start(initial)
             for stored_event, event in zip(events, decoded, strict=True):
                 state = apply_event(machine, state, event)
                 digest.accept(digest.after(event, state))
