@@ -12,6 +12,7 @@ The digest detects drift and damage; it is not a security feature.
 
 from __future__ import annotations
 
+import enum
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Any
 
@@ -37,11 +38,12 @@ class StateHasher:
         machine: The machine whose state type applies.
     """
 
-    __slots__ = ("_fields", "_items", "_values")
+    __slots__ = ("_fields", "_items", "_members", "_values")
 
     def __init__(self, machine: Machine[Any]) -> None:
         fields = machine.state_type.model_fields
         self._fields = tuple(fields)
+        self._members: dict[tuple[str, enum.Enum], bytes] = {}
         self._values: dict[str, TypeAdapter[Any]] = {}
         self._items: dict[str, TypeAdapter[Any]] = {}
         for name, info in fields.items():
@@ -53,6 +55,15 @@ class StateHasher:
 
     def field(self, name: str, value: Any) -> bytes:
         """The digest of field ``name`` holding ``value``."""
+        kind = type(value)
+        if kind is int:  # the iteration count, on most commits: no adapter needed
+            return blake2b(b"%d" % value, digest_size=_SIZE).digest()
+        if isinstance(value, enum.Enum):  # the lifecycle: one digest per member
+            digest = self._members.get((name, value))
+            if digest is None:
+                dumped = self._values[name].dump_json(value)
+                digest = self._members[name, value] = blake2b(dumped, digest_size=_SIZE).digest()
+            return digest
         adapter = self._items.get(name)
         if adapter is None:
             return blake2b(self._values[name].dump_json(value), digest_size=_SIZE).digest()
@@ -67,9 +78,8 @@ class StateHasher:
 
     def start(self, state: AgentState) -> StateDigest:
         """The digest of ``state``, computed in full (O(state))."""
-        return StateDigest(
-            self, {name: self.field(name, getattr(state, name)) for name in self._fields}
-        )
+        fields = {name: self.field(name, getattr(state, name)) for name in self._fields}
+        return StateDigest(self, fields, tuple([getattr(state, name) for name in _DERIVED]))
 
     def of(self, state: AgentState) -> int:
         """The digest of ``state`` as a signed 64-bit integer."""
@@ -84,11 +94,16 @@ class StateDigest:
     the event is stored, so a write that fails leaves the digest where it was.
     """
 
-    __slots__ = ("_fields", "_hasher", "value")
+    __slots__ = ("_derived", "_fields", "_hasher", "value")
 
-    def __init__(self, hasher: StateHasher, fields: dict[str, bytes]) -> None:
+    def __init__(
+        self, hasher: StateHasher, fields: dict[str, bytes], derived: tuple[Any, ...]
+    ) -> None:
         self._hasher = hasher
         self._fields = fields
+        # The derived fields' values their digests were made from: an unchanged
+        # value (the same object) keeps its digest, which is most of the time.
+        self._derived = derived
         self.value = _combine(fields)
 
     def after(self, event: TransitionEvent, state: AgentState) -> StateDigest:
@@ -96,18 +111,21 @@ class StateDigest:
         hasher = self._hasher
         fields = dict(self._fields)
         patch = event.patch
-        for name, value in patch.values.items():
+        written = patch.values
+        for name, value in written.items():
             fields[name] = hasher.field(name, value)
         for name, items in patch.appends.items():
             fields[name] = hasher.extend(name, fields[name], items)
-        for name in _DERIVED:
-            if name not in patch.values:
-                fields[name] = hasher.field(name, getattr(state, name))
-        return StateDigest(hasher, fields)
+        derived = tuple([getattr(state, name) for name in _DERIVED])
+        for name, value, before in zip(_DERIVED, derived, self._derived, strict=True):
+            if value is not before and name not in written:
+                fields[name] = hasher.field(name, value)
+        return StateDigest(hasher, fields, derived)
 
     def accept(self, other: StateDigest) -> None:
         """Become ``other`` (the digest `after` computed for an event now stored)."""
         self._fields = other._fields
+        self._derived = other._derived
         self.value = other.value
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -58,9 +57,13 @@ class Persistence:
             UnserializablePatch: If the event cannot be encoded (nothing was written).
             StoreError: If the store refused or failed.
         """
-        stored = self.codec.encode_event(event)  # refuses what cannot be stored, first
-        digest = self.digest.after(event, state)
-        stored = replace(stored, digest=digest.value)
+        try:
+            digest: StateDigest | None = self.digest.after(event, state)
+        except Exception:  # let the codec name what cannot be stored
+            digest = None
+        stored = self.codec.encode_event(event, None if digest is None else digest.value)
+        if digest is None:
+            digest = self.digest.after(event, state)  # not the codec's kind of refusal
         snapshot = None
         if event.seq % self.snapshot_every == 0:
             snapshot = (event.seq, self.codec.encode_state(state))
