@@ -471,13 +471,17 @@ class AgentSystem:
             machine, state, config, session_id, base_seq=loaded.record.last_seq
         )
 
-    async def history(self, session_id: str, machine: Machine[Any]) -> list[TransitionEvent]:
+    async def history(self, machine: Machine[Any], session_id: str) -> list[TransitionEvent]:
         """Every event of a session, from the store, in order, with patches and timings.
 
         Raises:
             ConfigurationError: If the system has no store.
             SessionNotFound: If the store has no such session.
         """
+        if not isinstance(machine, Machine):
+            raise ConfigurationError(
+                f"history() takes the machine first, then the session id: got {machine!r}"
+            )
         store = self._require_store("read a session's history")
         codec = self._codec(machine)
         return [codec.decode_event(event) for event in await store.history(session_id)]
@@ -490,11 +494,13 @@ class AgentSystem:
         Each event's replayed state is compared with the digest the event was
         stored with, and the end result with the stored state a resume would
         run from; the first event that does not fit is reported with the
-        reason. With ``reexecute``, every step's stage also runs again on the
-        replayed state, its model and tool calls answered from the calls the
-        event recorded (see `record_call`): it must make the same calls, propose
-        the same patch and choose the same next state. Nothing is written, and
-        no model or tool is called.
+        reason. A session running meanwhile is checked as it was when the replay
+        began. With ``reexecute``, every step's stage also runs again, on a fresh
+        instance and the replayed state, its model and tool calls answered from
+        the calls the event recorded (see `record_call`): it must make the same
+        calls, propose the same patch and choose the same next state. Nothing is
+        written; stage code runs, but the model and the tools are not called in
+        so far as the stages call them through `record_call`.
 
         Args:
             machine: The session's machine.
@@ -519,7 +525,10 @@ class AgentSystem:
                 f"session {session_id!r} runs machine {loaded.record.machine!r}, "
                 f"not {machine.name!r}"
             )
-        stored_events = await store.history(session_id)
+        last = loaded.record.last_seq
+        # A running session may commit between these reads: it is checked as it
+        # was when the replay began (its record, snapshot and events up to last).
+        stored_events = [event for event in await store.history(session_id) if event.seq <= last]
         _, first = await store.snapshot_at(session_id, 0)
         initial = codec.decode_state(first)
         events: list[tuple[TransitionEvent | str, int | None]] = []
@@ -528,7 +537,6 @@ class AgentSystem:
                 events.append((codec.decode_event(stored), stored.digest))
             except StoreCorrupt as exc:
                 events.append((f"the stored event does not decode: {exc}", None))
-        last = loaded.record.last_seq
         current: AgentState | str
         try:
             tail = [codec.decode_event(event) for event in loaded.events]
@@ -598,7 +606,7 @@ class AgentSystem:
                     "only a session waiting at a gate takes a decision",
                     session_id=session_id,
                 )
-            pause = (await self.history(session_id, machine))[-1]
+            pause = (await self.history(machine, session_id))[-1]
             info = dict(pause.info or {})
             gate = next((g for g in machine.gates if g.name == info.get("gate")), None)
             validator = self._validator(machine)

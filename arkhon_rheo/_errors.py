@@ -435,7 +435,7 @@ class ReplayDiverged(SessionError):
     def __init__(self, *, session_id: str, kind: str, reason: str) -> None:
         super().__init__(
             f"a re-executed stage of session {session_id!r} diverged at a {kind!r} call: "
-            f"{reason}; the stage's code or its inputs changed since the recorded run",
+            f"{reason}; the stage does not repeat what the recorded run did",
             session_id=session_id,
         )
         self.kind = kind

@@ -162,7 +162,7 @@ async def main() -> None:
                 f"{event.to_state.value:<9} wrote {sorted(event.writes)}"
             )
         result = await handle.result()
-        stored = await system.history(handle.session_id, machine)
+        stored = await system.history(machine, handle.session_id)
         assert system.store is not None
         records = await system.store.sessions()
         # Check the stored log: fold it, and run every stage again on the recorded

@@ -126,7 +126,7 @@ async def test_every_commit_is_in_the_store(make_store: Any) -> None:
     async with make_store() as store, AgentSystem(store=store, snapshot_every=4) as system:
         handle = await system.start(machine, Notes(), session_id="n1")
         result = await handle.result()
-        history = await system.history("n1", machine)
+        history = await system.history(machine, "n1")
         records = await store.sessions()
     assert result.ok
     assert history == list(handle.history)
@@ -150,7 +150,7 @@ async def test_a_session_resumes_from_its_last_commit_after_a_crash(make_store: 
         async with AgentSystem(store=store, snapshot_every=3) as system:
             handle = await system.resume(machine2, "n2")
             result = await handle.result()
-            history = await system.history("n2", machine2)
+            history = await system.history(machine2, "n2")
     assert result.ok
     assert second.acts >= 1  # the stage that was running ran again
     assert [e.seq for e in history] == list(range(1, len(history) + 1))
@@ -199,9 +199,9 @@ async def test_rollback_is_an_appended_event_and_the_session_goes_on(make_store:
     machine = notes_machine(Control())
     async with make_store() as store, AgentSystem(store=store) as system:
         done = await system.run(machine, Notes(), session_id="r1")
-        before = await system.history("r1", machine)
+        before = await system.history(machine, "r1")
         event = await system.rollback(machine, "r1", 4)
-        after = await system.history("r1", machine)
+        after = await system.history(machine, "r1")
         assert after[:-1] == before  # append-only: nothing rewritten
         assert after[-1] == event
         assert event.kind is EventKind.ROLLBACK
@@ -226,7 +226,7 @@ async def test_fork_starts_a_child_from_any_point(make_store: Any) -> None:
         records = {r.session_id: r for r in await store.sessions()}
         handle = await system.resume(machine, child)
         result = await handle.result()
-        parent_history = await system.history("parent", machine)
+        parent_history = await system.history(machine, "parent")
         with pytest.raises(SessionError):
             await system.fork(machine, "parent", new_id="child")
     assert records["child"].parent == "parent"

@@ -76,7 +76,7 @@ async def test_a_pause_survives_a_restart_and_resumes_with_a_validated_value(
         handle = await system.decide(machine, "o1", "resume", value=True)
         assert handle is not None
         done = await handle.result()
-        history = await system.history("o1", machine)
+        history = await system.history(machine, "o1")
     assert done.ok
     assert done.state.shipped is True
     kinds = [event.kind for event in history]
@@ -101,7 +101,7 @@ async def test_abort_and_edit_a_paused_session() -> None:
         assert await system.decide(machine, "o2", "abort") is None
         with pytest.raises(SessionError, match="not paused"):
             await system.decide(machine, "o2", "resume")
-        history = await system.history("o2", machine)
+        history = await system.history(machine, "o2")
     state = replay(machine, Order(item="lamp", session_id="o2"), history)
     assert isinstance(state, Order)
     assert state.item == "desk lamp"

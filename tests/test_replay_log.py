@@ -157,7 +157,7 @@ def db(path: str = "arkhon-rheo.db") -> sqlite3.Connection:
 async def test_the_calls_of_each_step_are_recorded_in_its_event() -> None:
     await recorded_run()
     async with AgentSystem() as agents:
-        history = await agents.history("r1", offline_machine())
+        history = await agents.history(offline_machine(), "r1")
     think, act = history[1], history[2]
     assert think.stage == "think"
     assert think.info == {
@@ -175,7 +175,11 @@ async def test_the_calls_of_each_step_are_recorded_in_its_event() -> None:
         {
             "kind": "tool:divide",
             "request": {"a": 1, "b": 0},
-            "error": {"type": "builtins.ZeroDivisionError", "message": "division by zero"},
+            "error": {
+                "type": "builtins.ZeroDivisionError",
+                "message": "division by zero",
+                "args": ["division by zero"],
+            },
         },
     ]
     assert history[0].info is None  # a stage without calls records nothing
@@ -187,7 +191,7 @@ async def test_a_clean_log_replays_to_the_stored_state_without_a_model() -> None
     async with AgentSystem(snapshot_every=3) as agents:
         report = await agents.replay(machine, "r1")
         again = await agents.replay(machine, "r1", reexecute=True)
-        history = await agents.history("r1", machine)
+        history = await agents.history(machine, "r1")
     assert report.ok, report.divergence
     assert report.events == len(history) == 7
     assert report.state == state
@@ -244,7 +248,7 @@ async def test_a_damaged_snapshot_is_reported_at_its_event() -> None:
     assert seq == 6
     assert report.divergence is not None
     assert report.divergence.seq == 7  # the session's last event: the state a resume would use
-    assert "snapshot is damaged" in report.divergence.reason
+    assert "the snapshot does not match the events before it" in report.divergence.reason
     assert report.events == 7
 
 
@@ -273,7 +277,7 @@ async def test_other_damage_is_reported_at_the_event(sql: str, seq: int, reason:
     ("changes", "seq", "reason"),
     [
         ({"prompt": "ponder {n}"}, 2, "asked {'prompt': 'ponder 0'}"),
-        ({"skip_tool": True}, 3, "was a 'tool:add' call in the recorded run"),
+        ({"skip_tool": True}, 3, "made 1 of the 2 calls the recorded run made"),
         ({"bonus": 1}, 3, "proposed"),
     ],
 )
@@ -295,35 +299,61 @@ async def test_a_playback_checks_each_call_against_the_record() -> None:
     playback = CallPlayback([{"kind": "model", "request": {"prompt": "x"}, "response": 1}] * 2, "s")
     with playback:
         assert await record_call("model", {"prompt": "x"}, _never) == 1
-    assert playback.unused() == 1
-    with playback, pytest.raises(ReplayDiverged, match="call #2 asked"):
-        await record_call("model", {"prompt": "y"}, _never)
-    with playback, pytest.raises(ReplayDiverged, match="'model' call in the recorded run"):
-        await record_call("tool:x", {"prompt": "x"}, _never)
+        assert playback.unused() == 1
+        with pytest.raises(ReplayDiverged, match=r"call #2 asked \{'prompt': 'y'\}; the recorded"):
+            await record_call("model", {"prompt": "y"}, _never)
+        with pytest.raises(ReplayDiverged, match=r"next 'model' call asked \{'prompt': 'x'\}"):
+            await record_call("tool:x", {"prompt": "x"}, _never)
+        assert await record_call("model", {"prompt": "x"}, _never) == 1
+        with pytest.raises(ReplayDiverged, match="call #3 was not made in the recorded run"):
+            await record_call("model", {"prompt": "x"}, _never)
     assert playback.diverged is not None  # remembered even if a stage swallowed it
+    with pytest.raises(ReplayDiverged, match="after the stage returned"):
+        await playback.call("model", {"prompt": "x"}, _never, Any)
 
 
 async def _never() -> Any:
     raise AssertionError("called through during a playback")
 
 
-async def test_a_failed_call_is_replayed_as_its_own_class_or_a_typed_stand_in() -> None:
-    class Odd(Exception):
-        def __init__(self, a: int, b: int) -> None:
-            super().__init__(f"{a}/{b}")
+class Odd(Exception):
+    """An exception whose constructor wants more than a message (as SDK errors do)."""
 
-    playback = CallPlayback(
-        [
-            {"kind": "t", "request": 1, "error": {"type": "builtins.KeyError", "message": "'k'"}},
-            {"kind": "t", "request": 2, "error": {"type": f"{__name__}.Odd", "message": "1/2"}},
-        ]
-    )
-    with playback:
-        with pytest.raises(RecordedCallFailed, match="KeyError"):  # str(KeyError('k')) differs
-            await record_call("t", 1, _never)
-        with pytest.raises(RecordedCallFailed, match="Odd: 1/2") as caught:
-            await record_call("t", 2, _never)
-    assert caught.value.error_type == f"{__name__}.Odd"
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(a, b)
+        self.total = a + b
+
+
+async def test_a_failed_call_is_replayed_as_its_own_class_or_a_typed_stand_in() -> None:
+    recorder = CallRecorder()
+    with recorder:
+        for error in (KeyError("k"), Odd(1, 2)):
+            with pytest.raises(type(error)):
+                await record_call("t", str(error), _raising(error))
+    records = [*recorder.calls, _unknown_error_record()]
+    with CallPlayback(records):
+        with pytest.raises(KeyError) as key_error:
+            await record_call("t", "'k'", _never)
+        with pytest.raises(Odd) as odd:
+            await record_call("t", "(1, 2)", _never)
+        with pytest.raises(RecordedCallFailed, match="Gone: it went") as stand_in:
+            await record_call("t", "gone", _never)
+    assert key_error.value.args == ("k",)
+    assert odd.value.args == (1, 2)
+    assert not hasattr(odd.value, "total")  # made without its __init__
+    assert stand_in.value.error_type == "not.loaded.Gone"
+
+
+def _unknown_error_record() -> dict[str, Any]:
+    error = {"type": "not.loaded.Gone", "message": "it went", "args": ["it went"]}
+    return {"kind": "t", "request": "gone", "error": error}
+
+
+def _raising(error: Exception) -> Any:
+    async def call() -> Any:
+        raise error
+
+    return call
 
 
 async def test_calls_outside_a_stage_are_not_recorded() -> None:

@@ -7,23 +7,34 @@ same calls from the record, without the model or the tool, and stops at the
 first call that differs (`ReplayDiverged`). Outside a stage both simply call
 through.
 
-The record of one call is JSON: ``{"kind", "request", "response"}``, or
-``{"kind", "request", "error": {"type", "message"}}`` for a call that raised.
+What the stage gets back is, in the recorded run too, the response as a
+replay will give it: dumped to JSON through ``returns`` and validated back.
+So a stage cannot depend on something the record does not keep.
+
+The record of one call is JSON: ``{"kind", "request", "response"}``; a call
+that raised keeps ``"error": {"type", "message", "args"}`` instead, one that
+was cancelled (by the stage's own timeout) ``"cancelled": true``. Records are
+in the order the calls started. A call made while another recorded call runs
+(a recorded tool that uses a recorded model) belongs to the outer call and is
+not recorded on its own.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
 import sys
 import typing
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from pydantic import TypeAdapter
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+import anyio
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
-from .._errors import RecordedCallFailed, ReplayDiverged, UnrecordableCall
+from .._errors import ConfigurationError, RecordedCallFailed, ReplayDiverged, UnrecordableCall
+from ._canonical import json_data
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -34,6 +45,7 @@ T = TypeVar("T")
 F = TypeVar("F", bound="Callable[..., Awaitable[Any]]")
 
 _RECORDER: ContextVar[CallRecorder | None] = ContextVar("arkhon_rheo_call_recorder", default=None)
+_check_json = json.JSONEncoder(allow_nan=False).encode
 
 
 @functools.lru_cache(maxsize=256)
@@ -41,69 +53,143 @@ def _adapter(returns: Any) -> TypeAdapter[Any]:
     return TypeAdapter(returns)
 
 
+def _jsonable(kind: str, what: str, value: Any) -> Any:
+    """``value`` as plain JSON data (sets sorted), or `UnrecordableCall`."""
+    try:
+        data = json_data(value)
+        _check_json(data)  # NaN and infinities are refused here, not at the store
+    except (PydanticSerializationError, ValueError, TypeError) as exc:
+        raise UnrecordableCall(kind=kind, what=what, reason=str(exc)) from exc
+    return data
+
+
 class CallRecorder:
     """Records the calls of one stage invocation (the supervisor makes one per run).
 
+    Used as a context manager around the stage. Once it is left, it records
+    nothing more: a task the stage left running calls straight through.
+
     Attributes:
-        calls: The records, in call order.
+        calls: The records, in the order the calls started.
     """
 
-    __slots__ = ("_token", "calls", "session_id")
+    __slots__ = ("_after", "_done", "_token", "calls", "closed", "session_id")
 
     def __init__(self, session_id: str = "") -> None:
         self.session_id = session_id
         self.calls: list[dict[str, Any]] = []
+        self.closed = False
+        self._done: dict[int, int] = {}  # id(record) -> its place in completion order
+        self._after: dict[int, int] = {}  # id(record) -> calls finished when it started
 
     def __enter__(self) -> CallRecorder:
         self._token = _RECORDER.set(self)
+        self.closed = False
         return self
 
     def __exit__(self, *exc: object) -> None:
         _RECORDER.reset(self._token)
+        self.closed = True
+
+    def finished(self) -> list[dict[str, Any]]:
+        """The records of the calls that finished while the stage ran.
+
+        A call that overlapped others (concurrent calls) keeps its place in
+        completion order as ``"done"`` and how many calls had finished when it
+        started as ``"after"``, so a replay can answer the calls in the order
+        they finished.
+        """
+        records = []
+        for index, record in enumerate(self.calls):
+            done = self._done.get(id(record))
+            if done is None:
+                continue  # still running when the stage returned: not part of its step
+            after = self._after[id(record)]
+            if done != index or after != index:
+                record = {**record, "done": done, "after": after}
+            records.append(record)
+        return records
+
+    def _finish(self, record: dict[str, Any]) -> None:
+        self._done[id(record)] = len(self._done)
 
     async def call(
         self, kind: str, request: Any, call: Callable[[], Awaitable[Any]], returns: Any
     ) -> Any:
         """Make the call and record it (a call that raises is recorded, then re-raised)."""
+        if self.closed:
+            return await call()
+        record: dict[str, Any] = {"kind": kind, "request": request}
+        self.calls.append(record)  # its place is where it started
+        self._after[id(record)] = len(self._done)
+        token = _RECORDER.set(None)  # calls made inside this one are part of it
         try:
             response = await call()
-        except Exception as exc:
-            cls = type(exc)
-            self.calls.append(
-                {
-                    "kind": kind,
-                    "request": request,
-                    "error": {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(exc)},
-                }
-            )
+        except anyio.get_cancelled_exc_class():
+            record["cancelled"] = True
+            self._finish(record)
             raise
+        except Exception as exc:
+            record["error"] = _error(exc)
+            self._finish(record)
+            raise
+        finally:
+            _RECORDER.reset(token)
+        adapter = _adapter(returns)
         try:
-            dumped = _adapter(returns).dump_python(response, mode="json")
+            dumped = json_data(adapter.dump_python(response))
+            _check_json(dumped)
         except (PydanticSerializationError, ValueError, TypeError) as exc:
             raise UnrecordableCall(kind=kind, what="response", reason=str(exc)) from exc
-        self.calls.append({"kind": kind, "request": request, "response": dumped})
-        return response
+        record["response"] = dumped
+        self._finish(record)
+        return adapter.validate_python(dumped)  # what a replay will return, exactly
+
+
+def _error(exc: Exception) -> dict[str, Any]:
+    cls = type(exc)
+    try:
+        args = json_data(exc.args)
+        _check_json(args)
+    except (PydanticSerializationError, ValueError, TypeError):
+        args = [str(exc)]
+    return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(exc), "args": args}
 
 
 class CallPlayback(CallRecorder):
     """Answers a re-executed stage's calls from a recorded run's records.
 
-    A call whose kind or request differs from the next record, or one more
-    call than the record holds, raises `ReplayDiverged` in the stage and is
-    remembered in `diverged` (a stage that swallows the error still diverged).
+    Each call is matched with the first unused record of the same kind and
+    request, and answered once the calls that finished while it ran in the
+    recorded run have been answered: calls made concurrently finish in the
+    order they did. A call with no such record, or one that waits more than
+    ``wait`` seconds for those (a call that never comes), raises
+    `ReplayDiverged` in the stage and is remembered in `diverged` (a stage
+    that swallows the error still diverged).
 
     Args:
         records: The calls the recorded run made, in order.
         session_id: The session, for error messages.
+        wait: How long a call may wait for the calls that finished before it.
     """
 
-    __slots__ = ("diverged", "position", "records")
+    __slots__ = ("_answered", "_changed", "_used", "_wait", "diverged", "records")
 
-    def __init__(self, records: Sequence[dict[str, Any]], session_id: str = "") -> None:
+    def __init__(
+        self, records: Sequence[dict[str, Any]], session_id: str = "", *, wait: float = 10.0
+    ) -> None:
         super().__init__(session_id)
         self.records = records
-        self.position = 0
+        self._used = [False] * len(records)
+        self._wait = wait
+        self._answered: set[int] = set()  # completion places of the calls answered
+        self._changed: anyio.Event | None = None
         self.diverged: ReplayDiverged | None = None
+
+    @property
+    def position(self) -> int:
+        """How many recorded calls were matched."""
+        return sum(self._used)
 
     def _diverge(self, kind: str, reason: str) -> ReplayDiverged:
         error = ReplayDiverged(session_id=self.session_id, kind=kind, reason=reason)
@@ -115,26 +201,54 @@ class CallPlayback(CallRecorder):
         self, kind: str, request: Any, call: Callable[[], Awaitable[Any]], returns: Any
     ) -> Any:
         """Return (or raise) what the recorded call did; never calls out."""
-        number = self.position + 1
-        if self.position >= len(self.records):
-            raise self._diverge(
-                kind, f"call #{number} was not made in the recorded run ({len(self.records)} were)"
-            )
-        record = self.records[self.position]
-        if record.get("kind") != kind:
-            raise self._diverge(
-                kind, f"call #{number} was a {record.get('kind')!r} call in the recorded run"
-            )
-        if record.get("request") != request:
+        if self.closed:
+            raise self._diverge(kind, "it was made after the stage returned")
+        pending = [i for i, used in enumerate(self._used) if not used]
+        for index in pending:
+            record = self.records[index]
+            if record.get("kind") == kind and record.get("request") == request:
+                break
+        else:
+            number = self.position + 1
+            if not pending:
+                reason = (
+                    f"call #{number} was not made in the recorded run ({len(self.records)} were)"
+                )
+            else:
+                expected = self.records[pending[0]]
+                reason = (
+                    f"call #{number} asked {request!r}; the recorded run's next "
+                    f"{expected.get('kind')!r} call asked {expected.get('request')!r}"
+                )
+            raise self._diverge(kind, reason)
+        self._used[index] = True
+        done = int(record.get("done", index))
+        first = set(range(int(record.get("after", index)), done))  # finished while it ran
+        with anyio.move_on_after(self._wait):
+            while not first <= self._answered:
+                if self._changed is None:
+                    self._changed = anyio.Event()
+                await self._changed.wait()
+        if not first <= self._answered:
             raise self._diverge(
                 kind,
-                f"call #{number} asked {request!r}, the recorded run asked "
-                f"{record.get('request')!r}",
+                f"call #{index + 1} waited for {len(first - self._answered)} calls that "
+                "finished while it ran in the recorded run, and were not made",
             )
-        self.position += 1
+        self._answered.add(done)
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+        if record.get("cancelled"):
+            await anyio.sleep_forever()  # until the stage's own timeout fires, as it did
         if "error" in record:
             raise _rebuild(kind, record["error"])
-        return _adapter(returns).validate_python(record.get("response"))
+        try:
+            return _adapter(returns).validate_python(record.get("response"))
+        except ValidationError as exc:
+            raise self._diverge(
+                kind, f"the recorded response no longer validates as {returns!r}: {exc}"
+            ) from exc
 
     def unused(self) -> int:
         """How many recorded calls the re-executed stage did not make."""
@@ -142,7 +256,12 @@ class CallPlayback(CallRecorder):
 
 
 def _rebuild(kind: str, error: dict[str, Any]) -> Exception:
-    """The recorded exception, as its own class if that is loaded and takes a message."""
+    """The recorded exception as its own class (if that is loaded), else a stand-in.
+
+    The instance is made without running the class's ``__init__`` (SDK errors
+    often want more than a message), with the recorded ``args``; attributes
+    its ``__init__`` would have set are missing.
+    """
     name = str(error.get("type", "Exception"))
     message = str(error.get("message", ""))
     module_name, _, qualname = name.rpartition(".")
@@ -151,10 +270,11 @@ def _rebuild(kind: str, error: dict[str, Any]) -> Exception:
         found = getattr(found, part, None)
     if isinstance(found, type) and issubclass(found, Exception):
         try:
-            rebuilt = found(message)
-        except Exception:  # a constructor that wants more than a message
-            rebuilt = None
-        if isinstance(rebuilt, Exception) and str(rebuilt) == message:
+            rebuilt = found.__new__(found)
+            rebuilt.args = tuple(error.get("args", [message]))
+        except Exception:  # a class that cannot be made this way
+            pass
+        else:
             return rebuilt
     return RecordedCallFailed(kind=kind, error_type=name, message=message)
 
@@ -173,25 +293,24 @@ async def record_call(
     Args:
         kind: What is called (``"model"``, ``"tool:search"``); a replay checks it.
         request: What is asked, as JSON-friendly data; a replay checks it too.
+            It is stored in the event: pass what identifies the call (the new
+            messages, say) rather than a whole conversation each step.
         call: Makes the call.
-        returns: The response's type: it is dumped to JSON through it, and a
-            replay validates the recorded JSON back into it. With the default
-            ``Any``, a replay returns the JSON data as it was recorded.
+        returns: The response's type: it is dumped to JSON through it and
+            validated back, in the recorded run as in a replay. With the
+            default ``Any`` the stage gets the response as JSON data.
 
     Returns:
-        The response (in a replay, the recorded one).
+        The response, as the record keeps it.
 
     Raises:
         UnrecordableCall: The request or the response cannot be kept as JSON.
-        ReplayDiverged: In a replay, the call differs from the recorded one.
+        ReplayDiverged: In a replay, no recorded call matches this one.
     """
     recorder = _RECORDER.get()
-    if recorder is None:
+    if recorder is None or recorder.closed:
         return await call()
-    try:
-        jsonable = to_jsonable_python(request)
-    except (PydanticSerializationError, ValueError, TypeError) as exc:
-        raise UnrecordableCall(kind=kind, what="request", reason=str(exc)) from exc
+    jsonable = _jsonable(kind, "request", request)
     return cast("T", await recorder.call(kind, jsonable, call, returns))
 
 
@@ -204,7 +323,12 @@ def recorded(kind: str, *, returns: Any = None) -> Callable[[F], F]:
         async def add(a: int, b: int) -> int: ...
 
     The request is the bound arguments by name (``self`` and ``cls`` left out),
-    the response type the return annotation unless ``returns`` says otherwise.
+    the response type the return annotation unless ``returns`` says otherwise;
+    the annotation is resolved on the first call, in or out of a stage.
+
+    Raises:
+        ConfigurationError: On the first call, if the return annotation cannot
+            be resolved (pass ``returns=``).
     """
 
     def decorate(fn: F) -> F:
@@ -212,19 +336,30 @@ def recorded(kind: str, *, returns: Any = None) -> Callable[[F], F]:
         skip = {name for name in list(signature.parameters)[:1] if name in ("self", "cls")}
         response_type: list[Any] = []
 
+        def resolve() -> Any:
+            if not response_type:
+                if returns is not None:
+                    response_type.append(returns)
+                else:
+                    try:
+                        hint = typing.get_type_hints(fn).get("return", Any)
+                    except Exception as exc:
+                        raise ConfigurationError(
+                            f"@recorded({kind!r}) cannot resolve the return annotation of "
+                            f"{fn.__qualname__}: {exc!r}; pass returns= the response's type"
+                        ) from exc
+                    response_type.append(hint)
+            return response_type[0]
+
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            response = resolve()
             if _RECORDER.get() is None:
                 return await fn(*args, **kwargs)
-            if not response_type:
-                hint = typing.get_type_hints(fn).get("return", Any) if returns is None else returns
-                response_type.append(hint)
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             request = {k: v for k, v in bound.arguments.items() if k not in skip}
-            return await record_call(
-                kind, request, lambda: fn(*args, **kwargs), returns=response_type[0]
-            )
+            return await record_call(kind, request, lambda: fn(*args, **kwargs), returns=response)
 
         return cast("F", wrapper)
 

@@ -3,8 +3,10 @@
 A store file is an SQLite database whose header carries our ``application_id``
 and our schema version as ``user_version``; the ``meta`` table repeats both.
 Opening reads the 100-byte header first, with plain file I/O: a file that is
-not SQLite, belongs to another application or has another schema version is
-refused (`StoreCorrupt`) before SQLite ever opens it, so it is never touched.
+not SQLite, belongs to another application or has a schema version this code
+cannot read is refused (`StoreCorrupt`) before SQLite ever opens it, so it is
+never touched. A file of an older version this code knows how to upgrade is
+upgraded in place, in one transaction, when it is opened.
 A new (missing or empty) file gets the schema in one transaction, written in
 rollback-journal mode so the header is on disk before the file switches to WAL.
 """
@@ -50,6 +52,9 @@ _SCHEMA = (
         WITHOUT ROWID""",
 )
 _META = (("application", "arkhon-rheo"), ("schema_version", str(SCHEMA_VERSION)))
+#: What brings a file of each older version to the next one. Version 2 added
+#: each event's state digest (events stored before it have none).
+_UPGRADES: dict[int, tuple[str, ...]] = {1: ("ALTER TABLE events ADD COLUMN digest INTEGER",)}
 
 
 def _foreign(path: str, why: str) -> StoreCorrupt:
@@ -94,7 +99,7 @@ def inspect_file(path: str) -> bool:
             path, f"its SQLite application_id is {application:#x}, ours is {APPLICATION_ID:#x}"
         )
     version = int.from_bytes(header[60:64], "big", signed=True)
-    if version != SCHEMA_VERSION:
+    if version != SCHEMA_VERSION and version not in _UPGRADES:
         raise StoreCorrupt(
             f"{path} is an arkhon-rheo store of schema version {version}; this version of "
             f"arkhon-rheo reads version {SCHEMA_VERSION} only. It was left untouched: open it "
@@ -128,11 +133,33 @@ def _create(path: str) -> Script[None]:
         raise
 
 
+def _upgrade(path: str) -> Script[None]:
+    """Bring an older schema up to this one, one version at a time, in one transaction."""
+    yield _sql("BEGIN IMMEDIATE")
+    try:
+        version = (yield _sql("PRAGMA user_version"))[0][0]  # another process may have done it
+        while version in _UPGRADES:
+            for statement in _UPGRADES[version]:
+                yield _sql(statement)
+            version += 1
+            yield _sql(f"PRAGMA user_version = {version}")
+            yield _sql("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+        yield _sql("COMMIT")
+    except GeneratorExit:
+        raise
+    except BaseException:
+        yield _sql("ROLLBACK")
+        raise
+
+
 def _verify(path: str) -> Script[None]:
     application = (yield _sql("PRAGMA application_id"))[0][0]
     if application != APPLICATION_ID:
         raise _foreign(path, f"its SQLite application_id is {application:#x}")
     version = (yield _sql("PRAGMA user_version"))[0][0]
+    if version in _UPGRADES:
+        yield from _upgrade(path)
+        version = (yield _sql("PRAGMA user_version"))[0][0]
     if version != SCHEMA_VERSION:
         raise StoreCorrupt(
             f"{path} is an arkhon-rheo store of schema version {version}; this version reads "

@@ -1,26 +1,37 @@
 """A 64-bit digest of a state, kept up to date per commit at the cost of the patch.
 
 Each field has its own digest: BLAKE2b of its JSON (through the field's own
-adapter), or, for a sequence field (``History[X]``, ``tuple[X, ...]``), a chain
-over its items, so an append costs the appended items only. The state's digest
+adapter; sets sorted, so the hash seed does not matter), or, for a sequence
+field (``History[X]``, ``tuple[X, ...]``), a chain over its items, so an
+append costs the appended items only (and so does assigning a sequence that
+extends the old one). The state's digest
 is BLAKE2b of the field digests in field order. Every stored event carries the
 digest of the state it left, which lets `replay` name the first event whose
 fold no longer gives the state that was committed.
 
-The digest detects drift and damage; it is not a security feature.
+The digest detects drift and damage; it is not a security feature. It is a
+function of the state's JSON form: a dict's key order counts (JSON keeps it,
+so a replay sees the same order), and a change to the state type (a field
+added, even with a default) changes every digest.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+import itertools
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
+from pydantic_core import to_json
 
+from ..protocols._canonical import canonical, may_hold_sets
 from ._validate import _item_type
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
     from ..protocols import AgentState, Machine, TransitionEvent
 
 __all__ = ["StateDigest", "StateHasher"]
@@ -38,7 +49,7 @@ class StateHasher:
         machine: The machine whose state type applies.
     """
 
-    __slots__ = ("_fields", "_items", "_members", "_values")
+    __slots__ = ("_dumps", "_fields", "_items", "_members", "_values")
 
     def __init__(self, machine: Machine[Any]) -> None:
         fields = machine.state_type.model_fields
@@ -46,12 +57,22 @@ class StateHasher:
         self._members: dict[tuple[str, enum.Enum], bytes] = {}
         self._values: dict[str, TypeAdapter[Any]] = {}
         self._items: dict[str, TypeAdapter[Any]] = {}
+        self._dumps: dict[str, Callable[[Any], bytes]] = {}
         for name, info in fields.items():
             item = _item_type(info.annotation)
+            annotation = info.rebuild_annotation() if item is None else item
+            adapter = TypeAdapter(annotation)
             if item is None:
-                self._values[name] = TypeAdapter(info.rebuild_annotation())
+                self._values[name] = adapter
             else:
-                self._items[name] = TypeAdapter(item)
+                self._items[name] = adapter
+            # A set's JSON follows its iteration order, which depends on the hash
+            # seed: fields that may hold one are dumped in canonical form.
+            self._dumps[name] = (
+                functools.partial(_canonical_json, adapter)
+                if may_hold_sets(annotation)
+                else adapter.dump_json
+            )
 
     def field(self, name: str, value: Any) -> bytes:
         """The digest of field ``name`` holding ``value``."""
@@ -61,29 +82,45 @@ class StateHasher:
         if isinstance(value, enum.Enum):  # the lifecycle: one digest per member
             digest = self._members.get((name, value))
             if digest is None:
-                dumped = self._values[name].dump_json(value)
+                dumped = self._dumps[name](value)
                 digest = self._members[name, value] = blake2b(dumped, digest_size=_SIZE).digest()
             return digest
-        adapter = self._items.get(name)
-        if adapter is None:
-            return blake2b(self._values[name].dump_json(value), digest_size=_SIZE).digest()
-        return self.extend(name, _EMPTY, value)
+        if name in self._items:
+            return self.extend(name, _EMPTY, value)
+        return blake2b(self._dumps[name](value), digest_size=_SIZE).digest()
 
-    def extend(self, name: str, digest: bytes, items: Any) -> bytes:
+    def extend(self, name: str, digest: bytes, items: Iterable[Any]) -> bytes:
         """The digest of sequence field ``name`` after ``items`` are appended to it."""
-        dump = self._items[name].dump_json
+        dump = self._dumps[name]
         for item in items:
             digest = blake2b(digest + dump(item), digest_size=_SIZE).digest()
         return digest
 
+    def is_sequence(self, name: str) -> bool:
+        """Whether field ``name`` is digested item by item."""
+        return name in self._items
+
     def start(self, state: AgentState) -> StateDigest:
         """The digest of ``state``, computed in full (O(state))."""
         fields = {name: self.field(name, getattr(state, name)) for name in self._fields}
-        return StateDigest(self, fields, tuple([getattr(state, name) for name in _DERIVED]))
+        derived = tuple([getattr(state, name) for name in _DERIVED])
+        sequences = {name: getattr(state, name) for name in self._items}
+        return StateDigest(self, fields, derived, sequences)
 
     def of(self, state: AgentState) -> int:
         """The digest of ``state`` as a signed 64-bit integer."""
         return self.start(state).value
+
+
+def _canonical_json(adapter: TypeAdapter[Any], value: Any) -> bytes:
+    return to_json(canonical(adapter.dump_python(value)))
+
+
+def _extends(old: Any, new: Any) -> bool:
+    """Whether sequence ``new`` starts with every item of ``old``."""
+    if len(new) < len(old):
+        return False
+    return all(a is b or a == b for a, b in zip(old, new))  # noqa: B905 - new may be longer
 
 
 class StateDigest:
@@ -94,38 +131,58 @@ class StateDigest:
     the event is stored, so a write that fails leaves the digest where it was.
     """
 
-    __slots__ = ("_derived", "_fields", "_hasher", "value")
+    __slots__ = ("_derived", "_fields", "_hasher", "_sequences", "value")
 
     def __init__(
-        self, hasher: StateHasher, fields: dict[str, bytes], derived: tuple[Any, ...]
+        self,
+        hasher: StateHasher,
+        fields: dict[str, bytes],
+        derived: tuple[Any, ...],
+        sequences: dict[str, Any],
     ) -> None:
         self._hasher = hasher
         self._fields = fields
         # The derived fields' values their digests were made from: an unchanged
         # value (the same object) keeps its digest, which is most of the time.
         self._derived = derived
+        # The sequences the chains were made from: a sequence assigned whole that
+        # extends the old one costs its new items only.
+        self._sequences = sequences
         self.value = _combine(fields)
 
     def after(self, event: TransitionEvent, state: AgentState) -> StateDigest:
         """The digest of ``state``, the state ``event`` leads to from this one's."""
         hasher = self._hasher
         fields = dict(self._fields)
+        sequences = self._sequences
         patch = event.patch
         written = patch.values
         for name, value in written.items():
-            fields[name] = hasher.field(name, value)
+            old = sequences.get(name) if hasher.is_sequence(name) else None
+            if old is not None and _extends(old, value):
+                fields[name] = hasher.extend(
+                    name, fields[name], itertools.islice(value, len(old), None)
+                )
+            else:
+                fields[name] = hasher.field(name, value)
         for name, items in patch.appends.items():
             fields[name] = hasher.extend(name, fields[name], items)
+        if patch.appends or any(hasher.is_sequence(name) for name in written):
+            sequences = dict(sequences)
+            for name in (*written, *patch.appends):
+                if hasher.is_sequence(name):
+                    sequences[name] = getattr(state, name)
         derived = tuple([getattr(state, name) for name in _DERIVED])
         for name, value, before in zip(_DERIVED, derived, self._derived, strict=True):
             if value is not before and name not in written:
                 fields[name] = hasher.field(name, value)
-        return StateDigest(hasher, fields, derived)
+        return StateDigest(hasher, fields, derived, sequences)
 
     def accept(self, other: StateDigest) -> None:
         """Become ``other`` (the digest `after` computed for an event now stored)."""
         self._fields = other._fields
         self._derived = other._derived
+        self._sequences = other._sequences
         self.value = other.value
 
 

@@ -9,7 +9,10 @@ would run from). The first event that does not fit is reported, with why.
 With ``reexecute``, each step's stage runs again on the replayed state, its
 model and tool calls answered from the calls recorded in the event
 (`CallPlayback`): it must ask the same things, propose the same patch and
-choose the same next state. No model or tool is called.
+choose the same next state. Each step runs on a fresh stage instance (a stage
+whose patch depends on what its instance kept from earlier steps cannot be
+replayed step by step). Stage code really runs: the model and the tools are
+not called only in so far as the stage calls them through `record_call`.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class ReplayReport(Generic[S]):
         state: The state the fold reached (before the divergent event, if any).
         digest: That state's 64-bit digest.
         divergence: The first event that does not fit, or ``None``.
+        checked: How many events' digests were compared (events stored
+            without one, by a store that does not keep them, are folded only).
         reexecuted: How many stages ran again (``reexecute=True``).
     """
 
@@ -66,6 +71,7 @@ class ReplayReport(Generic[S]):
     state: S
     digest: int
     divergence: Divergence | None
+    checked: int = 0
     reexecuted: int = 0
 
     @property
@@ -75,7 +81,7 @@ class ReplayReport(Generic[S]):
 
 
 class _Verifier:
-    __slots__ = ("codec", "machine", "session_id", "stages", "validator")
+    __slots__ = ("codec", "machine", "session_id", "validator")
 
     def __init__(
         self, machine: Machine[Any], codec: EventCodec, validator: PatchValidator, session_id: str
@@ -84,7 +90,6 @@ class _Verifier:
         self.codec = codec
         self.validator = validator
         self.session_id = session_id
-        self.stages: dict[str, Stage[Any]] = {}
 
     async def reexecute(self, state: AgentState, event: TransitionEvent) -> str | None:
         """Run the event's stage again on ``state``; say how it differs, if it does."""
@@ -97,9 +102,7 @@ class _Verifier:
                 f"the log has {event.stage!r}"
             )
         name = stage_type.name
-        instance = self.stages.get(name)
-        if instance is None:
-            instance = self.stages[name] = stage_type()
+        instance: Stage[Any] = stage_type()
         records = (event.info or {}).get("io", [])
         playback = CallPlayback(records, self.session_id)
         view: StateView[Any] = StateView(state, stage_type.reads, name)
@@ -117,13 +120,15 @@ class _Verifier:
             updates, patch = self.validator.validate(
                 state, outcome, stage=name, writes=stage_type.writes
             )
-            proposed = self.codec.encode_patch(patch, stage=name)
             target = instance.next(state.model_copy(update=updates))
         except Exception as exc:
             return f"stage {name!r}'s patch is refused now: {exc}"
-        recorded = self.codec.encode_patch(event.patch, stage=name)
-        if proposed != recorded:
-            return f"stage {name!r} proposed {proposed}, the recorded run {recorded}"
+        recorded = event.patch
+        # Validated values compared as values: a set's stored order is not its own.
+        if patch.values != recorded.values or patch.appends != recorded.appends:
+            proposed = self.codec.encode_patch(patch, stage=name)
+            stored = self.codec.encode_patch(recorded, stage=name)
+            return f"stage {name!r} proposed {proposed}, the recorded run {stored}"
         if not (isinstance(target, enum.Enum) and target is event.to_state):
             return (
                 f"stage {name!r} chose {target!r} as the next state, "
@@ -165,11 +170,12 @@ async def verify(
     verifier = _Verifier(machine, codec, validator, session_id)
     state = initial
     digest = hasher.start(state)
-    folded = 0
-    reexecuted = 0
+    folded = checked = reexecuted = 0
 
     def report(divergence: Divergence | None) -> ReplayReport[Any]:
-        return ReplayReport(session_id, folded, state, digest.value, divergence, reexecuted)
+        return ReplayReport(
+            session_id, folded, state, digest.value, divergence, checked, reexecuted
+        )
 
     for event, expected in events:
         if isinstance(event, str):
@@ -190,21 +196,26 @@ async def verify(
             reexecuted += 1
             if reason is not None:
                 return report(Divergence(seq, reason))
-        if event.kind is EventKind.FAILURE and event.stage is not None:
-            verifier.stages.pop(event.stage, None)  # the stage restarted: a fresh instance
         try:
             after = apply_event(machine, state, event)
             following = digest.after(event, after)
         except Exception as exc:
             return report(Divergence(seq, f"the event does not apply: {exc!r}"))
-        if expected is not None and following.value != expected:
-            return report(
-                Divergence(
-                    seq,
-                    "the replayed state differs from the state committed by this event "
-                    f"(digest {following.value:#x}, stored {expected:#x})",
+        if expected is not None:
+            if following.value != expected:
+                hint = (
+                    "; at the first event, this often means the state type changed since"
+                    if checked == 0
+                    else ""
                 )
-            )
+                return report(
+                    Divergence(
+                        seq,
+                        "the replayed state differs from the state committed by this event "
+                        f"(digest {following.value:#x}, stored {expected:#x}){hint}",
+                    )
+                )
+            checked += 1
         state = after
         digest.accept(following)
         folded = seq
@@ -222,7 +233,7 @@ async def verify(
             Divergence(
                 stored_seq,
                 "the stored state (latest snapshot and the events after it) differs from the "
-                "replay of the whole log: the snapshot is damaged",
+                "replay of the whole log: the snapshot does not match the events before it",
             )
         )
     return report(None)

@@ -483,7 +483,7 @@ class SessionSupervisor(Actor[_Step, None]):
                 outcome
                 if isinstance(outcome, Exception)
                 else await self._commit(
-                    state, outcome, slot.stage, started, attempt, recorder.calls
+                    state, outcome, slot.stage, started, attempt, recorder.finished()
                 )
             )
             if failure is None:
