@@ -1,9 +1,9 @@
 """The store suite: one set of tests, run on every store, durability mode and backend.
 
 ``memory`` is `MemoryStore`; ``sync``, ``batched`` and ``async`` are `SQLiteStore` in
-that mode with the default driver (aiosqlite on asyncio, threads on trio);
-``thread`` is `SQLiteStore` with the thread driver forced, so it also runs on
-asyncio. Files that must be refused are in ``test_store_files.py``.
+that mode with the default driver (threads); ``aiosqlite`` is `SQLiteStore` on
+aiosqlite (asyncio only: skipped on trio). Files that must be refused are in
+``test_store_files.py``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ KINDS = [
     Kind("sync", Durability.SYNC),
     Kind("batched", Durability.BATCHED),
     Kind("async", Durability.ASYNC),
-    Kind("thread", Durability.BATCHED, "thread"),
+    Kind("aiosqlite", Durability.BATCHED, "aiosqlite"),
 ]
 
 
@@ -65,8 +65,10 @@ def kind(request: pytest.FixtureRequest) -> Kind:
 
 
 @pytest.fixture
-def make_store(kind: Kind, tmp_path: Path) -> Callable[..., AnyStore]:
+def make_store(kind: Kind, tmp_path: Path, anyio_backend: str) -> Callable[..., AnyStore]:
     """Make a new store of the kind; SQLite ones all open the same file."""
+    if kind.driver == "aiosqlite" and anyio_backend != "asyncio":
+        pytest.skip("aiosqlite runs on asyncio only")
 
     def make(**options: Any) -> AnyStore:
         if kind.durability is None:

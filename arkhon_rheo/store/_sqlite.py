@@ -57,10 +57,10 @@ class SQLiteStore(StoreBase):
       write refused later is logged and raised by the session's next ``append``
       or ``set_status``. Reads commit queued writes first (read your writes).
 
-    On asyncio the store uses aiosqlite (one await per statement); under trio, the
-    same SQL runs on stdlib `sqlite3` on one connection, each transaction in one
-    `anyio.to_thread.run_sync` call. ``driver="thread"`` picks the latter on asyncio
-    too: it is about twice as fast there for small transactions (fewer thread hops).
+    The SQL runs on stdlib `sqlite3` on one connection, each transaction in one
+    `anyio.to_thread.run_sync` call, on asyncio and trio alike. ``driver="aiosqlite"``
+    runs it on aiosqlite instead (asyncio only; one await per statement, so it is
+    slower for small transactions: more thread hops).
 
     Opening a file that is not SQLite, another application's SQLite database, a
     store of another schema version or a damaged one raises `StoreCorrupt` and
@@ -72,8 +72,8 @@ class SQLiteStore(StoreBase):
         batch_max: The most requests one transaction carries.
         max_pending: How many requests may wait for the writer; more wait for room.
         busy_timeout: How long to wait for another process's write lock, in seconds.
-        driver: ``"auto"`` (aiosqlite on asyncio, threads elsewhere), ``"aiosqlite"``
-            or ``"thread"``.
+        driver: ``"auto"`` (the same as ``"thread"``), ``"thread"`` or ``"aiosqlite"``
+            (asyncio only).
         clock: Returns the wall-clock time in seconds; records are stamped and
             leases expire by it. Processes sharing a file must share a clock.
 
