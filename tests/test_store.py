@@ -348,6 +348,44 @@ async def test_concurrent_appends_of_many_sessions_all_land(
             assert stats.transactions < 500 + 50
 
 
+async def test_small_batches_and_a_small_queue_still_acknowledge_everyone(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    if not kind.sqlite:
+        pytest.skip("batch_max and max_pending are SQLiteStore's")
+    sessions = [f"s{i}" for i in range(30)]
+
+    async def drive(sid: str) -> None:
+        for seq in range(1, 4):
+            await store.append(sid, [event(sid, seq)])
+
+    async with make_store(batch_max=4, max_pending=8) as store:
+        for sid in sessions:
+            await store.create_session(sid, machine="m", snapshot={})
+        async with anyio.create_task_group() as tg:
+            for sid in sessions:
+                tg.start_soon(drive, sid)
+        for sid in sessions:
+            assert await store.history(sid) == tuple(events(sid, 1, 3))
+        stats = store.statistics()
+        assert (stats.appended, stats.pending) == (90, 0)
+        assert 1 < stats.largest_batch <= 4
+
+
+async def test_a_lone_append_is_one_transaction(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    if not kind.sqlite or kind.durability is Durability.ASYNC:
+        pytest.skip("a committed write transaction per acknowledged append: SQLite, not async")
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        before = store.statistics().transactions
+        for seq in range(1, 6):
+            await store.append("s", [event("s", seq)])
+        assert store.statistics().transactions - before == 5
+        assert await store.history("s") == tuple(events("s", 1, 5))
+
+
 async def test_a_refused_write_does_not_take_its_batch_down(
     make_store: Callable[..., AnyStore], kind: Kind
 ) -> None:

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from anyio.abc import TaskGroup
-    from anyio.streams.memory import MemoryObjectSendStream
 
     from ..protocols import StoredEvent
 
@@ -111,7 +110,6 @@ class SQLiteStore(StoreBase):
         self._busy_timeout = busy_timeout
         self._driver_name: DriverName = driver
         self._writer: Writer | None = None
-        self._send: MemoryObjectSendStream[Ticket] | None = None
         self._task_group: TaskGroup | None = None
         #: Async mode: the last event number queued per session.
         self._tails: dict[str, int] = {}
@@ -153,12 +151,12 @@ class SQLiteStore(StoreBase):
             location=path,
             clock=self._clock,
             batch_max=self._batch_max,
+            max_pending=self._max_pending,
             on_unacknowledged_error=self._defer,
         )
-        self._send, receive = anyio.create_memory_object_stream[Ticket](self._max_pending)
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
-        await self._task_group.start(self._writer.run, receive)
+        await self._task_group.start(self._writer.run)
         self._state = StoreState.OPEN
         return self
 
@@ -171,11 +169,10 @@ class SQLiteStore(StoreBase):
         """Commit everything queued, stop the writer and close the file."""
         if self._state is not StoreState.OPEN:
             return
-        assert self._send is not None
         assert self._task_group is not None
         assert self._writer is not None
         self._state = StoreState.CLOSED
-        self._send.close()
+        self._writer.close()
         try:
             # The body's own exception is not the writer's business: it propagates
             # as it is, never wrapped in an ExceptionGroup.
@@ -197,24 +194,15 @@ class SQLiteStore(StoreBase):
             raise error
 
     async def _submit(self, request: Request, *, wait: bool) -> None:
-        assert self._send is not None
         assert self._writer is not None
-        ticket = Ticket(request, anyio.Event() if wait else None)
-        self._writer.queued += 1
-        self._writer.pending += ticket.events
+        ticket = Ticket(request, wait)
         try:
-            await self._send.send(ticket)
-        except BaseException as exc:
-            self._writer.queued -= 1
-            self._writer.pending -= ticket.events
-            if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
-                self._check_open()
-                raise StoreError(f"the store at {self._location} is closing") from exc
-            raise
-        if ticket.done is not None:
-            await ticket.done.wait()
-            if ticket.error is not None:
-                raise ticket.error
+            await self._writer.submit(ticket)
+        except anyio.ClosedResourceError as exc:
+            self._check_open()
+            raise StoreError(f"the store at {self._location} is closing") from exc
+        if ticket.error is not None and wait:
+            raise ticket.error
 
     async def _flush(self) -> None:
         """Commit everything queued so far (async mode: before reading)."""
