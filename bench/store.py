@@ -21,7 +21,7 @@ In one process and one run, against files in a temporary directory, it measures:
     transaction: 10 cycles would cost minutes); cycles/s are comparable, the
     header says how many cycles they ran. ``write tx`` counts the write
     transactions of the timed phase, lease releases and status writes included
-    (one each per session, unbatched); ``largest batch``, the most events one
+    (they ride in the group-commit batches); ``largest batch``, the most events one
     transaction carried.
     Target: >= 5,000 cycles/s at 1,000 sessions in ``batched``.
 (3) disk: one session whose state grows by one step per cycle, after 10 and

@@ -438,6 +438,40 @@ async def test_leases_one_owner_at_a_time(make_store: Callable[..., AnyStore]) -
             await store.acquire("t", "alice", ttl=0)
 
 
+async def test_concurrent_lease_writes_share_transactions_and_one_owner_wins(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    won: dict[str, list[str]] = {f"s{i}": [] for i in range(20)}
+    locked: list[tuple[str, str, str]] = []
+
+    async def take(sid: str, owner: str) -> None:
+        try:
+            await store.acquire(sid, owner, ttl=30)
+        except SessionLocked as exc:
+            locked.append((sid, owner, exc.owner))
+        else:
+            won[sid].append(owner)
+
+    async with make_store() as store:
+        async with anyio.create_task_group() as tg:
+            for sid in won:
+                tg.start_soon(take, sid, "alice")
+                tg.start_soon(take, sid, "bob")
+        assert all(len(owners) == 1 for owners in won.values()), won
+        assert sorted(locked) == sorted(
+            (sid, "bob" if owners == ["alice"] else "alice", owners[0])
+            for sid, owners in won.items()
+        )
+        before = store.statistics().transactions
+        async with anyio.create_task_group() as tg:
+            for sid, owners in won.items():
+                tg.start_soon(store.release, sid, owners[0])
+        if kind.sqlite:
+            assert store.statistics().transactions - before < len(won)
+        for sid, owners in won.items():  # released: the other owner takes it at once
+            await store.acquire(sid, "carol" if owners[0] != "carol" else "dave", ttl=30)
+
+
 async def test_everything_reads_back_after_reopening(
     make_store: Callable[..., AnyStore], kind: Kind
 ) -> None:

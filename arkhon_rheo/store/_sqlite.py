@@ -16,7 +16,7 @@ from . import _sql as sql
 from ._base import StoreBase, StoreState
 from ._codec import decode_event, decode_record, loads
 from ._driver import DriverName, open_driver
-from ._plan import Flush, Request, SetStatus, plan
+from ._plan import Acquire, Flush, Release, Request, SetStatus, plan
 from ._schema import inspect_file, prepare
 from ._writer import Ticket, Writer, log_unacknowledged
 
@@ -348,31 +348,35 @@ class SQLiteStore(StoreBase):
     async def acquire(self, session_id: str, owner: str, *, ttl: float) -> None:
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
 
-        The check and the write are one ``BEGIN IMMEDIATE`` transaction, so two
+        The check and the write happen in one ``BEGIN IMMEDIATE`` transaction (the
+        group commit's: leases ride in the same batches as events), so two
         processes on the same file cannot both take it.
 
         Raises:
             SessionLocked: Another owner holds a lease that has not expired.
             ConfigurationError: ``ttl`` is not a positive number of seconds.
+            StoreError: The write failed, or the store is not open.
         """
         self._check_open()
         if not 0 < ttl < math.inf:
             raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
-        assert self._writer is not None
-        script = sql.acquire(session_id, owner, now=self._clock(), ttl=ttl, location=self._location)
-        await self._writer.run_script(sql.transaction(script, write=True), write=True)
+        now = self._clock()
+        await self._submit(Acquire(session_id, owner, now + ttl, now), wait=True)
 
     async def release(self, session_id: str, owner: str) -> None:
-        """Give up the lease if ``owner`` holds it."""
+        """Give up the lease if ``owner`` holds it (in the next group commit).
+
+        Raises:
+            StoreError: The write failed, or the store is not open.
+        """
         self._check_open()
-        assert self._writer is not None
-        script = sql.transaction(sql.release(session_id, owner), write=True)
-        await self._writer.run_script(script, write=True)
+        await self._submit(Release(session_id, owner), wait=True)
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counters.
 
-        ``transactions`` counts every write transaction (batches and leases);
+        ``transactions`` counts every write transaction (each batch is one, lease
+        writes included);
         ``pending`` the events queued or being committed.
         """
         writer = self._writer

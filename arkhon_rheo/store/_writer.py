@@ -76,7 +76,7 @@ def _copy(exc: StoreError) -> StoreError:
 
 
 class Writer:
-    """Owns the connection: the batch loop, plus a lock for reads and lease transactions.
+    """Owns the connection: the batch loop, plus a lock for reads.
 
     Args:
         db: The connection.
