@@ -255,6 +255,7 @@ class SQLiteStore(StoreBase):
                 store is not open.
         """
         request = self._append_request(session_id, events, snapshot, status)
+        del events, snapshot  # encoded: nothing here keeps them alive while waiting
         if self._durability is not Durability.ASYNC:
             await self._submit(request, wait=True)
             return

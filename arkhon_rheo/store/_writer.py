@@ -151,19 +151,21 @@ class Writer:
         Raises:
             anyio.ClosedResourceError: The writer is closed.
         """
-        await anyio.lowlevel.checkpoint_if_cancelled()
         while len(self._queue) >= self._max_pending and not self._closed:
             if self._room is None:
                 self._room = anyio.Event()
             await self._room.wait()
         if self._closed:
             raise anyio.ClosedResourceError
-        self.queued += 1
-        self.pending += ticket.events
         if ticket.waits and self._wakeup is not None and not self.lock.locked():
             # The writer is parked on an empty queue, nothing runs on the connection.
+            await anyio.lowlevel.checkpoint_if_cancelled()  # never yields unless cancelled
+            self.queued += 1
+            self.pending += ticket.events
             await self._commit([ticket])
             return
+        self.queued += 1
+        self.pending += ticket.events
         self._queue.append(ticket)
         if ticket.waits:
             if self._queue_done is None:

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EventCodec", "apply_event", "replay", "step_moves"]
 
+_NAMES_MAX = 1024
+
 
 class EventCodec:
     """Encodes one machine's states and events as JSON data, and decodes them.
@@ -41,7 +43,7 @@ class EventCodec:
         machine: The machine whose state type and lifecycle enum apply.
     """
 
-    __slots__ = ("_items", "_lifecycle", "_machine", "_values")
+    __slots__ = ("_items", "_lifecycle", "_machine", "_names", "_values")
 
     def __init__(self, machine: Machine[Any]) -> None:
         self._machine = machine
@@ -54,6 +56,8 @@ class EventCodec:
             if item is not None:
                 self._items[name] = TypeAdapter(item)
         self._lifecycle = type(machine.initial)
+        #: Sorted read and write sets, which repeat from event to event.
+        self._names: dict[frozenset[str], tuple[str, ...]] = {}
 
     # -- states ------------------------------------------------------------------
 
@@ -140,8 +144,8 @@ class EventCodec:
             stage=event.stage,
             from_state=event.from_state.name,
             to_state=event.to_state.name,
-            reads=tuple(sorted(event.reads)),
-            writes=tuple(sorted(event.writes)),
+            reads=self._sorted(event.reads),
+            writes=self._sorted(event.writes),
             patch=self.encode_patch(event.patch, stage=event.stage),
             attempt=event.attempt,
             started_at=event.started_at,
@@ -149,6 +153,14 @@ class EventCodec:
             error=None if event.error is None else event.error.model_dump(mode="json"),
             io=None if event.info is None else dict(event.info),
         )
+
+    def _sorted(self, names: frozenset[str]) -> tuple[str, ...]:
+        found = self._names.get(names)
+        if found is None:
+            if len(self._names) >= _NAMES_MAX:
+                self._names.clear()
+            found = self._names[names] = tuple(sorted(names))
+        return found
 
     def decode_event(self, stored: StoredEvent) -> TransitionEvent:
         """The event from what the store kept.

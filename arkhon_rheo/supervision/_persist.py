@@ -52,7 +52,6 @@ class Persistence:
             UnserializablePatch: If the event cannot be encoded (nothing was written).
             StoreError: If the store refused or failed.
         """
-        stored = self.codec.encode_event(event)
         snapshot = None
         if event.seq % self.snapshot_every == 0:
             snapshot = (event.seq, self.codec.encode_state(state))
@@ -61,4 +60,8 @@ class Persistence:
         machine = self.codec.machine
         if machine.is_terminal(event.to_state):
             status = "failed" if event.to_state is machine.failed else "finished"
-        await self.store.append(self.session_id, [stored], snapshot=snapshot, status=status)
+        # No local keeps the encoded event: the store may drop it (and its patch)
+        # once it has its rows, rather than hold it until the write is durable.
+        await self.store.append(
+            self.session_id, [self.codec.encode_event(event)], snapshot=snapshot, status=status
+        )
