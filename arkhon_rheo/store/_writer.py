@@ -18,8 +18,9 @@ queued before it stops, so nothing acknowledged in ``async`` mode is dropped.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -50,7 +51,8 @@ class Ticket:
         request: What to write.
         waits: Whether a caller waits for it (else a refusal goes to the error hook).
         done: Set once the batch holding it is committed; one event per batch,
-            shared by its tickets (``None`` for tickets nobody waits for).
+            shared by its tickets (``None`` until queued, and for tickets nobody
+            waits for).
         finished: Whether it has been committed or refused.
         error: Why it was refused, or ``None``.
     """
@@ -108,8 +110,10 @@ class Writer:
         self._max_pending = max_pending
         self._on_error = on_unacknowledged_error
         self._queue: list[Ticket] = []
-        #: Set once every waited-for ticket now in ``_queue`` is committed.
-        self._queue_done: anyio.Event | None = None
+        #: The queue cut into its future batches, in order: each one's event (set
+        #: once it is committed) and how many tickets it holds; all but the last
+        #: are full (``batch_max``), since batches are taken from the front.
+        self._batches: deque[list[Any]] = deque()
         #: Set to wake the writer; not ``None`` only while it is parked on an empty queue.
         self._wakeup: anyio.Event | None = None
         #: Set when the queue has room again, if anyone waits for it.
@@ -167,15 +171,17 @@ class Writer:
         self.queued += 1
         self.pending += ticket.events
         self._queue.append(ticket)
-        if ticket.waits:
-            if self._queue_done is None:
-                self._queue_done = anyio.Event()
-            ticket.done = self._queue_done
+        batches = self._batches
+        if not batches or batches[-1][1] == self._batch_max:
+            batches.append([anyio.Event(), 0])
+        batch = batches[-1]
+        batch[1] += 1
         if self._wakeup is not None:
             self._wakeup.set()
             self._wakeup = None
-        while ticket.done is not None and not ticket.finished:
-            await ticket.done.wait()  # moved to the next batch's event if left over
+        if ticket.waits:
+            ticket.done = done = batch[0]
+            await done.wait()
 
     def close(self) -> None:
         """Refuse new tickets; the writer commits what is queued, then stops."""
@@ -209,20 +215,13 @@ class Writer:
     async def _commit_queued(self) -> None:
         batch = self._queue[: self._batch_max]
         del self._queue[: self._batch_max]
-        done = self._queue_done
-        self._queue_done = None
-        if self._queue and done is not None:
-            # The rest waits for the next batch: move its waiters to a new event.
-            self._queue_done = anyio.Event()
-            for ticket in self._queue:
-                if ticket.waits:
-                    ticket.done = self._queue_done
+        done, count = self._batches.popleft()
+        assert count == len(batch)
         if self._room is not None:
             self._room.set()
             self._room = None
         await self._commit(batch)
-        if done is not None:
-            done.set()
+        done.set()
 
     async def _commit(self, batch: list[Ticket]) -> None:
         with anyio.CancelScope(shield=True):
