@@ -32,8 +32,8 @@ def test_store_bench_quick_run_prints_every_figure_on_both_backends() -> None:
             assert label in section, f"{label!r} missing for {backend}:\n{out}"
     asyncio = backends["asyncio"]
     for label in (
-        "driver=thread (threads)",
-        "thread/auto speed",
+        "driver=aiosqlite (aiosqlite)",
+        "auto/aiosqlite speed",
         "(a) one tx per commit, sync",
         "(a) one tx per commit, batched",
         "ours/(a)",

@@ -1,9 +1,9 @@
 """The store suite: one set of tests, run on every store, durability mode and backend.
 
 ``memory`` is `MemoryStore`; ``sync``, ``batched`` and ``async`` are `SQLiteStore` in
-that mode with the default driver (aiosqlite on asyncio, threads on trio);
-``thread`` is `SQLiteStore` with the thread driver forced, so it also runs on
-asyncio. Files that must be refused are in ``test_store_files.py``.
+that mode with the default driver (threads); ``aiosqlite`` is `SQLiteStore` on
+aiosqlite (asyncio only: skipped on trio). Files that must be refused are in
+``test_store_files.py``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ KINDS = [
     Kind("sync", Durability.SYNC),
     Kind("batched", Durability.BATCHED),
     Kind("async", Durability.ASYNC),
-    Kind("thread", Durability.BATCHED, "thread"),
+    Kind("aiosqlite", Durability.BATCHED, "aiosqlite"),
 ]
 
 
@@ -65,8 +65,10 @@ def kind(request: pytest.FixtureRequest) -> Kind:
 
 
 @pytest.fixture
-def make_store(kind: Kind, tmp_path: Path) -> Callable[..., AnyStore]:
+def make_store(kind: Kind, tmp_path: Path, anyio_backend: str) -> Callable[..., AnyStore]:
     """Make a new store of the kind; SQLite ones all open the same file."""
+    if kind.driver == "aiosqlite" and anyio_backend != "asyncio":
+        pytest.skip("aiosqlite runs on asyncio only")
 
     def make(**options: Any) -> AnyStore:
         if kind.durability is None:
@@ -346,6 +348,44 @@ async def test_concurrent_appends_of_many_sessions_all_land(
             assert stats.transactions < 500 + 50
 
 
+async def test_small_batches_and_a_small_queue_still_acknowledge_everyone(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    if not kind.sqlite:
+        pytest.skip("batch_max and max_pending are SQLiteStore's")
+    sessions = [f"s{i}" for i in range(30)]
+
+    async def drive(sid: str) -> None:
+        for seq in range(1, 4):
+            await store.append(sid, [event(sid, seq)])
+
+    async with make_store(batch_max=4, max_pending=8) as store:
+        for sid in sessions:
+            await store.create_session(sid, machine="m", snapshot={})
+        async with anyio.create_task_group() as tg:
+            for sid in sessions:
+                tg.start_soon(drive, sid)
+        for sid in sessions:
+            assert await store.history(sid) == tuple(events(sid, 1, 3))
+        stats = store.statistics()
+        assert (stats.appended, stats.pending) == (90, 0)
+        assert 1 < stats.largest_batch <= 4
+
+
+async def test_a_lone_append_is_one_transaction(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    if not kind.sqlite or kind.durability is Durability.ASYNC:
+        pytest.skip("a committed write transaction per acknowledged append: SQLite, not async")
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        before = store.statistics().transactions
+        for seq in range(1, 6):
+            await store.append("s", [event("s", seq)])
+        assert store.statistics().transactions - before == 5
+        assert await store.history("s") == tuple(events("s", 1, 5))
+
+
 async def test_a_refused_write_does_not_take_its_batch_down(
     make_store: Callable[..., AnyStore], kind: Kind
 ) -> None:
@@ -396,6 +436,40 @@ async def test_leases_one_owner_at_a_time(make_store: Callable[..., AnyStore]) -
         await store.acquire("s", "alice", ttl=30)
         with pytest.raises(ConfigurationError):
             await store.acquire("t", "alice", ttl=0)
+
+
+async def test_concurrent_lease_writes_share_transactions_and_one_owner_wins(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    won: dict[str, list[str]] = {f"s{i}": [] for i in range(20)}
+    locked: list[tuple[str, str, str]] = []
+
+    async def take(sid: str, owner: str) -> None:
+        try:
+            await store.acquire(sid, owner, ttl=30)
+        except SessionLocked as exc:
+            locked.append((sid, owner, exc.owner))
+        else:
+            won[sid].append(owner)
+
+    async with make_store() as store:
+        async with anyio.create_task_group() as tg:
+            for sid in won:
+                tg.start_soon(take, sid, "alice")
+                tg.start_soon(take, sid, "bob")
+        assert all(len(owners) == 1 for owners in won.values()), won
+        assert sorted(locked) == sorted(
+            (sid, "bob" if owners == ["alice"] else "alice", owners[0])
+            for sid, owners in won.items()
+        )
+        before = store.statistics().transactions
+        async with anyio.create_task_group() as tg:
+            for sid, owners in won.items():
+                tg.start_soon(store.release, sid, owners[0])
+        if kind.sqlite:
+            assert store.statistics().transactions - before < len(won)
+        for sid, owners in won.items():  # released: the other owner takes it at once
+            await store.acquire(sid, "carol" if owners[0] != "carol" else "dave", ttl=30)
 
 
 async def test_everything_reads_back_after_reopening(

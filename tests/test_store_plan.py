@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from arkhon_rheo import DuplicateEvent, SessionError, SessionNotFound
-from arkhon_rheo.store._plan import Append, Create, Flush, SetStatus, plan
+from arkhon_rheo import DuplicateEvent, SessionError, SessionLocked, SessionNotFound
+from arkhon_rheo.store._plan import Acquire, Append, Create, Flush, Release, SetStatus, plan
 
 if TYPE_CHECKING:
     from arkhon_rheo.store._codec import EventRow
@@ -71,3 +71,49 @@ def test_create_then_append_in_one_batch_and_unknown_sessions() -> None:
     assert result.created == [("n", "m", "running", 0, 1.0, 2.0, None)]
     assert result.snapshots == [("n", 0, "{}")]
     assert result.updated == {"n": (1, "paused")}
+
+
+def test_leases_are_taken_and_released_in_order_within_a_batch() -> None:
+    leases = {"held": ("bob", 20.0), "stale": ("bob", 5.0)}
+    result = plan(
+        [
+            Acquire("free", "alice", 40.0, 10.0),
+            Acquire("free", "carol", 40.0, 10.0),  # alice took it just before
+            Acquire("held", "alice", 40.0, 10.0),  # bob's, unexpired
+            Acquire("stale", "alice", 40.0, 10.0),  # bob's, expired
+            Release("held", "alice"),  # not alice's: no effect
+            Release("free", "alice"),
+            Acquire("free", "carol", 41.0, 11.0),  # free again
+            Release("none", "alice"),
+        ],
+        {},
+        now=10.0,
+        leases=leases,
+    )
+    assert [type(e) for e in result.errors] == [
+        type(None),
+        SessionLocked,
+        SessionLocked,
+        type(None),
+        type(None),
+        type(None),
+        type(None),
+        type(None),
+    ]
+    locked = result.errors[2]
+    assert isinstance(locked, SessionLocked)
+    assert (locked.owner, locked.expires_at) == ("bob", 20.0)
+    assert result.leases == {"free": ("carol", 41.0), "stale": ("alice", 40.0)}
+    assert leases == {"held": ("bob", 20.0), "stale": ("bob", 5.0)}  # not modified
+    assert result.updated == {}  # leases need no session row
+
+
+def test_a_release_after_its_acquire_in_one_batch_drops_the_row() -> None:
+    result = plan(
+        [Acquire("s", "alice", 40.0, 10.0), Release("s", "alice")],
+        {},
+        now=10.0,
+        leases={"s": ("alice", 30.0)},
+    )
+    assert result.errors == [None, None]
+    assert result.leases == {"s": None}

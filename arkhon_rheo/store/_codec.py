@@ -16,7 +16,7 @@ from .._errors import ConfigurationError, StoreError, UnserializablePatch
 from ..protocols import SessionRecord, StoredEvent
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 __all__ = [
     "EventRow",
@@ -50,8 +50,41 @@ EventRow = tuple[
 #: ``(id, machine, status, last_seq, created_at, updated_at, parent)``.
 SessionRow = tuple[str, str, str, int, float, float, "str | None"]
 
-_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _make_encoder() -> Callable[[Any], str]:
+    # `json.JSONEncoder.encode` builds a new C encoder on every call; build it once
+    # (no circular-reference check: a cycle raises RecursionError, refused alike).
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has the C accelerator
+        return json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+    text = json.encoder.encode_basestring
+    chunks = make(None, _refuse, text, None, ":", ",", False, False, False)
+    join = "".join
+
+    def encode(value: Any) -> str:
+        return join(chunks(value, 0))
+
+    return encode
+
+
+_encode = _make_encoder()
 loads = json.loads
+#: The JSON text of read and write sets, which repeat from event to event.
+_NAMES: dict[tuple[str, ...], str] = {}
+_NAMES_MAX = 4096
+
+
+def _names(names: tuple[str, ...]) -> str:
+    text = _NAMES.get(names)
+    if text is None:
+        if len(_NAMES) >= _NAMES_MAX:
+            _NAMES.clear()
+        text = _NAMES[names] = _encode(list(names))
+    return text
 
 
 def dumps(value: Any, *, what: str, location: str = "") -> str:
@@ -133,8 +166,8 @@ def encode_events(
                 event.stage,
                 event.from_state,
                 event.to_state,
-                _encode(list(event.reads)),
-                _encode(list(event.writes)),
+                _names(event.reads),
+                _names(event.writes),
                 _dump_patch(event, location),
                 event.attempt,
                 event.started_at,

@@ -13,12 +13,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .._errors import DuplicateEvent, SessionError, SessionNotFound, StoreError
+from .._errors import DuplicateEvent, SessionError, SessionLocked, SessionNotFound, StoreError
 
 if TYPE_CHECKING:
     from ._codec import EventRow, SessionRow
 
-__all__ = ["Append", "Create", "Flush", "Plan", "Request", "SetStatus", "plan"]
+__all__ = [
+    "Acquire",
+    "Append",
+    "Create",
+    "Flush",
+    "Plan",
+    "Release",
+    "Request",
+    "SetStatus",
+    "plan",
+]
 
 
 @dataclass(slots=True)
@@ -52,13 +62,33 @@ class SetStatus:
 
 
 @dataclass(slots=True)
+class Acquire:
+    """Take (or renew) a session's lease unless another owner's is unexpired at ``now``."""
+
+    session_id: str
+    owner: str
+    expires_at: float
+    now: float
+
+
+@dataclass(slots=True)
+class Release:
+    """Drop a session's lease if ``owner`` holds it."""
+
+    session_id: str
+    owner: str
+
+
+@dataclass(slots=True)
 class Flush:
     """A barrier: done once everything queued before it is committed."""
 
     session_id: str = ""
 
 
-Request = Create | Append | SetStatus | Flush
+Request = Create | Append | SetStatus | Acquire | Release | Flush
+#: ``(owner, expires_at)`` of a lease.
+Lease = tuple[str, float]
 
 
 @dataclass(slots=True)
@@ -70,6 +100,8 @@ class Plan:
         events: Event rows, in order.
         snapshots: ``(session_id, seq, state)`` rows.
         updated: The final ``(last_seq, status)`` of every session the batch touched.
+        leases: The final lease of every session whose lease the batch changed
+            (``None``: released).
         errors: One entry per request: why it was refused, or ``None``.
         appended: How many events the batch writes.
     """
@@ -78,6 +110,7 @@ class Plan:
     events: list[EventRow] = field(default_factory=list)
     snapshots: list[tuple[str, int, str]] = field(default_factory=list)
     updated: dict[str, tuple[int, str]] = field(default_factory=dict)
+    leases: dict[str, Lease | None] = field(default_factory=dict)
     errors: list[Exception | None] = field(default_factory=list)
     appended: int = 0
 
@@ -106,6 +139,7 @@ def plan(
     *,
     now: float,
     location: str = "",
+    leases: dict[str, Lease] | None = None,
 ) -> Plan:
     """Check a batch of requests in order and gather the rows to write.
 
@@ -113,6 +147,8 @@ def plan(
         requests: The batch, in arrival order.
         known: ``(last_seq, status)`` of every existing session the batch touches
             (absent: the session does not exist). Not modified.
+        leases: The lease of every session whose lease the batch takes or releases
+            (absent: none). Not modified.
         now: The time to record as the sessions' ``updated_at``.
         location: The store's location, for errors.
 
@@ -121,12 +157,27 @@ def plan(
     """
     out = Plan()
     state = dict(known)
+    held = dict(leases or {})
     for request in requests:
         sid = request.session_id
         current = state.get(sid)
         error: Exception | None = None
         if isinstance(request, Flush):
             pass
+        elif isinstance(request, Acquire):
+            lease = held.get(sid)
+            if lease is not None and lease[0] != request.owner and lease[1] > request.now:
+                error = SessionLocked(
+                    session_id=sid, owner=lease[0], expires_at=lease[1], location=location
+                )
+            else:
+                held[sid] = (request.owner, request.expires_at)
+                out.leases[sid] = held[sid]
+        elif isinstance(request, Release):
+            lease = held.get(sid)
+            if lease is not None and lease[0] == request.owner:
+                del held[sid]
+                out.leases[sid] = None
         elif isinstance(request, Create):
             if current is not None:
                 error = SessionError(

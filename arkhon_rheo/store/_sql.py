@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._errors import SessionLocked, SessionNotFound, StoreError
-from ._plan import Plan, Request, plan
+from .._errors import SessionNotFound, StoreError
+from ._plan import Acquire, Append, Create, Lease, Plan, Release, Request, SetStatus, plan
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -20,11 +20,9 @@ if TYPE_CHECKING:
     from ._driver import Rows, Script, Statement
 
 __all__ = [
-    "acquire",
     "history",
     "load",
     "record",
-    "release",
     "sessions",
     "snapshot_at",
     "sql",
@@ -38,6 +36,11 @@ INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)"
 INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_SNAPSHOT = "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)"
 UPDATE_SESSION = "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? WHERE id = ?"
+UPSERT_LEASE = (
+    "INSERT INTO leases VALUES (?, ?, ?) ON CONFLICT (session_id) DO UPDATE "
+    "SET owner = excluded.owner, expires_at = excluded.expires_at"
+)
+DELETE_LEASE = "DELETE FROM leases WHERE session_id = ?"
 _SESSION_COLUMNS = "id, machine, status, last_seq, created_at, updated_at, parent"
 
 
@@ -72,15 +75,28 @@ def transaction(body: Script[T], *, write: bool) -> Script[T]:
 
 
 def write_batch(requests: list[Request], *, now: float, location: str) -> Script[Plan]:
-    """Check a batch against the sessions' rows and write what passes (in a transaction)."""
-    ids = sorted({r.session_id for r in requests if r.session_id})
+    """Check a batch against the sessions' and leases' rows and write what passes.
+
+    Run it in a write transaction.
+    """
+    ids = sorted({r.session_id for r in requests if isinstance(r, Create | Append | SetStatus)})
     known: dict[str, tuple[int, str]] = {}
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
         marks = ",".join("?" * len(chunk))
         rows = yield sql(f"SELECT id, last_seq, status FROM sessions WHERE id IN ({marks})", chunk)
         known.update((row[0], (row[1], row[2])) for row in rows)
-    result = plan(requests, known, now=now, location=location)
+    leased = sorted({r.session_id for r in requests if isinstance(r, Acquire | Release)})
+    leases: dict[str, Lease] = {}
+    for start in range(0, len(leased), _CHUNK):
+        chunk = leased[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        rows = yield sql(
+            f"SELECT session_id, owner, expires_at FROM leases WHERE session_id IN ({marks})",
+            chunk,
+        )
+        leases.update((row[0], (row[1], row[2])) for row in rows)
+    result = plan(requests, known, now=now, location=location, leases=leases)
     if result.created:
         yield many(INSERT_SESSION, result.created)
     if result.events:
@@ -90,6 +106,13 @@ def write_batch(requests: list[Request], *, now: float, location: str) -> Script
     if result.updated:
         updates = [(last, status, now, sid) for sid, (last, status) in result.updated.items()]
         yield many(UPDATE_SESSION, updates)
+    if result.leases:
+        taken = [(sid, *lease) for sid, lease in result.leases.items() if lease is not None]
+        dropped = [(sid,) for sid, lease in result.leases.items() if lease is None]
+        if taken:
+            yield many(UPSERT_LEASE, taken)
+        if dropped:
+            yield many(DELETE_LEASE, dropped)
     return result
 
 
@@ -142,22 +165,3 @@ def history(session_id: str) -> Script[Rows]:
     yield from record(session_id)
     rows = yield sql("SELECT * FROM events WHERE session_id = ? ORDER BY seq", (session_id,))
     return rows
-
-
-def acquire(session_id: str, owner: str, *, now: float, ttl: float, location: str) -> Script[None]:
-    """Take or renew a lease unless another owner's is unexpired (then `SessionLocked`)."""
-    rows = yield sql("SELECT owner, expires_at FROM leases WHERE session_id = ?", (session_id,))
-    if rows and rows[0][0] != owner and rows[0][1] > now:
-        raise SessionLocked(
-            session_id=session_id, owner=rows[0][0], expires_at=rows[0][1], location=location
-        )
-    yield sql(
-        "INSERT INTO leases VALUES (?, ?, ?) ON CONFLICT (session_id) DO UPDATE "
-        "SET owner = excluded.owner, expires_at = excluded.expires_at",
-        (session_id, owner, now + ttl),
-    )
-
-
-def release(session_id: str, owner: str) -> Script[None]:
-    """Drop the lease if ``owner`` holds it."""
-    yield sql("DELETE FROM leases WHERE session_id = ? AND owner = ?", (session_id, owner))

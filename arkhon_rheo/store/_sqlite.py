@@ -16,7 +16,7 @@ from . import _sql as sql
 from ._base import StoreBase, StoreState
 from ._codec import decode_event, decode_record, loads
 from ._driver import DriverName, open_driver
-from ._plan import Flush, Request, SetStatus, plan
+from ._plan import Acquire, Flush, Release, Request, SetStatus, plan
 from ._schema import inspect_file, prepare
 from ._writer import Ticket, Writer, log_unacknowledged
 
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from anyio.abc import TaskGroup
-    from anyio.streams.memory import MemoryObjectSendStream
 
     from ..protocols import StoredEvent
 
@@ -57,10 +56,10 @@ class SQLiteStore(StoreBase):
       write refused later is logged and raised by the session's next ``append``
       or ``set_status``. Reads commit queued writes first (read your writes).
 
-    On asyncio the store uses aiosqlite (one await per statement); under trio, the
-    same SQL runs on stdlib `sqlite3` on one connection, each transaction in one
-    `anyio.to_thread.run_sync` call. ``driver="thread"`` picks the latter on asyncio
-    too: it is about twice as fast there for small transactions (fewer thread hops).
+    The SQL runs on stdlib `sqlite3` on one connection, each transaction in one
+    `anyio.to_thread.run_sync` call, on asyncio and trio alike. ``driver="aiosqlite"``
+    runs it on aiosqlite instead (asyncio only; one await per statement, so it is
+    slower for small transactions: more thread hops).
 
     Opening a file that is not SQLite, another application's SQLite database, a
     store of another schema version or a damaged one raises `StoreCorrupt` and
@@ -72,8 +71,8 @@ class SQLiteStore(StoreBase):
         batch_max: The most requests one transaction carries.
         max_pending: How many requests may wait for the writer; more wait for room.
         busy_timeout: How long to wait for another process's write lock, in seconds.
-        driver: ``"auto"`` (aiosqlite on asyncio, threads elsewhere), ``"aiosqlite"``
-            or ``"thread"``.
+        driver: ``"auto"`` (the same as ``"thread"``), ``"thread"`` or ``"aiosqlite"``
+            (asyncio only).
         clock: Returns the wall-clock time in seconds; records are stamped and
             leases expire by it. Processes sharing a file must share a clock.
 
@@ -111,7 +110,6 @@ class SQLiteStore(StoreBase):
         self._busy_timeout = busy_timeout
         self._driver_name: DriverName = driver
         self._writer: Writer | None = None
-        self._send: MemoryObjectSendStream[Ticket] | None = None
         self._task_group: TaskGroup | None = None
         #: Async mode: the last event number queued per session.
         self._tails: dict[str, int] = {}
@@ -153,12 +151,12 @@ class SQLiteStore(StoreBase):
             location=path,
             clock=self._clock,
             batch_max=self._batch_max,
+            max_pending=self._max_pending,
             on_unacknowledged_error=self._defer,
         )
-        self._send, receive = anyio.create_memory_object_stream[Ticket](self._max_pending)
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
-        await self._task_group.start(self._writer.run, receive)
+        await self._task_group.start(self._writer.run)
         self._state = StoreState.OPEN
         return self
 
@@ -171,11 +169,10 @@ class SQLiteStore(StoreBase):
         """Commit everything queued, stop the writer and close the file."""
         if self._state is not StoreState.OPEN:
             return
-        assert self._send is not None
         assert self._task_group is not None
         assert self._writer is not None
         self._state = StoreState.CLOSED
-        self._send.close()
+        self._writer.close()
         try:
             # The body's own exception is not the writer's business: it propagates
             # as it is, never wrapped in an ExceptionGroup.
@@ -197,24 +194,15 @@ class SQLiteStore(StoreBase):
             raise error
 
     async def _submit(self, request: Request, *, wait: bool) -> None:
-        assert self._send is not None
         assert self._writer is not None
-        ticket = Ticket(request, anyio.Event() if wait else None)
-        self._writer.queued += 1
-        self._writer.pending += ticket.events
+        ticket = Ticket(request, wait)
         try:
-            await self._send.send(ticket)
-        except BaseException as exc:
-            self._writer.queued -= 1
-            self._writer.pending -= ticket.events
-            if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
-                self._check_open()
-                raise StoreError(f"the store at {self._location} is closing") from exc
-            raise
-        if ticket.done is not None:
-            await ticket.done.wait()
-            if ticket.error is not None:
-                raise ticket.error
+            await self._writer.submit(ticket)
+        except anyio.ClosedResourceError as exc:
+            self._check_open()
+            raise StoreError(f"the store at {self._location} is closing") from exc
+        if ticket.error is not None and wait:
+            raise ticket.error
 
     async def _flush(self) -> None:
         """Commit everything queued so far (async mode: before reading)."""
@@ -267,6 +255,7 @@ class SQLiteStore(StoreBase):
                 store is not open.
         """
         request = self._append_request(session_id, events, snapshot, status)
+        del events, snapshot  # encoded: nothing here keeps them alive while waiting
         if self._durability is not Durability.ASYNC:
             await self._submit(request, wait=True)
             return
@@ -360,31 +349,35 @@ class SQLiteStore(StoreBase):
     async def acquire(self, session_id: str, owner: str, *, ttl: float) -> None:
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
 
-        The check and the write are one ``BEGIN IMMEDIATE`` transaction, so two
+        The check and the write happen in one ``BEGIN IMMEDIATE`` transaction (the
+        group commit's: leases ride in the same batches as events), so two
         processes on the same file cannot both take it.
 
         Raises:
             SessionLocked: Another owner holds a lease that has not expired.
             ConfigurationError: ``ttl`` is not a positive number of seconds.
+            StoreError: The write failed, or the store is not open.
         """
         self._check_open()
         if not 0 < ttl < math.inf:
             raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
-        assert self._writer is not None
-        script = sql.acquire(session_id, owner, now=self._clock(), ttl=ttl, location=self._location)
-        await self._writer.run_script(sql.transaction(script, write=True), write=True)
+        now = self._clock()
+        await self._submit(Acquire(session_id, owner, now + ttl, now), wait=True)
 
     async def release(self, session_id: str, owner: str) -> None:
-        """Give up the lease if ``owner`` holds it."""
+        """Give up the lease if ``owner`` holds it (in the next group commit).
+
+        Raises:
+            StoreError: The write failed, or the store is not open.
+        """
         self._check_open()
-        assert self._writer is not None
-        script = sql.transaction(sql.release(session_id, owner), write=True)
-        await self._writer.run_script(script, write=True)
+        await self._submit(Release(session_id, owner), wait=True)
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counters.
 
-        ``transactions`` counts every write transaction (batches and leases);
+        ``transactions`` counts every write transaction (each batch is one, lease
+        writes included);
         ``pending`` the events queued or being committed.
         """
         writer = self._writer

@@ -1,12 +1,15 @@
 """The group-commit writer: one task per store, many sessions' writes per transaction.
 
-Callers put `Ticket`s on a memory object stream. The writer takes the first
-one, then everything else already waiting (up to ``batch_max``), checks the lot
-against the sessions' rows inside one ``BEGIN IMMEDIATE`` transaction (`plan`),
-writes the rows with one ``executemany`` per table, commits, and only then marks
-each ticket done, with its own error if its request was refused. While it
-commits, new tickets pile up and form the next batch: the more sessions write
-at once, the larger the batches, with no timer involved.
+Callers queue `Ticket`s with `Writer.submit`. The writer takes everything queued
+(up to ``batch_max``), checks the lot against the sessions' rows inside one
+``BEGIN IMMEDIATE`` transaction (`plan`), writes the rows with one
+``executemany`` per table, commits, and only then marks each ticket done, with
+its own error if its request was refused, and wakes their callers through one
+event per batch. While it commits, new tickets pile up and form the next batch:
+the more sessions write at once, the larger the batches, with no timer involved.
+A caller that finds the writer idle (nothing queued, nothing running on the
+connection) commits its ticket itself: one transaction, one thread hop, no
+hand-off to the writer task.
 
 A transaction, once begun, is finished (committed or rolled back) even if the
 writer is cancelled; and when cancelled, the writer commits what is still
@@ -15,10 +18,12 @@ queued before it stops, so nothing acknowledged in ``async`` mode is dropped.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import structlog
 
 from .._errors import StoreCorrupt, StoreError
@@ -29,7 +34,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from anyio.abc import TaskStatus
-    from anyio.streams.memory import MemoryObjectReceiveStream
 
     from ._driver import Driver, Script
 
@@ -39,12 +43,24 @@ T = TypeVar("T")
 logger = structlog.get_logger("arkhon_rheo.store")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Ticket:
-    """A queued request; ``done`` is set (if given) once it is committed or refused."""
+    """A queued request and, once it is committed or refused, its outcome.
+
+    Attributes:
+        request: What to write.
+        waits: Whether a caller waits for it (else a refusal goes to the error hook).
+        done: Set once the batch holding it is committed; one event per batch,
+            shared by its tickets (``None`` until queued, and for tickets nobody
+            waits for).
+        finished: Whether it has been committed or refused.
+        error: Why it was refused, or ``None``.
+    """
 
     request: Request
-    done: anyio.Event | None
+    waits: bool
+    done: anyio.Event | None = None
+    finished: bool = False
     error: Exception | None = None
 
     @property
@@ -62,13 +78,14 @@ def _copy(exc: StoreError) -> StoreError:
 
 
 class Writer:
-    """Owns the connection: the batch loop, plus a lock for reads and lease transactions.
+    """Owns the connection: the batch loop, plus a lock for reads.
 
     Args:
         db: The connection.
         location: The file, for errors.
         clock: Stamps ``updated_at``.
         batch_max: The most tickets one transaction takes.
+        max_pending: How many tickets may be queued; more wait for room.
         on_unacknowledged_error: Called with each ticket that failed and that nobody
             waits for (``async`` appends).
     """
@@ -80,14 +97,28 @@ class Writer:
         location: str,
         clock: Callable[[], float],
         batch_max: int,
+        max_pending: int,
         on_unacknowledged_error: Callable[[Ticket], None],
     ) -> None:
         self.db = db
-        self.lock = anyio.Lock()
+        # No checkpoint when free: a commit must not yield between taking its
+        # batch and starting its transaction.
+        self.lock = anyio.Lock(fast_acquire=True)
         self._location = location
         self._clock = clock
         self._batch_max = batch_max
+        self._max_pending = max_pending
         self._on_error = on_unacknowledged_error
+        self._queue: list[Ticket] = []
+        #: The queue cut into its future batches, in order: each one's event (set
+        #: once it is committed) and how many tickets it holds; all but the last
+        #: are full (``batch_max``), since batches are taken from the front.
+        self._batches: deque[list[Any]] = deque()
+        #: Set to wake the writer; not ``None`` only while it is parked on an empty queue.
+        self._wakeup: anyio.Event | None = None
+        #: Set when the queue has room again, if anyone waits for it.
+        self._room: anyio.Event | None = None
+        self._closed = False
         self.appended = 0
         self.transactions = 0
         self.largest_batch = 0
@@ -114,34 +145,83 @@ class Writer:
         self.transactions += write
         return result
 
-    async def run(
-        self,
-        receive: MemoryObjectReceiveStream[Ticket],
-        *,
-        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Commit batches until the send side is closed and the queue is empty."""
+    async def submit(self, ticket: Ticket) -> None:
+        """Queue ``ticket`` (waiting for room), and wait until it is done if it waits.
+
+        A waited-for ticket that finds the writer idle is committed at once by the
+        caller itself (one transaction, no hand-off to the writer task); the
+        others are queued and committed together by the writer task.
+
+        Raises:
+            anyio.ClosedResourceError: The writer is closed.
+        """
+        while len(self._queue) >= self._max_pending and not self._closed:
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if ticket.waits and self._wakeup is not None and not self.lock.locked():
+            # The writer is parked on an empty queue, nothing runs on the connection.
+            await anyio.lowlevel.checkpoint_if_cancelled()  # never yields unless cancelled
+            self.queued += 1
+            self.pending += ticket.events
+            await self._commit([ticket])
+            return
+        self.queued += 1
+        self.pending += ticket.events
+        self._queue.append(ticket)
+        batches = self._batches
+        if not batches or batches[-1][1] == self._batch_max:
+            batches.append([anyio.Event(), 0])
+        batch = batches[-1]
+        batch[1] += 1
+        if self._wakeup is not None:
+            self._wakeup.set()
+            self._wakeup = None
+        if ticket.waits:
+            ticket.done = done = batch[0]
+            await done.wait()
+
+    def close(self) -> None:
+        """Refuse new tickets; the writer commits what is queued, then stops."""
+        self._closed = True
+        if self._wakeup is not None:
+            self._wakeup.set()
+            self._wakeup = None
+        if self._room is not None:
+            self._room.set()
+            self._room = None
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Commit batches until closed and the queue is empty."""
         task_status.started()
-        with receive:
-            try:
-                async for first in receive:
-                    batch = [first]
-                    while len(batch) < self._batch_max:
-                        try:
-                            batch.append(receive.receive_nowait())
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            break
-                    await self._commit(batch)
-            finally:
-                # Cancelled: what was queued was maybe acknowledged (async mode).
-                leftover: list[Ticket] = []
-                while True:
-                    try:
-                        leftover.append(receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                for start in range(0, len(leftover), self._batch_max):
-                    await self._commit(leftover[start : start + self._batch_max])
+        try:
+            while True:
+                if self._queue:
+                    await self._commit_queued()
+                elif self._closed:
+                    return
+                else:
+                    self._wakeup = wakeup = anyio.Event()
+                    await wakeup.wait()
+        finally:
+            # Cancelled: what was queued was maybe acknowledged (async mode).
+            self._wakeup = None
+            self._closed = True
+            while self._queue:
+                await self._commit_queued()
+
+    async def _commit_queued(self) -> None:
+        batch = self._queue[: self._batch_max]
+        del self._queue[: self._batch_max]
+        done, count = self._batches.popleft()
+        assert count == len(batch)
+        if self._room is not None:
+            self._room.set()
+            self._room = None
+        await self._commit(batch)
+        done.set()
 
     async def _commit(self, batch: list[Ticket]) -> None:
         with anyio.CancelScope(shield=True):
@@ -170,11 +250,10 @@ class Writer:
                 self.appended += result.appended
                 self.largest_batch = max(self.largest_batch, result.appended)
             for ticket in batch:
+                ticket.finished = True
                 self.pending -= ticket.events
                 self.queued -= 1
-                if ticket.done is not None:
-                    ticket.done.set()
-                elif ticket.error is not None:
+                if not ticket.waits and ticket.error is not None:
                     self._on_error(ticket)
 
     async def _write(self, requests: list[Request]) -> Plan:

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EventCodec", "apply_event", "replay", "step_moves"]
 
+_NAMES_MAX = 1024
+
 
 class EventCodec:
     """Encodes one machine's states and events as JSON data, and decodes them.
@@ -41,7 +43,15 @@ class EventCodec:
         machine: The machine whose state type and lifecycle enum apply.
     """
 
-    __slots__ = ("_items", "_lifecycle", "_machine", "_values")
+    __slots__ = (
+        "_dump_items",
+        "_dump_values",
+        "_items",
+        "_lifecycle",
+        "_machine",
+        "_names",
+        "_values",
+    )
 
     def __init__(self, machine: Machine[Any]) -> None:
         self._machine = machine
@@ -53,7 +63,13 @@ class EventCodec:
             item = _item_type(info.annotation)
             if item is not None:
                 self._items[name] = TypeAdapter(item)
+        # Each field's serializer, called directly: `TypeAdapter.dump_python` costs
+        # several times the serialization of a small value in argument handling.
+        self._dump_values = {name: a.serializer.to_python for name, a in self._values.items()}
+        self._dump_items = {name: a.serializer.to_python for name, a in self._items.items()}
         self._lifecycle = type(machine.initial)
+        #: Sorted read and write sets, which repeat from event to event.
+        self._names: dict[frozenset[str], tuple[str, ...]] = {}
 
     # -- states ------------------------------------------------------------------
 
@@ -86,24 +102,24 @@ class EventCodec:
         Raises:
             UnserializablePatch: If a value cannot be turned into JSON.
         """
-        values: dict[str, Any] = {}
-        appends: dict[str, list[Any]] = {}
+        encoded: dict[str, Any] = {}
         field = ""
         try:
-            for name, value in patch.values.items():
-                field = name
-                values[name] = self._values[name].dump_python(value, mode="json")
-            for name, items in patch.appends.items():
-                field = name
-                adapter = self._items[name]
-                appends[name] = [adapter.dump_python(item, mode="json") for item in items]
+            if patch.values:
+                values: dict[str, Any] = {}
+                for name, value in patch.values.items():
+                    field = name
+                    values[name] = self._dump_values[name](value, mode="json")
+                encoded["set"] = values
+            if patch.appends:
+                appends: dict[str, list[Any]] = {}
+                for name, items in patch.appends.items():
+                    field = name
+                    dump = self._dump_items[name]
+                    appends[name] = [dump(item, mode="json") for item in items]
+                encoded["append"] = appends
         except (PydanticSerializationError, ValueError, TypeError, KeyError) as exc:
             raise UnserializablePatch(stage=stage, field=field, reason=str(exc)) from exc
-        encoded: dict[str, Any] = {}
-        if values:
-            encoded["set"] = values
-        if appends:
-            encoded["append"] = appends
         return encoded
 
     def decode_patch(self, data: Any) -> Patch:
@@ -140,8 +156,8 @@ class EventCodec:
             stage=event.stage,
             from_state=event.from_state.name,
             to_state=event.to_state.name,
-            reads=tuple(sorted(event.reads)),
-            writes=tuple(sorted(event.writes)),
+            reads=self._sorted(event.reads),
+            writes=self._sorted(event.writes),
             patch=self.encode_patch(event.patch, stage=event.stage),
             attempt=event.attempt,
             started_at=event.started_at,
@@ -150,6 +166,14 @@ class EventCodec:
             io=None if event.info is None else dict(event.info),
             digest=digest,
         )
+
+    def _sorted(self, names: frozenset[str]) -> tuple[str, ...]:
+        found = self._names.get(names)
+        if found is None:
+            if len(self._names) >= _NAMES_MAX:
+                self._names.clear()
+            found = self._names[names] = tuple(sorted(names))
+        return found
 
     def decode_event(self, stored: StoredEvent) -> TransitionEvent:
         """The event from what the store kept.

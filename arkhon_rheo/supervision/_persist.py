@@ -58,12 +58,10 @@ class Persistence:
             StoreError: If the store refused or failed.
         """
         try:
-            digest: StateDigest | None = self.digest.after(event, state)
-        except Exception:  # let the codec name what cannot be stored
-            digest = None
-        stored = self.codec.encode_event(event, None if digest is None else digest.value)
-        if digest is None:
-            digest = self.digest.after(event, state)  # not the codec's kind of refusal
+            digest = self.digest.after(event, state)
+        except Exception:
+            self.codec.encode_event(event)  # names what cannot be stored, if that is it
+            raise
         snapshot = None
         if event.seq % self.snapshot_every == 0:
             snapshot = (event.seq, self.codec.encode_state(state))
@@ -72,5 +70,12 @@ class Persistence:
         machine = self.codec.machine
         if machine.is_terminal(event.to_state):
             status = "failed" if event.to_state is machine.failed else "finished"
-        await self.store.append(self.session_id, [stored], snapshot=snapshot, status=status)
+        # No local keeps the encoded event: the store may drop it (and its patch)
+        # once it has its rows, rather than hold it until the write is durable.
+        await self.store.append(
+            self.session_id,
+            [self.codec.encode_event(event, digest.value)],
+            snapshot=snapshot,
+            status=status,
+        )
         self.digest.accept(digest)
