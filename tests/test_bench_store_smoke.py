@@ -25,6 +25,8 @@ def test_store_bench_quick_run_prints_every_figure_on_both_backends() -> None:
             "(2) sessions N=100,",
             "ours sync ",
             "ours batched ",
+            "ours batched, tuned GC",
+            "x the default GC",
             "us/cycle",
             "cycles/s",
             "write tx, largest batch",
