@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sqlite3
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
+import anyio.to_thread
 import pytest
 
 from arkhon_rheo import (
@@ -564,3 +568,91 @@ async def test_aiosqlite_runs_on_asyncio_only(tmp_path: Path, anyio_backend: str
         with pytest.raises(ConfigurationError, match="asyncio only, not trio"):
             await store.__aenter__()
         assert store.state is StoreState.CLOSED
+
+
+async def test_a_value_sqlite_cannot_take_fails_only_its_own_write(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    if not kind.sqlite or kind.durability is Durability.ASYNC:
+        pytest.skip("MemoryStore keeps any int; async mode defers the refusal")
+    outcomes: dict[str, str] = {}
+
+    async def write(sid: str) -> None:
+        attempt = 2**70 if sid == "s3" else 1  # past SQLite's 64-bit integers
+        try:
+            await store.append(sid, [event(sid, 1, attempt=attempt)])
+        except StoreError as exc:
+            outcomes[sid] = str(exc)
+        else:
+            outcomes[sid] = "ok"
+
+    async with make_store() as store:
+        for i in range(8):
+            await store.create_session(f"s{i}", machine="m", snapshot={})
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(write, f"s{i}")
+        assert "refused a value" in outcomes.pop("s3")
+        assert set(outcomes.values()) == {"ok"}
+        await store.append("s3", [event("s3", 1)])  # the connection is not left mid-transaction
+        assert [e.seq for e in await store.history("s3")] == [1]
+        assert store.statistics().pending == 0
+
+
+async def test_a_write_in_flight_when_the_store_closes_is_committed(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    path = tmp_path / "store.db"
+    outcome: list[str] = []
+    async with SQLiteStore(path, durability=Durability.SYNC) as store:
+        await store.create_session("s", machine="m", snapshot={})
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        store = SQLiteStore(path, durability=Durability.SYNC)
+        async with anyio.create_task_group() as tg, store:
+            blocker.execute("BEGIN IMMEDIATE")  # the write waits for this lock
+
+            async def write() -> None:
+                await store.append("s", [event("s", 1)])
+                outcome.append("acknowledged")
+
+            tg.start_soon(write)
+            while store.statistics().pending == 0:
+                await anyio.lowlevel.checkpoint()
+            await anyio.to_thread.run_sync(time.sleep, 0.05)
+            blocker.execute("COMMIT")
+            # leaving the store waits for the write to finish before closing
+    finally:
+        blocker.close()
+    assert outcome == ["acknowledged"]
+    async with SQLiteStore(path) as store:
+        assert [e.seq for e in await store.history("s")] == [1]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_native_asyncio_cancel_abandons_the_wait_never_the_transaction(
+    tmp_path: Path,
+) -> None:
+    import asyncio  # this test is about asyncio's own cancellation
+
+    path = tmp_path / "store.db"
+    async with SQLiteStore(path, durability=Durability.SYNC) as store:
+        for sid in ("s", "t"):
+            await store.create_session(sid, machine="m", snapshot={})
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            task = asyncio.ensure_future(store.append("s", [event("s", 1)]))
+            while store.statistics().pending == 0:
+                await anyio.lowlevel.checkpoint()
+            await anyio.to_thread.run_sync(time.sleep, 0.05)  # the writer waits for the lock
+            task.cancel()  # anyio's shield does not stop this one
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            blocker.execute("COMMIT")
+            blocker.close()
+        await store.append("t", [event("t", 1)])
+        assert store.statistics().pending == 0
+        assert [e.seq for e in await store.history("t")] == [1]
+        assert [e.seq for e in await store.history("s")] == [1]  # committed, unacknowledged

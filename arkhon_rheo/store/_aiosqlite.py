@@ -14,7 +14,7 @@ import aiosqlite
 import anyio
 
 from .._errors import StoreError
-from ._driver import translate
+from ._driver import refused_value, translate
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -55,6 +55,8 @@ class AiosqliteDriver:
             rows = await connection.execute_fetchall(sql, cast("Sequence[Any]", params))
         except sqlite3.Error as exc:
             raise translate(exc, self._location) from exc
+        except Exception as exc:  # a value SQLite cannot take (an int past 64 bits, ...)
+            raise refused_value(exc, self._location) from exc
         return cast("Rows", list(rows))  # plain tuples: no row_factory
 
     async def run(self, script: Script[T]) -> T:

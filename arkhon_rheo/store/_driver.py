@@ -28,7 +28,9 @@ script, which rolls its transaction back.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
+import threading
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
@@ -106,6 +108,17 @@ def translate(exc: sqlite3.Error, location: str) -> StoreError:
     return error
 
 
+def refused_value(exc: Exception, location: str) -> StoreError:
+    """The `StoreError` for a statement SQLite could not even take (a bad value)."""
+    error = StoreError(
+        f"SQLite on {location} refused a value: {exc!r}; store JSON-friendly values "
+        "(integers within 64 bits)",
+        location=location,
+    )
+    error.__cause__ = exc
+    return error
+
+
 def step(script: Script[T], statement: Statement, execute: Callable[[Statement], Rows]) -> T:
     """Run ``script`` synchronously from ``statement`` on, with ``execute``.
 
@@ -144,6 +157,10 @@ class ThreadDriver:
         self._connection: sqlite3.Connection | None = connection
         self._location = location
         self._limiter = anyio.CapacityLimiter(1)
+        # Held by the worker thread for a whole script: even a caller whose await
+        # was abandoned (a native asyncio cancellation) leaves its script the
+        # connection until it ends, and closing waits for it.
+        self._lock = threading.Lock()
 
     @classmethod
     async def open(cls, path: str, *, busy_timeout: float) -> ThreadDriver:
@@ -158,24 +175,37 @@ class ThreadDriver:
             raise translate(exc, path) from exc
         return cls(connection, path)
 
-    def _execute(self, statement: Statement) -> Rows:
-        assert self._connection is not None
+    def _execute(self, connection: sqlite3.Connection, statement: Statement) -> Rows:
         sql, params, many = statement
         try:
             if many:
-                self._connection.executemany(sql, params)
+                connection.executemany(sql, params)
                 return []
-            return self._connection.execute(sql, params).fetchall()  # type: ignore[arg-type]
+            return connection.execute(sql, params).fetchall()  # type: ignore[arg-type]
         except sqlite3.Error as exc:
             raise translate(exc, self._location) from exc
+        except Exception as exc:  # a value SQLite cannot take (an int past 64 bits, ...)
+            raise refused_value(exc, self._location) from exc
 
     def _run(self, script: Script[T]) -> T:
-        try:
-            first = next(script)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        return step(script, first, self._execute)
+        with self._lock:
+            connection = self._connection
+            if connection is None:
+                raise StoreError(
+                    f"the connection to {self._location} is closed", location=self._location
+                )
+            try:
+                first = next(script)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            return step(script, first, functools.partial(self._execute, connection))
+
+    def _close(self) -> None:
+        with self._lock:
+            connection, self._connection = self._connection, None
+            if connection is not None:
+                connection.close()
 
     async def run(self, script: Script[T]) -> T:
         """Run the whole script in the connection's worker thread.
@@ -191,11 +221,10 @@ class ThreadDriver:
         return await anyio.to_thread.run_sync(self._run, script, limiter=self._limiter)
 
     async def close(self) -> None:
-        """Close the connection, even when cancelled."""
-        connection, self._connection = self._connection, None
-        if connection is not None:
+        """Close the connection once no script runs on it, even when cancelled."""
+        if self._connection is not None:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(connection.close, limiter=self._limiter)
+                await anyio.to_thread.run_sync(self._close, limiter=self._limiter)
 
 
 def _running_library() -> str:

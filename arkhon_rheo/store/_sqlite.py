@@ -178,7 +178,10 @@ class SQLiteStore(StoreBase):
             # as it is, never wrapped in an ExceptionGroup.
             await self._task_group.__aexit__(None, None, None)
         finally:
-            await self._writer.db.close()
+            # A read may still run on the connection: close once it is done.
+            with anyio.CancelScope(shield=True):
+                async with self._writer.lock:
+                    await self._writer.db.close()
 
     # -- writing ---------------------------------------------------------------
 

@@ -7,9 +7,9 @@ Callers queue `Ticket`s with `Writer.submit`. The writer takes everything queued
 its own error if its request was refused, and wakes their callers through one
 event per batch. While it commits, new tickets pile up and form the next batch:
 the more sessions write at once, the larger the batches, with no timer involved.
-A caller that finds the writer idle (nothing queued, nothing running on the
-connection) commits its ticket itself: one transaction, one thread hop, no
-hand-off to the writer task.
+Every write runs in the writer task, never in a caller's: a caller cancelled
+by its own event loop (a native ``asyncio`` cancellation, which anyio's shield
+does not stop) can only stop waiting, never abandon a running transaction.
 
 A transaction, once begun, is finished (committed or rolled back) even if the
 writer is cancelled; and when cancelled, the writer commits what is still
@@ -148,10 +148,6 @@ class Writer:
     async def submit(self, ticket: Ticket) -> None:
         """Queue ``ticket`` (waiting for room), and wait until it is done if it waits.
 
-        A waited-for ticket that finds the writer idle is committed at once by the
-        caller itself (one transaction, no hand-off to the writer task); the
-        others are queued and committed together by the writer task.
-
         Raises:
             anyio.ClosedResourceError: The writer is closed.
         """
@@ -161,13 +157,6 @@ class Writer:
             await self._room.wait()
         if self._closed:
             raise anyio.ClosedResourceError
-        if ticket.waits and self._wakeup is not None and not self.lock.locked():
-            # The writer is parked on an empty queue, nothing runs on the connection.
-            await anyio.lowlevel.checkpoint_if_cancelled()  # never yields unless cancelled
-            self.queued += 1
-            self.pending += ticket.events
-            await self._commit([ticket])
-            return
         self.queued += 1
         self.pending += ticket.events
         self._queue.append(ticket)
@@ -220,8 +209,10 @@ class Writer:
         if self._room is not None:
             self._room.set()
             self._room = None
-        await self._commit(batch)
-        done.set()
+        try:
+            await self._commit(batch)
+        finally:
+            done.set()
 
     async def _commit(self, batch: list[Ticket]) -> None:
         with anyio.CancelScope(shield=True):
@@ -249,12 +240,15 @@ class Writer:
                     ticket.error = refused
                 self.appended += result.appended
                 self.largest_batch = max(self.largest_batch, result.appended)
-            for ticket in batch:
-                ticket.finished = True
-                self.pending -= ticket.events
-                self.queued -= 1
-                if not ticket.waits and ticket.error is not None:
-                    self._on_error(ticket)
+            finally:
+                for ticket in batch:
+                    if ticket.finished:  # done by the one-by-one retry above
+                        continue
+                    ticket.finished = True
+                    self.pending -= ticket.events
+                    self.queued -= 1
+                    if not ticket.waits and ticket.error is not None:
+                        self._on_error(ticket)
 
     async def _write(self, requests: list[Request]) -> Plan:
         now = self._clock()
