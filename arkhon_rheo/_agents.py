@@ -433,16 +433,12 @@ class AgentSystem:
         self, store: Store, machine: Machine[S], loaded: LoadedSession, max_steps: int | None
     ) -> SessionHandle[S]:
         session_id = loaded.record.session_id
-        loaded = await store.load(session_id)  # again, now that nobody else can write
+        # Again, now that nobody else can write.
+        loaded = await self._load(store, machine, session_id)
         if loaded.record.status == "paused":
             raise SessionError(
                 f"session {session_id!r} is paused at a gate; answer it with decide()",
                 session_id=session_id,
-            )
-        if loaded.record.machine != machine.name:
-            raise ConfigurationError(
-                f"session {session_id!r} runs machine {loaded.record.machine!r}, "
-                f"not {machine.name!r}"
             )
         codec = self._codec(machine)
         state = cast(
@@ -519,12 +515,7 @@ class AgentSystem:
         """
         store = self._require_store("replay a session")
         codec = self._codec(machine)
-        loaded = await store.load(session_id)
-        if loaded.record.machine != machine.name:
-            raise ConfigurationError(
-                f"session {session_id!r} runs machine {loaded.record.machine!r}, "
-                f"not {machine.name!r}"
-            )
+        loaded = await self._load(store, machine, session_id)
         last = loaded.record.last_seq
         # A running session may commit between these reads: it is checked as it
         # was when the replay began (its record, snapshot and events up to last).
@@ -802,12 +793,7 @@ class AgentSystem:
         """The stored state after event ``seq`` (``None``: the last), and the session's record."""
         store = self._require_store("read a session")
         codec = self._codec(machine)
-        loaded = await store.load(session_id)
-        if loaded.record.machine != machine.name:
-            raise ConfigurationError(
-                f"session {session_id!r} runs machine {loaded.record.machine!r}, "
-                f"not {machine.name!r}"
-            )
+        loaded = await self._load(store, machine, session_id)
         last = loaded.record.last_seq
         if seq is None or seq == last:
             events = [codec.decode_event(event) for event in loaded.events]
@@ -824,6 +810,17 @@ class AgentSystem:
             if snapshot_seq < event.seq <= seq
         ]
         return replay(machine, codec.decode_state(snapshot), events), loaded.record
+
+    @staticmethod
+    async def _load(store: Store, machine: Machine[Any], session_id: str) -> LoadedSession:
+        """The stored session, checked to be a session of ``machine``."""
+        loaded = await store.load(session_id)
+        if loaded.record.machine != machine.name:
+            raise ConfigurationError(
+                f"session {session_id!r} runs machine {loaded.record.machine!r}, "
+                f"not {machine.name!r}"
+            )
+        return loaded
 
     def _check_not_running(self, session_id: str) -> None:
         handle = self._sessions.get(session_id)
