@@ -891,7 +891,7 @@ class AgentSystem:
     def _hasher(self, machine: Machine[Any]) -> StateHasher:
         hasher = self._hashers.get(id(machine))
         if hasher is None:
-            hasher = self._hashers[id(machine)] = StateHasher(machine)
+            hasher = self._hashers[id(machine)] = StateHasher(self._codec(machine))
         return hasher
 
     async def run(

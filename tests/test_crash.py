@@ -162,7 +162,7 @@ async def _verify(crashes: Crashes, final: bool = False) -> dict[str, int]:
     """Check the file after a kill (or at the end); return each session's last number."""
     machine = crash_machine(crashes.rounds)
     codec = EventCodec(machine)
-    hasher = StateHasher(machine)
+    hasher = StateHasher(codec)
     trace = expected_trace(crashes.rounds)
     acked = _read_acks(crashes.acks)
     lasts: dict[str, int] = {}

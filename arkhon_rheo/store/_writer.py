@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-import anyio.lowlevel
 import structlog
 
 from .._errors import StoreCorrupt, StoreError

@@ -71,6 +71,10 @@ class EventCodec:
         #: Sorted read and write sets, which repeat from event to event.
         self._names: dict[frozenset[str], tuple[str, ...]] = {}
 
+    def adapter(self, name: str, *, item: bool = False) -> TypeAdapter[Any]:
+        """The adapter of field ``name``, or with ``item`` that of its items."""
+        return (self._items if item else self._values)[name]
+
     # -- states ------------------------------------------------------------------
 
     @property

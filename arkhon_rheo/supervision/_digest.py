@@ -23,7 +23,6 @@ import itertools
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Any
 
-from pydantic import TypeAdapter
 from pydantic_core import to_json
 
 from ..protocols._canonical import canonical, may_hold_sets
@@ -32,7 +31,10 @@ from ._validate import _item_type
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from ..protocols import AgentState, Machine, TransitionEvent
+    from pydantic import TypeAdapter
+
+    from ..protocols import AgentState, TransitionEvent
+    from ._codec import EventCodec
 
 __all__ = ["StateDigest", "StateHasher"]
 
@@ -43,29 +45,27 @@ _DERIVED = ("lifecycle", "iteration", "last_error")
 
 
 class StateHasher:
-    """Digests one machine's states (the field adapters are built once).
+    """Digests one machine's states, through its codec's field adapters.
 
     Args:
-        machine: The machine whose state type applies.
+        codec: The codec of the machine whose state type applies.
     """
 
-    __slots__ = ("_dumps", "_fields", "_items", "_members", "_values")
+    __slots__ = ("_dumps", "_fields", "_items", "_members")
 
-    def __init__(self, machine: Machine[Any]) -> None:
-        fields = machine.state_type.model_fields
+    def __init__(self, codec: EventCodec) -> None:
+        fields = codec.machine.state_type.model_fields
         self._fields = tuple(fields)
         self._members: dict[tuple[str, enum.Enum], bytes] = {}
-        self._values: dict[str, TypeAdapter[Any]] = {}
-        self._items: dict[str, TypeAdapter[Any]] = {}
+        self._items: set[str] = set()
         self._dumps: dict[str, Callable[[Any], bytes]] = {}
         for name, info in fields.items():
             item = _item_type(info.annotation)
-            annotation = info.rebuild_annotation() if item is None else item
-            adapter = TypeAdapter(annotation)
             if item is None:
-                self._values[name] = adapter
+                annotation, adapter = info.rebuild_annotation(), codec.adapter(name)
             else:
-                self._items[name] = adapter
+                annotation, adapter = item, codec.adapter(name, item=True)
+                self._items.add(name)
             # A set's JSON follows its iteration order, which depends on the hash
             # seed: fields that may hold one are dumped in canonical form.
             self._dumps[name] = (
