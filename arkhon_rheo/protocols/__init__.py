@@ -2,7 +2,8 @@
 
 The agent state and its failure record, the patch a stage proposes, the stage
 contract with its read-only view, the machine, the transition event, and the
-recording of a stage's model and tool calls. This
+recording of a stage's model and tool calls, and the chat contract (messages,
+replies, tool specs, the model-client protocol). This
 layer imports nothing from the rest of the package.
 """
 
@@ -18,6 +19,20 @@ from ._io import CallRecorder as CallRecorder
 from ._io import record_call as record_call
 from ._io import recorded as recorded
 from ._machine import Machine as Machine
+from ._model import AssistantMessage as AssistantMessage
+from ._model import FinishReason as FinishReason
+from ._model import Message as Message
+from ._model import ModelClient as ModelClient
+from ._model import ModelReply as ModelReply
+from ._model import ReplyDelta as ReplyDelta
+from ._model import StreamingModelClient as StreamingModelClient
+from ._model import SystemMessage as SystemMessage
+from ._model import ToolCall as ToolCall
+from ._model import ToolMessage as ToolMessage
+from ._model import ToolRunner as ToolRunner
+from ._model import ToolSpec as ToolSpec
+from ._model import Usage as Usage
+from ._model import UserMessage as UserMessage
 from ._patch import Patch as Patch
 from ._stage import Condition as Condition
 from ._stage import Stage as Stage
@@ -38,6 +53,7 @@ from ._store import StoreStatistics as StoreStatistics
 __all__ = [
     "SUPERVISOR_FIELDS",
     "AgentState",
+    "AssistantMessage",
     "CallPlayback",
     "CallRecorder",
     "Condition",
@@ -45,19 +61,32 @@ __all__ = [
     "ErrorClass",
     "EventKind",
     "FailureRecord",
+    "FinishReason",
     "Gate",
     "History",
     "Lifecycle",
     "LoadedSession",
     "Machine",
+    "Message",
+    "ModelClient",
+    "ModelReply",
     "Patch",
+    "ReplyDelta",
     "SessionRecord",
     "Stage",
     "StateView",
     "Store",
     "StoreStatistics",
     "StoredEvent",
+    "StreamingModelClient",
+    "SystemMessage",
+    "ToolCall",
+    "ToolMessage",
+    "ToolRunner",
+    "ToolSpec",
     "TransitionEvent",
+    "Usage",
+    "UserMessage",
     "record_call",
     "recorded",
     "stage",

@@ -1,0 +1,231 @@
+"""The chat contract between an agent and a model: messages, replies, tool specs, clients.
+
+Every type here is a frozen pydantic model, so a conversation can live in an
+agent's state (as a `History` of `Message`), be stored in an event and be
+recorded for replay without conversion. The shapes follow the
+chat-completions format most model servers speak (hosted APIs, vLLM,
+llama.cpp's server, Ollama), but nothing here knows about HTTP: clients live
+in `arkhon_rheo.models`, tools in `arkhon_rheo.tools`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+
+__all__ = [
+    "AssistantMessage",
+    "FinishReason",
+    "Message",
+    "ModelClient",
+    "ModelReply",
+    "ReplyDelta",
+    "StreamingModelClient",
+    "SystemMessage",
+    "ToolCall",
+    "ToolMessage",
+    "ToolRunner",
+    "ToolSpec",
+    "Usage",
+    "UserMessage",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class SystemMessage(BaseModel):
+    """Instructions for the model, usually the first message of a conversation."""
+
+    model_config = _FROZEN
+    role: Literal["system"] = "system"
+    content: str
+
+
+class UserMessage(BaseModel):
+    """What the user (or the program standing in for one) says."""
+
+    model_config = _FROZEN
+    role: Literal["user"] = "user"
+    content: str
+
+
+class ToolCall(BaseModel):
+    """One tool call the model asked for.
+
+    Attributes:
+        id: The model's id for the call; the tool's result answers it.
+        name: The tool's name, as the model wrote it (it may name no tool).
+        arguments: The arguments as the JSON text the model wrote. Kept raw so
+            that a call with malformed arguments can be answered with an error
+            the model can act on instead of being lost.
+    """
+
+    model_config = _FROZEN
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class AssistantMessage(BaseModel):
+    """What the model said: text, tool calls, or both."""
+
+    model_config = _FROZEN
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+class ToolMessage(BaseModel):
+    """The result of one tool call, sent back to the model.
+
+    Attributes:
+        tool_call_id: The id of the `ToolCall` this answers.
+        name: The tool's name.
+        content: The result as text (JSON for structured results).
+        is_error: The call failed (unknown tool, invalid arguments, the tool's
+            own error); ``content`` says what went wrong, for the model to act on.
+    """
+
+    model_config = _FROZEN
+    role: Literal["tool"] = "tool"
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+Message = Annotated[
+    SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")
+]
+"""Any chat message; pydantic picks the type by its ``role``."""
+
+FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "error", "unknown"]
+"""Why the model stopped: ``"stop"`` (an answer), ``"tool_calls"``, ``"length"`` (cut off)..."""
+
+
+class Usage(BaseModel):
+    """Tokens one model call consumed."""
+
+    model_config = _FROZEN
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt and completion tokens together."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
+
+
+class ModelReply(BaseModel):
+    """One complete answer from a model.
+
+    Attributes:
+        message: What the model said (text and/or tool calls).
+        finish_reason: Why it stopped.
+        usage: The tokens the call consumed (zero when the server does not say).
+        model: The model that answered, as the server named it.
+    """
+
+    model_config = _FROZEN
+    message: AssistantMessage
+    finish_reason: FinishReason = "stop"
+    usage: Usage = Usage()
+    model: str = ""
+
+    @property
+    def text(self) -> str | None:
+        """The reply's text, if any."""
+        return self.message.content
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls the model asked for, in its order."""
+        return self.message.tool_calls
+
+
+class ReplyDelta(BaseModel):
+    """A piece of a streamed reply: text as it arrives.
+
+    Attributes:
+        text: Text added to the reply since the previous delta.
+        index: The delta's place in the stream, from 0.
+    """
+
+    model_config = _FROZEN
+    text: str = ""
+    index: int = 0
+
+
+class ToolSpec(BaseModel):
+    """A tool as the model sees it: a name, a description and a JSON schema of its arguments."""
+
+    model_config = _FROZEN
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """Anything that answers a conversation with one `ModelReply`.
+
+    Implementations raise the library's classified errors (`Transient`,
+    `Recoverable`, `Fatal` from ``arkhon_rheo``) so the supervisor can retry,
+    restart or fail the stage that made the call.
+    """
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        json_mode: bool = False,
+    ) -> ModelReply:
+        """Ask the model; return its complete reply."""
+        ...
+
+
+@runtime_checkable
+class StreamingModelClient(ModelClient, Protocol):
+    """A `ModelClient` that can also stream its reply as it is generated."""
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        json_mode: bool = False,
+    ) -> AsyncIterator[ReplyDelta | ModelReply]:
+        """Yield `ReplyDelta` pieces as they arrive, then the full `ModelReply` last."""
+        ...
+
+
+@runtime_checkable
+class ToolRunner(Protocol):
+    """A set of tools an agent may call (`arkhon_rheo.tools.Toolbox` is the implementation).
+
+    ``call`` answers every call with a `ToolMessage`: an unknown tool, arguments
+    that do not validate or a tool's own error become an error message the
+    model can act on (``is_error=True``). Only failures the supervisor should
+    handle propagate, as the library's classified errors (a `Transient`
+    failure is retried by the supervisor's policy, not by the runner).
+    """
+
+    @property
+    def specs(self) -> Sequence[ToolSpec]:
+        """The tools as the model sees them, in a stable order."""
+        ...
+
+    async def call(self, call: ToolCall) -> ToolMessage:
+        """Run one tool call (recorded for replay when made inside a stage)."""
+        ...
