@@ -47,10 +47,15 @@ from ._exports import publish
 from .actors import Actor as Actor
 from .actors import ActorRef as ActorRef
 from .actors import ActorSystem as ActorSystem
+from .actors import Directive as Directive
 from .actors import Termination as Termination
 from .actors import TerminationKind as TerminationKind
 from .protocols import AgentState as AgentState
 from .protocols import Condition as Condition
+from .protocols import Durability as Durability
+from .protocols import ErrorClass as ErrorClass
+from .protocols import FailureRecord as FailureRecord
+from .protocols import Gate as Gate
 from .protocols import History as History
 from .protocols import Lifecycle as Lifecycle
 from .protocols import Machine as Machine
@@ -61,10 +66,17 @@ from .protocols import TransitionEvent as TransitionEvent
 from .protocols import record_call as record_call
 from .protocols import recorded as recorded
 from .protocols import stage as stage
+from .store import MemoryStore as MemoryStore
+from .store import SQLiteStore as SQLiteStore
+from .supervision import Backoff as Backoff
+from .supervision import Classifier as Classifier
 from .supervision import Divergence as Divergence
 from .supervision import ExitReason as ExitReason
 from .supervision import ReplayReport as ReplayReport
+from .supervision import RestartIntensity as RestartIntensity
 from .supervision import RestartStrategy as RestartStrategy
+from .supervision import RestartWindow as RestartWindow
+from .supervision import StageMode as StageMode
 
 __version__ = "0.1.0"
 
@@ -79,13 +91,20 @@ __all__ = [
     "AgentSystem",
     "ArkhonError",
     "AskTimeout",
+    "Backoff",
+    "Classifier",
     "Condition",
     "ConfigurationError",
     "ContractViolation",
+    "Directive",
     "Divergence",
     "DuplicateEvent",
+    "Durability",
+    "ErrorClass",
     "ExitReason",
+    "FailureRecord",
     "Fatal",
+    "Gate",
     "History",
     "IllegalTransition",
     "InvalidPatch",
@@ -95,6 +114,7 @@ __all__ = [
     "MailboxClosed",
     "MailboxError",
     "MailboxFull",
+    "MemoryStore",
     "Patch",
     "PreconditionFailed",
     "ReadOnlyState",
@@ -102,8 +122,11 @@ __all__ = [
     "Recoverable",
     "ReplayDiverged",
     "ReplayReport",
+    "RestartIntensity",
     "RestartIntensityExceeded",
     "RestartStrategy",
+    "RestartWindow",
+    "SQLiteStore",
     "SessionError",
     "SessionHandle",
     "SessionLocked",
@@ -111,6 +134,7 @@ __all__ = [
     "SessionResult",
     "Stage",
     "StageFailure",
+    "StageMode",
     "StageTimeout",
     "StateView",
     "StoreCorrupt",

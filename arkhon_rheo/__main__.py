@@ -73,7 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit status.
     """
-    parser = argparse.ArgumentParser(prog="arkhon-rheo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="arkhon-rheo",
+        description="arkhon-rheo: a supervised actor runtime for LLM agents, on anyio.",
+    )
     parser.add_argument("--version", action="version", version=f"arkhon-rheo {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run a small actor demo")

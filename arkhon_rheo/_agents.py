@@ -172,7 +172,8 @@ class AgentStatistics:
     """A snapshot of an agent system's counters.
 
     Attributes:
-        sessions: Sessions started.
+        sessions: Sessions this system holds: started or resumed here and not
+            yet forgotten (`AgentSystem.forget`), ended ones included.
         running: Sessions not ended yet.
         actors: Actors alive (supervisors and stage actors).
         dead_letters: Messages that reached no actor.
@@ -937,7 +938,10 @@ class AgentSystem:
         del self._sessions[session_id]
 
     def sessions(self) -> list[str]:
-        """The ids of the sessions started here, oldest first."""
+        """The ids of the sessions this system holds (started or resumed, not forgotten).
+
+        Oldest first.
+        """
         return list(self._sessions)
 
     def statistics(self) -> AgentStatistics:

@@ -1,11 +1,21 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import trio.testing
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+#: The `anyio_backend` value of a test on trio's virtual clock (see `helpers.on_virtual_clock`).
+VIRTUAL_CLOCK = "trio-autojump"
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    """Trio's virtual clock: time jumps ahead whenever every task is blocked."""
+    return trio.testing.MockClock(autojump_threshold=0)
 
 
 @pytest.fixture(
@@ -14,8 +24,15 @@ if TYPE_CHECKING:
         pytest.param("trio", id="trio"),
     ]
 )
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Run every ``@pytest.mark.anyio`` test on both backends."""
+def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, Any]]:
+    """Run every ``@pytest.mark.anyio`` test on both backends.
+
+    A test parametrized with `VIRTUAL_CLOCK` runs once, on trio with the
+    ``autojump_clock`` fixture's clock, through anyio's plugin like every other
+    test, so each test runs once per backend, on the backend it names.
+    """
+    if request.param == VIRTUAL_CLOCK:
+        return ("trio", {"clock": request.getfixturevalue("autojump_clock")})
     return str(request.param)
 
 

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
+
 from arkhon_rheo.actors import Actor, Termination
+
+from .conftest import VIRTUAL_CLOCK
+
+#: Run an anyio test once, on trio's virtual clock (ask for the ``autojump_clock``
+#: fixture to read or move it); a module's ``pytestmark = pytest.mark.anyio`` applies.
+on_virtual_clock = pytest.mark.parametrize(
+    "anyio_backend", [pytest.param(VIRTUAL_CLOCK, id="trio-virtual-clock")], indirect=True
+)
 
 if TYPE_CHECKING:
     import anyio

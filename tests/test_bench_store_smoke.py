@@ -2,18 +2,48 @@
 
 Nothing about the figures themselves is checked; timings are not tested. LangGraph
 (the reference, from the optional ``bench`` extra) may or may not be installed:
-either its lines are there, or the note saying how to install it.
+without it the bench prints how to install it and none of its figures; with it, the
+test that checks LangGraph's figures runs too.
 """
 
 from __future__ import annotations
 
+import importlib.util
+
+import pytest
+
 from .helpers import run_bench_quick
 
 MISSING = "langgraph not installed: pip install -e .[bench]"
+REFERENCE_LABELS = (
+    "(b) langgraph durability=sync",
+    "(b) langgraph durability=async, its default",
+    "langgraph sync / ours sync",
+    "(target >= 7x)",
+    "ours sync/(b)",
+    "langgraph/ours",
+)
 
 
-def test_store_bench_quick_run_prints_every_figure_on_both_backends() -> None:
-    backends = run_bench_quick("store.py", timeout=180)
+def _have_langgraph() -> bool:
+    try:
+        return importlib.util.find_spec("langgraph.checkpoint.sqlite.aio") is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+HAVE_LANGGRAPH = _have_langgraph()
+
+
+@pytest.fixture(scope="module")
+def backends() -> dict[str, str]:
+    """One quick run of the bench on both backends, shared by this module's tests."""
+    return run_bench_quick("store.py", timeout=180)
+
+
+def test_store_bench_quick_run_prints_every_figure_on_both_backends(
+    backends: dict[str, str],
+) -> None:
     out = "".join(backends.values())
     for backend, section in backends.items():
         for label in (
@@ -44,16 +74,22 @@ def test_store_bench_quick_run_prints_every_figure_on_both_backends() -> None:
         "after   200 cycles: ours",
     ):
         assert label in asyncio, f"{label!r} missing for asyncio:\n{out}"
-    if MISSING in asyncio:
-        assert "(b) langgraph" not in asyncio, out
-    else:
-        for label in (
-            "(b) langgraph durability=sync",
-            "(b) langgraph durability=async, its default",
-            "langgraph sync / ours sync",
-            "(target >= 7x)",
-            "ours sync/(b)",
-            "langgraph/ours",
-        ):
-            assert label in asyncio, f"{label!r} missing for asyncio:\n{out}"
-    assert "(b) langgraph" not in backends["trio"], out
+    # LangGraph's saver is asyncio-only: trio never shows its figures.
+    for label in REFERENCE_LABELS:
+        assert label not in backends["trio"], out
+    if not HAVE_LANGGRAPH:
+        assert MISSING in asyncio, out
+        for label in REFERENCE_LABELS:
+            assert label not in asyncio, out
+
+
+@pytest.mark.skipif(
+    not HAVE_LANGGRAPH, reason="the reference needs the extra: pip install -e .[bench]"
+)
+def test_store_bench_prints_the_langgraph_reference_when_installed(
+    backends: dict[str, str],
+) -> None:
+    asyncio = backends["asyncio"]
+    assert MISSING not in asyncio, asyncio
+    for label in REFERENCE_LABELS:
+        assert label in asyncio, f"{label!r} missing for asyncio:\n{asyncio}"

@@ -25,6 +25,8 @@ from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.supervision import EventCodec, replay
 
+from .helpers import on_virtual_clock
+
 pytestmark = pytest.mark.anyio
 
 L = Lifecycle
@@ -258,7 +260,7 @@ async def test_a_session_has_one_owner_at_a_time(make_store: Any) -> None:
             assert (await handle.result()).ok
 
 
-@pytest.mark.trio
+@on_virtual_clock
 async def test_a_running_sessions_lease_is_renewed(autojump_clock: Any) -> None:
     import trio
 

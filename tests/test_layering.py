@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "arkhon_rheo"
-LEAVES = {"_errors", "_exports"}
+LEAVES = {"_errors", "_exports", "_log"}
 ALLOWED: dict[str, set[str]] = {
     "protocols": set(),
     "actors": {"protocols"},

@@ -39,6 +39,8 @@ from arkhon_rheo import (
 from arkhon_rheo.protocols import ErrorClass, EventKind, FailureRecord
 from arkhon_rheo.supervision import PatchValidator, RestartIntensity
 
+from .helpers import on_virtual_clock
+
 if TYPE_CHECKING:
     import trio.testing
 
@@ -687,7 +689,7 @@ def slow_invalid_think(seconds: float) -> tuple[Body, list[float]]:
     return think, times
 
 
-@pytest.mark.trio
+@on_virtual_clock
 async def test_restart_intensity_counts_restarts_within_the_window(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -702,7 +704,7 @@ async def test_restart_intensity_counts_restarts_within_the_window(
     assert times[-1] - times[0] == pytest.approx(3.0)
 
 
-@pytest.mark.trio
+@on_virtual_clock
 async def test_restarts_spread_beyond_the_window_never_escalate(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -38,6 +38,8 @@ from arkhon_rheo.supervision import (
     StageMode,
 )
 
+from .helpers import on_virtual_clock
+
 L = Lifecycle
 
 _MODE = [StageMode.INLINE]
@@ -431,7 +433,7 @@ async def test_bad_session_input_gets_clear_errors() -> None:
 # -- virtual time --------------------------------------------------------------------
 
 
-@pytest.mark.trio
+@on_virtual_clock
 async def test_backoff_waits_exactly_the_seeded_delays(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -448,7 +450,7 @@ async def test_backoff_waits_exactly_the_seeded_delays(
     assert elapsed == pytest.approx(expected)
 
 
-@pytest.mark.trio
+@on_virtual_clock
 async def test_a_stage_past_its_deadline_is_cancelled_and_retried(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -462,7 +464,7 @@ async def test_a_stage_past_its_deadline_is_cancelled_and_retried(
     assert trio.current_time() - start == pytest.approx(5.0)
 
 
-@pytest.mark.trio
+@on_virtual_clock
 async def test_restarts_spread_beyond_the_window_do_not_escalate(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

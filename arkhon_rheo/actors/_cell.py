@@ -7,9 +7,9 @@ import enum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
-import structlog
 
 from .._errors import ActorStopped, ConfigurationError, MailboxClosed
+from .._log import get_logger
 from ._actor import Actor, ActorContext, Directive, FailurePolicy, Termination, TerminationKind
 from ._mailbox import MailboxReceiveStream, MailboxSendStream, open_mailbox
 from ._ref import ActorRef, Ask
@@ -26,7 +26,7 @@ __all__ = ["ActorState", "Cell"]
 M = TypeVar("M")
 R = TypeVar("R")
 
-_logger = structlog.get_logger("arkhon_rheo.actors")
+_logger = get_logger("arkhon_rheo.actors")
 
 
 def _log(level: str, event: str, **fields: Any) -> None:

@@ -50,7 +50,7 @@ class Machine(Generic[S]):
             retried after its restart.
         loop_state: Entering this state from another one increments ``iteration``.
         gates: Where a session pauses for a human decision (see `Gate`).
-        name: A label for logs and diagrams.
+        name: A label for logs and stored sessions.
 
     Raises:
         ConfigurationError: If the machine is inconsistent, as listed above.

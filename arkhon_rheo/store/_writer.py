@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-import structlog
 
 from .._errors import StoreCorrupt, StoreError
+from .._log import get_logger
 from ._plan import Append, Plan, Request, plan
 from ._sql import transaction, write_batch
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["Ticket", "Writer"]
 
 T = TypeVar("T")
-logger = structlog.get_logger("arkhon_rheo.store")
+logger = get_logger("arkhon_rheo.store")
 
 
 @dataclass(slots=True, eq=False)

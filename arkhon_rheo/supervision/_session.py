@@ -30,6 +30,7 @@ from .._errors import (
     RestartIntensityExceeded,
     StageTimeout,
 )
+from .._log import get_logger
 from ..actors import Actor, ActorRef, Termination, TerminationKind
 from ..protocols import (
     AgentState,
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ExitReason", "Session", "SessionConfig", "SessionSupervisor", "StageMode"]
 
-_logger = structlog.get_logger("arkhon_rheo.supervision")
+_logger = get_logger("arkhon_rheo.supervision")
 
 #: Called with every committed event; a listener's failure is logged, never raised.
 EventListener = Callable[[TransitionEvent], None]
