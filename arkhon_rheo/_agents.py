@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import anyio
 
+from ._claims import Claims
 from ._errors import (
     ConfigurationError,
     SessionError,
@@ -54,10 +55,12 @@ from .supervision._validate import PatchValidator
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Sequence
+    from contextlib import AbstractAsyncContextManager
     from types import TracebackType
 
     from anyio.abc import TaskGroup
 
+    from ._claims import Claim
     from .protocols import LoadedSession, SessionRecord, Store
     from .supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 
@@ -279,6 +282,7 @@ class AgentSystem:
         self._sessions: dict[str, SessionHandle[Any]] = {}
         self._validators: dict[int, PatchValidator] = {}
         self._counter = itertools.count()
+        self._claims = Claims(store, self._owner, self._lease_ttl)
 
     async def __aenter__(self) -> AgentSystem:
         if self._owned_store is not None:
@@ -356,7 +360,7 @@ class AgentSystem:
 
         Raises:
             SystemNotRunning: Outside the ``async with`` block.
-            SessionError: If the id is taken.
+            SessionError: If the id is taken, or another call here is starting it.
             ConfigurationError: If the state does not fit the machine.
             InvariantViolation: If the initial state breaks an invariant.
         """
@@ -385,12 +389,15 @@ class AgentSystem:
             state = state.model_copy(update={"session_id": session_id})
         validator.check_invariants(state, machine.initial, stage="(start)")
         self._check_running()
-        if self._store is not None:
-            await self._store.create_session(
-                session_id, machine=machine.name, snapshot=self._codec(machine).encode_state(state)
-            )
-            await self._store.acquire(session_id, self._owner, ttl=self._lease_ttl)
-        return await self._launch(machine, state, config, session_id, base_seq=0)
+        async with self._claim(session_id) as claim:
+            if self._store is not None:
+                await self._store.create_session(
+                    session_id,
+                    machine=machine.name,
+                    snapshot=self._codec(machine).encode_state(state),
+                )
+                await claim.lease()
+            return await self._launch(machine, state, config, session_id, base_seq=0, claim=claim)
 
     async def resume(
         self, machine: Machine[S], session_id: str, *, max_steps: int | None = None
@@ -412,26 +419,25 @@ class AgentSystem:
             ConfigurationError: If the system has no store, or ``machine`` is not
                 the session's machine.
             SessionNotFound: If the store has no such session.
-            SessionError: If the session is running here already, or has ended.
+            SessionError: If the session is running here already (or another call
+                here is starting or changing it), or has ended.
             StoreCorrupt: If what is stored does not decode.
         """
         store = self._require_store("resume a session")
         self._check_running()
-        if session_id in self._sessions and not self._sessions[session_id].done:
-            raise SessionError(
-                f"session {session_id!r} is running here already", session_id=session_id
-            )
-        loaded = await store.load(session_id)  # SessionNotFound before any lease
-        await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
-        try:
-            return await self._resume_owned(store, machine, loaded, max_steps)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await store.release(session_id, self._owner)
-            raise
+        async with self._claim(session_id) as claim:
+            loaded = await store.load(session_id)  # SessionNotFound before any lease
+            await claim.lease()
+            return await self._resume_owned(store, machine, loaded, max_steps, claim=claim)
 
     async def _resume_owned(
-        self, store: Store, machine: Machine[S], loaded: LoadedSession, max_steps: int | None
+        self,
+        store: Store,
+        machine: Machine[S],
+        loaded: LoadedSession,
+        max_steps: int | None,
+        *,
+        claim: Claim | None = None,
     ) -> SessionHandle[S]:
         session_id = loaded.record.session_id
         # Again, now that nobody else can write.
@@ -465,7 +471,7 @@ class AgentSystem:
             config = replace(config, max_steps=max_steps)
         self._sessions.pop(session_id, None)
         return await self._launch(
-            machine, state, config, session_id, base_seq=loaded.record.last_seq
+            machine, state, config, session_id, base_seq=loaded.record.last_seq, claim=claim
         )
 
     async def history(self, machine: Machine[Any], session_id: str) -> list[TransitionEvent]:
@@ -574,7 +580,8 @@ class AgentSystem:
 
         Raises:
             ConfigurationError: Without a store, or for an unknown decision.
-            SessionError: If the session is not paused (or runs here).
+            SessionError: If the session is not paused (or runs here, or another call
+                here is starting or changing it).
             InvalidPatch: If the value or an edited field fails validation; the
                 session stays paused, nothing is written.
             UndeclaredWrite: If an edit touches a field only the supervisor writes.
@@ -585,12 +592,10 @@ class AgentSystem:
             raise ConfigurationError(
                 f"decision must be 'resume', 'abort' or 'edit', got {decision!r}"
             )
-        self._check_not_running(session_id)
         self._check_running()
-        await store.load(session_id)  # SessionNotFound before any lease
-        await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
-        launched = False
-        try:
+        async with self._claim(session_id) as claim:
+            await store.load(session_id)  # SessionNotFound before any lease
+            await claim.lease()
             state, record = await self._state_at(machine, session_id, None)
             if record.status != "paused":
                 raise SessionError(
@@ -647,20 +652,15 @@ class AgentSystem:
             )
             if decision != "resume":
                 return None
-            handle = await self._launch(
+            return await self._launch(
                 machine,
                 cast("S", decided),
                 self._config,
                 session_id,
                 base_seq=event.seq,
                 gates_passed=True,
+                claim=claim,
             )
-            launched = True
-            return handle
-        finally:
-            if not launched:
-                with anyio.CancelScope(shield=True):
-                    await store.release(session_id, self._owner)
 
     async def rollback(
         self, machine: Machine[Any], session_id: str, to_seq: int
@@ -677,16 +677,14 @@ class AgentSystem:
         Raises:
             ConfigurationError: Without a store, or if ``to_seq`` is out of range.
             SessionNotFound: If the store has no such session.
-            SessionError: If the session is running here.
+            SessionError: If the session is running here, or another call here is
+                starting or changing it.
             SessionLocked: If another system drives it.
         """
-        store = self._require_store("roll a session back")
-        self._check_not_running(session_id)
-        await store.acquire(session_id, self._owner, ttl=self._lease_ttl)  # nobody drives it
-        try:
+        self._require_store("roll a session back")
+        async with self._claim(session_id) as claim:
+            await claim.lease()  # nobody drives it
             return await self._rollback(machine, session_id, to_seq)
-        finally:
-            await store.release(session_id, self._owner)
 
     async def _rollback(
         self, machine: Machine[Any], session_id: str, to_seq: int
@@ -773,19 +771,20 @@ class AgentSystem:
         Raises:
             ConfigurationError: Without a store, or if ``at_seq`` is out of range.
             SessionNotFound: If the store has no such session.
-            SessionError: If ``new_id`` is taken.
+            SessionError: If ``new_id`` is taken (or another call here is starting it).
         """
         store = self._require_store("fork a session")
-        state, _ = await self._state_at(machine, session_id, at_seq)
         new_id = new_id or uuid.uuid4().hex[:12]
-        state = state.model_copy(update={"session_id": new_id})
-        await store.create_session(
-            new_id,
-            machine=machine.name,
-            snapshot=self._codec(machine).encode_state(state),
-            parent=session_id,
-            status="forked",
-        )
+        async with self._claim(new_id):
+            state, _ = await self._state_at(machine, session_id, at_seq)
+            state = state.model_copy(update={"session_id": new_id})
+            await store.create_session(
+                new_id,
+                machine=machine.name,
+                snapshot=self._codec(machine).encode_state(state),
+                parent=session_id,
+                status="forked",
+            )
         return new_id
 
     async def _state_at(
@@ -831,6 +830,18 @@ class AgentSystem:
                 session_id=session_id,
             )
 
+    def _claim(self, session_id: str) -> AbstractAsyncContextManager[Claim]:
+        """Hold ``session_id`` for one operation: not running here, and no other call on it.
+
+        Entering reserves the id before any await; leaving gives up the lease the
+        operation took (unless a launched session took it over) and frees the id.
+
+        Raises:
+            SessionError: If the session runs here, or another call here holds it.
+        """
+        self._check_not_running(session_id)
+        return self._claims.hold(session_id)
+
     async def _launch(
         self,
         machine: Machine[S],
@@ -840,7 +851,9 @@ class AgentSystem:
         *,
         base_seq: int,
         gates_passed: bool = False,
+        claim: Claim | None = None,
     ) -> SessionHandle[S]:
+        """Spawn the session's supervisor; it takes over ``claim``'s lease, if any."""
         seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
         persistence = None
         if self._store is not None:
@@ -864,7 +877,18 @@ class AgentSystem:
             base_seq=base_seq,
         )
         session.gates_passed = gates_passed
-        ref = await self._actors.spawn(SessionSupervisor, session, name=f"{session_id}/supervisor")
+        try:
+            # Shielded: the session starts whole (and the lease passes to it) or not at all.
+            with anyio.CancelScope(shield=True):
+                ref = await self._actors.spawn(
+                    SessionSupervisor, session, name=f"{session_id}/supervisor"
+                )
+        except BaseException:
+            if claim is not None and session.done.is_set():
+                claim.hand_over()  # its supervisor ran and stopped: it gave the lease up
+            raise
+        if claim is not None:
+            claim.hand_over()
         handle: SessionHandle[S] = SessionHandle(session, ref)
         self._sessions[session_id] = handle
         return handle

@@ -1,0 +1,116 @@
+"""Claims: one operation at a time on a session in an `AgentSystem`, its lease given up once.
+
+A store's lease keeps a second *system* from driving a session, but a system
+renews its own lease, so two calls of one system (two ``resume`` of one
+session, a ``rollback`` while a ``resume`` is starting) would both get it. A
+claim closes that gap: it reserves the session id in the system synchronously,
+before the operation's first await, and frees it on every way out.
+
+A claim also carries the operation's lease. Whatever happens after
+`Claim.lease` was called (an error, a cancellation, even one that cut the
+acquire short after the store took it), the claim gives the lease up exactly
+once, shielded from cancellation, unless a launched session took it over: the
+session gives it up when it ends.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ._errors import SessionError, SessionLocked
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from .protocols import Store
+
+__all__ = ["Claim", "Claims"]
+
+
+class Claim:
+    """One operation's hold on a session: reserved in this system, perhaps leased in the store."""
+
+    __slots__ = ("_claims", "_leased", "session_id")
+
+    def __init__(self, claims: Claims, session_id: str) -> None:
+        self._claims = claims
+        self.session_id = session_id
+        self._leased = False
+
+    async def lease(self) -> None:
+        """Take the session's lease in the store for this operation.
+
+        Raises:
+            SessionLocked: If another owner holds it.
+        """
+        store = self._claims.store
+        assert store is not None, "a claim takes a lease only with a store"
+        # From here the lease may be ours, even if the acquire is cut short.
+        self._leased = True
+        try:
+            await store.acquire(self.session_id, self._claims.owner, ttl=self._claims.ttl)
+        except SessionLocked:
+            self._leased = False  # another owner's: nothing of ours to give up
+            raise
+
+    def hand_over(self) -> None:
+        """A launched session holds the lease now; it gives it up when it ends."""
+        self._leased = False
+
+    async def _give_up(self) -> None:
+        if self._leased:
+            self._leased = False
+            store = self._claims.store
+            assert store is not None
+            with anyio.CancelScope(shield=True):
+                await store.release(self.session_id, self._claims.owner)
+
+
+class Claims:
+    """The sessions a system has an operation under way on.
+
+    Args:
+        store: Where leases are taken, if the system has a store.
+        owner: The system's lease owner name.
+        ttl: The lease's time to live, in seconds.
+    """
+
+    __slots__ = ("_busy", "owner", "store", "ttl")
+
+    def __init__(self, store: Store | None, owner: str, ttl: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.ttl = ttl
+        self._busy: set[str] = set()
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._busy
+
+    @asynccontextmanager
+    async def hold(self, session_id: str) -> AsyncIterator[Claim]:
+        """Reserve ``session_id`` for the block; on the way out, give its lease up and free it.
+
+        The reservation is made before the first await, so of two calls racing
+        for one session, the second always finds the first's.
+
+        Raises:
+            SessionError: If another operation of this system holds the session.
+        """
+        if session_id in self._busy:
+            raise SessionError(
+                f"session {session_id!r} is busy here: another call of this system is "
+                "starting or changing it; wait for that call to return first",
+                session_id=session_id,
+            )
+        self._busy.add(session_id)
+        claim = Claim(self, session_id)
+        try:
+            yield claim
+        finally:
+            try:
+                await claim._give_up()
+            finally:
+                self._busy.discard(session_id)
