@@ -40,6 +40,7 @@ from .protocols import (
 from .store import SQLiteStore
 from .supervision._codec import EventCodec, replay
 from .supervision._digest import StateHasher
+from .supervision._fingerprint import differences, fingerprint
 from .supervision._persist import Persistence
 from .supervision._replay import ReplayReport, verify
 from .supervision._session import (
@@ -271,6 +272,7 @@ class AgentSystem:
         self._snapshot_every = snapshot_every
         self._codecs: dict[int, EventCodec] = {}
         self._hashers: dict[int, StateHasher] = {}
+        self._fingerprints: dict[int, dict[str, Any]] = {}
         self._listeners = tuple(listeners)
         self._actors = ActorSystem(
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
@@ -386,7 +388,10 @@ class AgentSystem:
         self._check_running()
         if self._store is not None:
             await self._store.create_session(
-                session_id, machine=machine.name, snapshot=self._codec(machine).encode_state(state)
+                session_id,
+                machine=machine.name,
+                snapshot=self._codec(machine).encode_state(state),
+                fingerprint=self._fingerprint(machine),
             )
             await self._store.acquire(session_id, self._owner, ttl=self._lease_ttl)
         return await self._launch(machine, state, config, session_id, base_seq=0)
@@ -471,7 +476,8 @@ class AgentSystem:
         """Every event of a session, from the store, in order, with patches and timings.
 
         Raises:
-            ConfigurationError: If the system has no store.
+            ConfigurationError: If the system has no store, or ``machine`` is not
+                the session's machine.
             SessionNotFound: If the store has no such session.
         """
         if not isinstance(machine, Machine):
@@ -479,6 +485,7 @@ class AgentSystem:
                 f"history() takes the machine first, then the session id: got {machine!r}"
             )
         store = self._require_store("read a session's history")
+        self._check_machine(machine, await store.record(session_id))
         codec = self._codec(machine)
         return [codec.decode_event(event) for event in await store.history(session_id)]
 
@@ -784,6 +791,7 @@ class AgentSystem:
             snapshot=self._codec(machine).encode_state(state),
             parent=session_id,
             status="forked",
+            fingerprint=self._fingerprint(machine),
         )
         return new_id
 
@@ -811,16 +819,30 @@ class AgentSystem:
         ]
         return replay(machine, codec.decode_state(snapshot), events), loaded.record
 
-    @staticmethod
-    async def _load(store: Store, machine: Machine[Any], session_id: str) -> LoadedSession:
+    async def _load(self, store: Store, machine: Machine[Any], session_id: str) -> LoadedSession:
         """The stored session, checked to be a session of ``machine``."""
         loaded = await store.load(session_id)
-        if loaded.record.machine != machine.name:
-            raise ConfigurationError(
-                f"session {session_id!r} runs machine {loaded.record.machine!r}, "
-                f"not {machine.name!r}"
-            )
+        self._check_machine(machine, loaded.record)
         return loaded
+
+    def _check_machine(self, machine: Machine[Any], record: SessionRecord) -> None:
+        """Raise `ConfigurationError` unless ``record`` is a session of ``machine``.
+
+        A session stored before fingerprints (schema version 3) is checked by
+        name only; one of an unnamed machine then still has the old default name.
+        """
+        stored = record.fingerprint
+        if stored is None:
+            default = self._fingerprint(machine)["state"]  # an unnamed machine's name
+            legacy = record.machine == "machine" and machine.name == default
+            found = [] if record.machine == machine.name or legacy else ["the name differs"]
+        else:
+            found = differences(stored, self._fingerprint(machine))
+        if found:
+            raise ConfigurationError(
+                f"session {record.session_id!r} runs machine {record.machine!r}, not "
+                f"{machine.name!r}: {'; '.join(found)}. Pass the machine it was started with"
+            )
 
     def _check_not_running(self, session_id: str) -> None:
         handle = self._sessions.get(session_id)
@@ -887,6 +909,12 @@ class AgentSystem:
         if codec is None:
             codec = self._codecs[id(machine)] = EventCodec(machine)
         return codec
+
+    def _fingerprint(self, machine: Machine[Any]) -> dict[str, Any]:
+        found = self._fingerprints.get(id(machine))
+        if found is None:
+            found = self._fingerprints[id(machine)] = fingerprint(machine)
+        return found
 
     def _hasher(self, machine: Machine[Any]) -> StateHasher:
         hasher = self._hashers.get(id(machine))

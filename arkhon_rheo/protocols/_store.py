@@ -95,6 +95,8 @@ class SessionRecord:
         created_at: Wall-clock creation time.
         updated_at: Wall-clock time of its last change.
         parent: The session it was forked from, if any.
+        fingerprint: The fingerprint of the machine that started it, as JSON data
+            (``None`` for sessions stored before schema version 3).
     """
 
     session_id: str
@@ -104,6 +106,7 @@ class SessionRecord:
     created_at: float
     updated_at: float
     parent: str | None = None
+    fingerprint: Json = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +168,12 @@ class Store(Protocol):
         snapshot: Json,
         parent: str | None = None,
         status: str = "running",
+        fingerprint: Json = None,
     ) -> SessionRecord:
         """Record a new session with its initial snapshot (event number 0).
 
-        Raises ``SessionError`` if the id exists already.
+        ``fingerprint`` describes the machine that runs it (JSON data), kept in
+        its record. Raises ``SessionError`` if the id exists already.
         """
         ...
 
@@ -185,6 +190,10 @@ class Store(Protocol):
         ``snapshot`` is ``(seq, state)`` to store alongside. Raises ``StoreError``
         (``DuplicateEvent``) if a number is taken or not the next one.
         """
+        ...
+
+    async def record(self, session_id: str) -> SessionRecord:
+        """The session's record. Raises ``SessionNotFound``."""
         ...
 
     async def load(self, session_id: str) -> LoadedSession:

@@ -84,7 +84,7 @@ class MemoryStore(StoreBase):
             self._snapshots[session_id][seq] = state
         for session_id, (last_seq, status) in result.updated.items():
             old = self._sessions[session_id]
-            self._sessions[session_id] = (*old[:2], status, last_seq, old[4], now, old[6])
+            self._sessions[session_id] = (*old[:2], status, last_seq, old[4], now, *old[6:])
         self._appended += result.appended
         self._transactions += 1
         self._largest_batch = max(self._largest_batch, result.appended)
@@ -109,6 +109,7 @@ class MemoryStore(StoreBase):
         snapshot: Any,
         parent: str | None = None,
         status: str = "running",
+        fingerprint: Any = None,
     ) -> SessionRecord:
         """Record a new session with its initial snapshot (event number 0).
 
@@ -117,7 +118,9 @@ class MemoryStore(StoreBase):
             StoreError: The snapshot is not JSON data, or the store is not open.
         """
         await anyio.lowlevel.checkpoint()
-        self._write(self._create_request(session_id, machine, snapshot, parent, status))
+        self._write(
+            self._create_request(session_id, machine, snapshot, parent, status, fingerprint)
+        )
         return decode_record(self._sessions[session_id])
 
     async def append(

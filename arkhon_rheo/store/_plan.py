@@ -41,6 +41,7 @@ class Create:
     parent: str | None
     snapshot: str
     created_at: float
+    fingerprint: str | None = None
 
 
 @dataclass(slots=True)
@@ -194,6 +195,7 @@ def plan(
                         request.created_at,
                         now,
                         request.parent,
+                        request.fingerprint,
                     )
                 )
                 out.snapshots.append((sid, 0, request.snapshot))

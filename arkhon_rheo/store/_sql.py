@@ -32,7 +32,7 @@ __all__ = [
 
 T = TypeVar("T")
 _CHUNK = 500  # session ids per ``IN (...)`` query, well below SQLite's variable limit
-INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)"
+INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_SNAPSHOT = "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)"
 UPDATE_SESSION = "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? WHERE id = ?"
@@ -41,7 +41,7 @@ UPSERT_LEASE = (
     "SET owner = excluded.owner, expires_at = excluded.expires_at"
 )
 DELETE_LEASE = "DELETE FROM leases WHERE session_id = ?"
-_SESSION_COLUMNS = "id, machine, status, last_seq, created_at, updated_at, parent"
+_SESSION_COLUMNS = "id, machine, status, last_seq, created_at, updated_at, parent, fingerprint"
 
 
 def sql(text: str, params: Sequence[Any] = ()) -> Statement:

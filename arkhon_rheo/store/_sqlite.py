@@ -221,6 +221,7 @@ class SQLiteStore(StoreBase):
         snapshot: Any,
         parent: str | None = None,
         status: str = "running",
+        fingerprint: Any = None,
     ) -> SessionRecord:
         """Record a new session with its initial snapshot (event number 0), durably.
 
@@ -230,7 +231,8 @@ class SQLiteStore(StoreBase):
                 is not open.
         """
         await self._submit(
-            self._create_request(session_id, machine, snapshot, parent, status), wait=True
+            self._create_request(session_id, machine, snapshot, parent, status, fingerprint),
+            wait=True,
         )
         if self._durability is Durability.ASYNC:
             self._tails[session_id] = 0
