@@ -7,8 +7,6 @@ sessions in a SQLite file.
 from __future__ import annotations
 
 import itertools
-import os
-import socket
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -25,6 +23,7 @@ from ._errors import (
     StoreError,
     SystemNotRunning,
 )
+from ._owner import Owner, is_dead
 from .actors import ActorRef, ActorSystem
 from .protocols import (
     SUPERVISOR_FIELDS,
@@ -54,6 +53,7 @@ from .supervision._session import (
 from .supervision._validate import PatchValidator
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import AsyncIterator, Iterable, Sequence
     from types import TracebackType
 
@@ -263,7 +263,8 @@ class AgentSystem:
         if not (isinstance(lease_ttl, int | float) and lease_ttl > 0):
             raise ConfigurationError(f"lease_ttl must be positive seconds, got {lease_ttl!r}")
         self._lease_ttl = float(lease_ttl)
-        self._owner = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        self._identity = Owner.current()
+        self._owner = str(self._identity)
         self._renewer: TaskGroup | None = None
         self._owned_store: SQLiteStore | None = None
         if store is None and path is not None:
@@ -426,16 +427,40 @@ class AgentSystem:
                 f"session {session_id!r} is running here already", session_id=session_id
             )
         loaded = await store.load(session_id)  # SessionNotFound before any lease
-        await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
+        taken_over = await self._acquire(store, session_id)
         try:
-            return await self._resume_owned(store, machine, loaded, max_steps)
+            return await self._resume_owned(store, machine, loaded, max_steps, taken_over)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await store.release(session_id, self._owner)
             raise
 
+    async def _acquire(self, store: Store, session_id: str) -> str | None:
+        """Lease the session to this system; return the dead owner taken over, if any.
+
+        A lease held by a process of this host that is dead (or whose pid now
+        names another process) is taken over at once instead of waiting for it
+        to run out.
+
+        Raises:
+            SessionLocked: If a live owner, or one on another host, holds it.
+        """
+        try:
+            await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
+        except SessionLocked as exc:
+            if not is_dead(exc.owner):
+                raise
+            await store.acquire(session_id, self._owner, ttl=self._lease_ttl, replacing=exc.owner)
+            return exc.owner
+        return None
+
     async def _resume_owned(
-        self, store: Store, machine: Machine[S], loaded: LoadedSession, max_steps: int | None
+        self,
+        store: Store,
+        machine: Machine[S],
+        loaded: LoadedSession,
+        max_steps: int | None,
+        taken_over: str | None,
     ) -> SessionHandle[S]:
         session_id = loaded.record.session_id
         # Again, now that nobody else can write.
@@ -467,10 +492,81 @@ class AgentSystem:
         if max_steps is not None:
             _check_budget(max_steps)
             config = replace(config, max_steps=max_steps)
-        self._sessions.pop(session_id, None)
-        return await self._launch(
-            machine, state, config, session_id, base_seq=loaded.record.last_seq
+        record = loaded.record
+        stage = machine.stages.get(state.lifecycle)
+        info = {
+            "resumed_by": self._identity.describe(),
+            "from_seq": record.last_seq,
+            "previous_status": record.status,
+            "taken_over": taken_over,
+            # Still "running": its driver stopped without a word, in (or just
+            # before) this state's stage, which runs again from its start.
+            "rerun": stage.name if stage is not None and record.status == "running" else None,
+        }
+        event = await self._append_owned(
+            machine, record, EventKind.RESUME, state, state, {}, info=info, status="running"
         )
+        self._sessions.pop(session_id, None)
+        return await self._launch(machine, state, config, session_id, base_seq=event.seq)
+
+    async def orphans(self, machine: Machine[Any] | None = None) -> list[SessionRecord]:
+        """The stored sessions left "running" by a driver that is gone, oldest first.
+
+        A session is orphaned when its status is still ``"running"`` and nobody
+        drives it: it runs nowhere in this system, and its lease has run out or
+        is held by a dead process on this host. Sessions leased to a live owner,
+        or to one on another host whose lease has not run out, are left out.
+
+        Args:
+            machine: Only the sessions of this machine (by name); all by default.
+
+        Returns:
+            Their records; `recover` resumes them.
+
+        Raises:
+            ConfigurationError: Without a store.
+        """
+        store = self._require_store("find orphaned sessions")
+        held = {lease.session_id: lease.owner for lease in await store.leases()}
+        found = []
+        for record in await store.sessions():
+            if record.status != "running" or (machine and record.machine != machine.name):
+                continue
+            handle = self._sessions.get(record.session_id)
+            if handle is not None and not handle.done:
+                continue
+            owner = held.get(record.session_id)
+            if owner is None or is_dead(owner):
+                found.append(record)
+        return found
+
+    async def recover(self, machine: Machine[S]) -> list[SessionHandle[S]]:
+        """Resume every orphaned session of ``machine`` (see `orphans`); for start-up.
+
+        Each is resumed as by `resume` (its history records who resumed it and
+        the stage that runs again). A session another system takes meanwhile,
+        or that turns out to have ended, is skipped.
+
+        Returns:
+            The handles of the sessions resumed, oldest first.
+
+        Raises:
+            ConfigurationError: Without a store, or if a session of that name was
+                stored by a machine that differs from ``machine`` (nothing is
+                resumed then).
+            SystemNotRunning: Outside the ``async with`` block.
+        """
+        self._check_running()
+        orphans = await self.orphans(machine)
+        for record in orphans:
+            self._check_machine(machine, record)
+        handles = []
+        for record in orphans:
+            try:
+                handles.append(await self.resume(machine, record.session_id))
+            except (SessionLocked, SessionError):
+                continue  # taken by another system, or ended: not an orphan any more
+        return handles
 
     async def history(self, machine: Machine[Any], session_id: str) -> list[TransitionEvent]:
         """Every event of a session, from the store, in order, with patches and timings.
@@ -594,7 +690,7 @@ class AgentSystem:
         self._check_not_running(session_id)
         self._check_running()
         await store.load(session_id)  # SessionNotFound before any lease
-        await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
+        await self._acquire(store, session_id)
         launched = False
         try:
             state, record = await self._state_at(machine, session_id, None)
@@ -688,7 +784,7 @@ class AgentSystem:
         """
         store = self._require_store("roll a session back")
         self._check_not_running(session_id)
-        await store.acquire(session_id, self._owner, ttl=self._lease_ttl)  # nobody drives it
+        await self._acquire(store, session_id)  # nobody drives it
         try:
             return await self._rollback(machine, session_id, to_seq)
         finally:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Durability",
+    "LeaseRecord",
     "LoadedSession",
     "SessionRecord",
     "Store",
@@ -107,6 +108,22 @@ class SessionRecord:
     updated_at: float
     parent: str | None = None
     fingerprint: Json = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """A session's lease: who drives it, and until when unless renewed.
+
+    Attributes:
+        session_id: The session.
+        owner: Who holds it (an `AgentSystem` names its host, process id and
+            process start time, so a dead owner on the same host is recognised).
+        expires_at: When it runs out, seconds since the epoch.
+    """
+
+    session_id: str
+    owner: str
+    expires_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,11 +233,18 @@ class Store(Protocol):
         """Change a session's status."""
         ...
 
-    async def acquire(self, session_id: str, owner: str, *, ttl: float) -> None:
+    async def acquire(
+        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+    ) -> None:
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
 
-        Raises ``SessionLocked`` if another owner holds an unexpired lease.
+        Raises ``SessionLocked`` if another owner holds an unexpired lease, unless
+        that owner is ``replacing`` (one known to be dead): its lease is taken over.
         """
+        ...
+
+    async def leases(self) -> tuple[LeaseRecord, ...]:
+        """Every lease that has not expired, by the store's clock."""
         ...
 
     async def release(self, session_id: str, owner: str) -> None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "history",
+    "leases",
     "load",
     "record",
     "sessions",
@@ -122,6 +123,15 @@ def record(session_id: str) -> Script[tuple[Any, ...]]:
     if not rows:
         raise SessionNotFound(session_id=session_id)
     return rows[0]
+
+
+def leases(now: float) -> Script[Rows]:
+    """Every lease that has not expired at ``now``."""
+    rows = yield sql(
+        "SELECT session_id, owner, expires_at FROM leases WHERE expires_at > ? ORDER BY session_id",
+        (now,),
+    )
+    return rows
 
 
 def sessions() -> Script[Rows]:
