@@ -214,8 +214,9 @@ class AgentSystem:
         durability: The durability mode of that file (see `Durability`).
         lease_ttl: With a store, each running session is leased to this system
             for this many seconds, renewed every third of it: a second system
-            (in this process or another on the same file) cannot drive it, and
-            the lease runs out if this process dies.
+            (in this process or another on the same file) cannot drive it. If
+            this process dies, a system on the same host takes its leases over
+            at once (see `orphans` and `recover`); elsewhere they run out.
         snapshot_every: With a store, a snapshot every this many events (loading
             a session is its latest snapshot plus the events after it).
 
