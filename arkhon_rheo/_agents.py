@@ -7,8 +7,6 @@ sessions in a SQLite file.
 from __future__ import annotations
 
 import itertools
-import os
-import socket
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -26,6 +24,7 @@ from ._errors import (
     StoreError,
     SystemNotRunning,
 )
+from ._owner import Owner, is_dead
 from .actors import ActorRef, ActorSystem
 from .protocols import (
     SUPERVISOR_FIELDS,
@@ -41,6 +40,7 @@ from .protocols import (
 from .store import SQLiteStore
 from .supervision._codec import EventCodec, replay
 from .supervision._digest import StateHasher
+from .supervision._fingerprint import differences, fingerprint
 from .supervision._persist import Persistence
 from .supervision._replay import ReplayReport, verify
 from .supervision._session import (
@@ -54,6 +54,7 @@ from .supervision._session import (
 from .supervision._validate import PatchValidator
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import AsyncIterator, Iterable, Sequence
     from contextlib import AbstractAsyncContextManager
     from types import TracebackType
@@ -217,8 +218,9 @@ class AgentSystem:
         durability: The durability mode of that file (see `Durability`).
         lease_ttl: With a store, each running session is leased to this system
             for this many seconds, renewed every third of it: a second system
-            (in this process or another on the same file) cannot drive it, and
-            the lease runs out if this process dies.
+            (in this process or another on the same file) cannot drive it. If
+            this process dies, a system on the same host takes its leases over
+            at once (see `orphans` and `recover`); elsewhere they run out.
         snapshot_every: With a store, a snapshot every this many events (loading
             a session is its latest snapshot plus the events after it).
 
@@ -266,7 +268,8 @@ class AgentSystem:
         if not (isinstance(lease_ttl, int | float) and lease_ttl > 0):
             raise ConfigurationError(f"lease_ttl must be positive seconds, got {lease_ttl!r}")
         self._lease_ttl = float(lease_ttl)
-        self._owner = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        self._identity = Owner.current()
+        self._owner = str(self._identity)
         self._renewer: TaskGroup | None = None
         self._owned_store: SQLiteStore | None = None
         if store is None and path is not None:
@@ -275,6 +278,7 @@ class AgentSystem:
         self._snapshot_every = snapshot_every
         self._codecs: dict[int, EventCodec] = {}
         self._hashers: dict[int, StateHasher] = {}
+        self._fingerprints: dict[int, dict[str, Any]] = {}
         self._listeners = tuple(listeners)
         self._actors = ActorSystem(
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
@@ -395,6 +399,7 @@ class AgentSystem:
                     session_id,
                     machine=machine.name,
                     snapshot=self._codec(machine).encode_state(state),
+                    fingerprint=self._fingerprint(machine),
                 )
                 await claim.lease()
             return await self._launch(machine, state, config, session_id, base_seq=0, claim=claim)
@@ -427,8 +432,10 @@ class AgentSystem:
         self._check_running()
         async with self._claim(session_id) as claim:
             loaded = await store.load(session_id)  # SessionNotFound before any lease
-            await claim.lease()
-            return await self._resume_owned(store, machine, loaded, max_steps, claim=claim)
+            taken_over = await claim.lease()
+            return await self._resume_owned(
+                store, machine, loaded, max_steps, taken_over, claim=claim
+            )
 
     async def _resume_owned(
         self,
@@ -436,6 +443,7 @@ class AgentSystem:
         machine: Machine[S],
         loaded: LoadedSession,
         max_steps: int | None,
+        taken_over: str | None,
         *,
         claim: Claim | None = None,
     ) -> SessionHandle[S]:
@@ -469,16 +477,90 @@ class AgentSystem:
         if max_steps is not None:
             _check_budget(max_steps)
             config = replace(config, max_steps=max_steps)
+        record = loaded.record
+        stage = machine.stages.get(state.lifecycle)
+        info = {
+            "resumed_by": self._identity.describe(),
+            "from_seq": record.last_seq,
+            "previous_status": record.status,
+            "taken_over": taken_over,
+            # Still "running": its driver stopped without a word, in (or just
+            # before) this state's stage, which runs again from its start.
+            "rerun": stage.name if stage is not None and record.status == "running" else None,
+        }
+        event = await self._append_owned(
+            machine, record, EventKind.RESUME, state, state, {}, info=info, status="running"
+        )
         self._sessions.pop(session_id, None)
         return await self._launch(
-            machine, state, config, session_id, base_seq=loaded.record.last_seq, claim=claim
+            machine, state, config, session_id, base_seq=event.seq, claim=claim
         )
+
+    async def orphans(self, machine: Machine[Any] | None = None) -> list[SessionRecord]:
+        """The stored sessions left "running" by a driver that is gone, oldest first.
+
+        A session is orphaned when its status is still ``"running"`` and nobody
+        drives it: it runs nowhere in this system, and its lease has run out or
+        is held by a dead process on this host. Sessions leased to a live owner,
+        or to one on another host whose lease has not run out, are left out.
+
+        Args:
+            machine: Only the sessions of this machine (by name); all by default.
+
+        Returns:
+            Their records; `recover` resumes them.
+
+        Raises:
+            ConfigurationError: Without a store.
+        """
+        store = self._require_store("find orphaned sessions")
+        held = {lease.session_id: lease.owner for lease in await store.leases()}
+        found = []
+        for record in await store.sessions():
+            if record.status != "running" or (machine and record.machine != machine.name):
+                continue
+            handle = self._sessions.get(record.session_id)
+            if handle is not None and not handle.done:
+                continue
+            owner = held.get(record.session_id)
+            if owner is None or is_dead(owner):
+                found.append(record)
+        return found
+
+    async def recover(self, machine: Machine[S]) -> list[SessionHandle[S]]:
+        """Resume every orphaned session of ``machine`` (see `orphans`); for start-up.
+
+        Each is resumed as by `resume` (its history records who resumed it and
+        the stage that runs again). A session another system takes meanwhile,
+        or that turns out to have ended, is skipped.
+
+        Returns:
+            The handles of the sessions resumed, oldest first.
+
+        Raises:
+            ConfigurationError: Without a store, or if a session of that name was
+                stored by a machine that differs from ``machine`` (nothing is
+                resumed then).
+            SystemNotRunning: Outside the ``async with`` block.
+        """
+        self._check_running()
+        orphans = await self.orphans(machine)
+        for record in orphans:
+            self._check_machine(machine, record)
+        handles = []
+        for record in orphans:
+            try:
+                handles.append(await self.resume(machine, record.session_id))
+            except (SessionLocked, SessionError):
+                continue  # taken by another system, or ended: not an orphan any more
+        return handles
 
     async def history(self, machine: Machine[Any], session_id: str) -> list[TransitionEvent]:
         """Every event of a session, from the store, in order, with patches and timings.
 
         Raises:
-            ConfigurationError: If the system has no store.
+            ConfigurationError: If the system has no store, or ``machine`` is not
+                the session's machine.
             SessionNotFound: If the store has no such session.
         """
         if not isinstance(machine, Machine):
@@ -486,6 +568,7 @@ class AgentSystem:
                 f"history() takes the machine first, then the session id: got {machine!r}"
             )
         store = self._require_store("read a session's history")
+        self._check_machine(machine, await store.record(session_id))
         codec = self._codec(machine)
         return [codec.decode_event(event) for event in await store.history(session_id)]
 
@@ -784,6 +867,7 @@ class AgentSystem:
                 snapshot=self._codec(machine).encode_state(state),
                 parent=session_id,
                 status="forked",
+                fingerprint=self._fingerprint(machine),
             )
         return new_id
 
@@ -811,16 +895,30 @@ class AgentSystem:
         ]
         return replay(machine, codec.decode_state(snapshot), events), loaded.record
 
-    @staticmethod
-    async def _load(store: Store, machine: Machine[Any], session_id: str) -> LoadedSession:
+    async def _load(self, store: Store, machine: Machine[Any], session_id: str) -> LoadedSession:
         """The stored session, checked to be a session of ``machine``."""
         loaded = await store.load(session_id)
-        if loaded.record.machine != machine.name:
-            raise ConfigurationError(
-                f"session {session_id!r} runs machine {loaded.record.machine!r}, "
-                f"not {machine.name!r}"
-            )
+        self._check_machine(machine, loaded.record)
         return loaded
+
+    def _check_machine(self, machine: Machine[Any], record: SessionRecord) -> None:
+        """Raise `ConfigurationError` unless ``record`` is a session of ``machine``.
+
+        A session stored before fingerprints (schema version 3) is checked by
+        name only; one of an unnamed machine then still has the old default name.
+        """
+        stored = record.fingerprint
+        if stored is None:
+            default = self._fingerprint(machine)["state"]  # an unnamed machine's name
+            legacy = record.machine == "machine" and machine.name == default
+            found = [] if record.machine == machine.name or legacy else ["the name differs"]
+        else:
+            found = differences(stored, self._fingerprint(machine))
+        if found:
+            raise ConfigurationError(
+                f"session {record.session_id!r} runs machine {record.machine!r}, not "
+                f"{machine.name!r}: {'; '.join(found)}. Pass the machine it was started with"
+            )
 
     def _check_not_running(self, session_id: str) -> None:
         handle = self._sessions.get(session_id)
@@ -912,6 +1010,12 @@ class AgentSystem:
         if codec is None:
             codec = self._codecs[id(machine)] = EventCodec(machine)
         return codec
+
+    def _fingerprint(self, machine: Machine[Any]) -> dict[str, Any]:
+        found = self._fingerprints.get(id(machine))
+        if found is None:
+            found = self._fingerprints[id(machine)] = fingerprint(machine)
+        return found
 
     def _hasher(self, machine: Machine[Any]) -> StateHasher:
         hasher = self._hashers.get(id(machine))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ._errors import SessionError, SessionLocked
+from ._owner import is_dead
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -40,21 +41,36 @@ class Claim:
         self.session_id = session_id
         self._leased = False
 
-    async def lease(self) -> None:
+    async def lease(self) -> str | None:
         """Take the session's lease in the store for this operation.
 
+        A lease held by a process of this host that is dead (or whose pid now
+        names another process) is taken over at once instead of waiting for it
+        to run out.
+
+        Returns:
+            The dead owner whose lease was taken over, if any.
+
         Raises:
-            SessionLocked: If another owner holds it.
+            SessionLocked: If a live owner, or one on another host, holds it.
         """
         store = self._claims.store
         assert store is not None, "a claim takes a lease only with a store"
+        owner, ttl = self._claims.owner, self._claims.ttl
         # From here the lease may be ours, even if the acquire is cut short.
         self._leased = True
         try:
-            await store.acquire(self.session_id, self._claims.owner, ttl=self._claims.ttl)
+            try:
+                await store.acquire(self.session_id, owner, ttl=ttl)
+            except SessionLocked as exc:
+                if not is_dead(exc.owner):
+                    raise
+                await store.acquire(self.session_id, owner, ttl=ttl, replacing=exc.owner)
+                return exc.owner
         except SessionLocked:
             self._leased = False  # another owner's: nothing of ours to give up
             raise
+        return None
 
     def hand_over(self) -> None:
         """A launched session holds the lease now; it gives it up when it ends."""

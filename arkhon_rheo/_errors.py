@@ -48,6 +48,8 @@ This module imports nothing from the package, so every layer may use it.
 
 from __future__ import annotations
 
+import math
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -536,11 +538,25 @@ class SessionLocked(StoreError):
     """
 
     def __init__(
-        self, *, session_id: str, owner: str, expires_at: float, location: str = ""
+        self,
+        *,
+        session_id: str,
+        owner: str,
+        expires_at: float,
+        location: str = "",
+        now: float | None = None,
     ) -> None:
+        until = datetime.fromtimestamp(expires_at, UTC).isoformat(timespec="seconds")
+        left = "" if now is None else f", in {max(0, math.ceil(expires_at - now))} s"
+        parts = owner.split("/")
+        who = f"{owner!r}"
+        if len(parts) >= 3 and parts[1].isdigit():
+            who = f"process {parts[1]} on host {parts[0]!r} (owner {owner!r})"
         super().__init__(
-            f"session {session_id!r} is driven by {owner!r} (lease until {expires_at:.0f}); "
-            "wait for it to end or for the lease to expire if that owner died",
+            f"session {session_id!r} is driven by {who}; its lease runs until "
+            f"{until.replace('+00:00', 'Z')}{left} unless renewed. Wait for that session to "
+            "end, or for the lease to run out if its process died on another host (an "
+            "AgentSystem takes over at once the lease of a dead process on its own host)",
             location=location,
         )
         self.session_id = session_id

@@ -192,7 +192,7 @@ async def drive(args: argparse.Namespace) -> int:
                 try:
                     handle = await system.resume(machine, session_id)
                 except SessionLocked:
-                    await anyio.sleep(0.02)  # the killed child's lease has not run out yet
+                    await anyio.sleep(0.02)  # a lease whose owner's death cannot be told
                     continue
                 await finish(handle)
                 return

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
-from arkhon_rheo import AgentState, Lifecycle
-from arkhon_rheo.protocols import Durability
+from arkhon_rheo import AgentState, Lifecycle, Patch
+from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import SQLiteStore
 from arkhon_rheo.supervision import EventCodec, StateHasher, apply_event, replay
 
@@ -159,7 +159,7 @@ def _integrity(db: Path) -> None:
 
 
 async def _verify(crashes: Crashes, final: bool = False) -> dict[str, int]:
-    """Check the file after a kill (or at the end); return each session's last number."""
+    """Check the file after a kill (or at the end); return each session's step count."""
     machine = crash_machine(crashes.rounds)
     codec = EventCodec(machine)
     hasher = StateHasher(codec)
@@ -214,16 +214,25 @@ async def _verify(crashes: Crashes, final: bool = False) -> dict[str, int]:
                     f"{where}: the snapshot at #{seq} differs from the replay up to it"
                 )
 
+            # A resume is recorded as an event that changes nothing: the steps are
+            # the other events, and each resume follows a run that stopped.
+            resumes = [event for event in decoded if event.kind is EventKind.RESUME]
+            for resume in resumes:
+                assert resume.patch == Patch(), where
+                assert resume.info is not None, where
+                assert resume.info["from_seq"] == resume.seq - 1, where
+            steps = n - len(resumes)
             assert isinstance(full, Crash)
-            assert n < len(trace), f"{where}: {n} events, more than a full run has"
-            assert (tuple(full.notes), full.total, full.lifecycle) == trace[n], where
+            assert steps < len(trace), f"{where}: {steps} steps, more than a full run has"
+            assert (tuple(full.notes), full.total, full.lifecycle) == trace[steps], where
             if full.lifecycle is Lifecycle.FINISHED:
                 if record.status != "finished":
                     crashes.status_lag[session_id] = record.status
             else:
                 assert record.status == "running", f"{where}: status {record.status!r}"
-            lasts[session_id] = n
+            lasts[session_id] = steps
         if final:
+            # Every session ends after its full run of steps.
             unfinished = {sid: n for sid, n in lasts.items() if n != len(trace) - 1}
             assert not unfinished, f"seed {crashes.seed}: sessions left unfinished: {unfinished}"
     _integrity(crashes.db)

@@ -30,7 +30,13 @@ if TYPE_CHECKING:
     from pathlib import Path
     from types import TracebackType
 
-    from arkhon_rheo.protocols import LoadedSession, SessionRecord, Store, StoredEvent
+    from arkhon_rheo.protocols import (
+        LeaseRecord,
+        LoadedSession,
+        SessionRecord,
+        Store,
+        StoredEvent,
+    )
     from arkhon_rheo.protocols._store import StoreStatistics
 
 pytestmark = pytest.mark.anyio
@@ -145,13 +151,27 @@ class CountingStore:
         snapshot: Any,
         parent: str | None = None,
         status: str = "running",
+        fingerprint: Any = None,
     ) -> SessionRecord:
         record: SessionRecord = await self._call(
             lambda: self.inner.create_session(
-                session_id, machine=machine, snapshot=snapshot, parent=parent, status=status
+                session_id,
+                machine=machine,
+                snapshot=snapshot,
+                parent=parent,
+                status=status,
+                fingerprint=fingerprint,
             )
         )
         return record
+
+    async def record(self, session_id: str) -> SessionRecord:
+        found: SessionRecord = await self._call(lambda: self.inner.record(session_id))
+        return found
+
+    async def leases(self) -> tuple[LeaseRecord, ...]:
+        found: tuple[LeaseRecord, ...] = await self._call(self.inner.leases)
+        return found
 
     async def append(
         self,
@@ -184,10 +204,14 @@ class CountingStore:
     async def set_status(self, session_id: str, status: str) -> None:
         await self._call(lambda: self.inner.set_status(session_id, status))
 
-    async def acquire(self, session_id: str, owner: str, *, ttl: float) -> None:
+    async def acquire(
+        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+    ) -> None:
         if owner != "probe":
             self.acquired += 1
-        await self._call(lambda: self.inner.acquire(session_id, owner, ttl=ttl))
+        await self._call(
+            lambda: self.inner.acquire(session_id, owner, ttl=ttl, replacing=replacing)
+        )
 
     async def release(self, session_id: str, owner: str) -> None:
         if owner != "probe":

@@ -322,6 +322,7 @@ async def test_a_store_of_schema_version_1_is_upgraded_in_place() -> None:
         await agents.run(machine, Box(), session_id="old")
     with sqlite3.connect("arkhon-rheo.db", isolation_level=None) as db:  # as version 1 left it
         db.execute("ALTER TABLE events DROP COLUMN digest")
+        db.execute("ALTER TABLE sessions DROP COLUMN fingerprint")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
         db.execute("PRAGMA user_version = 1")
     async with AgentSystem() as agents:
@@ -332,9 +333,9 @@ async def test_a_store_of_schema_version_1_is_upgraded_in_place() -> None:
         await agents.run(machine, Box(), session_id="new")
         assert (await agents.replay(machine, "new")).checked == 1
     with sqlite3.connect("arkhon-rheo.db") as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (2,)
+        assert db.execute("PRAGMA user_version").fetchone() == (3,)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        assert meta["schema_version"] == "2"
+        assert meta["schema_version"] == "3"
 
 
 async def test_a_call_waiting_for_a_concurrent_call_that_never_comes_diverges() -> None:

@@ -44,6 +44,7 @@ from ._state import ErrorClass as ErrorClass
 from ._state import FailureRecord as FailureRecord
 from ._state import Lifecycle as Lifecycle
 from ._store import Durability as Durability
+from ._store import LeaseRecord as LeaseRecord
 from ._store import LoadedSession as LoadedSession
 from ._store import SessionRecord as SessionRecord
 from ._store import Store as Store
@@ -64,6 +65,7 @@ __all__ = [
     "FinishReason",
     "Gate",
     "History",
+    "LeaseRecord",
     "Lifecycle",
     "LoadedSession",
     "Machine",

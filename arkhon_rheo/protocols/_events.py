@@ -30,6 +30,12 @@ class EventKind(enum.Enum):
     PAUSE = "pause"
     #: A human decision on a paused session: a resume value or an edit (the patch).
     DECISION = "decision"
+    #: The session was resumed from the store; it changes nothing in the state.
+    #: ``info``: who resumed it (``resumed_by``: host, pid, system), the event it
+    #: went on from (``from_seq``), the status it had (``previous_status``), the
+    #: dead owner whose lease was taken over (``taken_over``, if any) and, after a
+    #: crash, the stage that was in flight and runs again (``rerun``).
+    RESUME = "resume"
 
 
 class TransitionEvent(NamedTuple):

@@ -50,7 +50,10 @@ class Machine(Generic[S]):
             retried after its restart.
         loop_state: Entering this state from another one increments ``iteration``.
         gates: Where a session pauses for a human decision (see `Gate`).
-        name: A label for logs and stored sessions.
+        name: The machine's name, in logs and every session it stores
+            (a session is resumed by the machine of the same name). Defaults to
+            the state type's qualified name, so unnamed machines of different
+            state types are told apart.
 
     Raises:
         ConfigurationError: If the machine is inconsistent, as listed above.
@@ -70,12 +73,15 @@ class Machine(Generic[S]):
         error_routes: Mapping[enum.Enum, enum.Enum] | None = None,
         loop_state: enum.Enum | None = None,
         gates: Iterable[Gate] = (),
-        name: str = "machine",
+        name: str | None = None,
     ) -> None:
         if not (isinstance(state_type, type) and issubclass(state_type, AgentState)):
             raise ConfigurationError(
-                f"machine {name!r}: state_type must be an AgentState subclass, got {state_type!r}"
+                f"machine {name or '(unnamed)'!r}: state_type must be an AgentState subclass, "
+                f"got {state_type!r}"
             )
+        if name is None:
+            name = f"{state_type.__module__}.{state_type.__qualname__}"
         self.name = name
         self.state_type = state_type
         self.initial = initial

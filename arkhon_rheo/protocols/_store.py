@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Durability",
+    "LeaseRecord",
     "LoadedSession",
     "SessionRecord",
     "Store",
@@ -95,6 +96,8 @@ class SessionRecord:
         created_at: Wall-clock creation time.
         updated_at: Wall-clock time of its last change.
         parent: The session it was forked from, if any.
+        fingerprint: The fingerprint of the machine that started it, as JSON data
+            (``None`` for sessions stored before schema version 3).
     """
 
     session_id: str
@@ -104,6 +107,23 @@ class SessionRecord:
     created_at: float
     updated_at: float
     parent: str | None = None
+    fingerprint: Json = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """A session's lease: who drives it, and until when unless renewed.
+
+    Attributes:
+        session_id: The session.
+        owner: Who holds it (an `AgentSystem` names its host, process id and
+            process start time, so a dead owner on the same host is recognised).
+        expires_at: When it runs out, seconds since the epoch.
+    """
+
+    session_id: str
+    owner: str
+    expires_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +185,12 @@ class Store(Protocol):
         snapshot: Json,
         parent: str | None = None,
         status: str = "running",
+        fingerprint: Json = None,
     ) -> SessionRecord:
         """Record a new session with its initial snapshot (event number 0).
 
-        Raises ``SessionError`` if the id exists already.
+        ``fingerprint`` describes the machine that runs it (JSON data), kept in
+        its record. Raises ``SessionError`` if the id exists already.
         """
         ...
 
@@ -185,6 +207,10 @@ class Store(Protocol):
         ``snapshot`` is ``(seq, state)`` to store alongside. Raises ``StoreError``
         (``DuplicateEvent``) if a number is taken or not the next one.
         """
+        ...
+
+    async def record(self, session_id: str) -> SessionRecord:
+        """The session's record. Raises ``SessionNotFound``."""
         ...
 
     async def load(self, session_id: str) -> LoadedSession:
@@ -207,11 +233,18 @@ class Store(Protocol):
         """Change a session's status."""
         ...
 
-    async def acquire(self, session_id: str, owner: str, *, ttl: float) -> None:
+    async def acquire(
+        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+    ) -> None:
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
 
-        Raises ``SessionLocked`` if another owner holds an unexpired lease.
+        Raises ``SessionLocked`` if another owner holds an unexpired lease, unless
+        that owner is ``replacing`` (one known to be dead): its lease is taken over.
         """
+        ...
+
+    async def leases(self) -> tuple[LeaseRecord, ...]:
+        """Every lease that has not expired, by the store's clock."""
         ...
 
     async def release(self, session_id: str, owner: str) -> None:

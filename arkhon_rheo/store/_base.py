@@ -80,6 +80,7 @@ class StoreBase:
         snapshot: Any,
         parent: str | None,
         status: str,
+        fingerprint: Any = None,
     ) -> Create:
         self._check_open()
         text = dumps(
@@ -87,7 +88,14 @@ class StoreBase:
             what=f"the initial snapshot of session {session_id!r}",
             location=self._location,
         )
-        return Create(session_id, machine, status, parent, text, self._clock())
+        stamp = None
+        if fingerprint is not None:
+            stamp = dumps(
+                fingerprint,
+                what=f"the machine fingerprint of session {session_id!r}",
+                location=self._location,
+            )
+        return Create(session_id, machine, status, parent, text, self._clock(), stamp)
 
     def _append_request(
         self,

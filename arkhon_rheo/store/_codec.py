@@ -47,8 +47,9 @@ EventRow = tuple[
     "str | None",
     "int | None",
 ]
-#: ``(id, machine, status, last_seq, created_at, updated_at, parent)``.
-SessionRow = tuple[str, str, str, int, float, float, "str | None"]
+#: ``(id, machine, status, last_seq, created_at, updated_at, parent, fingerprint)``,
+#: the fingerprint as JSON text.
+SessionRow = tuple[str, str, str, int, float, float, "str | None", "str | None"]
 
 
 def _refuse(value: Any) -> Any:
@@ -213,4 +214,5 @@ def decode_record(row: Sequence[Any]) -> SessionRecord:
         created_at=row[4],
         updated_at=row[5],
         parent=row[6],
+        fingerprint=None if row[7] is None else loads(row[7]),
     )

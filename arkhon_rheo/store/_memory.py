@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import anyio.lowlevel
 
 from .._errors import ConfigurationError, SessionLocked, SessionNotFound
-from ..protocols import LoadedSession, SessionRecord, StoreStatistics
+from ..protocols import LeaseRecord, LoadedSession, SessionRecord, StoreStatistics
 from ._base import StoreBase, StoreState
 from ._codec import EventRow, SessionRow, decode_event, decode_record, loads
 from ._plan import Request, SetStatus, plan
@@ -84,7 +84,7 @@ class MemoryStore(StoreBase):
             self._snapshots[session_id][seq] = state
         for session_id, (last_seq, status) in result.updated.items():
             old = self._sessions[session_id]
-            self._sessions[session_id] = (*old[:2], status, last_seq, old[4], now, old[6])
+            self._sessions[session_id] = (*old[:2], status, last_seq, old[4], now, *old[6:])
         self._appended += result.appended
         self._transactions += 1
         self._largest_batch = max(self._largest_batch, result.appended)
@@ -109,6 +109,7 @@ class MemoryStore(StoreBase):
         snapshot: Any,
         parent: str | None = None,
         status: str = "running",
+        fingerprint: Any = None,
     ) -> SessionRecord:
         """Record a new session with its initial snapshot (event number 0).
 
@@ -117,7 +118,9 @@ class MemoryStore(StoreBase):
             StoreError: The snapshot is not JSON data, or the store is not open.
         """
         await anyio.lowlevel.checkpoint()
-        self._write(self._create_request(session_id, machine, snapshot, parent, status))
+        self._write(
+            self._create_request(session_id, machine, snapshot, parent, status, fingerprint)
+        )
         return decode_record(self._sessions[session_id])
 
     async def append(
@@ -197,8 +200,12 @@ class MemoryStore(StoreBase):
         self._check_open()
         self._write(SetStatus(session_id, status))
 
-    async def acquire(self, session_id: str, owner: str, *, ttl: float) -> None:
+    async def acquire(
+        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+    ) -> None:
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
+
+        A lease held by ``replacing`` (an owner known to be dead) is taken over.
 
         Raises:
             SessionLocked: Another owner holds a lease that has not expired.
@@ -210,11 +217,26 @@ class MemoryStore(StoreBase):
             raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
         now = self._clock()
         held = self._leases.get(session_id)
-        if held is not None and held[0] != owner and held[1] > now:
+        if held is not None and held[0] not in (owner, replacing) and held[1] > now:
             raise SessionLocked(
-                session_id=session_id, owner=held[0], expires_at=held[1], location=self._location
+                session_id=session_id,
+                owner=held[0],
+                expires_at=held[1],
+                location=self._location,
+                now=now,
             )
         self._leases[session_id] = (owner, now + ttl)
+
+    async def leases(self) -> tuple[LeaseRecord, ...]:
+        """Every lease that has not expired, by the store's clock."""
+        await anyio.lowlevel.checkpoint()
+        self._check_open()
+        now = self._clock()
+        return tuple(
+            LeaseRecord(session_id, owner, expires_at)
+            for session_id, (owner, expires_at) in self._leases.items()
+            if expires_at > now
+        )
 
     async def release(self, session_id: str, owner: str) -> None:
         """Give up the lease if ``owner`` holds it."""

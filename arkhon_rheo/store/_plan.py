@@ -41,6 +41,7 @@ class Create:
     parent: str | None
     snapshot: str
     created_at: float
+    fingerprint: str | None = None
 
 
 @dataclass(slots=True)
@@ -63,12 +64,16 @@ class SetStatus:
 
 @dataclass(slots=True)
 class Acquire:
-    """Take (or renew) a session's lease unless another owner's is unexpired at ``now``."""
+    """Take (or renew) a session's lease unless another owner's is unexpired at ``now``.
+
+    A lease held by ``replacing`` (an owner known to be dead) is taken over.
+    """
 
     session_id: str
     owner: str
     expires_at: float
     now: float
+    replacing: str | None = None
 
 
 @dataclass(slots=True)
@@ -166,9 +171,17 @@ def plan(
             pass
         elif isinstance(request, Acquire):
             lease = held.get(sid)
-            if lease is not None and lease[0] != request.owner and lease[1] > request.now:
+            if (
+                lease is not None
+                and lease[0] not in (request.owner, request.replacing)
+                and lease[1] > request.now
+            ):
                 error = SessionLocked(
-                    session_id=sid, owner=lease[0], expires_at=lease[1], location=location
+                    session_id=sid,
+                    owner=lease[0],
+                    expires_at=lease[1],
+                    location=location,
+                    now=request.now,
                 )
             else:
                 held[sid] = (request.owner, request.expires_at)
@@ -194,6 +207,7 @@ def plan(
                         request.created_at,
                         now,
                         request.parent,
+                        request.fingerprint,
                     )
                 )
                 out.snapshots.append((sid, 0, request.snapshot))

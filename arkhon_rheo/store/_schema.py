@@ -27,7 +27,7 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "inspect_file", "prepare"]
 #: ``PRAGMA application_id`` of every store file: "ArkR".
 APPLICATION_ID = 0x41726B52
 #: ``PRAGMA user_version``: the schema version this code reads and writes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _MAGIC = b"SQLite format 3\x00"
 _TABLES = frozenset({"meta", "sessions", "events", "snapshots", "leases"})
 
@@ -36,7 +36,7 @@ _SCHEMA = (
     """CREATE TABLE sessions (
         id TEXT PRIMARY KEY, machine TEXT NOT NULL, status TEXT NOT NULL,
         last_seq INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
-        parent TEXT)""",
+        parent TEXT, fingerprint TEXT)""",
     """CREATE TABLE events (
         session_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, stage TEXT,
         from_state TEXT NOT NULL, to_state TEXT NOT NULL, reads TEXT NOT NULL,
@@ -53,8 +53,12 @@ _SCHEMA = (
 )
 _META = (("application", "arkhon-rheo"), ("schema_version", str(SCHEMA_VERSION)))
 #: What brings a file of each older version to the next one. Version 2 added
-#: each event's state digest (events stored before it have none).
-_UPGRADES: dict[int, tuple[str, ...]] = {1: ("ALTER TABLE events ADD COLUMN digest INTEGER",)}
+#: each event's state digest (events stored before it have none); version 3 each
+#: session's machine fingerprint (sessions stored before it have none).
+_UPGRADES: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE events ADD COLUMN digest INTEGER",),
+    2: ("ALTER TABLE sessions ADD COLUMN fingerprint TEXT",),
+}
 
 
 def _foreign(path: str, why: str) -> StoreCorrupt:

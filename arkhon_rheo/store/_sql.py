@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "history",
+    "leases",
     "load",
     "record",
     "sessions",
@@ -32,7 +33,7 @@ __all__ = [
 
 T = TypeVar("T")
 _CHUNK = 500  # session ids per ``IN (...)`` query, well below SQLite's variable limit
-INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)"
+INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_SNAPSHOT = "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)"
 UPDATE_SESSION = "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? WHERE id = ?"
@@ -41,7 +42,7 @@ UPSERT_LEASE = (
     "SET owner = excluded.owner, expires_at = excluded.expires_at"
 )
 DELETE_LEASE = "DELETE FROM leases WHERE session_id = ?"
-_SESSION_COLUMNS = "id, machine, status, last_seq, created_at, updated_at, parent"
+_SESSION_COLUMNS = "id, machine, status, last_seq, created_at, updated_at, parent, fingerprint"
 
 
 def sql(text: str, params: Sequence[Any] = ()) -> Statement:
@@ -122,6 +123,15 @@ def record(session_id: str) -> Script[tuple[Any, ...]]:
     if not rows:
         raise SessionNotFound(session_id=session_id)
     return rows[0]
+
+
+def leases(now: float) -> Script[Rows]:
+    """Every lease that has not expired at ``now``."""
+    rows = yield sql(
+        "SELECT session_id, owner, expires_at FROM leases WHERE expires_at > ? ORDER BY session_id",
+        (now,),
+    )
+    return rows
 
 
 def sessions() -> Script[Rows]:

@@ -11,7 +11,7 @@ import anyio
 import anyio.to_thread
 
 from .._errors import ConfigurationError, StoreError
-from ..protocols import Durability, LoadedSession, SessionRecord, StoreStatistics
+from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord, StoreStatistics
 from . import _sql as sql
 from ._base import StoreBase, StoreState
 from ._codec import decode_event, decode_record, loads
@@ -221,6 +221,7 @@ class SQLiteStore(StoreBase):
         snapshot: Any,
         parent: str | None = None,
         status: str = "running",
+        fingerprint: Any = None,
     ) -> SessionRecord:
         """Record a new session with its initial snapshot (event number 0), durably.
 
@@ -230,7 +231,8 @@ class SQLiteStore(StoreBase):
                 is not open.
         """
         await self._submit(
-            self._create_request(session_id, machine, snapshot, parent, status), wait=True
+            self._create_request(session_id, machine, snapshot, parent, status, fingerprint),
+            wait=True,
         )
         if self._durability is Durability.ASYNC:
             self._tails[session_id] = 0
@@ -349,12 +351,15 @@ class SQLiteStore(StoreBase):
 
     # -- leases ----------------------------------------------------------------
 
-    async def acquire(self, session_id: str, owner: str, *, ttl: float) -> None:
+    async def acquire(
+        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+    ) -> None:
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
 
+        A lease held by ``replacing`` (an owner known to be dead) is taken over.
         The check and the write happen in one ``BEGIN IMMEDIATE`` transaction (the
         group commit's: leases ride in the same batches as events), so two
-        processes on the same file cannot both take it.
+        processes on the same file cannot both take it, nor both take it over.
 
         Raises:
             SessionLocked: Another owner holds a lease that has not expired.
@@ -365,7 +370,13 @@ class SQLiteStore(StoreBase):
         if not 0 < ttl < math.inf:
             raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
         now = self._clock()
-        await self._submit(Acquire(session_id, owner, now + ttl, now), wait=True)
+        await self._submit(Acquire(session_id, owner, now + ttl, now, replacing), wait=True)
+
+    async def leases(self) -> tuple[LeaseRecord, ...]:
+        """Every lease that has not expired, by the store's clock."""
+        writer = await self._reading()
+        rows = await writer.run_script(sql.leases(self._clock()))
+        return tuple(LeaseRecord(*row) for row in rows)
 
     async def release(self, session_id: str, owner: str) -> None:
         """Give up the lease if ``owner`` holds it (in the next group commit).
