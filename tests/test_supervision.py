@@ -636,3 +636,73 @@ def test_two_stages_may_not_share_a_name() -> None:
             terminal={L.FINISHED, L.FAILED},
             failed=L.FAILED,
         )
+
+
+def shared_stage_machine(probe: Probe) -> Machine[LoopState]:
+    """One stage class, "work", runs both ACTING and OBSERVING."""
+
+    def make(name: str, nxt: Callable[[LoopState], Lifecycle]) -> type[Stage[Any]]:
+        class Scripted(Stage[LoopState], name=name, reads={"steps"}, writes={"steps"}):
+            def __init__(self) -> None:
+                probe.instances[name] = probe.instances.get(name, 0) + 1
+
+            async def execute(self, view: StateView[LoopState]) -> Patch:
+                action = probe.next_action(name)
+                if isinstance(action, BaseException):
+                    raise action
+                return Patch().append("steps", name)
+
+            def next(self, state: LoopState) -> Lifecycle:
+                return nxt(state)
+
+        return Scripted
+
+    work = make("work", lambda s: L.OBSERVING if s.lifecycle is L.ACTING else L.FINISHED)
+    return Machine(
+        name="shared",
+        state_type=LoopState,
+        initial=L.INITIALIZED,
+        terminal={L.FINISHED, L.FAILED},
+        failed=L.FAILED,
+        transitions={
+            L.INITIALIZED: {L.THINKING},
+            L.THINKING: {L.ACTING},
+            L.ACTING: {L.OBSERVING},
+            L.OBSERVING: {L.FINISHED},
+        },
+        stages={
+            L.INITIALIZED: make("load", lambda s: L.THINKING),
+            L.THINKING: make("think", lambda s: L.ACTING),
+            L.ACTING: work,
+            L.OBSERVING: work,
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        (RestartStrategy.ONE_FOR_ONE, {"load": 1, "think": 2, "work": 1}),
+        (RestartStrategy.ONE_FOR_ALL, {"load": 2, "think": 2, "work": 2}),
+        (RestartStrategy.REST_FOR_ONE, {"load": 1, "think": 2, "work": 2}),
+    ],
+)
+async def test_restart_strategies_with_a_stage_serving_two_states(
+    strategy: RestartStrategy, expected: dict[str, int]
+) -> None:
+    probe = Probe(think=[Recoverable("once")])
+    machine = shared_stage_machine(probe)
+    async with System(restart_strategy=strategy) as system:
+        result = await system.run(machine, LoopState())
+        assert system.statistics().actors == 0
+    assert result.exit_reason is ExitReason.FINISHED
+    assert result.restarts == 1
+    assert list(result.state.steps) == ["load", "think", "work", "work"]
+    assert probe.instances == expected
+
+
+def test_restart_strategies_name_each_stage_once() -> None:
+    order = ["load", "work", "think", "work"]
+    assert RestartStrategy.ONE_FOR_ALL.affected(order, "think") == ["load", "work", "think"]
+    assert RestartStrategy.REST_FOR_ONE.affected(order, "work") == ["work", "think"]
+    assert RestartStrategy.REST_FOR_ONE.affected(order, "think") == ["think"]

@@ -343,7 +343,11 @@ class SessionSupervisor(Actor[_Step, None]):
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.order: list[str] = [stage.name for stage in session.machine.stages.values()]
+        # A stage class may serve several states: it is one stage (one instance, one
+        # actor), started and restarted once, in the order it first appears.
+        self.order: list[str] = list(
+            dict.fromkeys(stage.name for stage in session.machine.stages.values())
+        )
         self.stage_types: dict[str, type[Stage[Any]]] = {
             stage.name: stage for stage in session.machine.stages.values()
         }
