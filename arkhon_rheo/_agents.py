@@ -127,7 +127,13 @@ class SessionHandle(Generic[S]):
         return self._session.done.is_set()
 
     async def result(self) -> SessionResult[S]:
-        """Wait for the session to end and return how it ended."""
+        """Wait for the session to end and return how it ended.
+
+        A session whose stage raised a ``BaseException`` other than cancellation
+        ends `ExitReason.CRASHED`, its ``failure`` naming the exception; the
+        exception itself leaves the `AgentSystem` block (so a waiter inside the
+        block may be cancelled instead of returning).
+        """
         session = self._session
         await session.done.wait()
         assert session.exit_reason is not None
@@ -190,6 +196,13 @@ class AgentSystem:
     Use it as an async context manager on asyncio or trio. Sessions are
     supervised one_for_one: one session's crash or fatal error never touches
     another. Leaving the block cancels sessions still running.
+
+    Only ``Exception`` is classified. A stage's ``BaseException`` other than
+    cancellation (``KeyboardInterrupt``, ``SystemExit``, a subclass of your own)
+    ends its session as `ExitReason.CRASHED` (stored as ``"crashed"``, so
+    `resume` continues from the last commit), in either stage mode, then
+    cancels the block and every other session, and leaves the block in a
+    ``BaseExceptionGroup`` (catch it with ``except*``).
 
     Args:
         max_steps: The default step budget of a session.
@@ -319,9 +332,15 @@ class AgentSystem:
         for handle in self._sessions.values():
             if not handle.done:
                 handle.cancel()
-        if self._renewer is not None:
-            self._renewer.cancel_scope.cancel()
-            await self._renewer.__aexit__(None, None, None)
+        try:
+            if self._renewer is not None:
+                self._renewer.cancel_scope.cancel()
+                await self._renewer.__aexit__(None, None, None)
+        except BaseException as error:  # the block was cancelled meanwhile (an escalation)
+            # The actors' task group must be left in any case, or the host's cancel
+            # scopes are corrupted; it absorbs a cancellation of its own scope.
+            if exc is None:
+                exc_type, exc, tb = type(error), error, error.__traceback__
         try:
             return await self._actors.__aexit__(exc_type, exc, tb)
         finally:
