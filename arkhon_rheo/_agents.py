@@ -291,6 +291,7 @@ class AgentSystem:
         self._sessions: dict[str, SessionHandle[Any]] = {}
         self._validators: dict[int, PatchValidator] = {}
         self._counter = itertools.count()
+        self._deciding: set[str] = set()
 
     async def __aenter__(self) -> AgentSystem:
         if self._owned_store is not None:
@@ -577,6 +578,10 @@ class AgentSystem:
     ) -> SessionHandle[S] | None:
         """Answer a session paused at a gate: ``"resume"``, ``"abort"`` or ``"edit"``.
 
+        With a store the decision is stored and works across processes; without
+        one (``path=None``) it applies to the paused session this system holds in
+        memory, with the same checks, and the decision event joins its history.
+
         Args:
             machine: The session's machine.
             session_id: The paused session.
@@ -591,66 +596,37 @@ class AgentSystem:
             The running session's handle after ``"resume"``, else ``None``.
 
         Raises:
-            ConfigurationError: Without a store, or for an unknown decision.
+            ConfigurationError: For an unknown decision, or if ``machine`` is not
+                the session's machine.
+            SessionNotFound: If there is no such session (in the store, or without
+                one, started here).
             SessionError: If the session is not paused (or runs here).
             InvalidPatch: If the value or an edited field fails validation; the
                 session stays paused, nothing is written.
             UndeclaredWrite: If an edit touches a field only the supervisor writes.
             InvariantViolation: If the edited state breaks an invariant.
         """
-        store = self._require_store("decide on a paused session")
         if decision not in ("resume", "abort", "edit"):
             raise ConfigurationError(
                 f"decision must be 'resume', 'abort' or 'edit', got {decision!r}"
             )
         self._check_not_running(session_id)
         self._check_running()
+        store = self._store
+        if store is None:
+            return await self._decide_in_memory(machine, session_id, decision, value, edit)
         await store.load(session_id)  # SessionNotFound before any lease
         await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
         launched = False
         try:
             state, record = await self._state_at(machine, session_id, None)
             if record.status != "paused":
-                raise SessionError(
-                    f"session {session_id!r} is not paused (it is {record.status}); "
-                    "only a session waiting at a gate takes a decision",
-                    session_id=session_id,
-                )
+                raise _not_paused(session_id, record.status)
             pause = (await self.history(machine, session_id))[-1]
-            info = dict(pause.info or {})
-            gate = next((g for g in machine.gates if g.name == info.get("gate")), None)
-            validator = self._validator(machine)
-            if decision == "abort":
-                failure = FailureRecord(
-                    error_type="Aborted",
-                    message=f"aborted by a human at gate {info.get('gate')!r}",
-                    error_class=ErrorClass.FATAL,
-                    lifecycle=state.lifecycle.name,
-                    exit_reason="aborted",
-                )
-                updates = {"last_error": failure, "lifecycle": machine.failed}
-                kind, status, error = EventKind.FAILURE, "aborted", failure
-            else:
-                if decision == "resume":
-                    if gate is None or gate.field is None:
-                        if value is not None:
-                            raise ConfigurationError(
-                                f"gate {info.get('gate')!r} takes no resume value"
-                            )
-                        fields: dict[str, Any] = {}
-                    else:
-                        fields = {gate.field: value}
-                    writes = frozenset(fields)
-                else:
-                    fields = dict(edit or {})
-                    writes = frozenset(machine.state_type.model_fields) - SUPERVISOR_FIELDS
-                updates, _ = validator.validate(
-                    state, Patch.of(fields), stage="(human)", writes=writes
-                )
-                validator.check_invariants(
-                    state.model_copy(update=updates), state.lifecycle, stage="(human)"
-                )
-                kind, status, error = EventKind.DECISION, "paused", None
+            gate = (pause.info or {}).get("gate")
+            updates, kind, status, error = self._decision(
+                machine, state, gate, decision, value, edit
+            )
             decided = state.model_copy(update=updates)
             event = await self._append_owned(
                 machine,
@@ -659,8 +635,8 @@ class AgentSystem:
                 state,
                 decided,
                 updates,
-                info={"decision": decision, "gate": info.get("gate")},
-                status="running" if decision == "resume" else status,
+                info={"decision": decision, "gate": gate},
+                status=status,
                 error=error,
             )
             if decision != "resume":
@@ -679,6 +655,100 @@ class AgentSystem:
             if not launched:
                 with anyio.CancelScope(shield=True):
                     await store.release(session_id, self._owner)
+
+    async def _decide_in_memory(
+        self,
+        machine: Machine[S],
+        session_id: str,
+        decision: str,
+        value: Any,
+        edit: dict[str, Any] | None,
+    ) -> SessionHandle[S] | None:
+        """`decide` for a session paused here without a store."""
+        session = self.session(session_id)._session
+        if session.machine.name != machine.name:
+            raise ConfigurationError(
+                f"session {session_id!r} runs machine {session.machine.name!r}, "
+                f"not {machine.name!r}"
+            )
+        if session_id in self._deciding:
+            raise _not_paused(session_id, "being resumed")
+        reason = session.exit_reason
+        if reason is not ExitReason.PAUSED:
+            raise _not_paused(session_id, "running" if reason is None else reason.value)
+        state = session.state
+        gate = (session.log[-1].info or {}).get("gate")
+        updates, kind, _, error = self._decision(machine, state, gate, decision, value, edit)
+        decided = state.model_copy(update=updates)
+        event = _owned_event(
+            session_id,
+            session.next_seq(),
+            kind,
+            state,
+            decided,
+            updates,
+            info={"decision": decision, "gate": gate},
+            error=error,
+        )
+        session.log.append(event)
+        session.state = decided
+        if decision == "abort":
+            session.failure = error
+            session.exit_reason = ExitReason.FAILED
+        if decision != "resume":
+            return None
+        self._deciding.add(session_id)  # no second decision while this one launches
+        try:
+            return await self._launch(
+                machine,
+                cast("S", decided),
+                self._config,
+                session_id,
+                base_seq=session.base_seq,
+                gates_passed=True,
+                history=session.log,
+            )
+        finally:
+            self._deciding.discard(session_id)
+
+    def _decision(
+        self,
+        machine: Machine[Any],
+        state: AgentState,
+        gate_name: str | None,
+        decision: str,
+        value: Any,
+        edit: dict[str, Any] | None,
+    ) -> tuple[dict[str, Any], EventKind, str, FailureRecord | None]:
+        """Check a human decision on ``state``; return its updates, event kind, status, error."""
+        if decision == "abort":
+            failure = FailureRecord(
+                error_type="Aborted",
+                message=f"aborted by a human at gate {gate_name!r}",
+                error_class=ErrorClass.FATAL,
+                lifecycle=state.lifecycle.name,
+                exit_reason="aborted",
+            )
+            updates = {"last_error": failure, "lifecycle": machine.failed}
+            return updates, EventKind.FAILURE, "aborted", failure
+        if decision == "resume":
+            gate = next((g for g in machine.gates if g.name == gate_name), None)
+            if gate is None or gate.field is None:
+                if value is not None:
+                    raise ConfigurationError(f"gate {gate_name!r} takes no resume value")
+                fields: dict[str, Any] = {}
+            else:
+                fields = {gate.field: value}
+            writes = frozenset(fields)
+        else:
+            fields = dict(edit or {})
+            writes = frozenset(machine.state_type.model_fields) - SUPERVISOR_FIELDS
+        validator = self._validator(machine)
+        updates, _ = validator.validate(state, Patch.of(fields), stage="(human)", writes=writes)
+        validator.check_invariants(
+            state.model_copy(update=updates), state.lifecycle, stage="(human)"
+        )
+        return updates, EventKind.DECISION, "running" if decision == "resume" else "paused", None
 
     async def rollback(
         self, machine: Machine[Any], session_id: str, to_seq: int
@@ -747,22 +817,15 @@ class AgentSystem:
         """
         store = self._require_store("change a stored session")
         codec = self._codec(machine)
-        now = time.time()
-        event = TransitionEvent(
-            session_id=record.session_id,
-            seq=record.last_seq + 1,
-            kind=kind,
-            stage=None,
-            from_state=before.lifecycle,
-            to_state=after.lifecycle,
-            reads=frozenset(),
-            writes=frozenset(updates),
-            patch=Patch.of(updates),
-            attempt=0,
-            started_at=now,
-            finished_at=now,
-            error=error,
+        event = _owned_event(
+            record.session_id,
+            record.last_seq + 1,
+            kind,
+            before,
+            after,
+            updates,
             info=info,
+            error=error,
         )
         await store.append(
             record.session_id,
@@ -858,6 +921,7 @@ class AgentSystem:
         *,
         base_seq: int,
         gates_passed: bool = False,
+        history: Sequence[TransitionEvent] = (),
     ) -> SessionHandle[S]:
         seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
         persistence = None
@@ -882,6 +946,7 @@ class AgentSystem:
             base_seq=base_seq,
         )
         session.gates_passed = gates_passed
+        session.log.extend(history)  # an in-memory session's earlier events, kept on
         ref = await self._actors.spawn(SessionSupervisor, session, name=f"{session_id}/supervisor")
         handle: SessionHandle[S] = SessionHandle(session, ref)
         self._sessions[session_id] = handle
@@ -974,6 +1039,45 @@ class AgentSystem:
         if validator is None:
             validator = self._validators[id(machine)] = PatchValidator(machine)
         return validator
+
+
+def _not_paused(session_id: str, status: str) -> SessionError:
+    return SessionError(
+        f"session {session_id!r} is not paused (it is {status}); "
+        "only a session waiting at a gate takes a decision",
+        session_id=session_id,
+    )
+
+
+def _owned_event(
+    session_id: str,
+    seq: int,
+    kind: EventKind,
+    before: AgentState,
+    after: AgentState,
+    updates: dict[str, Any],
+    *,
+    info: dict[str, Any],
+    error: FailureRecord | None,
+) -> TransitionEvent:
+    """An event made outside any stage (a rollback, a human decision)."""
+    now = time.time()
+    return TransitionEvent(
+        session_id=session_id,
+        seq=seq,
+        kind=kind,
+        stage=None,
+        from_state=before.lifecycle,
+        to_state=after.lifecycle,
+        reads=frozenset(),
+        writes=frozenset(updates),
+        patch=Patch.of(updates),
+        attempt=0,
+        started_at=now,
+        finished_at=now,
+        error=error,
+        info=info,
+    )
 
 
 def _check_budget(max_steps: int) -> None:
