@@ -131,7 +131,13 @@ class SessionHandle(Generic[S]):
         return self._session.done.is_set()
 
     async def result(self) -> SessionResult[S]:
-        """Wait for the session to end and return how it ended."""
+        """Wait for the session to end and return how it ended.
+
+        A session whose stage raised a ``BaseException`` other than cancellation
+        ends `ExitReason.CRASHED`, its ``failure`` naming the exception; the
+        exception itself leaves the `AgentSystem` block (so a waiter inside the
+        block may be cancelled instead of returning).
+        """
         session = self._session
         await session.done.wait()
         assert session.exit_reason is not None
@@ -195,6 +201,13 @@ class AgentSystem:
     Use it as an async context manager on asyncio or trio. Sessions are
     supervised one_for_one: one session's crash or fatal error never touches
     another. Leaving the block cancels sessions still running.
+
+    Only ``Exception`` is classified. A stage's ``BaseException`` other than
+    cancellation (``KeyboardInterrupt``, ``SystemExit``, a subclass of your own)
+    ends its session as `ExitReason.CRASHED` (stored as ``"crashed"``, so
+    `resume` continues from the last commit), in either stage mode, then
+    cancels the block and every other session, and leaves the block in a
+    ``BaseExceptionGroup`` (catch it with ``except*``).
 
     Args:
         max_steps: The default step budget of a session.
@@ -328,9 +341,15 @@ class AgentSystem:
         for handle in self._sessions.values():
             if not handle.done:
                 handle.cancel()
-        if self._renewer is not None:
-            self._renewer.cancel_scope.cancel()
-            await self._renewer.__aexit__(None, None, None)
+        try:
+            if self._renewer is not None:
+                self._renewer.cancel_scope.cancel()
+                await self._renewer.__aexit__(None, None, None)
+        except BaseException as error:  # the block was cancelled meanwhile (an escalation)
+            # The actors' task group must be left in any case, or the host's cancel
+            # scopes are corrupted; it absorbs a cancellation of its own scope.
+            if exc is None:
+                exc_type, exc, tb = type(error), error, error.__traceback__
         try:
             return await self._actors.__aexit__(exc_type, exc, tb)
         finally:
@@ -648,6 +667,10 @@ class AgentSystem:
     ) -> SessionHandle[S] | None:
         """Answer a session paused at a gate: ``"resume"``, ``"abort"`` or ``"edit"``.
 
+        With a store the decision is stored and works across processes; without
+        one (``path=None``) it applies to the paused session this system holds in
+        memory, with the same checks, and the decision event joins its history.
+
         Args:
             machine: The session's machine.
             session_id: The paused session.
@@ -662,7 +685,10 @@ class AgentSystem:
             The running session's handle after ``"resume"``, else ``None``.
 
         Raises:
-            ConfigurationError: Without a store, or for an unknown decision.
+            ConfigurationError: For an unknown decision, or if ``machine`` is not
+                the session's machine.
+            SessionNotFound: If there is no such session (in the store, or without
+                one, started here).
             SessionError: If the session is not paused (or runs here, or another call
                 here is starting or changing it).
             InvalidPatch: If the value or an edited field fails validation; the
@@ -670,57 +696,26 @@ class AgentSystem:
             UndeclaredWrite: If an edit touches a field only the supervisor writes.
             InvariantViolation: If the edited state breaks an invariant.
         """
-        store = self._require_store("decide on a paused session")
         if decision not in ("resume", "abort", "edit"):
             raise ConfigurationError(
                 f"decision must be 'resume', 'abort' or 'edit', got {decision!r}"
             )
         self._check_running()
+        store = self._store
+        if store is None:
+            async with self._claim(session_id):
+                return await self._decide_in_memory(machine, session_id, decision, value, edit)
         async with self._claim(session_id) as claim:
             await store.load(session_id)  # SessionNotFound before any lease
             await claim.lease()
             state, record = await self._state_at(machine, session_id, None)
             if record.status != "paused":
-                raise SessionError(
-                    f"session {session_id!r} is not paused (it is {record.status}); "
-                    "only a session waiting at a gate takes a decision",
-                    session_id=session_id,
-                )
+                raise _not_paused(session_id, record.status)
             pause = (await self.history(machine, session_id))[-1]
-            info = dict(pause.info or {})
-            gate = next((g for g in machine.gates if g.name == info.get("gate")), None)
-            validator = self._validator(machine)
-            if decision == "abort":
-                failure = FailureRecord(
-                    error_type="Aborted",
-                    message=f"aborted by a human at gate {info.get('gate')!r}",
-                    error_class=ErrorClass.FATAL,
-                    lifecycle=state.lifecycle.name,
-                    exit_reason="aborted",
-                )
-                updates = {"last_error": failure, "lifecycle": machine.failed}
-                kind, status, error = EventKind.FAILURE, "aborted", failure
-            else:
-                if decision == "resume":
-                    if gate is None or gate.field is None:
-                        if value is not None:
-                            raise ConfigurationError(
-                                f"gate {info.get('gate')!r} takes no resume value"
-                            )
-                        fields: dict[str, Any] = {}
-                    else:
-                        fields = {gate.field: value}
-                    writes = frozenset(fields)
-                else:
-                    fields = dict(edit or {})
-                    writes = frozenset(machine.state_type.model_fields) - SUPERVISOR_FIELDS
-                updates, _ = validator.validate(
-                    state, Patch.of(fields), stage="(human)", writes=writes
-                )
-                validator.check_invariants(
-                    state.model_copy(update=updates), state.lifecycle, stage="(human)"
-                )
-                kind, status, error = EventKind.DECISION, "paused", None
+            gate = (pause.info or {}).get("gate")
+            updates, kind, status, error = self._decision(
+                machine, state, gate, decision, value, edit
+            )
             decided = state.model_copy(update=updates)
             event = await self._append_owned(
                 machine,
@@ -729,8 +724,8 @@ class AgentSystem:
                 state,
                 decided,
                 updates,
-                info={"decision": decision, "gate": info.get("gate")},
-                status="running" if decision == "resume" else status,
+                info={"decision": decision, "gate": gate},
+                status=status,
                 error=error,
             )
             if decision != "resume":
@@ -744,6 +739,94 @@ class AgentSystem:
                 gates_passed=True,
                 claim=claim,
             )
+
+    async def _decide_in_memory(
+        self,
+        machine: Machine[S],
+        session_id: str,
+        decision: str,
+        value: Any,
+        edit: dict[str, Any] | None,
+    ) -> SessionHandle[S] | None:
+        """`decide` for a session paused here without a store."""
+        session = self.session(session_id)._session
+        if session.machine.name != machine.name:
+            raise ConfigurationError(
+                f"session {session_id!r} runs machine {session.machine.name!r}, "
+                f"not {machine.name!r}"
+            )
+        reason = session.exit_reason
+        if reason is not ExitReason.PAUSED:
+            raise _not_paused(session_id, "running" if reason is None else reason.value)
+        state = session.state
+        gate = (session.log[-1].info or {}).get("gate")
+        updates, kind, _, error = self._decision(machine, state, gate, decision, value, edit)
+        decided = state.model_copy(update=updates)
+        event = _owned_event(
+            session_id,
+            session.next_seq(),
+            kind,
+            state,
+            decided,
+            updates,
+            info={"decision": decision, "gate": gate},
+            error=error,
+        )
+        session.log.append(event)
+        session.state = decided
+        if decision == "abort":
+            session.failure = error
+            session.exit_reason = ExitReason.FAILED
+        if decision != "resume":
+            return None
+        return await self._launch(
+            machine,
+            cast("S", decided),
+            self._config,
+            session_id,
+            base_seq=session.base_seq,
+            gates_passed=True,
+            history=session.log,
+        )
+
+    def _decision(
+        self,
+        machine: Machine[Any],
+        state: AgentState,
+        gate_name: str | None,
+        decision: str,
+        value: Any,
+        edit: dict[str, Any] | None,
+    ) -> tuple[dict[str, Any], EventKind, str, FailureRecord | None]:
+        """Check a human decision on ``state``; return its updates, event kind, status, error."""
+        if decision == "abort":
+            failure = FailureRecord(
+                error_type="Aborted",
+                message=f"aborted by a human at gate {gate_name!r}",
+                error_class=ErrorClass.FATAL,
+                lifecycle=state.lifecycle.name,
+                exit_reason="aborted",
+            )
+            updates = {"last_error": failure, "lifecycle": machine.failed}
+            return updates, EventKind.FAILURE, "aborted", failure
+        if decision == "resume":
+            gate = next((g for g in machine.gates if g.name == gate_name), None)
+            if gate is None or gate.field is None:
+                if value is not None:
+                    raise ConfigurationError(f"gate {gate_name!r} takes no resume value")
+                fields: dict[str, Any] = {}
+            else:
+                fields = {gate.field: value}
+            writes = frozenset(fields)
+        else:
+            fields = dict(edit or {})
+            writes = frozenset(machine.state_type.model_fields) - SUPERVISOR_FIELDS
+        validator = self._validator(machine)
+        updates, _ = validator.validate(state, Patch.of(fields), stage="(human)", writes=writes)
+        validator.check_invariants(
+            state.model_copy(update=updates), state.lifecycle, stage="(human)"
+        )
+        return updates, EventKind.DECISION, "running" if decision == "resume" else "paused", None
 
     async def rollback(
         self, machine: Machine[Any], session_id: str, to_seq: int
@@ -810,22 +893,15 @@ class AgentSystem:
         """
         store = self._require_store("change a stored session")
         codec = self._codec(machine)
-        now = time.time()
-        event = TransitionEvent(
-            session_id=record.session_id,
-            seq=record.last_seq + 1,
-            kind=kind,
-            stage=None,
-            from_state=before.lifecycle,
-            to_state=after.lifecycle,
-            reads=frozenset(),
-            writes=frozenset(updates),
-            patch=Patch.of(updates),
-            attempt=0,
-            started_at=now,
-            finished_at=now,
-            error=error,
+        event = _owned_event(
+            record.session_id,
+            record.last_seq + 1,
+            kind,
+            before,
+            after,
+            updates,
             info=info,
+            error=error,
         )
         await store.append(
             record.session_id,
@@ -950,6 +1026,7 @@ class AgentSystem:
         base_seq: int,
         gates_passed: bool = False,
         claim: Claim | None = None,
+        history: Sequence[TransitionEvent] = (),
     ) -> SessionHandle[S]:
         """Spawn the session's supervisor; it takes over ``claim``'s lease, if any."""
         seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
@@ -975,6 +1052,7 @@ class AgentSystem:
             base_seq=base_seq,
         )
         session.gates_passed = gates_passed
+        session.log.extend(history)  # an in-memory session's earlier events, kept on
         try:
             # Shielded: the session starts whole (and the lease passes to it) or not at all.
             with anyio.CancelScope(shield=True):
@@ -1087,6 +1165,45 @@ class AgentSystem:
         if validator is None:
             validator = self._validators[id(machine)] = PatchValidator(machine)
         return validator
+
+
+def _not_paused(session_id: str, status: str) -> SessionError:
+    return SessionError(
+        f"session {session_id!r} is not paused (it is {status}); "
+        "only a session waiting at a gate takes a decision",
+        session_id=session_id,
+    )
+
+
+def _owned_event(
+    session_id: str,
+    seq: int,
+    kind: EventKind,
+    before: AgentState,
+    after: AgentState,
+    updates: dict[str, Any],
+    *,
+    info: dict[str, Any],
+    error: FailureRecord | None,
+) -> TransitionEvent:
+    """An event made outside any stage (a rollback, a human decision)."""
+    now = time.time()
+    return TransitionEvent(
+        session_id=session_id,
+        seq=seq,
+        kind=kind,
+        stage=None,
+        from_state=before.lifecycle,
+        to_state=after.lifecycle,
+        reads=frozenset(),
+        writes=frozenset(updates),
+        patch=Patch.of(updates),
+        attempt=0,
+        started_at=now,
+        finished_at=now,
+        error=error,
+        info=info,
+    )
 
 
 def _check_budget(max_steps: int) -> None:

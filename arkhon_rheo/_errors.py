@@ -41,7 +41,9 @@ An exception raised by an actor's own handler during an ``ask`` is not wrapped:
 it is re-raised at the caller as it is, with a note naming the actor.
 
 Classification (`Transient`, `Recoverable`, `Fatal`) applies to ``Exception``
-only: cancellation is never classified and always propagates.
+only: cancellation is never classified and always propagates, and any other
+``BaseException`` a stage raises crashes its session and leaves the
+``AgentSystem`` block in a ``BaseExceptionGroup``.
 
 This module imports nothing from the package, so every layer may use it.
 """

@@ -409,6 +409,47 @@ async def test_a_stray_base_exception_ends_only_its_actor() -> None:
     assert isinstance(termination.error, Abort)
 
 
+async def test_an_ask_whose_handler_raises_a_base_exception_fails_instead_of_hanging() -> None:
+    class Abort(BaseException):
+        pass
+
+    class Aborts(Recorder):
+        async def receive(self, message: object) -> object:
+            raise Abort
+
+    async with ActorSystem() as system:
+        bad = await system.spawn(Aborts)
+        with anyio.fail_after(20), pytest.raises(ActorStopped, match="ended before replying"):
+            await bad.ask("boom", timeout=math.inf)
+        assert (await bad.wait_terminated()).kind is TerminationKind.CRASHED
+
+
+async def test_an_escalated_error_leaves_the_block_after_on_stop() -> None:
+    class Abort(BaseException):
+        pass
+
+    stopped: list[Termination] = []
+
+    class Escalates(Recorder):
+        async def receive(self, message: object) -> object:
+            self.context.escalate(Abort("up"))
+
+        async def on_stop(self, termination: Termination) -> None:
+            stopped.append(termination)
+
+    with anyio.fail_after(20), pytest.RaisesGroup(pytest.RaisesExc(Abort, match="up")):
+        async with ActorSystem() as system:
+            bystander = await system.spawn(Recorder)
+            bad = await system.spawn(Escalates)
+            with pytest.raises(ActorStopped, match="ended before replying"):
+                await bad.ask("go", timeout=math.inf)
+            await anyio.sleep_forever()  # the escalation cancels the block
+    assert [t.kind for t in stopped] == [TerminationKind.CRASHED]
+    assert isinstance(stopped[0].error, Abort)
+    assert bystander.termination is not None
+    assert bystander.termination.kind is TerminationKind.CANCELLED
+
+
 async def test_a_parked_tell_to_an_actor_that_dies_is_one_dead_letter() -> None:
     entered, release = anyio.Event(), anyio.Event()
     async with ActorSystem() as system:

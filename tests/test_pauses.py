@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 from arkhon_rheo import (
@@ -17,6 +18,7 @@ from arkhon_rheo import (
     Machine,
     Patch,
     SessionError,
+    SessionNotFound,
     StateView,
     UndeclaredWrite,
     stage,
@@ -125,6 +127,69 @@ async def test_every_n_steps_and_predicate_gates() -> None:
     assert third.ok
 
 
+async def test_without_a_store_a_pause_is_decided_in_memory() -> None:
+    machine = order_machine(Gate.before("ship", field="approved"))
+    async with AgentSystem(path=None) as system:
+        paused = await system.run(machine, Order(item="book"), session_id="m1")
+        assert paused.exit_reason is ExitReason.PAUSED
+        with pytest.raises(InvalidPatch, match="approved"):
+            await system.decide(machine, "m1", "resume", value={"not": "a bool"})
+        with pytest.raises(UndeclaredWrite):
+            await system.decide(machine, "m1", "edit", edit={"lifecycle": L.FINISHED})
+        with pytest.raises(InvariantViolation):
+            await system.decide(machine, "m1", "edit", edit={"item": ""})
+        with pytest.raises(ConfigurationError, match="decision must be"):
+            await system.decide(machine, "m1", "maybe")
+        with pytest.raises(ConfigurationError, match="runs machine 'order', not 'other'"):
+            await system.decide(
+                Machine(
+                    name="other",
+                    state_type=Order,
+                    initial=L.INITIALIZED,
+                    terminal={L.FINISHED, L.FAILED},
+                    failed=L.FAILED,
+                    transitions=machine.transitions,
+                    stages=machine.stages,
+                ),
+                "m1",
+                "resume",
+            )
+        with pytest.raises(SessionNotFound):
+            await system.decide(machine, "nobody", "resume")
+        assert system.session("m1").state == paused.state  # refused: nothing changed
+        assert await system.decide(machine, "m1", "edit", edit={"item": "atlas"}) is None
+        assert (await system.session("m1").result()).exit_reason is ExitReason.PAUSED
+        handle = await system.decide(machine, "m1", "resume", value=True)
+        assert handle is not None
+        done = await handle.result()
+        with pytest.raises(SessionError, match="not paused"):
+            await system.decide(machine, "m1", "resume")
+
+        await system.run(machine, Order(item="lamp"), session_id="m2")
+        assert await system.decide(machine, "m2", "abort") is None
+        aborted = await system.session("m2").result()
+        with pytest.raises(SessionError, match="not paused"):
+            await system.decide(machine, "m2", "resume", value=True)
+    assert done.ok
+    assert (done.state.item, done.state.approved, done.state.shipped) == ("atlas", True, True)
+    history = handle.history
+    assert [event.kind for event in history] == [
+        EventKind.STEP,
+        EventKind.PAUSE,
+        EventKind.DECISION,
+        EventKind.DECISION,
+        EventKind.STEP,
+    ]
+    assert [event.seq for event in history] == [1, 2, 3, 4, 5]
+    assert history[3].info == {"decision": "resume", "gate": "before ship"}
+    assert replay(machine, Order(item="book", session_id="m1"), history) == done.state
+    assert aborted.exit_reason is ExitReason.FAILED
+    assert aborted.state.lifecycle is L.FAILED
+    assert aborted.failure is not None
+    assert aborted.failure.error_type == "Aborted"
+    assert aborted.state.last_error == aborted.failure
+
+
 def test_gates_are_checked_with_the_machine() -> None:
     with pytest.raises(ConfigurationError, match="unknown stage 'nope'"):
         order_machine(Gate.before("nope"))
@@ -132,3 +197,24 @@ def test_gates_are_checked_with_the_machine() -> None:
         order_machine(Gate.before("ship", field="lifecycle"))
     with pytest.raises(ConfigurationError, match="positive"):
         Gate.every(0)
+
+
+async def test_an_in_memory_pause_takes_one_resume_only() -> None:
+    machine = order_machine(Gate.before("ship"))
+    outcomes: list[str] = []
+
+    async def resume() -> None:
+        try:
+            handle = await system.decide(machine, "m3", "resume")
+        except SessionError:
+            outcomes.append("refused")
+        else:
+            assert handle is not None
+            outcomes.append((await handle.result()).exit_reason.value)
+
+    async with AgentSystem(path=None) as system:
+        await system.run(machine, Order(item="pen"), session_id="m3")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(resume)
+            tg.start_soon(resume)
+    assert sorted(outcomes) == ["finished", "refused"]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -638,3 +639,134 @@ def test_two_stages_may_not_share_a_name() -> None:
             terminal={L.FINISHED, L.FAILED},
             failed=L.FAILED,
         )
+
+
+def shared_stage_machine(probe: Probe) -> Machine[LoopState]:
+    """One stage class, "work", runs both ACTING and OBSERVING."""
+
+    def make(name: str, nxt: Callable[[LoopState], Lifecycle]) -> type[Stage[Any]]:
+        class Scripted(Stage[LoopState], name=name, reads={"steps"}, writes={"steps"}):
+            def __init__(self) -> None:
+                probe.instances[name] = probe.instances.get(name, 0) + 1
+
+            async def execute(self, view: StateView[LoopState]) -> Patch:
+                action = probe.next_action(name)
+                if isinstance(action, BaseException):
+                    raise action
+                return Patch().append("steps", name)
+
+            def next(self, state: LoopState) -> Lifecycle:
+                return nxt(state)
+
+        return Scripted
+
+    work = make("work", lambda s: L.OBSERVING if s.lifecycle is L.ACTING else L.FINISHED)
+    return Machine(
+        name="shared",
+        state_type=LoopState,
+        initial=L.INITIALIZED,
+        terminal={L.FINISHED, L.FAILED},
+        failed=L.FAILED,
+        transitions={
+            L.INITIALIZED: {L.THINKING},
+            L.THINKING: {L.ACTING},
+            L.ACTING: {L.OBSERVING},
+            L.OBSERVING: {L.FINISHED},
+        },
+        stages={
+            L.INITIALIZED: make("load", lambda s: L.THINKING),
+            L.THINKING: make("think", lambda s: L.ACTING),
+            L.ACTING: work,
+            L.OBSERVING: work,
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        (RestartStrategy.ONE_FOR_ONE, {"load": 1, "think": 2, "work": 1}),
+        (RestartStrategy.ONE_FOR_ALL, {"load": 2, "think": 2, "work": 2}),
+        (RestartStrategy.REST_FOR_ONE, {"load": 1, "think": 2, "work": 2}),
+    ],
+)
+async def test_restart_strategies_with_a_stage_serving_two_states(
+    strategy: RestartStrategy, expected: dict[str, int]
+) -> None:
+    probe = Probe(think=[Recoverable("once")])
+    machine = shared_stage_machine(probe)
+    async with System(restart_strategy=strategy) as system:
+        result = await system.run(machine, LoopState())
+        assert system.statistics().actors == 0
+    assert result.exit_reason is ExitReason.FINISHED
+    assert result.restarts == 1
+    assert list(result.state.steps) == ["load", "think", "work", "work"]
+    assert probe.instances == expected
+
+
+def test_restart_strategies_name_each_stage_once() -> None:
+    order = ["load", "work", "think", "work"]
+    assert RestartStrategy.ONE_FOR_ALL.affected(order, "think") == ["load", "work", "think"]
+    assert RestartStrategy.REST_FOR_ONE.affected(order, "work") == ["work", "think"]
+    assert RestartStrategy.REST_FOR_ONE.affected(order, "think") == ["think"]
+
+
+class Abort(BaseException):
+    """A user's BaseException: never classified, it must leave the system's block."""
+
+
+async def test_a_base_exception_from_a_stage_leaves_the_block_and_crashes_the_session() -> None:
+    probe = Probe(act=[Abort("operator pulled the plug")])
+    machine = loop_machine(probe)
+    waiting = loop_machine(Probe(load=[("sleep", math.inf)]))
+    seen: list[ExitReason] = []
+    with anyio.fail_after(20):  # a hang guard only: the block must end on its own
+        with pytest.RaisesGroup(pytest.RaisesExc(Abort, match="pulled the plug")):
+            async with System() as system:
+                other = await system.start(waiting, LoopState(), session_id="s2")
+                handle = await system.start(machine, LoopState(), session_id="s1")
+                seen.append((await handle.result()).exit_reason)
+                await anyio.sleep_forever()  # the escaped exception cancels the block
+    result = await handle.result()
+    assert result.exit_reason is ExitReason.CRASHED
+    assert seen in ([], [ExitReason.CRASHED])  # an awaiter sees the crash or is cancelled
+    assert result.failure is not None
+    assert result.failure.error_type == "Abort"
+    assert result.failure.message == "operator pulled the plug"
+    assert result.failure.stage == "act"
+    assert result.failure.exit_reason == "crashed"
+    assert list(result.state.steps) == ["load", "think"]  # the last commit stands
+    assert (await other.result()).exit_reason is ExitReason.CANCELLED  # the block ended
+    assert probe.calls["act"] == 1  # never retried: a BaseException is not classified
+
+
+async def test_a_crash_by_base_exception_is_stored_and_resumable() -> None:
+    probe = Probe(act=[Abort("stop")])
+    machine = loop_machine(probe)
+    with anyio.fail_after(20), pytest.RaisesGroup(Abort):
+        async with AgentSystem(stage_mode=_MODE[0]) as system:
+            handle = await system.start(machine, LoopState(), session_id="s1")
+            await handle.result()
+            await anyio.sleep_forever()
+    async with AgentSystem(stage_mode=_MODE[0]) as system:
+        store = system.store
+        assert store is not None
+        assert (await store.load("s1")).record.status == "crashed"
+        resumed = await system.resume(machine, "s1")
+        result = await resumed.result()
+    assert result.ok
+    assert list(result.state.steps) == ["load", "think", "act", "observe"]
+
+
+@pytest.mark.parametrize("error", [SystemExit(3), KeyboardInterrupt()], ids=["exit", "interrupt"])
+async def test_interrupts_from_a_stage_leave_the_block_too(
+    error: BaseException, anyio_backend: str
+) -> None:
+    if anyio_backend == "asyncio":
+        pytest.skip("asyncio stops its whole event loop on these; trio hands them on")
+    machine = loop_machine(Probe(act=[error]))
+    with anyio.fail_after(20), pytest.RaisesGroup(type(error)):
+        async with System() as system:
+            handle = await system.start(machine, LoopState())
+            await anyio.sleep_forever()
+    assert (await handle.result()).exit_reason is ExitReason.CRASHED

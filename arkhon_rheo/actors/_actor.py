@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 if TYPE_CHECKING:
     from ._cell import Cell
@@ -100,6 +100,24 @@ class ActorContext(Generic[M, R]):
     def stop(self) -> None:
         """Stop this actor once the messages already queued are handled."""
         self._cell.request_stop()
+
+    def escalate(self, error: BaseException) -> NoReturn:
+        """End this actor by raising ``error`` out of its system's ``async with`` block.
+
+        Unlike an error left to its failure policy, or a stray ``BaseException``
+        (both end just this actor), an escalated error is not contained: the actor
+        ends as `TerminationKind.CRASHED` (its ``on_stop`` runs first, and an
+        ``ask`` it was answering fails with `ActorStopped`), then the error
+        cancels the system's block and every other actor, and leaves the block
+        in a ``BaseExceptionGroup``, as a task group's child error does. Call it
+        from the actor's own task, for an error that must stop the program (an
+        interrupt, an exit request).
+
+        Raises:
+            BaseException: ``error``, always.
+        """
+        self._cell.escalated = error
+        raise error
 
 
 class Actor(Generic[M, R]):

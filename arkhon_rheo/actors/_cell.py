@@ -72,6 +72,7 @@ class Cell(Generic[M, R]):
         "_watching",
         "ask_timeout",
         "capacity",
+        "escalated",
         "name",
         "new_event",
         "ref",
@@ -116,6 +117,7 @@ class Cell(Generic[M, R]):
         self._ended = False
         self.termination: Termination | None = None
         self.restarts = 0
+        self.escalated: BaseException | None = None  # see ActorContext.escalate
         self.ref: ActorRef[M, R] = ActorRef(self)
 
     # -- called from other tasks -------------------------------------------------
@@ -188,13 +190,17 @@ class Cell(Generic[M, R]):
                 await self._finish(actor, kind, error)
                 exc.add_note(f"raised while starting actor {self.name!r}")
                 raise
+            if exc is self.escalated:
+                raise
         except BaseException as exc:
-            if not started or not _containable(exc):
+            escalated = exc is self.escalated
+            if started and (escalated or _containable(exc)):
+                kind, error = TerminationKind.CRASHED, exc
+            if not started or escalated or not _containable(exc):
                 raise
             # A stray BaseException (not cancellation, not an interrupt) from the
             # actor's own code ends this actor only, as a crash: one actor's bug
             # must not cancel every other actor of the system.
-            kind, error = TerminationKind.CRASHED, exc
         finally:
             if self.termination is None:
                 with anyio.CancelScope(shield=True):
@@ -226,6 +232,9 @@ class Cell(Generic[M, R]):
                 else:
                     await actor.receive(item)
             except Exception as exc:
+                if exc is self.escalated:
+                    self._abandon(request)
+                    raise
                 exc.add_note(f"raised by actor {self.name!r}")
                 if request is not None:
                     request.set_error(exc)
@@ -242,6 +251,14 @@ class Cell(Generic[M, R]):
                 _log("warning", "actor_restarted", actor=self.name, error=repr(exc))
                 actor = self._new_actor()
                 await actor.on_restart(exc)
+            except BaseException:
+                self._abandon(request)
+                raise
+
+    def _abandon(self, request: Ask[M, R] | None) -> None:
+        """Fail the ask being answered when the actor ends mid-handler: never leave it waiting."""
+        if request is not None:
+            request.set_error(ActorStopped(actor=self.name, detail="ended before replying"))
 
     async def _finish(
         self, actor: Actor[M, R] | None, kind: TerminationKind, error: BaseException | None

@@ -74,7 +74,9 @@ class ActorSystem:
     or trio. Leaving the block stops every actor: each finishes the messages
     already queued, for up to ``shutdown_timeout`` seconds, and whatever is
     still running then is cancelled. No task outlives the block. If the block
-    raises, actors are cancelled at once.
+    raises, actors are cancelled at once. An actor's escalated error
+    (`ActorContext.escalate`) cancels the block and every actor, and leaves the
+    block in a ``BaseExceptionGroup``.
 
     Args:
         name: A label for logs.

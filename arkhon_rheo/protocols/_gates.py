@@ -18,8 +18,9 @@ class Gate:
     """An interrupt gate: the session pauses, durably, before the step it guards.
 
     Build one with `Gate.before`, `Gate.every` or `Gate.when`. A paused session
-    waits in its store for `AgentSystem.decide`: resume (optionally with a value
-    written to ``field``, validated like any patch), abort, or a human edit.
+    waits in its store (without one, in its system's memory) for
+    `AgentSystem.decide`: resume (optionally with a value written to ``field``,
+    validated like any patch), abort, or a human edit.
 
     Attributes:
         name: The gate's name, recorded in the pause event.

@@ -153,13 +153,17 @@ class RestartStrategy(enum.Enum):
     REST_FOR_ONE = "rest_for_one"
 
     def affected(self, order: Sequence[str], failed: str) -> list[str]:
-        """The names of the stages to restart, in start order.
+        """The names of the stages to restart, in start order, each named once.
+
+        A name repeated in ``order`` (one stage serving several states) counts at
+        its first place.
 
         Raises:
             ConfigurationError: If ``failed`` is not in ``order``.
         """
         if failed not in order:
             raise ConfigurationError(f"unknown stage {failed!r}; stages are {list(order)}")
+        order = list(dict.fromkeys(order))
         if self is RestartStrategy.ONE_FOR_ONE:
             return [failed]
         if self is RestartStrategy.ONE_FOR_ALL:

@@ -81,7 +81,10 @@ class ExitReason(enum.Enum):
     MAX_STEPS = "max_steps"
     #: It was cancelled; its state is the last one committed.
     CANCELLED = "cancelled"
-    #: The supervisor itself crashed (a bug); its state is the last one committed.
+    #: A ``BaseException`` other than cancellation ended it (a stage's
+    #: ``KeyboardInterrupt``, ``SystemExit`` or your own subclass; it then leaves the
+    #: `AgentSystem` block), or the supervisor itself crashed (a bug). Its state is
+    #: the last one committed, and `AgentSystem.resume` continues from there.
     CRASHED = "crashed"
     #: It reached a gate and waits, durably, for a human decision.
     PAUSED = "paused"
@@ -233,14 +236,35 @@ class Session:
         return self.base_seq + len(self.log) + 1
 
 
+class Escaped:
+    """A ``BaseException`` other than cancellation that a stage raised.
+
+    It is never classified: `run_stage` hands it over to the supervisor (across
+    tasks in `StageMode.TASK`), which re-raises it in its own task.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(cancelled) is not None
+    return isinstance(exc, cancelled)
+
+
 async def run_stage(
     stage: Stage[Any], view: StateView[Any], deadline: float | None, recorder: CallRecorder
 ) -> Any:
     """Run ``stage`` on ``view`` within ``deadline``; return its patch or its error.
 
     The calls it makes through `record_call` go to ``recorder``. Errors are
-    returned, not raised: the supervisor classifies them. Cancellation from
-    outside is never caught.
+    returned, not raised: the supervisor classifies them. Any other
+    ``BaseException`` is returned as `Escaped`, for the supervisor to re-raise.
+    Cancellation (or a group holding one) is never caught.
     """
     try:
         with recorder:
@@ -253,6 +277,10 @@ async def run_stage(
         raise AssertionError("unreachable")  # pragma: no cover
     except Exception as exc:  # classified by the supervisor, never here
         return exc
+    except BaseException as exc:
+        if _is_cancellation(exc):
+            raise
+        return Escaped(exc)  # not classified: re-raised by the supervisor
 
 
 class _Invoke:
@@ -268,11 +296,13 @@ class _Invoke:
         self.recorder = recorder
 
 
-class StageActor(Actor[_Invoke, "Patch | Exception"]):
+class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
     """Runs one stage instance; answers each invocation with its patch or its error.
 
     It never crashes on a stage error: the supervisor decides what the error
-    means and restarts this actor (a fresh stage instance) when it must.
+    means and restarts this actor (a fresh stage instance) when it must. A
+    ``BaseException`` from the stage comes back as `Escaped`, for the supervisor
+    to raise as in `StageMode.INLINE`.
     """
 
     def __init__(self, stage: Stage[Any], session_id: str) -> None:
@@ -283,8 +313,8 @@ class StageActor(Actor[_Invoke, "Patch | Exception"]):
         # Bound in this actor's own task: every log line of the stage names both.
         structlog.contextvars.bind_contextvars(session_id=self.session_id, stage=self.stage.name)
 
-    async def receive(self, message: _Invoke) -> Patch | Exception:
-        outcome: Patch | Exception = await run_stage(
+    async def receive(self, message: _Invoke) -> Patch | Exception | Escaped:
+        outcome: Patch | Exception | Escaped = await run_stage(
             self.stage, message.view, message.deadline, message.recorder
         )
         return outcome
@@ -295,7 +325,9 @@ class _TaskSlot:
 
     __slots__ = ("ref", "stage")
 
-    def __init__(self, ref: ActorRef[_Invoke, Patch | Exception], stage: Stage[Any]) -> None:
+    def __init__(
+        self, ref: ActorRef[_Invoke, Patch | Exception | Escaped], stage: Stage[Any]
+    ) -> None:
         self.ref = ref
         self.stage = stage
 
@@ -340,11 +372,22 @@ _STEPS_PER_YIELD = 4
 
 
 class SessionSupervisor(Actor[_Step, None]):
-    """The actor that owns one session's state and drives its machine."""
+    """The actor that owns one session's state and drives its machine.
+
+    A ``BaseException`` other than cancellation raised by a stage (or by any other
+    user code it runs: ``next``, a condition, a gate) is never classified: the
+    supervisor escalates it (`ActorContext.escalate`), so the session ends
+    `ExitReason.CRASHED`, its status is stored, its handle's waiters wake, and
+    the exception leaves the `AgentSystem` block in a ``BaseExceptionGroup``.
+    """
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.order: list[str] = [stage.name for stage in session.machine.stages.values()]
+        # A stage class may serve several states: it is one stage (one instance, one
+        # actor), started and restarted once, in the order it first appears.
+        self.order: list[str] = list(
+            dict.fromkeys(stage.name for stage in session.machine.stages.values())
+        )
         self.stage_types: dict[str, type[Stage[Any]]] = {
             stage.name: stage for stage in session.machine.stages.values()
         }
@@ -390,14 +433,17 @@ class SessionSupervisor(Actor[_Step, None]):
             session.finish(ExitReason.CANCELLED)
         elif termination.kind is TerminationKind.CRASHED:
             error = termination.error
+            lifecycle = session.state.lifecycle
+            stage = session.machine.stages.get(lifecycle)
             session.failure = FailureRecord(
                 error_type=type(error).__name__,
                 message=str(error),
-                error_class=ErrorClass.FATAL,
-                lifecycle=_label(session.state.lifecycle),
+                error_class=ErrorClass.FATAL,  # a record of the crash, not a classification
+                stage=None if stage is None else stage.name,
+                lifecycle=_label(lifecycle),
                 exit_reason=ExitReason.CRASHED.value,
             )
-            _log("error", "supervisor_crashed", session_id=session.session_id, error=repr(error))
+            _log("error", "session_crashed", session_id=session.session_id, error=repr(error))
             session.finish(ExitReason.CRASHED)
         else:
             session.finish(session.exit_reason or ExitReason.FINISHED)
@@ -422,16 +468,23 @@ class SessionSupervisor(Actor[_Step, None]):
         # to the event loop every few steps (cancellation is checked at each one).
         context = self.context
         budget = _STEPS_PER_YIELD
-        while not await self._step():
-            if context.pending:
-                context.ref.tell_nowait(_STEP)  # let the waiting messages go first
-                return
-            budget -= 1
-            if budget:
-                await checkpoint_if_cancelled()
-            else:
-                budget = _STEPS_PER_YIELD
-                await checkpoint()
+        try:
+            while not await self._step():
+                if context.pending:
+                    context.ref.tell_nowait(_STEP)  # let the waiting messages go first
+                    return
+                budget -= 1
+                if budget:
+                    await checkpoint_if_cancelled()
+                else:
+                    budget = _STEPS_PER_YIELD
+                    await checkpoint()
+        except Exception:
+            raise  # a supervisor bug: this session crashes, nothing else
+        except BaseException as exc:
+            if _is_cancellation(exc):
+                raise
+            context.escalate(exc)  # never classified: it must stop the program
         context.stop()
 
     async def _step(self) -> bool:
@@ -480,6 +533,8 @@ class SessionSupervisor(Actor[_Step, None]):
             view: StateView[Any] = StateView(state, stage_type.reads, name)
             recorder = CallRecorder(session.session_id)
             outcome = await slot.invoke(view, deadline, recorder)
+            if isinstance(outcome, Escaped):
+                raise outcome.error
             failure = (
                 outcome
                 if isinstance(outcome, Exception)
