@@ -38,6 +38,7 @@ from ._errors import StageTimeout as StageTimeout
 from ._errors import StoreCorrupt as StoreCorrupt
 from ._errors import StoreError as StoreError
 from ._errors import SystemNotRunning as SystemNotRunning
+from ._errors import ToolTimeout as ToolTimeout
 from ._errors import Transient as Transient
 from ._errors import UndeclaredRead as UndeclaredRead
 from ._errors import UndeclaredWrite as UndeclaredWrite
@@ -142,6 +143,7 @@ __all__ = [
     "SystemNotRunning",
     "Termination",
     "TerminationKind",
+    "ToolTimeout",
     "Transient",
     "TransitionEvent",
     "UndeclaredRead",

@@ -14,6 +14,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   └── AskTimeout            no reply arrived within the ask's timeout
     ├── StageFailure              raised by stages to classify their own failure
     │   ├── Transient             retry after a backoff
+    │   │   └── ToolTimeout       a tool ran past its timeout (a sandboxed one is killed)
     │   ├── Recoverable           restart the stage, record the error, go on
     │   └── Fatal                 fail the session
     ├── ContractViolation         the supervisor refused what a stage did
@@ -86,6 +87,7 @@ __all__ = [
     "StoreCorrupt",
     "StoreError",
     "SystemNotRunning",
+    "ToolTimeout",
     "Transient",
     "UndeclaredRead",
     "UndeclaredWrite",
@@ -219,6 +221,27 @@ class StageFailure(ArkhonError):
 
 class Transient(StageFailure):
     """A failure worth retrying as it is (a timeout, a rate limit, a dropped link)."""
+
+
+class ToolTimeout(Transient, TimeoutError):
+    """A tool ran past its timeout: cancelled in-process, or its sandbox process killed.
+
+    It is `Transient`, so the supervisor retries the stage that made the call
+    under its backoff policy.
+
+    Attributes:
+        tool: The tool's name.
+        timeout: The timeout that expired, in seconds.
+    """
+
+    def __init__(self, *, tool: str, timeout: float, detail: str = "") -> None:
+        suffix = f"; {detail}" if detail else ""
+        super().__init__(
+            f"tool {tool!r} did not finish within {timeout:g} s and was stopped; raise its "
+            f"timeout with @tool(timeout=...), or make it faster{suffix}"
+        )
+        self.tool = tool
+        self.timeout = timeout
 
 
 class Recoverable(StageFailure):

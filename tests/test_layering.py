@@ -18,6 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "actors": {"protocols"},
     "supervision": {"protocols", "actors"},
     "store": {"protocols"},
+    "tools": {"protocols"},
 }
 
 

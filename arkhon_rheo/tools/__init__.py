@@ -1,0 +1,35 @@
+"""Tools an agent may call: typed functions with validated arguments, run under limits.
+
+``@tool`` makes a typed function (async or sync) into a `Tool`: a pydantic
+model of its arguments and a `ToolSpec` for the model. A `Toolbox` of tools
+answers the model's `ToolCall` with a `ToolMessage` (it implements
+`arkhon_rheo.protocols.ToolRunner`), bounds concurrent calls per tool and in
+all, and records every call for replay. ``@tool(sandbox=Sandbox(...))`` runs
+each call in a confined subprocess.
+"""
+
+from __future__ import annotations
+
+from .._errors import ToolTimeout as ToolTimeout
+from .._exports import publish
+from ._sandbox import Sandbox as Sandbox
+from ._tool import SANDBOX_TIMEOUT as SANDBOX_TIMEOUT
+from ._tool import Tool as Tool
+from ._tool import ToolError as ToolError
+from ._tool import tool as tool
+from ._toolbox import Toolbox as Toolbox
+from ._toolbox import ToolboxStatistics as ToolboxStatistics
+
+__all__ = [
+    "SANDBOX_TIMEOUT",
+    "Sandbox",
+    "Tool",
+    "ToolError",
+    "ToolTimeout",
+    "Toolbox",
+    "ToolboxStatistics",
+    "tool",
+]
+
+publish(__name__, __all__, globals())
+del publish

@@ -1,0 +1,186 @@
+"""Sandboxed tools: each call in a real subprocess, confined (the tools live at module level)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from arkhon_rheo import ConfigurationError, ToolTimeout, Transient
+from arkhon_rheo.protocols import ToolCall
+from arkhon_rheo.tools import Sandbox, Toolbox, tool
+
+pytestmark = pytest.mark.anyio
+
+posix_only = pytest.mark.skipif(
+    not hasattr(os, "killpg") or sys.platform != "linux", reason="rlimits are enforced on Linux"
+)
+
+SECRET = "ARKHON_TEST_SECRET"
+ALLOWED = "ARKHON_TEST_ALLOWED"
+
+
+@tool(sandbox=Sandbox(env={"GREETING": "hello"}, env_allow=[ALLOWED]))
+def environment() -> dict[str, Any]:
+    """What the child sees of its environment and working directory."""
+    cwd = os.getcwd()
+    Path("scratch.txt").write_text("left behind?")
+    return {
+        "secret": os.environ.get(SECRET),
+        "allowed": os.environ.get(ALLOWED),
+        "greeting": os.environ.get("GREETING"),
+        "path": os.environ.get("PATH"),
+        "home": os.environ.get("HOME"),
+        "cwd": cwd,
+        "pid": os.getpid(),
+    }
+
+
+@tool(sandbox=Sandbox())
+async def double(n: int, note: str = "") -> dict[str, Any]:
+    """Double a number, in an async tool."""
+    print("this goes to stderr, not into the result")
+    return {"n": n * 2, "note": note}
+
+
+@tool(sandbox=Sandbox(), timeout=2)
+def hang(pidfile: str) -> str:
+    Path(pidfile).write_text(str(os.getpid()))
+    time.sleep(3600)
+    return "never"
+
+
+@tool(sandbox=Sandbox(memory_bytes=1 << 30))
+def hog() -> int:
+    block = bytearray(4 << 30)
+    return len(block)
+
+
+@tool(sandbox=Sandbox(cpu_seconds=1))
+def spin() -> int:
+    n = 0
+    while True:
+        n += 1
+
+
+@tool(sandbox=Sandbox(max_output=1000))
+def chatty(size: int) -> str:
+    return "x" * size
+
+
+@tool(sandbox=Sandbox())
+def crash(code: int) -> str:
+    sys.stderr.write("about to exit\n")
+    sys.stderr.flush()
+    os._exit(code)
+
+
+@tool(sandbox=Sandbox())
+def fails(kind: str) -> str:
+    if kind == "transient":
+        raise Transient("the index is being rebuilt")
+    raise KeyError(kind)
+
+
+def call(name: str, arguments: Any = None) -> ToolCall:
+    return ToolCall(id="c", name=name, arguments=json.dumps(arguments or {}))
+
+
+async def test_the_child_sees_a_scrubbed_environment_and_a_private_cwd(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(SECRET, "hunter2")
+    monkeypatch.setenv(ALLOWED, "yes")
+    answer = await Toolbox(environment).call(call("environment"))
+    assert not answer.is_error, answer.content
+    seen = json.loads(answer.content)
+    assert seen["secret"] is None
+    assert seen["allowed"] == "yes"
+    assert seen["greeting"] == "hello"
+    assert seen["path"] == os.defpath
+    assert seen["pid"] != os.getpid()
+    cwd = Path(seen["cwd"])
+    assert seen["home"] == seen["cwd"]
+    assert cwd != Path.cwd()
+    assert cwd.name.startswith("arkhon-tool-")
+    assert not await anyio.Path(cwd).exists()  # removed with what the tool left there
+
+
+async def test_an_async_tool_runs_in_the_child_and_its_prints_stay_out_of_the_result() -> None:
+    answer = await Toolbox(double).call(call("double", {"n": 21, "note": "é"}))
+    assert not answer.is_error, answer.content
+    assert json.loads(answer.content) == {"n": 42, "note": "é"}
+
+
+async def test_a_tool_past_its_timeout_is_killed_and_raises_tool_timeout(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    with pytest.raises(ToolTimeout, match=r"tool 'hang' did not finish within 2 s") as info:
+        await Toolbox(hang).call(call("hang", {"pidfile": str(pidfile)}))
+    assert isinstance(info.value, Transient)
+    # The timeout counts the child's start-up too: on a loaded machine the tool may not
+    # have begun. If it did, it was killed and reaped before the call returned.
+    if await anyio.Path(pidfile).exists():
+        pid = int(await anyio.Path(pidfile).read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@posix_only
+async def test_a_tool_over_its_memory_limit_is_reported() -> None:
+    answer = await Toolbox(hog).call(call("hog"))
+    assert answer.is_error
+    assert "MemoryError" in answer.content
+    assert f"memory limit is {1 << 30} bytes" in answer.content
+
+
+@posix_only
+async def test_a_tool_over_its_cpu_limit_is_killed_and_reported() -> None:
+    answer = await Toolbox(spin).call(call("spin"))
+    assert answer.is_error
+    assert "was killed by SIGXCPU (its CPU-time limit is 1 s)" in answer.content
+
+
+async def test_output_beyond_the_cap_is_refused() -> None:
+    box = Toolbox(chatty)
+    assert (await box.call(call("chatty", {"size": 10}))).content == "x" * 10
+    answer = await box.call(call("chatty", {"size": 5000}))
+    assert answer.is_error
+    assert "wrote more than 1000 bytes (its result); the output was refused" in answer.content
+
+
+async def test_a_crash_is_an_error_with_the_stderr_tail() -> None:
+    answer = await Toolbox(crash).call(call("crash", {"code": 3}))
+    assert answer.is_error
+    assert "crashed (exit status 3)" in answer.content
+    assert "its stderr ends: about to exit" in answer.content
+
+
+async def test_exceptions_in_the_child_are_answered_or_raised_as_in_process() -> None:
+    box = Toolbox(fails)
+    answer = await box.call(call("fails", {"kind": "lookup"}))
+    assert (answer.is_error, answer.content) == (True, "KeyError: 'lookup'")
+    with pytest.raises(Transient, match="the index is being rebuilt"):
+        await box.call(call("fails", {"kind": "transient"}))
+
+
+async def test_arguments_are_validated_before_a_process_starts() -> None:
+    answer = await Toolbox(double).call(call("double", {"n": "many"}))
+    assert answer.is_error
+    assert "n: Input should be a valid integer" in answer.content
+
+
+def test_a_sandboxed_tool_must_be_importable_and_limits_positive() -> None:
+    def local() -> str:
+        return ""
+
+    with pytest.raises(ConfigurationError, match="cannot import"):
+        tool(sandbox=Sandbox())(local)
+    with pytest.raises(ConfigurationError, match="max_output must be a positive int"):
+        Sandbox(max_output=0)
+    assert environment.timeout == 30.0  # SANDBOX_TIMEOUT when none is given
