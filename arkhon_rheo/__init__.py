@@ -51,6 +51,7 @@ from .actors import Termination as Termination
 from .actors import TerminationKind as TerminationKind
 from .protocols import AgentState as AgentState
 from .protocols import Condition as Condition
+from .protocols import FrozenMap as FrozenMap
 from .protocols import History as History
 from .protocols import Lifecycle as Lifecycle
 from .protocols import Machine as Machine
@@ -86,6 +87,7 @@ __all__ = [
     "DuplicateEvent",
     "ExitReason",
     "Fatal",
+    "FrozenMap",
     "History",
     "IllegalTransition",
     "InvalidPatch",
