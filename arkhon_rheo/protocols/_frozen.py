@@ -203,12 +203,22 @@ _ALIAS_TYPES: tuple[type, ...] = tuple(
 
 
 def _name(annotation: Any) -> str:
-    if isinstance(annotation, type) and not get_args(annotation):
-        return annotation.__name__
-    text = repr(annotation)
-    for prefix in ("typing.", "collections.abc.", "arkhon_rheo.protocols."):
-        text = text.replace(prefix, "")
-    return text
+    """``annotation`` as one would write it: ``tuple[list[Step], ...]``, ``int | None``."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if annotation is Ellipsis:
+        return "..."
+    if annotation is None or annotation is type(None):
+        return "None"
+    if origin is Annotated:
+        return _name(args[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return " | ".join(_name(arg) for arg in args)
+    if origin is Literal:
+        return repr(annotation).replace("typing.", "")
+    if origin is not None:
+        inner = ", ".join(_name(arg) for arg in args)
+        return f"{getattr(origin, '__name__', repr(origin))}[{inner}]"
+    return getattr(annotation, "__name__", repr(annotation).replace("typing.", ""))
 
 
 def mutable_part(annotation: Any) -> tuple[str, str] | None:
