@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import pickle
 import re
 from typing import TYPE_CHECKING, Any, Optional, Union, cast, get_args, get_origin
 
@@ -336,6 +337,11 @@ def test_frozen_map_validates_its_items_whatever_mapping_they_come_in() -> None:
     for bad in ({"a": "x"}, FrozenMap({"a": "x"})):
         with pytest.raises(ValidationError):
             state_type(f=bad)
+    with pytest.raises(TypeError):
+        kept._data["a"] = 2
+    assert pickle.loads(pickle.dumps(kept)) == kept
+    assert copy.deepcopy(kept) == kept
+    assert hash(kept) == hash(FrozenMap({"a": 1}))
     data = state_type(f=kept).model_dump(mode="json")
     assert state_type.model_validate(data).f == kept
 

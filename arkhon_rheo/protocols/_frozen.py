@@ -24,6 +24,7 @@ import types
 import typing
 import uuid
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, PlainSerializer
@@ -56,7 +57,11 @@ class FrozenMap(Mapping[K, V], Generic[K, V]):
     __slots__ = ("_data",)
 
     def __init__(self, data: Mapping[K, V] | None = None) -> None:
-        self._data: dict[K, V] = dict(data) if data else {}
+        # A read-only proxy even inside: ``fm._data["k"] = v`` must fail too.
+        self._data: Mapping[K, V] = MappingProxyType(dict(data) if data else {})
+
+    def __reduce__(self) -> tuple[type[FrozenMap[K, V]], tuple[dict[K, V]]]:
+        return type(self), (dict(self._data),)
 
     def __getitem__(self, key: K) -> V:
         return self._data[key]
@@ -71,7 +76,7 @@ class FrozenMap(Mapping[K, V], Generic[K, V]):
         return hash(frozenset(self._data.items()))
 
     def __repr__(self) -> str:
-        return f"FrozenMap({self._data!r})"
+        return f"FrozenMap({dict(self._data)!r})"
 
     @classmethod
     def __get_pydantic_core_schema__(
