@@ -56,6 +56,7 @@ from .protocols import Condition as Condition
 from .protocols import Durability as Durability
 from .protocols import ErrorClass as ErrorClass
 from .protocols import FailureRecord as FailureRecord
+from .protocols import FrozenMap as FrozenMap
 from .protocols import Gate as Gate
 from .protocols import History as History
 from .protocols import Lifecycle as Lifecycle
@@ -105,6 +106,7 @@ __all__ = [
     "ExitReason",
     "FailureRecord",
     "Fatal",
+    "FrozenMap",
     "Gate",
     "History",
     "IllegalTransition",

@@ -67,7 +67,8 @@ class _Reentrant:
 class Notes(AgentState):
     lifecycle: Lifecycle = L.INITIALIZED
     notes: History[str] = History()
-    blob: Any = None
+    #: Bytes that are not UTF-8 cannot be stored as JSON: the unserializable value.
+    blob: bytes | None = None
 
 
 class Control:
@@ -96,7 +97,7 @@ def notes_machine(control: Control, rounds: int = 3) -> Machine[Notes]:
             control.blocked.set()
             await anyio.sleep_forever()
         if control.garbage:
-            return Patch(blob=object())
+            return Patch(blob=b"\xff")
         return Patch().append("notes", "act")
 
     def after(state: Notes) -> Lifecycle:

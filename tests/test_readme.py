@@ -26,7 +26,10 @@ NOT_OURS = {
     "ExceptionGroup",
     "KeyboardInterrupt",
     "SystemExit",
+    "Any",
     "Bearer",
+    "ConfigDict",
+    "Optional",
     "ProcessorFormatter",
 }
 

@@ -41,7 +41,8 @@ class Journal(AgentState):
     steps: History[Step] = History()
     note: str = ""
     score: float = 0.0
-    blob: Any = None
+    #: Bytes that are not UTF-8 cannot be stored as JSON: the unserializable value.
+    blob: bytes | None = None
 
 
 def journal_machine(script: list[Any]) -> Machine[Journal]:
@@ -65,7 +66,7 @@ def journal_machine(script: list[Any]) -> Machine[Journal]:
     async def act(view: StateView[Journal]) -> Patch:
         if (action := take("act")) is not None:
             if action[1] == "unserializable":
-                return Patch(blob=object())
+                return Patch(blob=b"\xff")
             raise action[1]
         return Patch().append("steps", Step(name="act", n=2))
 
@@ -137,7 +138,7 @@ async def test_events_survive_a_round_trip_through_json() -> None:
 def test_an_unserializable_value_is_refused_with_the_field_named() -> None:
     codec = EventCodec(journal_machine([]))
     with pytest.raises(UnserializablePatch, match="'blob'"):
-        codec.encode_patch(Patch(blob=object()), stage="act")
+        codec.encode_patch(Patch(blob=b"\xff"), stage="act")
     assert codec.encode_patch(Patch(score=math.pi))["set"]["score"] == math.pi
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from .._exports import publish
 from ._events import EventKind as EventKind
 from ._events import TransitionEvent as TransitionEvent
+from ._frozen import FrozenMap as FrozenMap
 from ._gates import Gate as Gate
 from ._history import History as History
 from ._io import CallPlayback as CallPlayback
@@ -63,6 +64,7 @@ __all__ = [
     "EventKind",
     "FailureRecord",
     "FinishReason",
+    "FrozenMap",
     "Gate",
     "History",
     "LeaseRecord",

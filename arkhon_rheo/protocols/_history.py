@@ -29,8 +29,9 @@ class History(Sequence[T], Generic[T]):
 
     Use it as the type of a state field that only ever grows (steps, messages,
     observations): ``steps: History[Step] = History()``. A patch appends to
-    it with ``Patch(...).append("steps", step)``. It validates from any list or
-    tuple and serializes as a list.
+    it with ``Patch(...).append("steps", step)``. It validates from any list,
+    tuple or `History`, each item against ``T`` whatever it came in, and
+    serializes as a list.
     """
 
     __slots__ = ("_chunks", "_len", "_tail")
@@ -116,12 +117,24 @@ class History(Sequence[T], Generic[T]):
         from_list = core_schema.no_info_after_validator_function(
             cls, core_schema.list_schema(item_schema)
         )
+        python: core_schema.CoreSchema
+        if not args or args[0] is Any:
+            python = core_schema.union_schema([core_schema.is_instance_schema(cls), from_list])
+        else:  # a History of anything is validated item by item like a list
+            python = core_schema.no_info_wrap_validator_function(_keep_if_same, from_list)
         return core_schema.json_or_python_schema(
             json_schema=from_list,
-            python_schema=core_schema.union_schema(
-                [core_schema.is_instance_schema(cls), from_list]
-            ),
+            python_schema=python,
             serialization=core_schema.plain_serializer_function_ser_schema(
                 list, info_arg=False, return_schema=core_schema.list_schema(item_schema)
             ),
         )
+
+
+def _keep_if_same(value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Any:
+    if not isinstance(value, History):
+        return handler(value)
+    checked = handler(list(value))
+    if all(a is b for a, b in zip(checked, value, strict=True)):
+        return value  # validation changed nothing: keep sharing the original's chunks
+    return checked

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from .._errors import ConfigurationError
+from ._frozen import mutable_part
 from ._gates import Gate
 from ._stage import Condition, Stage
 from ._state import SUPERVISOR_FIELDS, AgentState
@@ -29,7 +30,10 @@ class Machine(Generic[S]):
     naming the culprit: an unknown state, a non-terminal state without a stage,
     a stage reading or writing a field the state type lacks (or a field only
     the supervisor writes), a transition out of a terminal state, a state that
-    cannot be reached from the initial one.
+    cannot be reached from the initial one, a field of the state type whose
+    type is mutable (a ``list``, ``dict``, ``set``, ``bytearray``, a model or
+    dataclass that is not frozen, ``Any``; nested ones too): a stage could
+    change such a value in place, reaching the live state without a patch.
 
     Every non-terminal state may move to ``failed``: the supervisor takes that
     edge on a fatal error; it need not be declared.
@@ -135,6 +139,7 @@ class Machine(Generic[S]):
         return ConfigurationError(f"machine {self.name!r}: {message}")
 
     def _check(self) -> None:
+        self._check_state_type()
         declared = self._declared_states()
         for where, state in self._mentioned_states():
             if state not in declared:
@@ -164,6 +169,16 @@ class Machine(Generic[S]):
         self._check_stages()
         self._check_reachable()
         self._check_gates()
+
+    def _check_state_type(self) -> None:
+        name = self.state_type.__name__
+        for field, info in self.state_type.model_fields.items():
+            if (found := mutable_part(info.rebuild_annotation())) is not None:
+                mutable, instead = found
+                raise self._fail(
+                    f"field {field!r} of {name} has a mutable type: {mutable}; a stage "
+                    f"could change it in place without a patch. Use {instead}"
+                )
 
     def _declared_states(self) -> frozenset[enum.Enum]:
         enum_type = type(self.initial)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from .._errors import ConfigurationError, ReadOnlyState, UndeclaredRead
@@ -55,22 +56,35 @@ class StateView(Generic[S]):
     """A read-only window on a state that exposes only a stage's read set.
 
     Reading a field outside the read set raises `UndeclaredRead`; nothing can be
-    written through it. The values themselves are the state's immutable values.
+    written through it. The values are the state's own (immutable) values.
+
+    The view keeps a read-only mapping of its read set's values and nothing
+    else: no attribute, ``__dict__`` or slot of it leads to the state or to an
+    undeclared field. It is a guard against mistakes, not a sandbox: stage code runs in the same
+    interpreter as the supervisor, and Python-level introspection (the caller's
+    frame through ``sys._getframe``, ``gc.get_referrers`` on a shared value)
+    can still reach the whole state. Reading it that way bypasses the contract
+    the machine's checks and replay rely on.
+
+    Args:
+        state: The state to read from.
+        reads: The fields the stage may read.
+        stage: The stage's name, for error messages.
     """
 
-    __slots__ = ("_reads", "_stage", "_state")
+    __slots__ = ("_stage", "_values")
 
     def __init__(self, state: S, reads: frozenset[str], stage: str) -> None:
-        object.__setattr__(self, "_state", state)
-        object.__setattr__(self, "_reads", reads)
+        values = MappingProxyType({name: getattr(state, name) for name in reads})
+        object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_stage", stage)
 
     def __getattr__(self, name: str) -> Any:
-        if name in self._reads:
-            return getattr(self._state, name)
+        if name in self._values:
+            return self._values[name]
         if name.startswith("_"):  # protocol probes (copy, pickle, ...) get the usual answer
             raise AttributeError(name)
-        raise UndeclaredRead(stage=self._stage, field=name, reads=self._reads)
+        raise UndeclaredRead(stage=self._stage, field=name, reads=frozenset(self._values))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise ReadOnlyState(stage=self._stage, field=name)
@@ -79,7 +93,7 @@ class StateView(Generic[S]):
         raise ReadOnlyState(stage=self._stage, field=name)
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self._state, name)!r}" for name in sorted(self._reads))
+        fields = ", ".join(f"{name}={self._values[name]!r}" for name in sorted(self._values))
         return f"StateView({fields})"
 
 

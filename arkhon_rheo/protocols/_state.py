@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping
-from types import MappingProxyType
-from typing import Annotated, Any, ClassVar
+from typing import ClassVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._frozen import FrozenMap, Metadata
 
 __all__ = ["SUPERVISOR_FIELDS", "AgentState", "ErrorClass", "FailureRecord", "Lifecycle"]
 
@@ -64,34 +64,6 @@ class FailureRecord(BaseModel):
     exit_reason: str | None = None
 
 
-class FrozenMap(Mapping[str, Any]):
-    """A read-only mapping that, unlike ``MappingProxyType``, copies and pickles."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: Mapping[str, Any] = MappingProxyType({})) -> None:
-        self._data = dict(data)
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __repr__(self) -> str:
-        return f"FrozenMap({self._data!r})"
-
-
-#: Metadata: a read-only mapping of JSON-friendly values.
-Metadata = Annotated[
-    Mapping[str, Any],
-    AfterValidator(FrozenMap),
-    PlainSerializer(dict, return_type=dict[str, Any]),
-]
-
 #: Fields only the supervisor writes; a stage can never declare them as writes.
 SUPERVISOR_FIELDS = frozenset({"lifecycle", "session_id", "iteration"})
 
@@ -100,8 +72,12 @@ class AgentState(BaseModel):
     """The base of every agent state: subclass it and add your business fields.
 
     The model is frozen: a commit makes a new version that shares every field it
-    did not change with the previous one. Use immutable field types (tuples,
-    frozen models, `History` for sequences that grow) so that sharing is safe.
+    did not change with the previous one, and stages read the values themselves.
+    So every field type must be immutable all the way down: ``tuple`` or
+    `History` (for sequences that grow) instead of ``list``, ``frozenset``
+    instead of ``set``, `FrozenMap` instead of ``dict``, ``bytes`` instead of
+    ``bytearray``, frozen models and frozen dataclasses. `Machine` refuses a
+    state type with a mutable field type, naming the field.
 
     Attributes:
         lifecycle: The machine's current state; subclasses narrow its type to
