@@ -59,6 +59,7 @@ from .protocols import Stage as Stage
 from .protocols import StateView as StateView
 from .protocols import TransitionEvent as TransitionEvent
 from .protocols import record_call as record_call
+from .protocols import record_stream as record_stream
 from .protocols import recorded as recorded
 from .protocols import stage as stage
 from .supervision import Divergence as Divergence
@@ -125,6 +126,7 @@ __all__ = [
     "UnrecordableCall",
     "UnserializablePatch",
     "record_call",
+    "record_stream",
     "recorded",
     "stage",
 ]
