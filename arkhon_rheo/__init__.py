@@ -44,6 +44,7 @@ from ._errors import UndeclaredWrite as UndeclaredWrite
 from ._errors import UnrecordableCall as UnrecordableCall
 from ._errors import UnserializablePatch as UnserializablePatch
 from ._exports import publish
+from ._redact import redact_secrets as redact_secrets
 from .actors import Actor as Actor
 from .actors import ActorRef as ActorRef
 from .actors import ActorSystem as ActorSystem
@@ -128,6 +129,7 @@ __all__ = [
     "record_call",
     "record_stream",
     "recorded",
+    "redact_secrets",
     "stage",
 ]
 

@@ -14,9 +14,11 @@ import arkhon_rheo
 PUBLIC_NAMESPACES = [
     "arkhon_rheo",
     "arkhon_rheo.actors",
+    "arkhon_rheo.models",
     "arkhon_rheo.protocols",
     "arkhon_rheo.store",
     "arkhon_rheo.supervision",
+    "arkhon_rheo.testing",
 ]
 
 

@@ -1,7 +1,8 @@
 """The layering of the package, kept by reading its imports (trio's `_core` is the model).
 
 protocols imports nothing of the package; actors only protocols; supervision
-only those two. Every layer may use the leaf modules ``_errors`` and ``_exports``.
+only those two; models only protocols. Every layer may use the leaf modules
+``_errors``, ``_exports`` and ``_redact``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "arkhon_rheo"
-LEAVES = {"_errors", "_exports"}
+LEAVES = {"_errors", "_exports", "_redact"}
 ALLOWED: dict[str, set[str]] = {
     "protocols": set(),
     "actors": {"protocols"},
     "supervision": {"protocols", "actors"},
     "store": {"protocols"},
+    "models": {"protocols"},
+    "testing": {"protocols", "models"},
 }
 
 
