@@ -13,6 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any, get_args
 
 from .._errors import Recoverable
+from .._redact import scrub
 from ..protocols import (
     AssistantMessage,
     FinishReason,
@@ -108,7 +109,7 @@ def usage(data: Any) -> Usage:
 def _bad(what: str, model: str) -> Recoverable:
     return Recoverable(
         f"the chat-completions reply for model {model!r} is not in the expected format: "
-        f"{what}; check that the base URL points at an OpenAI-compatible server"
+        f"{scrub(what)}; check that the base URL points at an OpenAI-compatible server"
     )
 
 
