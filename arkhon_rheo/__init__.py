@@ -45,6 +45,7 @@ from ._errors import UndeclaredWrite as UndeclaredWrite
 from ._errors import UnrecordableCall as UnrecordableCall
 from ._errors import UnserializablePatch as UnserializablePatch
 from ._exports import publish
+from ._redact import redact_secrets as redact_secrets
 from .actors import Actor as Actor
 from .actors import ActorRef as ActorRef
 from .actors import ActorSystem as ActorSystem
@@ -66,6 +67,7 @@ from .protocols import Stage as Stage
 from .protocols import StateView as StateView
 from .protocols import TransitionEvent as TransitionEvent
 from .protocols import record_call as record_call
+from .protocols import record_stream as record_stream
 from .protocols import recorded as recorded
 from .protocols import stage as stage
 from .store import MemoryStore as MemoryStore
@@ -153,7 +155,9 @@ __all__ = [
     "UnrecordableCall",
     "UnserializablePatch",
     "record_call",
+    "record_stream",
     "recorded",
+    "redact_secrets",
     "stage",
 ]
 

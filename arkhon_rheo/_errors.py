@@ -220,7 +220,23 @@ class StageFailure(ArkhonError):
 
 
 class Transient(StageFailure):
-    """A failure worth retrying as it is (a timeout, a rate limit, a dropped link)."""
+    """A failure worth retrying as it is (a timeout, a rate limit, a dropped link).
+
+    Attributes:
+        stage: The stage that failed, once known.
+        retry_after: The least time, in seconds, to wait before retrying, when
+            the failing party said (a rate limit's ``Retry-After``); the
+            supervisor's backoff waits at least this long. ``None`` when unknown.
+    """
+
+    retry_after: float | None = None  # also for instances rebuilt from a recorded call
+
+    def __init__(
+        self, message: str = "", *, stage: str | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, stage=stage)
+        if retry_after is not None:
+            self.retry_after = max(0.0, float(retry_after))
 
 
 class ToolTimeout(Transient, TimeoutError):

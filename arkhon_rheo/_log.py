@@ -14,69 +14,22 @@ on the application:
   as JSON or console output (the event dict travels as the record's ``msg``).
 
 Either way, secrets are redacted before an event leaves the library
-(`redact_secrets`), and a broken log pipeline never breaks the runtime.
+(`arkhon_rheo.redact_secrets`), and a broken log pipeline never breaks the runtime.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 import structlog
 
-__all__ = ["LibraryLogger", "add_secret", "get_logger", "redact_secrets"]
+from ._redact import redact_secrets
+
+__all__ = ["LibraryLogger", "get_logger"]
 
 _ROOT = "arkhon_rheo"
 logging.getLogger(_ROOT).addHandler(logging.NullHandler())
-
-_SECRET_KEY = re.compile(r"(api[_-]?key|authorization|token|secret|password|passwd)", re.I)
-_SECRET_VALUE = re.compile(
-    r"(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}"  # an Authorization header's credentials
-    r"|\bsk-[A-Za-z0-9_-]{8,}"  # OpenAI-style keys
-)
-REDACTED = "[redacted]"
-_extra_secrets: set[str] = set()
-
-
-def add_secret(value: str) -> None:
-    """Redact ``value`` wherever it appears in a library log line from now on.
-
-    A client that holds a key registers it, so even a key of no known shape
-    never reaches a log.
-    """
-    if len(value) >= 4:
-        _extra_secrets.add(value)
-
-
-def _scrub(value: Any) -> Any:
-    if isinstance(value, str):
-        value = _SECRET_VALUE.sub(REDACTED, value)
-        for secret in _extra_secrets:
-            if secret in value:
-                value = value.replace(secret, REDACTED)
-        return value
-    if isinstance(value, dict):
-        return {
-            key: REDACTED if isinstance(key, str) and _SECRET_KEY.search(key) else _scrub(item)
-            for key, item in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return type(value)(_scrub(item) for item in value)
-    return value
-
-
-def redact_secrets(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    """A structlog processor: blank out keys, bearer tokens and ``sk-...`` values.
-
-    A field whose name looks like a secret (``api_key``, ``authorization``,
-    ``token``, ``secret``, ``password``) is replaced whole; in every other string
-    (nested in dicts, lists and tuples too), ``Bearer <credentials>``,
-    ``sk-...`` keys and the values registered with `add_secret` are replaced.
-    """
-    scrubbed: dict[str, Any] = _scrub(event_dict)
-    return scrubbed
-
 
 _PROCESSORS: list[Any] = [
     structlog.stdlib.filter_by_level,
@@ -102,9 +55,10 @@ class LibraryLogger:
 
     def _emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
         try:
-            fields = _scrub(fields)
+            fields = dict(redact_secrets(None, level, {"event": event, **fields}))
+            event = fields.pop("event")
             target = self._configured if structlog.is_configured() else self._stdlib
-            getattr(target, level)(_scrub(event), **fields)
+            getattr(target, level)(event, **fields)
         except Exception:  # a broken log pipeline must not break the runtime
             pass
 

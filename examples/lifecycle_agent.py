@@ -2,10 +2,11 @@
 
 Each stage declares the seed's permission matrix (what it reads and writes);
 the supervisor enforces it and the lifecycle invariants at every commit. A
-scripted model stands in for the LLM and a calculator for the tool, so the run
-is deterministic. Their calls are recorded in the stored events, and the run
-ends by replaying the stored log: every stage runs again on the recorded calls,
-without the model. Run it with ``python examples/lifecycle_agent.py [asyncio|trio]``.
+scripted model (``arkhon_rheo.testing.ScriptedModel``) stands in for the LLM
+and a calculator for the tool, so the run is deterministic. Their calls are
+recorded in the stored events, and the run ends by replaying the stored log:
+every stage runs again on the recorded calls, without the model.
+Run it with ``python examples/lifecycle_agent.py [asyncio|trio]``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from arkhon_rheo import (
     recorded,
     stage,
 )
+from arkhon_rheo.protocols import ModelReply, UserMessage
+from arkhon_rheo.testing import ScriptedModel
 
 L = Lifecycle
 
@@ -63,17 +66,6 @@ class ReActState(AgentState):
     observation: Observation | None = None
 
 
-class ScriptedModel:
-    """Answers each prompt with the next scripted reply (a stand-in for an LLM)."""
-
-    def __init__(self, replies: list[str]) -> None:
-        self.replies = list(replies)
-
-    async def complete(self, prompt: str) -> str:
-        await anyio.lowlevel.checkpoint()
-        return self.replies.pop(0)
-
-
 @recorded("tool:calculator")  # its calls are recorded in the step's event
 async def calculator(expression: str) -> str:
     """A tiny, safe tool: adds and multiplies integers."""
@@ -100,8 +92,13 @@ def build_machine(model: ScriptedModel) -> Machine[ReActState]:
         previous = view.observation.summary if view.observation else "none"
         prompt = f"input={view.user_input} previous={previous}"
         # Recorded too: a replay re-executes this stage without the model.
-        reply = await record_call("model", {"prompt": prompt}, lambda: model.complete(prompt))
-        return Patch(thought=Thought.model_validate_json(reply))
+        reply = await record_call(
+            "model",
+            {"prompt": prompt},
+            lambda: model.complete([UserMessage(content=prompt)], json_mode=True),
+            returns=ModelReply,
+        )
+        return Patch(thought=Thought.model_validate_json(reply.text or "{}"))
 
     @stage(reads={"session_id", "iteration", "thought"}, writes={"action"}, next=L.OBSERVING)
     async def act(view: StateView[ReActState]) -> Patch:

@@ -14,10 +14,12 @@ import arkhon_rheo
 PUBLIC_NAMESPACES = [
     "arkhon_rheo",
     "arkhon_rheo.actors",
+    "arkhon_rheo.models",
     "arkhon_rheo.protocols",
     "arkhon_rheo.store",
     "arkhon_rheo.supervision",
     "arkhon_rheo.tools",
+    "arkhon_rheo.testing",
 ]
 
 

@@ -7,18 +7,26 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from arkhon_rheo._log import add_secret, get_logger, redact_secrets
+from arkhon_rheo import redact_secrets
+from arkhon_rheo._log import get_logger
+from arkhon_rheo._redact import register_secret
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.fixture(autouse=True)
-def _structlog_unconfigured() -> None:
+def _structlog_unconfigured() -> Iterator[None]:
+    structlog.reset_defaults()
+    yield
     structlog.reset_defaults()
 
 
@@ -87,7 +95,7 @@ def test_the_readme_recipe_renders_json(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_secrets_are_redacted_before_an_event_leaves(caplog: pytest.LogCaptureFixture) -> None:
-    add_secret("opaque-key-of-no-known-shape")
+    register_secret("opaque-key-of-no-known-shape")
     with caplog.at_level(logging.INFO, logger="arkhon_rheo"):
         get_logger("arkhon_rheo.test").warning(
             "call_failed Bearer abcdefgh12345",
@@ -103,12 +111,12 @@ def test_secrets_are_redacted_before_an_event_leaves(caplog: pytest.LogCaptureFi
     fields = record.msg
     assert isinstance(fields, dict)
     assert fields["headers"]["accept"] == "json"  # only secrets go
-    assert fields["api_key"] == "[redacted]"
+    assert fields["api_key"] == "[REDACTED]"
 
 
 def test_redaction_is_a_plain_processor() -> None:
     out = redact_secrets(None, "info", {"event": "x", "password": "hunter2", "n": 1})
-    assert out == {"event": "x", "password": "[redacted]", "n": 1}
+    assert out == {"event": "x", "password": "[REDACTED]", "n": 1}
 
 
 def test_a_broken_pipeline_never_raises() -> None:

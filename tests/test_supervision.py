@@ -146,6 +146,11 @@ def test_backoff_is_full_jitter_bounded_and_seeded() -> None:
     assert delays == [random.Random(7).uniform(0, c) for c in ceilings]
     for n, ceiling in enumerate(ceilings, start=1):
         assert 0 <= backoff.delay(n, rng) <= ceiling
+    # A retry-after hint is a floor, even above the cap; a smaller one changes nothing.
+    assert backoff.delay(1, random.Random(7), at_least=60.0) == 60.0
+    assert backoff.delay(1, random.Random(7), at_least=0.0) == delays[0]
+    assert Transient("x", retry_after=-3).retry_after == 0.0
+    assert Transient("x").retry_after is None
     with pytest.raises(ConfigurationError):
         Backoff(max_attempts=0)
     with pytest.raises(ConfigurationError):
@@ -449,6 +454,24 @@ async def test_backoff_waits_exactly_the_seeded_delays(
     assert result.ok
     assert result.retries == 2
     assert elapsed == pytest.approx(expected)
+
+
+@on_virtual_clock
+async def test_backoff_waits_at_least_a_transient_retry_after_hint(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The jitter would wait at most 0.5 s; the failure asks for 7 s, then 0 s.
+    probe = Probe(act=[Transient("429", retry_after=7.0), Transient("429", retry_after=0.0)])
+    backoff = Backoff(base=0.5, cap=0.5, max_attempts=3)
+    start = trio.current_time()
+    async with System(seed=11, backoff=backoff) as system:
+        result = await system.run(loop_machine(probe), LoopState(), session_id="s")
+    elapsed = trio.current_time() - start
+    rng = random.Random("11/0")
+    first, second = backoff.delay(1, rng), backoff.delay(2, rng)
+    assert result.ok
+    assert result.retries == 2
+    assert elapsed == pytest.approx(max(first, 7.0) + second)
 
 
 @on_virtual_clock

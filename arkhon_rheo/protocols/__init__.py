@@ -18,6 +18,7 @@ from ._history import History as History
 from ._io import CallPlayback as CallPlayback
 from ._io import CallRecorder as CallRecorder
 from ._io import record_call as record_call
+from ._io import record_stream as record_stream
 from ._io import recorded as recorded
 from ._machine import Machine as Machine
 from ._model import AssistantMessage as AssistantMessage
@@ -92,6 +93,7 @@ __all__ = [
     "Usage",
     "UserMessage",
     "record_call",
+    "record_stream",
     "recorded",
     "stage",
 ]

@@ -13,7 +13,11 @@ So a stage cannot depend on something the record does not keep.
 
 The record of one call is JSON: ``{"kind", "request", "response"}``; a call
 that raised keeps ``"error": {"type", "message", "args"}`` instead, one that
-was cancelled (by the stage's own timeout) ``"cancelled": true``. Records are
+was cancelled (by the stage's own timeout) ``"cancelled": true``. A streamed
+call (`record_stream`) is kept as ``{"kind", "request", "stream": true,
+"chunks"}``: every chunk the stage got, in order (for a model, the deltas and
+the full reply last), with ``"error"`` or ``"cancelled"`` after the chunks
+that came before it; a replay streams the chunks back. Records are
 in the order the calls started. A call made while another recorded call runs
 (a recorded tool that uses a recorded model) belongs to the outer call and is
 not recorded on its own.
@@ -21,13 +25,14 @@ not recorded on its own.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import sys
 import typing
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 import anyio
 from pydantic import TypeAdapter, ValidationError
@@ -37,9 +42,9 @@ from .._errors import ConfigurationError, RecordedCallFailed, ReplayDiverged, Un
 from ._canonical import json_data
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 
-__all__ = ["CallPlayback", "CallRecorder", "record_call", "recorded"]
+__all__ = ["CallPlayback", "CallRecorder", "record_call", "record_stream", "recorded"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound="Callable[..., Awaitable[Any]]")
@@ -82,7 +87,7 @@ class CallRecorder:
         self._done: dict[int, int] = {}  # id(record) -> its place in completion order
         self._after: dict[int, int] = {}  # id(record) -> calls finished when it started
 
-    def __enter__(self) -> CallRecorder:
+    def __enter__(self) -> Self:
         self._token = _RECORDER.set(self)
         self.closed = False
         return self
@@ -145,6 +150,59 @@ class CallRecorder:
         self._finish(record)
         return adapter.validate_python(dumped)  # what a replay will return, exactly
 
+    async def stream(
+        self, kind: str, request: Any, call: Callable[[], AsyncIterator[Any]], returns: Any
+    ) -> AsyncGenerator[Any, None]:
+        """Stream the call's chunks through, recording each (see `record_stream`)."""
+        iterator = aiter(call())
+        if self.closed:
+            try:
+                async for chunk in iterator:
+                    yield chunk
+            finally:
+                await _aclose(iterator)
+            return
+        chunks: list[Any] = []
+        record: dict[str, Any] = {"kind": kind, "request": request, "stream": True}
+        record["chunks"] = chunks
+        self.calls.append(record)
+        self._after[id(record)] = len(self._done)
+        adapter = _adapter(returns)
+        try:
+            while True:
+                # Calls made while the stream produces a chunk are part of it; the
+                # stage's own calls between chunks are not, so no token spans a yield.
+                token = _RECORDER.set(None)
+                try:
+                    chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    break
+                finally:
+                    _RECORDER.reset(token)
+                try:
+                    dumped = json_data(adapter.dump_python(chunk))
+                    _check_json(dumped)
+                except (PydanticSerializationError, ValueError, TypeError) as exc:
+                    raise UnrecordableCall(kind=kind, what="response", reason=str(exc)) from exc
+                chunks.append(dumped)
+                yield adapter.validate_python(dumped)  # what a replay will yield, exactly
+        except anyio.get_cancelled_exc_class():
+            record["cancelled"] = True
+            raise
+        except Exception as exc:
+            record["error"] = _error(exc)
+            raise
+        finally:
+            # Finished, failed, or left early by the stage (its chunks so far stand).
+            self._finish(record)
+            await _aclose(iterator)
+
+
+async def _aclose(iterator: AsyncIterator[Any]) -> None:
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
 
 def _error(exc: Exception) -> dict[str, Any]:
     cls = type(exc)
@@ -201,12 +259,49 @@ class CallPlayback(CallRecorder):
         self, kind: str, request: Any, call: Callable[[], Awaitable[Any]], returns: Any
     ) -> Any:
         """Return (or raise) what the recorded call did; never calls out."""
+        record = await self._answer(kind, request, stream=False)
+        if record.get("cancelled"):
+            await anyio.sleep_forever()  # until the stage's own timeout fires, as it did
+        if "error" in record:
+            raise _rebuild(kind, record["error"])
+        return self._validate(kind, record.get("response"), returns)
+
+    async def stream(
+        self, kind: str, request: Any, call: Callable[[], AsyncIterator[Any]], returns: Any
+    ) -> AsyncGenerator[Any, None]:
+        """Yield the recorded chunks, then end (or raise) as the recorded stream did."""
+        record = await self._answer(kind, request, stream=True)
+        for chunk in record.get("chunks", []):
+            yield self._validate(kind, chunk, returns)
+        if record.get("cancelled"):
+            await anyio.sleep_forever()
+        if "error" in record:
+            raise _rebuild(kind, record["error"])
+
+    def _validate(self, kind: str, data: Any, returns: Any) -> Any:
+        try:
+            return _adapter(returns).validate_python(data)
+        except ValidationError as exc:
+            raise self._diverge(
+                kind, f"the recorded response no longer validates as {returns!r}: {exc}"
+            ) from exc
+
+    async def _answer(self, kind: str, request: Any, *, stream: bool) -> dict[str, Any]:
+        """The record answering this call, once the calls that finished before it are answered.
+
+        Raises:
+            ReplayDiverged: No unused record matches, or it waits for calls never made.
+        """
         if self.closed:
             raise self._diverge(kind, "it was made after the stage returned")
         pending = [i for i, used in enumerate(self._used) if not used]
         for index in pending:
             record = self.records[index]
-            if record.get("kind") == kind and record.get("request") == request:
+            if (
+                record.get("kind") == kind
+                and record.get("request") == request
+                and bool(record.get("stream")) == stream
+            ):
                 break
         else:
             number = self.position + 1
@@ -239,16 +334,7 @@ class CallPlayback(CallRecorder):
         if self._changed is not None:
             self._changed.set()
             self._changed = None
-        if record.get("cancelled"):
-            await anyio.sleep_forever()  # until the stage's own timeout fires, as it did
-        if "error" in record:
-            raise _rebuild(kind, record["error"])
-        try:
-            return _adapter(returns).validate_python(record.get("response"))
-        except ValidationError as exc:
-            raise self._diverge(
-                kind, f"the recorded response no longer validates as {returns!r}: {exc}"
-            ) from exc
+        return record
 
     def unused(self) -> int:
         """How many recorded calls the re-executed stage did not make."""
@@ -312,6 +398,54 @@ async def record_call(
         return await call()
     jsonable = _jsonable(kind, "request", request)
     return cast("T", await recorder.call(kind, jsonable, call, returns))
+
+
+async def record_stream(
+    kind: str, request: Any, call: Callable[[], AsyncIterator[T]], *, returns: Any = Any
+) -> AsyncGenerator[T, None]:
+    """Make a streamed call to a model or a tool, its chunks recorded in the step's event.
+
+    ::
+
+        async for chunk in record_stream(
+            "model", messages, lambda: client.stream(messages), returns=ReplyDelta | ModelReply
+        ):
+            ...
+
+    The chunks reach the stage as they arrive; each is recorded as it passes.
+    A replay streams the recorded chunks back, without calling out, and ends
+    (or raises) where the recorded stream did. A stage that stops reading
+    early records the chunks it read. Outside a stage it simply streams through.
+
+    Args:
+        kind: What is called (``"model"``); a replay checks it.
+        request: What is asked, as JSON-friendly data; a replay checks it too.
+        call: Starts the stream (returns an async iterator, such as an async
+            generator); it is not called in a replay.
+        returns: The type of one chunk: each is dumped to JSON through it and
+            validated back, in the recorded run as in a replay.
+
+    Yields:
+        The chunks, as the record keeps them.
+
+    Raises:
+        UnrecordableCall: The request or a chunk cannot be kept as JSON.
+        ReplayDiverged: In a replay, no recorded streamed call matches this one.
+    """
+    recorder = _RECORDER.get()
+    if recorder is None or recorder.closed:
+        iterator = aiter(call())
+        try:
+            async for chunk in iterator:
+                yield chunk
+        finally:
+            await _aclose(iterator)
+        return
+    jsonable = _jsonable(kind, "request", request)
+    chunks = recorder.stream(kind, jsonable, call, returns)
+    async with contextlib.aclosing(chunks):
+        async for chunk in chunks:
+            yield chunk
 
 
 def recorded(kind: str, *, returns: Any = None) -> Callable[[F], F]:

@@ -136,10 +136,21 @@ class Backoff:
         if isinstance(self.max_attempts, bool) or self.max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {self.max_attempts}")
 
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        """The wait after failed attempt ``attempt`` (1-based), drawn from ``rng``."""
+    def delay(self, attempt: int, rng: random.Random, *, at_least: float | None = None) -> float:
+        """The wait after failed attempt ``attempt`` (1-based), drawn from ``rng``.
+
+        Args:
+            attempt: The attempt that failed, from 1.
+            rng: The session's seeded RNG (the jitter).
+            at_least: A minimum wait the failure asked for (`Transient.retry_after`,
+                from a rate limit's ``Retry-After``). It is honoured even above
+                ``cap``: retrying sooner would only be refused again.
+        """
         ceiling = min(self.cap, self.base * 2 ** (attempt - 1))
-        return rng.uniform(0.0, ceiling)
+        drawn = rng.uniform(0.0, ceiling)
+        if at_least is not None and math.isfinite(at_least) and at_least > drawn:
+            return at_least
+        return drawn
 
 
 class RestartStrategy(enum.Enum):

@@ -29,6 +29,7 @@ from .._errors import (
     PreconditionFailed,
     RestartIntensityExceeded,
     StageTimeout,
+    Transient,
 )
 from .._log import get_logger
 from ..actors import Actor, ActorRef, Termination, TerminationKind
@@ -548,7 +549,10 @@ class SessionSupervisor(Actor[_Step, None]):
             error_class = session.config.classifier.classify(failure)
             if error_class is ErrorClass.TRANSIENT:
                 if attempt < session.config.backoff.max_attempts:
-                    await anyio.sleep(session.config.backoff.delay(attempt, session.rng))
+                    hint = failure.retry_after if isinstance(failure, Transient) else None
+                    await anyio.sleep(
+                        session.config.backoff.delay(attempt, session.rng, at_least=hint)
+                    )
                     attempt += 1
                     session.retries += 1
                     continue

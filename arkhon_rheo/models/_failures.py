@@ -1,0 +1,119 @@
+"""How an HTTP failure of a model server is classified: retry, restart, or fail.
+
+::
+
+    429 Too Many Requests, 408, 5xx      Transient   (honouring Retry-After)
+    timeouts, refused or dropped links   Transient
+    400, 401, 403, 404, 422, other 4xx   Fatal       (the message says what to fix)
+    a body that is not the format        Recoverable (see ``_wire``)
+
+Messages carry the server's own error message, scrubbed of secrets, never a
+header; the API key cannot reach them.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+
+import httpx
+
+from .._errors import Fatal, StageFailure, Transient
+from .._redact import scrub
+
+__all__ = ["for_status", "for_transport", "retry_after_seconds", "server_message"]
+
+_TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
+_MAX_MESSAGE = 500
+
+
+def retry_after_seconds(value: str | None, now: float) -> float | None:
+    """A ``Retry-After`` header as seconds from ``now`` (a Unix time), or ``None``.
+
+    Both forms are understood: delay-seconds (``"7"``, ``"1.5"``) and an HTTP
+    date (``"Wed, 21 Oct 2015 07:28:00 GMT"``); a date in the past is 0.
+    """
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - now
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def server_message(text: str) -> str:
+    """The error message in a server's error body (OpenAI's shape or plain text), scrubbed."""
+    message = text.strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        pass
+    else:
+        error = data.get("error", data.get("detail", data)) if isinstance(data, dict) else data
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        message = error if isinstance(error, str) else json.dumps(error)
+    message = scrub(message)
+    if len(message) > _MAX_MESSAGE:
+        message = message[:_MAX_MESSAGE] + "..."
+    return message or "(empty body)"
+
+
+def for_status(
+    status: int, body: str, retry_after: str | None, *, model: str, url: str, now: float
+) -> StageFailure:
+    """The classified error for a response with an error ``status``."""
+    said = server_message(body)
+    where = f"model {model!r} at {url}"
+    if status in _TRANSIENT_STATUS or status >= 500:
+        wait = retry_after_seconds(retry_after, now)
+        hint = f"; the server asks to retry after {wait:g} s" if wait is not None else ""
+        reason = "rate limited" if status == 429 else "temporarily unavailable"
+        return Transient(f"{where}: {reason} (HTTP {status}: {said}){hint}", retry_after=wait)
+    if status == 401:
+        return Fatal(
+            f"{where} refused the API key (HTTP 401: {said}); check OPENAI_API_KEY, "
+            "or the api_key argument of the client"
+        )
+    if status == 403:
+        return Fatal(
+            f"{where} forbids this request (HTTP 403: {said}); check that the API key "
+            "may use this model (its project, organisation or region)"
+        )
+    if status == 404:
+        return Fatal(
+            f"{where} was not found (HTTP 404: {said}); check the model name (ARKHON_MODEL "
+            "or the model argument) and the base URL (OPENAI_BASE_URL, usually ending in /v1)"
+        )
+    return Fatal(
+        f"{where} refused the request (HTTP {status}: {said}); fix what the server names "
+        "(a message, tool schema or option it does not accept)"
+    )
+
+
+def for_transport(exc: httpx.TransportError, *, model: str, url: str, timeouts: str) -> Transient:
+    """The transient error for a failed exchange: a timeout, a refused or dropped connection."""
+    where = f"model {model!r} at {url}"
+    if isinstance(exc, httpx.TimeoutException):
+        kind = type(exc).__name__
+        return Transient(
+            f"{where} timed out ({kind}, {timeouts}); retried by the supervisor's backoff. "
+            "Raise the client's timeouts if the model is slow to answer"
+        )
+    if isinstance(exc, httpx.ConnectError):
+        return Transient(f"{where} could not be reached ({scrub(str(exc)) or 'connect failed'})")
+    return Transient(
+        f"{where}: the connection failed mid-exchange ({type(exc).__name__}: "
+        f"{scrub(str(exc)) or 'no detail'})"
+    )

@@ -1,0 +1,226 @@
+"""The chat-completions wire format: our messages and tool specs out, replies back in.
+
+Pure functions over JSON data, no I/O: request bodies, a reply's parsing, and
+the assembly of a server-sent-event stream (text and tool-call deltas, usage)
+into one `ModelReply`. What does not parse raises `Recoverable`: a body that is
+not the format (a proxy's error page, a truncated reply) is worth a restart,
+not a retry of the same request as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, get_args
+
+from .._errors import Recoverable
+from .._redact import scrub
+from ..protocols import (
+    AssistantMessage,
+    FinishReason,
+    ModelReply,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..protocols import Message
+
+__all__ = ["StreamAssembly", "parse_reply", "request_body"]
+
+_FINISH_REASONS = frozenset(get_args(FinishReason))
+_FINISH_ALIASES = {"function_call": "tool_calls", "tool_use": "tool_calls", "max_tokens": "length"}
+
+
+def _message(message: Message) -> dict[str, Any]:
+    if isinstance(message, SystemMessage | UserMessage):
+        return {"role": message.role, "content": message.content}
+    if isinstance(message, AssistantMessage):
+        data: dict[str, Any] = {"role": "assistant", "content": message.content}
+        if message.tool_calls:
+            data["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in message.tool_calls
+            ]
+        return data
+    if isinstance(message, ToolMessage):
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    raise TypeError(f"not a chat message: {message!r}")  # pragma: no cover - the union is closed
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": spec.name, "parameters": spec.parameters}
+    if spec.description:
+        function["description"] = spec.description
+    return {"type": "function", "function": function}
+
+
+def request_body(
+    model: str,
+    messages: Sequence[Message],
+    *,
+    tools: Sequence[ToolSpec] = (),
+    json_mode: bool = False,
+    stream: bool = False,
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON body of a chat-completions request (no headers, so no key)."""
+    body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in messages]}
+    if tools:
+        body["tools"] = [_tool(spec) for spec in tools]
+    if json_mode:
+        body["response_format"] = {"type": "json_object"}
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    if options:
+        body.update(options)
+    return body
+
+
+def finish_reason(value: Any, *, has_tool_calls: bool) -> FinishReason:
+    """A server's finish reason as one of ours (``"unknown"`` for anything else)."""
+    if value is None:
+        return "tool_calls" if has_tool_calls else "stop"
+    reason = _FINISH_ALIASES.get(str(value), str(value))
+    return reason if reason in _FINISH_REASONS else "unknown"  # type: ignore[return-value]
+
+
+def usage(data: Any) -> Usage:
+    """The ``usage`` object of a reply (zero when absent or malformed)."""
+    if not isinstance(data, dict):
+        return Usage()
+    prompt, completion = data.get("prompt_tokens"), data.get("completion_tokens")
+    return Usage(
+        prompt_tokens=prompt if isinstance(prompt, int) and prompt >= 0 else 0,
+        completion_tokens=completion if isinstance(completion, int) and completion >= 0 else 0,
+    )
+
+
+def _bad(what: str, model: str) -> Recoverable:
+    return Recoverable(
+        f"the chat-completions reply for model {model!r} is not in the expected format: "
+        f"{scrub(what)}; check that the base URL points at an OpenAI-compatible server"
+    )
+
+
+def parse_reply(text: str, model: str) -> ModelReply:
+    """Parse a complete (non-streamed) chat-completions body.
+
+    Raises:
+        Recoverable: The body is not JSON, or has no ``choices[0].message``.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise _bad(f"the body is not JSON (starts {text[:80]!r})", model) from None
+    try:
+        choice = data["choices"][0]
+        message = choice["message"]
+        calls = tuple(
+            ToolCall(
+                id=str(call.get("id") or f"call_{index}"),
+                name=str(call["function"]["name"]),
+                arguments=str(call["function"].get("arguments") or "{}"),
+            )
+            for index, call in enumerate(message.get("tool_calls") or ())
+        )
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            raise TypeError(f"content is {type(content).__name__}, not text")
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise _bad(f"no usable choices[0].message ({exc!r})", model) from None
+    return ModelReply(
+        message=AssistantMessage(content=content, tool_calls=calls),
+        finish_reason=finish_reason(choice.get("finish_reason"), has_tool_calls=bool(calls)),
+        usage=usage(data.get("usage")),
+        model=str(data.get("model") or model),
+    )
+
+
+class StreamAssembly:
+    """Folds the ``data:`` events of a streamed reply into one `ModelReply`.
+
+    Text pieces come back from `add` as they arrive; tool calls are assembled
+    by their ``index`` (the id and name come first, the arguments in pieces).
+    """
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.served_by = ""
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish: Any = None
+        self.usage = Usage()
+        self.done = False
+
+    def add(self, data: str) -> str:
+        """Take one event's data; return the text it adds.
+
+        Raises:
+            Recoverable: The event is not JSON or not a chat-completions chunk.
+        """
+        if data.strip() == "[DONE]":
+            self.done = True
+            return ""
+        try:
+            chunk = json.loads(data)
+            if chunk.get("usage"):
+                self.usage = usage(chunk["usage"])
+            self.served_by = str(chunk.get("model") or self.served_by)
+            choices = chunk.get("choices") or ()
+            if not choices:
+                return ""  # the usage chunk of stream_options.include_usage
+            choice = choices[0]
+            if choice.get("finish_reason") is not None:
+                self.finish = choice["finish_reason"]
+            delta = choice.get("delta") or {}
+            for piece in delta.get("tool_calls") or ():
+                self._call_piece(piece)
+            text = delta.get("content") or ""
+            if not isinstance(text, str):
+                raise TypeError(f"delta content is {type(text).__name__}, not text")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise _bad(
+                f"a stream event does not parse ({exc!r}): {data[:80]!r}", self.model
+            ) from None
+        if text:
+            self.text.append(text)
+        return text
+
+    def _call_piece(self, piece: dict[str, Any]) -> None:
+        index = int(piece.get("index", len(self.calls)))
+        call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
+        if piece.get("id"):
+            call["id"] = str(piece["id"])
+        function = piece.get("function") or {}
+        if function.get("name"):
+            call["name"] += str(function["name"])
+        if function.get("arguments"):
+            call["arguments"].append(str(function["arguments"]))
+
+    def reply(self) -> ModelReply:
+        """The reply the stream made."""
+        calls = tuple(
+            ToolCall(
+                id=call["id"] or f"call_{index}",
+                name=call["name"],
+                arguments="".join(call["arguments"]) or "{}",
+            )
+            for index, call in sorted(self.calls.items())
+        )
+        return ModelReply(
+            message=AssistantMessage(content="".join(self.text) or None, tool_calls=calls),
+            finish_reason=finish_reason(self.finish, has_tool_calls=bool(calls)),
+            usage=self.usage,
+            model=self.served_by or self.model,
+        )

@@ -1,0 +1,200 @@
+"""`ScriptedModel`: a model that answers from a script, for tests and examples.
+
+It implements `StreamingModelClient` like the real clients, so the code under
+test cannot tell the difference; it answers each call with the next step of
+its script and records what it was asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
+
+import anyio
+import anyio.lowlevel
+
+from .._errors import Fatal
+from ..protocols import AssistantMessage, ModelReply, ReplyDelta, ToolCall, Usage
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable, Sequence
+
+    from ..protocols import FinishReason, Message, ToolSpec
+
+__all__ = ["Chunks", "Delay", "ScriptedModel", "ScriptedRequest", "Step"]
+
+
+@dataclass(frozen=True, slots=True)
+class Delay:
+    """Wait ``seconds`` (with ``anyio.sleep``: virtual time on trio's mock clock) first.
+
+    A delay is not an answer: the call that meets it waits, then goes on to the
+    script's next step.
+    """
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Chunks:
+    """A streamed answer: one `ReplyDelta` per piece of text, then the full reply.
+
+    Attributes:
+        pieces: The text, in the pieces the stream yields.
+        tool_calls: Tool calls the full reply carries.
+        error: Raised after the pieces (a stream that breaks mid-way).
+    """
+
+    pieces: tuple[str, ...]
+    tool_calls: tuple[ToolCall, ...] = ()
+    error: Exception | None = None
+
+    def reply(self, model: str) -> ModelReply:
+        """The full reply the pieces make."""
+        return _reply(
+            AssistantMessage(content="".join(self.pieces) or None, tool_calls=self.tool_calls),
+            model,
+        )
+
+
+Step: TypeAlias = "str | ModelReply | ToolCall | Sequence[ToolCall] | Chunks | Delay | Exception"
+"""One step of a script: a text answer, a reply, tool calls, a stream, a delay, or an error."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedRequest:
+    """One call a `ScriptedModel` received.
+
+    Attributes:
+        messages: The conversation it was asked to answer.
+        tools: The tools offered.
+        json_mode: Whether JSON was asked for.
+        stream: Whether it was a streamed call.
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    json_mode: bool = False
+    stream: bool = False
+
+
+_Answer: TypeAlias = "ModelReply | str | ToolCall | Sequence[ToolCall] | Chunks"
+
+
+def _reply(message: AssistantMessage, model: str) -> ModelReply:
+    reason: FinishReason = "tool_calls" if message.tool_calls else "stop"
+    return ModelReply(message=message, finish_reason=reason, usage=Usage(), model=model)
+
+
+class ScriptedModel:
+    """A `StreamingModelClient` that answers each call with the next step of a script.
+
+    ::
+
+        model = ScriptedModel([
+            ToolCall(id="1", name="add", arguments='{"a": 1, "b": 2}'),  # asks for a tool
+            Delay(5.0),                                                 # then waits...
+            Transient("rate limited", retry_after=1.0),                 # ...and fails
+            "The sum is 3.",                                            # then answers
+        ])
+
+    Steps: a ``str`` answers with that text; a `ModelReply` as it is; a
+    `ToolCall` (or a sequence of them) asks for those tools; `Chunks` streams
+    its pieces (or answers with their text when not streamed); an exception is
+    raised (use the classified ones, `Transient`, `Recoverable`, `Fatal`); a
+    `Delay` waits, then the call takes the next step. A streamed call on a
+    plain step yields its whole text as one delta, then the reply.
+
+    Attributes:
+        script: The steps not taken yet.
+        requests: Every call received, in order (for assertions).
+        model: The model name the replies carry.
+    """
+
+    def __init__(self, script: Iterable[Step] = (), *, model: str = "scripted") -> None:
+        self.script: list[Step] = list(script)
+        self.model = model
+        self.requests: list[ScriptedRequest] = []
+
+    def __repr__(self) -> str:
+        return (
+            f"ScriptedModel(model={self.model!r}, {len(self.script)} steps left, "
+            f"{len(self.requests)} calls received)"
+        )
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        json_mode: bool = False,
+    ) -> ModelReply:
+        """Answer with the next step of the script.
+
+        Raises:
+            Fatal: The script has no step left.
+            Exception: The step's exception, when the step is one.
+        """
+        step = await self._next(ScriptedRequest(tuple(messages), tuple(tools), json_mode))
+        if isinstance(step, Chunks):
+            if step.error is not None:
+                raise step.error
+            return step.reply(self.model)
+        return self._as_reply(step)
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        json_mode: bool = False,
+    ) -> AsyncIterator[ReplyDelta | ModelReply]:
+        """Stream the next step of the script: its deltas, then its full reply.
+
+        Raises:
+            Fatal: The script has no step left.
+            Exception: The step's exception, when the step is one (for `Chunks`
+                with an ``error``, after its pieces).
+        """
+        request = ScriptedRequest(tuple(messages), tuple(tools), json_mode, stream=True)
+        step = await self._next(request)
+        if isinstance(step, Chunks):
+            for index, piece in enumerate(step.pieces):
+                await anyio.lowlevel.checkpoint()
+                yield ReplyDelta(text=piece, index=index)
+            if step.error is not None:
+                raise step.error
+            yield step.reply(self.model)
+            return
+        reply = self._as_reply(step)
+        if reply.text:
+            yield ReplyDelta(text=reply.text, index=0)
+        yield reply
+
+    async def _next(
+        self, request: ScriptedRequest
+    ) -> ModelReply | str | ToolCall | Sequence[ToolCall] | Chunks:
+        self.requests.append(request)
+        await anyio.lowlevel.checkpoint()
+        while True:
+            if not self.script:
+                asked = request.messages[-1] if request.messages else "nothing"
+                raise Fatal(
+                    f"the ScriptedModel's script is exhausted: call #{len(self.requests)} "
+                    f"(last message {asked!r}) has no step left; add replies to the script"
+                )
+            step = self.script.pop(0)
+            if isinstance(step, Delay):
+                await anyio.sleep(step.seconds)
+                continue
+            if isinstance(step, Exception):
+                raise step
+            return step
+
+    def _as_reply(self, step: ModelReply | str | ToolCall | Sequence[ToolCall]) -> ModelReply:
+        if isinstance(step, ModelReply):
+            return step
+        if isinstance(step, str):
+            return _reply(AssistantMessage(content=step), self.model)
+        calls = (step,) if isinstance(step, ToolCall) else tuple(step)
+        return _reply(AssistantMessage(tool_calls=calls), self.model)
