@@ -54,10 +54,13 @@ from .protocols import Condition as Condition
 from .protocols import History as History
 from .protocols import Lifecycle as Lifecycle
 from .protocols import Machine as Machine
+from .protocols import Partial as Partial
 from .protocols import Patch as Patch
+from .protocols import SessionStream as SessionStream
 from .protocols import Stage as Stage
 from .protocols import StateView as StateView
 from .protocols import TransitionEvent as TransitionEvent
+from .protocols import emit as emit
 from .protocols import record_call as record_call
 from .protocols import recorded as recorded
 from .protocols import stage as stage
@@ -95,6 +98,7 @@ __all__ = [
     "MailboxClosed",
     "MailboxError",
     "MailboxFull",
+    "Partial",
     "Patch",
     "PreconditionFailed",
     "ReadOnlyState",
@@ -109,6 +113,7 @@ __all__ = [
     "SessionLocked",
     "SessionNotFound",
     "SessionResult",
+    "SessionStream",
     "Stage",
     "StageFailure",
     "StageTimeout",
@@ -124,6 +129,7 @@ __all__ = [
     "UndeclaredWrite",
     "UnrecordableCall",
     "UnserializablePatch",
+    "emit",
     "record_call",
     "recorded",
     "stage",
