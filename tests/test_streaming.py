@@ -99,7 +99,7 @@ def streamer(*pieces: str, wait: anyio.Event | None = None, paced: bool = False)
 
 def key(item: TransitionEvent | Partial) -> tuple[Any, ...]:
     if isinstance(item, Partial):
-        return ("partial", item.stage, item.seq, item.attempt, item.index, item.data)
+        return ("partial", item.stage, item.seq, item.attempt, item.position, item.data)
     return ("event", item.stage, item.seq, item.attempt)
 
 
@@ -207,7 +207,7 @@ async def test_the_next_item_after_a_gap_says_how_many_were_lost() -> None:
             stream.receive_nowait()
         more.set()
         after_gap = await stream.receive()
-        assert (after_gap.data, after_gap.index, after_gap.dropped) == ("f", 5, 3)
+        assert (after_gap.data, after_gap.position, after_gap.dropped) == ("f", 5, 3)
         assert stream.statistics().dropped == 3
         assert (await handle.result()).state.thought == "abcdef"
         stream.close()
@@ -236,7 +236,7 @@ async def test_a_late_subscriber_gets_only_new_deltas() -> None:
         late = handle.stream()
         rest.set()
         await handle.result()
-        assert [(p.data, p.index) async for p in early] == [("c", 2), ("d", 3), ("e", 0)]
+        assert [(p.data, p.position) async for p in early] == [("c", 2), ("d", 3), ("e", 0)]
         items = [key(item) async for item in late]
     # The combined stream still has every event, from the first.
     assert [k[0] for k in items] == ["event", "partial", "event"]
