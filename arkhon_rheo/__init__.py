@@ -62,10 +62,13 @@ from .protocols import Gate as Gate
 from .protocols import History as History
 from .protocols import Lifecycle as Lifecycle
 from .protocols import Machine as Machine
+from .protocols import Partial as Partial
 from .protocols import Patch as Patch
+from .protocols import SessionStream as SessionStream
 from .protocols import Stage as Stage
 from .protocols import StateView as StateView
 from .protocols import TransitionEvent as TransitionEvent
+from .protocols import emit as emit
 from .protocols import record_call as record_call
 from .protocols import record_stream as record_stream
 from .protocols import recorded as recorded
@@ -120,6 +123,7 @@ __all__ = [
     "MailboxError",
     "MailboxFull",
     "MemoryStore",
+    "Partial",
     "Patch",
     "PreconditionFailed",
     "ReadOnlyState",
@@ -137,6 +141,7 @@ __all__ = [
     "SessionLocked",
     "SessionNotFound",
     "SessionResult",
+    "SessionStream",
     "Stage",
     "StageFailure",
     "StageMode",
@@ -154,6 +159,7 @@ __all__ = [
     "UndeclaredWrite",
     "UnrecordableCall",
     "UnserializablePatch",
+    "emit",
     "record_call",
     "record_stream",
     "recorded",

@@ -37,6 +37,7 @@ from .protocols import (
     Patch,
     TransitionEvent,
 )
+from .protocols._stream import DEFAULT_CAPACITY
 from .store import SQLiteStore
 from .supervision._codec import EventCodec, replay
 from .supervision._digest import StateHasher
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from ._claims import Claim
-    from .protocols import LoadedSession, SessionRecord, Store
+    from .protocols import LoadedSession, Partial, SessionRecord, SessionStream, Store
     from .supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 
 __all__ = ["AgentStatistics", "AgentSystem", "SessionHandle", "SessionResult"]
@@ -167,6 +168,35 @@ class SessionHandle(Generic[S]):
             if session.done.is_set():
                 return
             await session.wait_changed()
+
+    def partials(self, *, capacity: int = DEFAULT_CAPACITY) -> SessionStream[Partial]:
+        """Subscribe to the partial output its stages `emit`, from now until it ends.
+
+        Each call is a subscription of its own, with its own buffer of
+        ``capacity`` items; the session never waits for it. When the buffer is
+        full, new items are dropped for this subscriber (the next item it gets
+        says how many in `Partial.dropped`; ``statistics().dropped`` counts
+        all). Items emitted before the call are not delivered; on an ended
+        session the iterator ends at once.
+
+        Raises:
+            ConfigurationError: If ``capacity`` is not a positive integer.
+        """
+        return self._session.partials.subscribe(capacity)
+
+    def stream(
+        self, *, capacity: int = DEFAULT_CAPACITY
+    ) -> SessionStream[TransitionEvent | Partial]:
+        """Subscribe to its events (from the first, as `events`) and partial output, in order.
+
+        The partial items of step ``seq`` come before event ``seq``, whose
+        ``attempt`` says which attempt's partials the commit kept. Events are
+        never dropped; partial items are, as in `partials`.
+
+        Raises:
+            ConfigurationError: If ``capacity`` is not a positive integer.
+        """
+        return self._session.partials.subscribe(capacity, log=self._session.log)
 
     def cancel(self) -> None:
         """Cancel the session now; its state stays as last committed."""

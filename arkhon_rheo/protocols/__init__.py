@@ -2,7 +2,8 @@
 
 The agent state and its failure record, the patch a stage proposes, the stage
 contract with its read-only view, the machine, the transition event, and the
-recording of a stage's model and tool calls, and the chat contract (messages,
+recording of a stage's model and tool calls, the partial output a stage emits
+while it runs (`emit`, `Partial`, `SessionStream`), and the chat contract (messages,
 replies, tool specs, the model-client protocol). This
 layer imports nothing from the rest of the package.
 """
@@ -52,6 +53,10 @@ from ._store import SessionRecord as SessionRecord
 from ._store import Store as Store
 from ._store import StoredEvent as StoredEvent
 from ._store import StoreStatistics as StoreStatistics
+from ._stream import Partial as Partial
+from ._stream import SessionStream as SessionStream
+from ._stream import SessionStreamStatistics as SessionStreamStatistics
+from ._stream import emit as emit
 
 __all__ = [
     "SUPERVISOR_FIELDS",
@@ -75,9 +80,12 @@ __all__ = [
     "Message",
     "ModelClient",
     "ModelReply",
+    "Partial",
     "Patch",
     "ReplyDelta",
     "SessionRecord",
+    "SessionStream",
+    "SessionStreamStatistics",
     "Stage",
     "StateView",
     "Store",
@@ -92,6 +100,7 @@ __all__ = [
     "TransitionEvent",
     "Usage",
     "UserMessage",
+    "emit",
     "record_call",
     "record_stream",
     "recorded",

@@ -45,6 +45,7 @@ from ..protocols import (
     StateView,
     TransitionEvent,
 )
+from ..protocols._stream import PartialHub, StageScope
 from ._codec import step_moves
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy, RestartWindow
 
@@ -148,6 +149,7 @@ class Session:
         "listeners",
         "log",
         "machine",
+        "partials",
         "persistence",
         "restarts",
         "retries",
@@ -190,6 +192,8 @@ class Session:
         self.exit_reason: ExitReason | None = None
         self.failure: FailureRecord | None = None
         self._changed: anyio.Event | None = None
+        #: Subscribers of the partial output its stages `emit` (see `SessionStream`).
+        self.partials = PartialHub(session_id)
 
     def commit(self, state: AgentState, event: TransitionEvent) -> None:
         """Make ``state`` authoritative and publish ``event``; listeners never block it."""
@@ -210,9 +214,11 @@ class Session:
     def close(self) -> None:
         """Mark the session ended, its actors gone, and wake everybody waiting on it."""
         self.done.set()
+        self.partials.close()
         self._notify()
 
     def _notify(self) -> None:
+        self.partials.wake()
         changed = self._changed
         if changed is not None:
             self._changed = None
@@ -258,17 +264,22 @@ def _is_cancellation(exc: BaseException) -> bool:
 
 
 async def run_stage(
-    stage: Stage[Any], view: StateView[Any], deadline: float | None, recorder: CallRecorder
+    stage: Stage[Any],
+    view: StateView[Any],
+    deadline: float | None,
+    recorder: CallRecorder,
+    partials: StageScope | None = None,
 ) -> Any:
     """Run ``stage`` on ``view`` within ``deadline``; return its patch or its error.
 
-    The calls it makes through `record_call` go to ``recorder``. Errors are
-    returned, not raised: the supervisor classifies them. Any other
-    ``BaseException`` is returned as `Escaped`, for the supervisor to re-raise.
-    Cancellation (or a group holding one) is never caught.
+    The calls it makes through `record_call` go to ``recorder``, what it emits
+    to ``partials`` (nowhere without it). Errors are returned, not raised: the
+    supervisor classifies them. Any other ``BaseException`` is returned as
+    `Escaped`, for the supervisor to re-raise. Cancellation (or a group holding
+    one) is never caught.
     """
     try:
-        with recorder:
+        with recorder, partials if partials is not None else _NO_SCOPE:
             if deadline is None:
                 return await stage.execute(view)
             with anyio.move_on_after(deadline) as scope:
@@ -284,17 +295,25 @@ async def run_stage(
         return Escaped(exc)  # not classified: re-raised by the supervisor
 
 
+_NO_SCOPE = contextlib.nullcontext()
+
+
 class _Invoke:
     """Run the stage on this view."""
 
-    __slots__ = ("deadline", "recorder", "view")
+    __slots__ = ("deadline", "recorder", "scope", "view")
 
     def __init__(
-        self, view: StateView[Any], deadline: float | None, recorder: CallRecorder
+        self,
+        view: StateView[Any],
+        deadline: float | None,
+        recorder: CallRecorder,
+        scope: StageScope | None = None,
     ) -> None:
         self.view = view
         self.deadline = deadline
         self.recorder = recorder
+        self.scope = scope
 
 
 class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
@@ -316,7 +335,7 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
 
     async def receive(self, message: _Invoke) -> Patch | Exception | Escaped:
         outcome: Patch | Exception | Escaped = await run_stage(
-            self.stage, message.view, message.deadline, message.recorder
+            self.stage, message.view, message.deadline, message.recorder, message.scope
         )
         return outcome
 
@@ -333,9 +352,13 @@ class _TaskSlot:
         self.stage = stage
 
     async def invoke(
-        self, view: StateView[Any], deadline: float | None, recorder: CallRecorder
+        self,
+        view: StateView[Any],
+        deadline: float | None,
+        recorder: CallRecorder,
+        scope: StageScope | None = None,
     ) -> Any:
-        return await self.ref.ask(_Invoke(view, deadline, recorder), timeout=math.inf)
+        return await self.ref.ask(_Invoke(view, deadline, recorder, scope), timeout=math.inf)
 
     async def stop(self) -> None:
         self.ref.cancel()
@@ -351,10 +374,14 @@ class _InlineSlot:
         self.stage = stage
 
     async def invoke(
-        self, view: StateView[Any], deadline: float | None, recorder: CallRecorder
+        self,
+        view: StateView[Any],
+        deadline: float | None,
+        recorder: CallRecorder,
+        scope: StageScope | None = None,
     ) -> Any:
         structlog.contextvars.bind_contextvars(stage=self.stage.name)
-        return await run_stage(self.stage, view, deadline, recorder)
+        return await run_stage(self.stage, view, deadline, recorder, scope)
 
     async def stop(self) -> None:
         """Nothing runs between invocations, so there is nothing to stop."""
@@ -533,7 +560,8 @@ class SessionSupervisor(Actor[_Step, None]):
             slot = self.stages[name]
             view: StateView[Any] = StateView(state, stage_type.reads, name)
             recorder = CallRecorder(session.session_id)
-            outcome = await slot.invoke(view, deadline, recorder)
+            scope = session.partials.scope(name, session.next_seq(), attempt)
+            outcome = await slot.invoke(view, deadline, recorder, scope)
             if isinstance(outcome, Escaped):
                 raise outcome.error
             failure = (
