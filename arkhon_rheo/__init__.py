@@ -37,6 +37,7 @@ from ._errors import StageFailure as StageFailure
 from ._errors import StageTimeout as StageTimeout
 from ._errors import StoreCorrupt as StoreCorrupt
 from ._errors import StoreError as StoreError
+from ._errors import SubgraphFailed as SubgraphFailed
 from ._errors import SystemNotRunning as SystemNotRunning
 from ._errors import Transient as Transient
 from ._errors import UndeclaredRead as UndeclaredRead
@@ -49,6 +50,8 @@ from .actors import ActorRef as ActorRef
 from .actors import ActorSystem as ActorSystem
 from .actors import Termination as Termination
 from .actors import TerminationKind as TerminationKind
+from .graphs import SubgraphStage as SubgraphStage
+from .graphs import subgraph as subgraph
 from .protocols import AgentState as AgentState
 from .protocols import Condition as Condition
 from .protocols import History as History
@@ -115,6 +118,8 @@ __all__ = [
     "StateView",
     "StoreCorrupt",
     "StoreError",
+    "SubgraphFailed",
+    "SubgraphStage",
     "SystemNotRunning",
     "Termination",
     "TerminationKind",
@@ -127,6 +132,7 @@ __all__ = [
     "record_call",
     "recorded",
     "stage",
+    "subgraph",
 ]
 
 publish(__name__, __all__, globals())

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import anyio
 
+from ._children import ChildHost, linked_history
 from ._errors import (
     ConfigurationError,
     SessionError,
@@ -26,6 +27,7 @@ from ._errors import (
     SystemNotRunning,
 )
 from .actors import ActorRef, ActorSystem
+from .graphs._host import session_scope
 from .protocols import (
     SUPERVISOR_FIELDS,
     AgentState,
@@ -278,6 +280,9 @@ class AgentSystem:
         self._sessions: dict[str, SessionHandle[Any]] = {}
         self._validators: dict[int, PatchValidator] = {}
         self._counter = itertools.count()
+        # Subgraphs: each child session's link to its parent step, by child id.
+        self._links: dict[str, dict[str, Any]] = {}
+        self._children = ChildHost(self)
 
     async def __aenter__(self) -> AgentSystem:
         if self._owned_store is not None:
@@ -467,8 +472,15 @@ class AgentSystem:
             machine, state, config, session_id, base_seq=loaded.record.last_seq
         )
 
-    async def history(self, machine: Machine[Any], session_id: str) -> list[TransitionEvent]:
+    async def history(
+        self, machine: Machine[Any], session_id: str, *, children: bool = False
+    ) -> list[TransitionEvent]:
         """Every event of a session, from the store, in order, with patches and timings.
+
+        With ``children``, the events of the child sessions its subgraph stages
+        ran (see `subgraph`) come too, each child's right before the parent's
+        event for that step (a child still running last); a child's events
+        carry ``info["parent"]``: the parent session, stage and event number.
 
         Raises:
             ConfigurationError: If the system has no store.
@@ -478,6 +490,8 @@ class AgentSystem:
             raise ConfigurationError(
                 f"history() takes the machine first, then the session id: got {machine!r}"
             )
+        if children:
+            return await linked_history(self, machine, session_id)
         store = self._require_store("read a session's history")
         codec = self._codec(machine)
         return [codec.decode_event(event) for event in await store.history(session_id)]
@@ -841,6 +855,7 @@ class AgentSystem:
         gates_passed: bool = False,
     ) -> SessionHandle[S]:
         seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
+        link = self._links.get(session_id)
         persistence = None
         if self._store is not None:
             persistence = Persistence(
@@ -850,6 +865,7 @@ class AgentSystem:
                 snapshot_every=self._snapshot_every,
                 owner=self._owner,
                 digest=self._hasher(machine).start(state),
+                link=link,
             )
         session = Session(
             session_id,
@@ -861,9 +877,13 @@ class AgentSystem:
             listeners=self._listeners,
             persistence=persistence,
             base_seq=base_seq,
+            link=link,
         )
         session.gates_passed = gates_passed
-        ref = await self._actors.spawn(SessionSupervisor, session, name=f"{session_id}/supervisor")
+        with session_scope(self._children, session):  # its subgraph stages find us here
+            ref = await self._actors.spawn(
+                SessionSupervisor, session, name=f"{session_id}/supervisor"
+            )
         handle: SessionHandle[S] = SessionHandle(session, ref)
         self._sessions[session_id] = handle
         return handle
@@ -935,6 +955,7 @@ class AgentSystem:
                 session_id=session_id,
             )
         del self._sessions[session_id]
+        self._links.pop(session_id, None)
 
     def sessions(self) -> list[str]:
         """The ids of the sessions started here, oldest first."""

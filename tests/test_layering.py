@@ -1,7 +1,8 @@
 """The layering of the package, kept by reading its imports (trio's `_core` is the model).
 
 protocols imports nothing of the package; actors only protocols; supervision
-only those two. Every layer may use the leaf modules ``_errors`` and ``_exports``.
+only those two; graphs (subgraphs) protocols and supervision. Every layer may
+use the leaf modules ``_errors`` and ``_exports``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "actors": {"protocols"},
     "supervision": {"protocols", "actors"},
     "store": {"protocols"},
+    "graphs": {"protocols", "supervision"},
 }
 
 

@@ -44,10 +44,11 @@ from ..protocols import (
     TransitionEvent,
 )
 from ._codec import step_moves
+from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy, RestartWindow
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from ._persist import Persistence
     from ._validate import PatchValidator
@@ -140,6 +141,7 @@ class Session:
         "exit_reason",
         "failure",
         "gates_passed",
+        "link",
         "listeners",
         "log",
         "machine",
@@ -165,8 +167,11 @@ class Session:
         listeners: Sequence[EventListener] = (),
         persistence: Persistence | None = None,
         base_seq: int = 0,
+        link: Mapping[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
+        #: A child session's link to its parent step, stamped on each of its events.
+        self.link = link
         self.persistence = persistence
         self.base_seq = base_seq
         self.gates_passed = False
@@ -188,6 +193,8 @@ class Session:
 
     def commit(self, state: AgentState, event: TransitionEvent) -> None:
         """Make ``state`` authoritative and publish ``event``; listeners never block it."""
+        if self.link is not None:
+            event = linked(event, self.link)
         self.state = state
         self.log.append(event)
         for listener in self.listeners:
