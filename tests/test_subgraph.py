@@ -308,3 +308,54 @@ async def test_subgraph_checks_its_machine() -> None:
             output=lambda child, view: Patch(),
             next=P.DONE,
         )
+
+
+class Top(enum.Enum):
+    RUN = "run"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Outer(AgentState):
+    lifecycle: Top = Top.RUN
+    user: str = ""
+    token: str = ""
+
+
+async def test_subgraphs_nest(tmp_path: Path) -> None:
+    parent, _ = machines(Control())
+    inner = subgraph(
+        parent,
+        name="inner",
+        reads={"user"},
+        writes={"token"},
+        input=lambda view: Main(user=view.user),
+        output=lambda child, view: Patch(token=child.token),
+        next=Top.DONE,
+    )
+    outer = Machine(
+        name="outer",
+        state_type=Outer,
+        initial=Top.RUN,
+        transitions={Top.RUN: {Top.DONE}},
+        stages={Top.RUN: inner},
+        terminal={Top.DONE, Top.FAILED},
+        failed=Top.FAILED,
+    )
+    async with AgentSystem(path=tmp_path / "s.db") as system:
+        result = await system.run(outer, Outer(user="bob"), session_id="o1")
+        tree = await system.history(outer, "o1", children=True)
+    assert result.ok
+    assert result.state.token == "token-for-bob"
+    assert [(e.session_id, e.stage) for e in tree] == [
+        ("o1/inner/1", "greet"),
+        ("o1/inner/1/authenticate/2", "check"),
+        ("o1/inner/1/authenticate/2", "issue"),
+        ("o1/inner/1", "authenticate"),
+        ("o1", "inner"),
+    ]
+    assert (tree[1].info or {})["parent"] == {
+        "session_id": "o1/inner/1",
+        "stage": "authenticate",
+        "seq": 2,
+    }
