@@ -37,6 +37,7 @@ from ._errors import StageFailure as StageFailure
 from ._errors import StageTimeout as StageTimeout
 from ._errors import StoreCorrupt as StoreCorrupt
 from ._errors import StoreError as StoreError
+from ._errors import SubgraphFailed as SubgraphFailed
 from ._errors import SystemNotRunning as SystemNotRunning
 from ._errors import ToolTimeout as ToolTimeout
 from ._errors import Transient as Transient
@@ -52,6 +53,8 @@ from .actors import ActorSystem as ActorSystem
 from .actors import Directive as Directive
 from .actors import Termination as Termination
 from .actors import TerminationKind as TerminationKind
+from .graphs import SubgraphStage as SubgraphStage
+from .graphs import subgraph as subgraph
 from .protocols import AgentState as AgentState
 from .protocols import Condition as Condition
 from .protocols import Durability as Durability
@@ -149,6 +152,8 @@ __all__ = [
     "StateView",
     "StoreCorrupt",
     "StoreError",
+    "SubgraphFailed",
+    "SubgraphStage",
     "SystemNotRunning",
     "Termination",
     "TerminationKind",
@@ -165,6 +170,7 @@ __all__ = [
     "recorded",
     "redact_secrets",
     "stage",
+    "subgraph",
 ]
 
 publish(__name__, __all__, globals())

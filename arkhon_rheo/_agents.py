@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import anyio
 
+from ._children import ChildHost, linked_history
 from ._claims import Claims
 from ._errors import (
     ConfigurationError,
@@ -26,6 +27,7 @@ from ._errors import (
 )
 from ._owner import Owner, is_dead
 from .actors import ActorRef, ActorSystem
+from .graphs._host import session_scope
 from .protocols import (
     SUPERVISOR_FIELDS,
     AgentState,
@@ -330,6 +332,9 @@ class AgentSystem:
         self._validators: dict[int, PatchValidator] = {}
         self._counter = itertools.count()
         self._claims = Claims(store, self._owner, self._lease_ttl)
+        # Subgraphs: each child session's link to its parent step, by child id.
+        self._links: dict[str, dict[str, Any]] = {}
+        self._children = ChildHost(self)
 
     async def __aenter__(self) -> AgentSystem:
         if self._owned_store is not None:
@@ -528,6 +533,10 @@ class AgentSystem:
             config = replace(config, max_steps=max_steps)
         record = loaded.record
         stage = machine.stages.get(state.lifecycle)
+        anchor = max(
+            (e.seq for e in await store.history(session_id) if e.kind != EventKind.RESUME.value),
+            default=0,
+        )
         info = {
             "resumed_by": self._identity.describe(),
             "from_seq": record.last_seq,
@@ -542,7 +551,7 @@ class AgentSystem:
         )
         self._sessions.pop(session_id, None)
         return await self._launch(
-            machine, state, config, session_id, base_seq=event.seq, claim=claim
+            machine, state, config, session_id, base_seq=event.seq, claim=claim, anchor_seq=anchor
         )
 
     async def orphans(self, machine: Machine[Any] | None = None) -> list[SessionRecord]:
@@ -604,8 +613,15 @@ class AgentSystem:
                 continue  # taken by another system, or ended: not an orphan any more
         return handles
 
-    async def history(self, machine: Machine[Any], session_id: str) -> list[TransitionEvent]:
+    async def history(
+        self, machine: Machine[Any], session_id: str, *, children: bool = False
+    ) -> list[TransitionEvent]:
         """Every event of a session, from the store, in order, with patches and timings.
+
+        With ``children``, the events of the child sessions its subgraph stages
+        ran (see `subgraph`) come too, each child's right before the parent's
+        event for that step (a child still running last); a child's events
+        carry ``info["parent"]``: the parent session, stage and event number.
 
         Raises:
             ConfigurationError: If the system has no store, or ``machine`` is not
@@ -616,6 +632,8 @@ class AgentSystem:
             raise ConfigurationError(
                 f"history() takes the machine first, then the session id: got {machine!r}"
             )
+        if children:
+            return await linked_history(self, machine, session_id)
         store = self._require_store("read a session's history")
         self._check_machine(machine, await store.record(session_id))
         codec = self._codec(machine)
@@ -1057,9 +1075,11 @@ class AgentSystem:
         gates_passed: bool = False,
         claim: Claim | None = None,
         history: Sequence[TransitionEvent] = (),
+        anchor_seq: int | None = None,
     ) -> SessionHandle[S]:
         """Spawn the session's supervisor; it takes over ``claim``'s lease, if any."""
         seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
+        link = self._links.get(session_id)
         persistence = None
         if self._store is not None:
             persistence = Persistence(
@@ -1069,6 +1089,7 @@ class AgentSystem:
                 snapshot_every=self._snapshot_every,
                 owner=self._owner,
                 digest=self._hasher(machine).start(state),
+                link=link,
             )
         session = Session(
             session_id,
@@ -1080,15 +1101,18 @@ class AgentSystem:
             listeners=self._listeners,
             persistence=persistence,
             base_seq=base_seq,
+            link=link,
+            anchor_seq=anchor_seq,
         )
         session.gates_passed = gates_passed
         session.log.extend(history)  # an in-memory session's earlier events, kept on
         try:
             # Shielded: the session starts whole (and the lease passes to it) or not at all.
             with anyio.CancelScope(shield=True):
-                ref = await self._actors.spawn(
-                    SessionSupervisor, session, name=f"{session_id}/supervisor"
-                )
+                with session_scope(self._children, session):  # subgraph stages find us
+                    ref = await self._actors.spawn(
+                        SessionSupervisor, session, name=f"{session_id}/supervisor"
+                    )
         except BaseException:
             if claim is not None and session.done.is_set():
                 claim.hand_over()  # its supervisor ran and stopped: it gave the lease up
@@ -1172,6 +1196,7 @@ class AgentSystem:
                 session_id=session_id,
             )
         del self._sessions[session_id]
+        self._links.pop(session_id, None)
 
     def sessions(self) -> list[str]:
         """The ids of the sessions this system holds (started or resumed, not forgotten).

@@ -16,6 +16,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   ├── Transient             retry after a backoff
     │   │   └── ToolTimeout       a tool ran past its timeout (a sandboxed one is killed)
     │   ├── Recoverable           restart the stage, record the error, go on
+    │   │   └── SubgraphFailed    a subgraph's child session ended without finishing
     │   └── Fatal                 fail the session
     ├── ContractViolation         the supervisor refused what a stage did
     │   ├── UndeclaredRead        read a field outside the read set
@@ -53,7 +54,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -86,6 +87,7 @@ __all__ = [
     "StageTimeout",
     "StoreCorrupt",
     "StoreError",
+    "SubgraphFailed",
     "SystemNotRunning",
     "ToolTimeout",
     "Transient",
@@ -266,6 +268,37 @@ class Recoverable(StageFailure):
 
 class Fatal(StageFailure):
     """A failure that ends the session in its failed state."""
+
+
+class SubgraphFailed(Recoverable):
+    """A subgraph stage's child session ended without finishing.
+
+    Recoverable, like any stage failure the session survives: the stage restarts
+    and a later attempt runs a new child (register a rule for it on the
+    `Classifier` to treat it otherwise).
+
+    Attributes:
+        session_id: The child session.
+        exit_reason: How the child ended (``"failed"``, ``"max_steps"``...).
+        failure: The child's failure record (a `FailureRecord`), if it has one.
+    """
+
+    def __init__(
+        self, *, stage: str, session_id: str, exit_reason: str, failure: Any = None
+    ) -> None:
+        detail = (
+            f": {failure.error_type}: {failure.message}"
+            if failure is not None and hasattr(failure, "error_type")
+            else ""
+        )
+        super().__init__(
+            f"subgraph stage {stage!r}: child session {session_id!r} ended {exit_reason}"
+            f"{detail}; see its history for what happened",
+            stage=stage,
+        )
+        self.session_id = session_id
+        self.exit_reason = exit_reason
+        self.failure = failure
 
 
 class ContractViolation(ArkhonError):

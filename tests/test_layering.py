@@ -1,8 +1,9 @@
 """The layering of the package, kept by reading its imports (trio's `_core` is the model).
 
 protocols imports nothing of the package; actors only protocols; supervision
-only those two; models only protocols. Every layer may use the leaf modules
-``_errors``, ``_exports`` and ``_redact``.
+only those two; models only protocols; graphs (subgraphs) protocols and
+supervision. Every layer may use the leaf modules ``_errors``, ``_exports``,
+``_log`` and ``_redact``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "tools": {"protocols"},
     "models": {"protocols"},
     "testing": {"protocols", "models"},
+    "graphs": {"protocols", "supervision"},
 }
 
 

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..protocols import AgentState, Store, TransitionEvent
     from ._codec import EventCodec
     from ._digest import StateDigest
 
-__all__ = ["Persistence"]
+__all__ = ["Persistence", "linked"]
+
+
+def linked(event: TransitionEvent, link: Mapping[str, Any]) -> TransitionEvent:
+    """``event`` with ``link`` (a child session's parent step) under ``info["parent"]``."""
+    return event._replace(info={**(event.info or {}), "parent": dict(link)})
 
 
 class Persistence:
@@ -27,9 +34,11 @@ class Persistence:
         owner: Who holds the session's lease (released when the session ends).
         digest: The digest of the session's current state; each stored event
             carries the digest of the state it leads to.
+        link: A child session's link to its parent step, stored in each event's
+            ``info["parent"]``.
     """
 
-    __slots__ = ("codec", "digest", "owner", "session_id", "snapshot_every", "store")
+    __slots__ = ("codec", "digest", "link", "owner", "session_id", "snapshot_every", "store")
 
     def __init__(
         self,
@@ -40,7 +49,9 @@ class Persistence:
         snapshot_every: int,
         owner: str | None = None,
         digest: StateDigest,
+        link: Mapping[str, Any] | None = None,
     ) -> None:
+        self.link = link
         self.store = store
         self.digest = digest
         self.owner = owner
@@ -57,6 +68,8 @@ class Persistence:
             UnserializablePatch: If the event cannot be encoded (nothing was written).
             StoreError: If the store refused or failed.
         """
+        if self.link is not None:
+            event = linked(event, self.link)
         try:
             digest = self.digest.after(event, state)
         except Exception:

@@ -47,10 +47,11 @@ from ..protocols import (
 )
 from ..protocols._stream import PartialHub, StageScope
 from ._codec import step_moves
+from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy, RestartWindow
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from ._persist import Persistence
     from ._validate import PatchValidator
@@ -140,12 +141,14 @@ class Session:
     __slots__ = (
         "_changed",
         "_rng",
+        "anchor_seq",
         "base_seq",
         "config",
         "done",
         "exit_reason",
         "failure",
         "gates_passed",
+        "link",
         "listeners",
         "log",
         "machine",
@@ -172,8 +175,14 @@ class Session:
         listeners: Sequence[EventListener] = (),
         persistence: Persistence | None = None,
         base_seq: int = 0,
+        link: Mapping[str, Any] | None = None,
+        anchor_seq: int | None = None,
     ) -> None:
         self.session_id = session_id
+        #: After a resume: the number of the last event that was not a resume.
+        self.anchor_seq = anchor_seq
+        #: A child session's link to its parent step, stamped on each of its events.
+        self.link = link
         self.persistence = persistence
         self.base_seq = base_seq
         self.gates_passed = False
@@ -197,6 +206,8 @@ class Session:
 
     def commit(self, state: AgentState, event: TransitionEvent) -> None:
         """Make ``state`` authoritative and publish ``event``; listeners never block it."""
+        if self.link is not None:
+            event = linked(event, self.link)
         self.state = state
         self.log.append(event)
         for listener in self.listeners:
@@ -241,6 +252,16 @@ class Session:
 
     def next_seq(self) -> int:
         return self.base_seq + len(self.log) + 1
+
+    def step_seq(self) -> int:
+        """The number naming the step about to run, the same across a crash and its resume.
+
+        It is `next_seq`, except for the first step after a resume (whose own
+        event is no step): then it is the number that step had before the crash.
+        """
+        if self.log or self.anchor_seq is None:
+            return self.next_seq()
+        return self.anchor_seq + 1
 
 
 class Escaped:
