@@ -21,6 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "supervision": {"protocols", "actors"},
     "store": {"protocols"},
     "tools": {"protocols"},
+    "react": {"protocols", "models", "tools"},
     "models": {"protocols"},
     "testing": {"protocols", "models"},
     "graphs": {"protocols", "supervision"},

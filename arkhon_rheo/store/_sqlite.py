@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from types import TracebackType
 
-    from anyio.abc import TaskGroup
+    from anyio.abc import TaskGroup, TaskStatus
 
     from ..protocols import StoredEvent
 
@@ -156,9 +156,18 @@ class SQLiteStore(StoreBase):
         )
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
-        await self._task_group.start(self._writer.run)
+        await self._task_group.start(self._run_writer, self._writer)
         self._state = StoreState.OPEN
         return self
+
+    @staticmethod
+    async def _run_writer(
+        writer: Writer, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        # Shielded: when the host is cancelled, the sessions stopping in it still store
+        # their status and give up their leases; the writer ends when the store closes.
+        with anyio.CancelScope(shield=True):
+            await writer.run(task_status=task_status)
 
     async def __aexit__(
         self,

@@ -64,6 +64,10 @@ _logger = get_logger("arkhon_rheo.supervision")
 EventListener = Callable[[TransitionEvent], None]
 
 
+#: How long a stopping session may wait to store its status and give up its lease.
+_STATUS_TIMEOUT = 10.0
+
+
 def _log(level: str, event: str, **fields: Any) -> None:
     with contextlib.suppress(Exception):  # a broken log pipeline must not break a commit
         getattr(_logger, level)(event, **fields)
@@ -460,7 +464,10 @@ class SessionSupervisor(Actor[_Step, None]):
             try:
                 self._conclude(termination)
                 if session.persistence is not None and session.exit_reason is not None:
-                    await self._store_status(session.exit_reason.value)
+                    # Even when the system is being cancelled: the status is stored and
+                    # the lease given up (bounded, should the store hang).
+                    with anyio.move_on_after(_STATUS_TIMEOUT, shield=True):
+                        await self._store_status(session.exit_reason.value)
             finally:
                 session.close()
 

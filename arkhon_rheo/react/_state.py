@@ -1,0 +1,65 @@
+"""The state of a ReAct agent, and why it ended."""
+
+from __future__ import annotations
+
+import enum
+
+from pydantic import Field
+
+from ..protocols import AgentState, History, Lifecycle, Message, ToolCall, Usage
+
+__all__ = ["AgentExit", "ReactState"]
+
+
+class AgentExit(enum.Enum):
+    """Why a ReAct agent finished (``state.exit``); the session itself ends ``finished``."""
+
+    #: The model gave a final answer (a reply without tool calls).
+    ANSWERED = "answered"
+    #: The ``stop`` flag was set (by a human edit at a gate, or a stage of yours).
+    STOPPED = "stopped"
+    #: A budget limit was reached; the model's wrap-up turn gave the answer.
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    #: The engine's ``max_steps`` model turns were used up without an answer (logged as a
+    #: warning); ``answer`` is empty.
+    MAX_STEPS = "max_steps"
+
+
+class ReactState(AgentState):
+    """What a ReAct agent keeps: its conversation, counters and outcome.
+
+    Subclass it to add your own fields (immutable types); the engine's stages
+    read and write only the fields named here.
+
+    Attributes:
+        task: The user's request; the first user message.
+        messages: The conversation so far (system prompt, user, assistant, tool results).
+        pending: The tool calls of the last model turn, waiting for the act stage.
+        turns: Model turns taken (format retries included).
+        tool_calls: Tool calls made.
+        usage: Tokens used by all model calls.
+        cost: Their cost, by the prices given to the engine (0 without prices).
+        started_at: When the first turn began (seconds since the epoch, recorded
+            so that replay sees the same value).
+        elapsed: Seconds from ``started_at`` to the latest turn.
+        wrapup: A budget limit was reached: the next turn is the wrap-up turn.
+        stop: Set it (for example by an ``edit`` decision at a gate) to end the
+            agent before its next turn.
+        answer: The final answer.
+        exit: Why the agent finished.
+    """
+
+    lifecycle: Lifecycle = Lifecycle.INITIALIZED
+    task: str = ""
+    messages: History[Message] = History()
+    pending: tuple[ToolCall, ...] = ()
+    turns: int = Field(default=0, ge=0)
+    tool_calls: int = Field(default=0, ge=0)
+    usage: Usage = Usage()
+    cost: float = Field(default=0.0, ge=0)
+    started_at: float | None = None
+    elapsed: float = Field(default=0.0, ge=0)
+    wrapup: bool = False
+    stop: bool = False
+    answer: str | None = None
+    exit: AgentExit | None = None
