@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
@@ -72,3 +74,56 @@ def test_the_subgraph_example_links_the_child_to_its_parent_step(backend: str) -
     assert lines.index(child[-1]) + 1 == lines.index("  s1 #2 auth_subgraph: AUTH -> PROCESS")
     assert "replay: ok; 3 stages re-executed, the child's run" in lines
     assert "s2: DENIED: SubgraphFailed (recoverable)" in lines
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_react_example_answers_with_both_tools_and_replays(
+    tmp_path: Path, backend: str
+) -> None:
+    script = next(path for path in EXAMPLES if path.stem == "react_agent")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    result = subprocess.run(
+        [sys.executable, str(script), backend],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert (
+        "  #3 act: ACTING -> THINKING (recorded calls: tool:calculate, tool:count_words)" in lines
+    )
+    assert "  tool count_words -> 4" in lines  # from the sandboxed child process
+    assert "exit: finished (answered)" in lines
+    assert "replay: ok; 4 stages re-executed on their recorded calls, without the model" in lines
+
+
+@pytest.mark.anyio
+async def test_the_react_example_talks_to_a_real_server_when_configured(tmp_path: Path) -> None:
+    from .chat_server import Canned, open_chat_server
+
+    script = next(path for path in EXAMPLES if path.stem == "react_agent")
+    async with open_chat_server() as server:
+        server.add(
+            Canned.completion(tool_calls=[("t1", "calculate", '{"expression": "6 * 7"}')]),
+            Canned.completion("6 * 7 = 42", usage=(30, 7)),
+        )
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": server.url,
+            "OPENAI_API_KEY": "sk-example-key-0000",
+            "ARKHON_MODEL": "test-model",
+        }
+        result = await anyio.run_process(
+            [sys.executable, str(script)], cwd=tmp_path, env=env, check=False
+        )
+        requests = [received.json for received in server.requests]
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode()
+    assert "answer: 6 * 7 = 42" in out
+    assert "usage: 45 tokens, 2 turns, 1 tool calls" in out  # (3 + 5) + (30 + 7)
+    assert [r["model"] for r in requests] == ["test-model", "test-model"]
+    assert {t["function"]["name"] for t in requests[0]["tools"]} == {"calculate", "count_words"}
