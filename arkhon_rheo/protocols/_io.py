@@ -39,7 +39,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from .._errors import ConfigurationError, RecordedCallFailed, ReplayDiverged, UnrecordableCall
-from ._canonical import json_data
+from ._canonical import json_data, may_hold_sets
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
@@ -56,6 +56,15 @@ _check_json = json.JSONEncoder(allow_nan=False).encode
 @functools.lru_cache(maxsize=256)
 def _adapter(returns: Any) -> TypeAdapter[Any]:
     return TypeAdapter(returns)
+
+
+@functools.lru_cache(maxsize=256)
+def _dumper(returns: Any) -> Callable[[Any], Any]:
+    """How a response of type ``returns`` becomes JSON data (sets sorted, if it may hold any)."""
+    adapter = _adapter(returns)
+    if may_hold_sets(returns):
+        return lambda value: json_data(adapter.dump_python(value))
+    return functools.partial(adapter.dump_python, mode="json")
 
 
 def _jsonable(kind: str, what: str, value: Any) -> Any:
@@ -142,7 +151,7 @@ class CallRecorder:
             _RECORDER.reset(token)
         adapter = _adapter(returns)
         try:
-            dumped = json_data(adapter.dump_python(response))
+            dumped = _dumper(returns)(response)
             _check_json(dumped)
         except (PydanticSerializationError, ValueError, TypeError) as exc:
             raise UnrecordableCall(kind=kind, what="response", reason=str(exc)) from exc

@@ -204,6 +204,7 @@ def react_agent(
             raise ConfigurationError(f"react_agent: {label} must be at least 1, got {value}")
     runner = _runner(tools)
     limits = budget or Budget()
+    timed = limits.max_seconds is not None
     pricing = prices if isinstance(prices, Pricing) or prices is None else Pricing(prices)
     if stream and not isinstance(model, StreamingModelClient):
         raise ConfigurationError(
@@ -258,10 +259,12 @@ def react_agent(
             if view.turns >= max_steps:
                 _log.warning("react_max_steps", turns=view.turns, max_steps=max_steps)
                 return Patch(exit=AgentExit.MAX_STEPS)
-            now = await record_call("clock", {"turn": view.turns}, _now, returns=float)
-            started = view.started_at if view.started_at is not None else now
+            started, elapsed = view.started_at, 0.0
+            if timed:  # the clock is read (and recorded, for replay) only when time is limited
+                now = await record_call("clock", {"turn": view.turns}, _now, returns=float)
+                started = now if started is None else started
+                elapsed = max(0.0, now - started)
             turns, usage, cost = view.turns, view.usage, view.cost
-            elapsed = max(0.0, now - started)
             wrapup = view.wrapup
             new: list[Message] = []
             if not wrapup:
@@ -410,6 +413,9 @@ def react_agent(
     ):
         async def execute(self, view: StateView[ReactState]) -> Patch:
             calls = view.pending
+            if len(calls) == 1:  # the common case: no task group needed
+                result = await runner.call(calls[0])
+                return Patch(pending=(), tool_calls=view.tool_calls + 1).append("messages", result)
             results: list[ToolMessage | None] = [None] * len(calls)
             limiter = anyio.CapacityLimiter(max_parallel_tools)
 

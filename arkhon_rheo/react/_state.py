@@ -40,8 +40,10 @@ class ReactState(AgentState):
         usage: Tokens used by all model calls.
         cost: Their cost, by the prices given to the engine (0 without prices).
         started_at: When the first turn began (seconds since the epoch, recorded
-            so that replay sees the same value).
-        elapsed: Seconds from ``started_at`` to the latest turn.
+            so that replay sees the same value); kept only when the budget
+            limits time (``Budget(max_seconds=...)``), None otherwise.
+        elapsed: Seconds from ``started_at`` to the latest turn (0 unless the
+            budget limits time).
         wrapup: A budget limit was reached: the next turn is the wrap-up turn.
         stop: Set it (for example by an ``edit`` decision at a gate) to end the
             agent before its next turn.
