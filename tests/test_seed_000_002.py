@@ -260,7 +260,7 @@ async def test_rule_results_are_cached_per_input() -> None:
 
 async def test_a_rule_that_returns_nonsense_fails_the_session() -> None:
     """002 §4.2: an unexpected error is not swallowed (a typed Fatal)."""
-    bad = ex.RuleSet(Rule("broken", lambda step: "yes"))
+    bad = ex.RuleSet(Rule("broken", lambda step: "yes"))  # type: ignore[arg-type,return-value]
     machine = ex.build_machine(ScriptedModel([reply("hm")]), rules=bad)
     async with AgentSystem(path=None) as system:
         result = await system.run(machine, ex.ReActState(metadata=GOAL))
