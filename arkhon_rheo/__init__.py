@@ -41,6 +41,7 @@ from ._errors import SubgraphFailed as SubgraphFailed
 from ._errors import SystemNotRunning as SystemNotRunning
 from ._errors import ToolTimeout as ToolTimeout
 from ._errors import Transient as Transient
+from ._errors import TransitionInvariantViolation as TransitionInvariantViolation
 from ._errors import UndeclaredRead as UndeclaredRead
 from ._errors import UndeclaredWrite as UndeclaredWrite
 from ._errors import UnrecordableCall as UnrecordableCall
@@ -70,6 +71,7 @@ from .protocols import Patch as Patch
 from .protocols import SessionStream as SessionStream
 from .protocols import Stage as Stage
 from .protocols import StateView as StateView
+from .protocols import TransitionCondition as TransitionCondition
 from .protocols import TransitionEvent as TransitionEvent
 from .protocols import emit as emit
 from .protocols import record_call as record_call
@@ -159,7 +161,9 @@ __all__ = [
     "TerminationKind",
     "ToolTimeout",
     "Transient",
+    "TransitionCondition",
     "TransitionEvent",
+    "TransitionInvariantViolation",
     "UndeclaredRead",
     "UndeclaredWrite",
     "UnrecordableCall",

@@ -25,6 +25,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   ├── InvalidPatch          a written value fails its field's validation
     │   ├── PreconditionFailed    the state does not meet a stage's precondition
     │   ├── InvariantViolation    a state would break an invariant of its lifecycle
+    │   │   └── TransitionInvariantViolation  ...or of the transition that reaches it
     │   └── IllegalTransition     the machine does not allow the chosen transition
     ├── StageTimeout              a stage overran its state's deadline
     ├── RestartIntensityExceeded  too many restarts in the window: escalates to fatal
@@ -416,6 +417,31 @@ class InvariantViolation(ContractViolation):
         )
         self.invariant = invariant
         self.lifecycle = lifecycle
+
+
+class TransitionInvariantViolation(InvariantViolation):
+    """A step would take an edge whose transition invariant does not hold; it was not committed.
+
+    Attributes:
+        stage: The stage whose patch produced the candidate.
+        invariant: The name of the transition invariant.
+        lifecycle: The state the step would enter.
+        from_state: The state the step started from.
+        to_state: The state the step would enter (same as ``lifecycle``).
+    """
+
+    def __init__(self, *, stage: str, invariant: str, from_state: str, to_state: str) -> None:
+        ContractViolation.__init__(
+            self,
+            f"invariant of the transition {from_state!r} -> {to_state!r} violated by stage "
+            f"{stage!r}: {invariant}; the step was not committed (fix the stage's patch or "
+            "its next())",
+            stage=stage,
+        )
+        self.invariant = invariant
+        self.lifecycle = to_state
+        self.from_state = from_state
+        self.to_state = to_state
 
 
 class IllegalTransition(ContractViolation):

@@ -1,9 +1,13 @@
 """Seed 004's lifecycle machine, supervised: Initialized → Thinking → Acting/Observing → Finished.
 
 Each stage declares the seed's permission matrix (what it reads and writes);
-the supervisor enforces it and the lifecycle invariants at every commit. A
-scripted model (``arkhon_rheo.testing.ScriptedModel``) stands in for the LLM
-and a calculator for the tool, so the run is deterministic. Their calls are
+the supervisor enforces it and the lifecycle invariants at every commit,
+including the one that depends on the path taken ("Observing reached from
+Acting ⇒ Action is set", a transition invariant). The model is a scripted one
+(``arkhon_rheo.testing.ScriptedModel``) by default, so the run is
+deterministic, or the OpenAI-compatible server at ``OPENAI_BASE_URL`` when that
+is set (``arkhon_rheo.models.OpenAIChatClient``); the calculator is an
+``arkhon_rheo.tools`` tool run through a ``Toolbox``. Model and tool calls are
 recorded in the stored events, and the run ends by replaying the stored log:
 every stage runs again on the recorded calls, without the model.
 Run it with ``python examples/lifecycle_agent.py [asyncio|trio]``.
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 
 import anyio
@@ -26,12 +31,14 @@ from arkhon_rheo import (
     Machine,
     Patch,
     StateView,
+    TransitionCondition,
     record_call,
-    recorded,
     stage,
 )
-from arkhon_rheo.protocols import ModelReply, UserMessage
+from arkhon_rheo.models import OpenAIChatClient
+from arkhon_rheo.protocols import ModelClient, ModelReply, SystemMessage, ToolCall, UserMessage
 from arkhon_rheo.testing import ScriptedModel
+from arkhon_rheo.tools import Toolbox, tool
 
 L = Lifecycle
 
@@ -66,9 +73,13 @@ class ReActState(AgentState):
     observation: Observation | None = None
 
 
-@recorded("tool:calculator")  # its calls are recorded in the step's event
+@tool
 async def calculator(expression: str) -> str:
-    """A tiny, safe tool: adds and multiplies integers."""
+    """A tiny, safe tool: adds and multiplies integers.
+
+    Args:
+        expression: Like ``6*7+0``.
+    """
     total = 0
     for term in expression.split("+"):
         product = 1
@@ -78,7 +89,15 @@ async def calculator(expression: str) -> str:
     return str(total)
 
 
-def build_machine(model: ScriptedModel) -> Machine[ReActState]:
+TOOLS = Toolbox(calculator)  # each call is recorded in the step's event as "tool:calculator"
+PROMPT = (
+    'Reply with JSON only: {"intent": str, "tools": [tool names], "reasoning": str}. '
+    "To compute, name the calculator in tools and put the expression (integers, + and *) "
+    "in reasoning."
+)
+
+
+def build_machine(model: ModelClient) -> Machine[ReActState]:
     @stage(reads={"user_input"}, writes=(), next=L.THINKING)
     async def load(view: StateView[ReActState]) -> Patch:
         return Patch()
@@ -95,7 +114,9 @@ def build_machine(model: ScriptedModel) -> Machine[ReActState]:
         reply = await record_call(
             "model",
             {"prompt": prompt},
-            lambda: model.complete([UserMessage(content=prompt)], json_mode=True),
+            lambda: model.complete(
+                [SystemMessage(content=PROMPT), UserMessage(content=prompt)], json_mode=True
+            ),
             returns=ModelReply,
         )
         return Patch(thought=Thought.model_validate_json(reply.text or "{}"))
@@ -103,8 +124,12 @@ def build_machine(model: ScriptedModel) -> Machine[ReActState]:
     @stage(reads={"session_id", "iteration", "thought"}, writes={"action"}, next=L.OBSERVING)
     async def act(view: StateView[ReActState]) -> Patch:
         tools = view.thought.tools
-        outputs = tuple([await calculator(view.thought.reasoning) for _ in tools])
-        return Patch(action=Action(requested_tools=tools, tool_outputs=outputs))
+        arguments = json.dumps({"expression": view.thought.reasoning})
+        outputs = []
+        for index, name in enumerate(tools):
+            answer = await TOOLS.call(ToolCall(id=f"t{index}", name=name, arguments=arguments))
+            outputs.append(answer.content)
+        return Patch(action=Action(requested_tools=tools, tool_outputs=tuple(outputs)))
 
     @stage(
         reads={"session_id", "iteration", "thought", "action"},
@@ -139,16 +164,32 @@ def build_machine(model: ScriptedModel) -> Machine[ReActState]:
             L.ACTING: [lambda s: s.thought is not None and bool(s.thought.intent)],
             L.FINISHED: [lambda s: s.observation is not None and bool(s.observation.final_answer)],
         },
+        transition_invariants={  # an invariant that sees the path taken, not only the state
+            (L.ACTING, L.OBSERVING): [
+                TransitionCondition(
+                    "Observing reached from Acting needs the Action",
+                    lambda before, after: after.action is not None,
+                )
+            ],
+        },
     )
 
 
 async def main() -> None:
-    model = ScriptedModel(
-        [
-            json.dumps({"intent": "reflect", "reasoning": "I should compute it."}),
-            json.dumps({"intent": "compute", "tools": ["calculator"], "reasoning": "6*7+0"}),
-        ]
-    )
+    if os.environ.get("OPENAI_BASE_URL"):  # a real OpenAI-compatible server
+        async with OpenAIChatClient() as client:
+            await run(client)
+    else:
+        await run(ScriptedModel(SCRIPT))
+
+
+SCRIPT = [
+    json.dumps({"intent": "reflect", "reasoning": "I should compute it."}),
+    json.dumps({"intent": "compute", "tools": ["calculator"], "reasoning": "6*7+0"}),
+]
+
+
+async def run(model: ModelClient) -> None:
     machine = build_machine(model)
     # No arguments: sessions are kept in ./arkhon-rheo.db, the embedded SQLite default.
     async with AgentSystem(seed=4) as system:

@@ -18,6 +18,7 @@ PUBLIC_NAMESPACES = [
     "arkhon_rheo.models",
     "arkhon_rheo.protocols",
     "arkhon_rheo.react",
+    "arkhon_rheo.rules",
     "arkhon_rheo.store",
     "arkhon_rheo.supervision",
     "arkhon_rheo.tools",

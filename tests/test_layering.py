@@ -2,7 +2,7 @@
 
 protocols imports nothing of the package; actors only protocols; supervision
 only those two; models only protocols; graphs (subgraphs) protocols and
-supervision. Every layer may use the leaf modules ``_errors``, ``_exports``,
+supervision; rules only protocols. Every layer may use the leaf modules ``_errors``, ``_exports``,
 ``_log`` and ``_redact``.
 """
 
@@ -25,6 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"protocols"},
     "testing": {"protocols", "models"},
     "graphs": {"protocols", "supervision"},
+    "rules": {"protocols"},
 }
 
 

@@ -40,6 +40,7 @@ from ._patch import Patch as Patch
 from ._stage import Condition as Condition
 from ._stage import Stage as Stage
 from ._stage import StateView as StateView
+from ._stage import TransitionCondition as TransitionCondition
 from ._stage import stage as stage
 from ._state import SUPERVISOR_FIELDS as SUPERVISOR_FIELDS
 from ._state import AgentState as AgentState
@@ -97,6 +98,7 @@ __all__ = [
     "ToolMessage",
     "ToolRunner",
     "ToolSpec",
+    "TransitionCondition",
     "TransitionEvent",
     "Usage",
     "UserMessage",

@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 from .._errors import ConfigurationError
 from ._frozen import mutable_part
 from ._gates import Gate
-from ._stage import Condition, Stage
+from ._stage import Condition, Stage, TransitionCondition
 from ._state import SUPERVISOR_FIELDS, AgentState
 
 __all__ = ["Machine"]
@@ -17,6 +17,7 @@ __all__ = ["Machine"]
 S = TypeVar("S", bound=AgentState)
 
 ConditionLike = Condition[Any] | Callable[[Any], bool]
+TransitionConditionLike = TransitionCondition[Any] | Callable[[Any, Any], bool]
 
 
 def _label(state: enum.Enum) -> str:
@@ -48,6 +49,11 @@ class Machine(Generic[S]):
         failed: The terminal state a session moves to on a fatal error.
         invariants: Conditions per state, checked on every state that is
             committed in it; the key ``None`` holds invariants of every state.
+        transition_invariants: Conditions per edge ``(from, to)``, each called
+            with the state before and the candidate state after a step that
+            takes that edge (a `TransitionCondition` or a plain callable of two
+            states); a violation is a `TransitionInvariantViolation` and the
+            step is not committed. The edge must be an allowed transition.
         deadlines: Seconds a state's stage may run before it is cancelled.
         error_routes: Where a recoverable failure in a state leads (with the
             error recorded in ``last_error``); without a route the stage is
@@ -73,6 +79,10 @@ class Machine(Generic[S]):
         terminal: Iterable[enum.Enum],
         failed: enum.Enum,
         invariants: Mapping[enum.Enum | None, Iterable[ConditionLike]] | None = None,
+        transition_invariants: Mapping[
+            tuple[enum.Enum, enum.Enum], Iterable[TransitionConditionLike]
+        ]
+        | None = None,
         deadlines: Mapping[enum.Enum, float] | None = None,
         error_routes: Mapping[enum.Enum, enum.Enum] | None = None,
         loop_state: enum.Enum | None = None,
@@ -103,6 +113,18 @@ class Machine(Generic[S]):
             key: tuple(Condition.coerce(c) for c in conditions)
             for key, conditions in (invariants or {}).items()
         }
+        self.transition_invariants: dict[
+            tuple[enum.Enum, enum.Enum], tuple[TransitionCondition[Any], ...]
+        ] = {}
+        for edge, conditions in (transition_invariants or {}).items():
+            if not (isinstance(edge, tuple) and len(edge) == 2):
+                raise ConfigurationError(
+                    f"machine {name!r}: transition_invariants keys must be (from, to) pairs "
+                    f"of states, got {edge!r}"
+                )
+            self.transition_invariants[edge] = tuple(
+                TransitionCondition.coerce(c) for c in conditions
+            )
         self.states: frozenset[enum.Enum] = frozenset(
             {initial, failed, *self.terminal, *self.transitions, *self.stages}
             | {dst for dsts in self.transitions.values() for dst in dsts}
@@ -128,6 +150,12 @@ class Machine(Generic[S]):
     def invariants_of(self, state: enum.Enum) -> tuple[Condition[Any], ...]:
         """Every invariant that holds in ``state`` (the common ones first)."""
         return self._checks.get(state, ())
+
+    def transition_invariants_of(
+        self, from_state: enum.Enum, to_state: enum.Enum
+    ) -> tuple[TransitionCondition[Any], ...]:
+        """The invariants of the edge ``from_state`` -> ``to_state`` (none if it has none)."""
+        return self.transition_invariants.get((from_state, to_state), ())
 
     def is_terminal(self, state: enum.Enum) -> bool:
         """Whether a session in ``state`` has ended."""
@@ -160,6 +188,14 @@ class Machine(Generic[S]):
             if target not in self.transitions.get(state, frozenset()) | {self.failed}:
                 raise self._fail(
                     f"error route {state!r} -> {target!r} is not an allowed transition"
+                )
+        for src, dst in self.transition_invariants:
+            if dst not in self.transitions.get(src, frozenset()) and not (
+                dst is self.failed and src not in self.terminal
+            ):
+                raise self._fail(
+                    f"transition invariant on {src!r} -> {dst!r}: the machine does not "
+                    "allow that transition, so the invariant would never be checked"
                 )
         for state, seconds in self.deadlines.items():
             if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
@@ -214,6 +250,9 @@ class Machine(Generic[S]):
         for key in self.invariants:
             if key is not None:
                 yield "invariants", key
+        for src, dst in self.transition_invariants:
+            yield "transition_invariants", src
+            yield "transition_invariants", dst
         if self.loop_state is not None:
             yield "loop_state", self.loop_state
 

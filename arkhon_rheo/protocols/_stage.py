@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from ._patch import Patch
 
-__all__ = ["Condition", "Stage", "StateView", "stage"]
+__all__ = ["Condition", "Stage", "StateView", "TransitionCondition", "stage"]
 
 S = TypeVar("S", bound=AgentState)
 
@@ -50,6 +50,54 @@ class Condition(Generic[S]):
 
     def __repr__(self) -> str:
         return f"Condition({self.name!r})"
+
+
+class TransitionCondition(Generic[S]):
+    """A named predicate over a transition: the state before a step and the state after it.
+
+    An invariant that a plain `Condition` cannot say because it depends on the
+    path taken (seed 004: "when Lifecycle == Observing and the path came from
+    act, Action != nil"). Declare it on the machine for one ``(from, to)`` edge
+    (``Machine(transition_invariants=...)``); the supervisor checks it on every
+    commit that takes that edge.
+
+    Args:
+        name: What the condition asserts, for error messages.
+        predicate: Called with ``(before, after)``: the committed state the step
+            started from and the candidate state it would commit; returns true
+            when the transition is acceptable.
+    """
+
+    __slots__ = ("name", "predicate")
+
+    def __init__(self, name: str, predicate: Callable[[S, S], bool]) -> None:
+        self.name = name
+        self.predicate = predicate
+
+    @classmethod
+    def coerce(
+        cls, value: TransitionCondition[S] | Callable[[S, S], bool]
+    ) -> TransitionCondition[S]:
+        """Accept a `TransitionCondition` or a plain two-argument predicate.
+
+        Raises:
+            ConfigurationError: If ``value`` is not callable.
+        """
+        if isinstance(value, TransitionCondition):
+            return value
+        if isinstance(value, Condition) or not callable(value):
+            raise ConfigurationError(
+                f"a transition condition must be a callable of (before, after), got {value!r}"
+            )
+        name = getattr(value, "__doc__", None) or getattr(value, "__name__", repr(value))
+        return cls(str(name).strip(), value)
+
+    def holds(self, before: S, after: S) -> bool:
+        """Whether the move from ``before`` to ``after`` satisfies the condition."""
+        return bool(self.predicate(before, after))
+
+    def __repr__(self) -> str:
+        return f"TransitionCondition({self.name!r})"
 
 
 class StateView(Generic[S]):

@@ -709,6 +709,7 @@ class SessionSupervisor(Actor[_Step, None]):
             candidate.__pydantic_fields_set__.update(moved)
             if record is None:
                 session.validator.check_invariants(candidate, target, stage=name)
+                session.validator.check_transition(state, candidate, stage=name)
         except Exception as exc:
             return exc
         event = TransitionEvent(
@@ -802,6 +803,7 @@ class SessionSupervisor(Actor[_Step, None]):
             try:
                 candidate = state.model_copy(update=updates)
                 session.validator.check_invariants(candidate, target, stage=stage)
+                session.validator.check_transition(state, candidate, stage=stage)
             except ArkhonError as violation:
                 _log(
                     "error",

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin, is_typed
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .._errors import InvalidPatch, InvariantViolation, UndeclaredWrite
+from .._errors import (
+    InvalidPatch,
+    InvariantViolation,
+    TransitionInvariantViolation,
+    UndeclaredWrite,
+)
 from ..protocols import SUPERVISOR_FIELDS, AgentState, History, Patch
 
 if TYPE_CHECKING:
@@ -184,6 +189,32 @@ class PatchValidator:
             if not holds:
                 raise InvariantViolation(
                     stage=stage, invariant=condition.name, lifecycle=_label(lifecycle)
+                )
+
+    def check_transition(self, before: AgentState, after: AgentState, *, stage: str) -> None:
+        """Check the invariants of the edge from ``before.lifecycle`` to ``after.lifecycle``.
+
+        Raises:
+            TransitionInvariantViolation: Naming the first that does not hold, or
+                whose predicate raised.
+        """
+        source, target = before.lifecycle, after.lifecycle
+        for condition in self._machine.transition_invariants_of(source, target):
+            try:
+                holds = condition.holds(before, after)
+            except Exception as exc:  # a broken predicate is a violation, never a crash
+                raise TransitionInvariantViolation(
+                    stage=stage,
+                    invariant=f"{condition.name} (the check raised {exc!r})",
+                    from_state=_label(source),
+                    to_state=_label(target),
+                ) from exc
+            if not holds:
+                raise TransitionInvariantViolation(
+                    stage=stage,
+                    invariant=condition.name,
+                    from_state=_label(source),
+                    to_state=_label(target),
                 )
 
 
