@@ -25,6 +25,17 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"protocols"},
     "testing": {"protocols", "models"},
     "graphs": {"protocols", "supervision"},
+    # The command line sits on top: it drives AgentSystem (``_agents``) and reads the store.
+    "cli": {
+        "_agents",
+        "protocols",
+        "supervision",
+        "store",
+        "react",
+        "tools",
+        "testing",
+        "models",
+    },
 }
 
 
