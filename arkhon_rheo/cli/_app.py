@@ -25,7 +25,7 @@ from .._errors import (
     SessionNotFound,
     StoreError,
 )
-from ._common import DEFAULT_STORE, CommandError, Exit, console
+from ._common import DEFAULT_STORE, CommandError, Exit
 from ._demo import demo
 from ._read import graph, list_sessions, show
 from ._steer import decide, fork, replay, resume, rollback, run
@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--seed", type=int, default=0, help="seeds the faults and the backoff")
     sub.add_argument(
         "--fault-rate", type=_rate, default=0.2, help="chance a model turn first fails (0.2)"
+    )
+    sub.add_argument(
+        "--gate-rate", type=_rate, default=0.05, help="chance an agent pauses for a human (0.05)"
     )
 
     sub = add("sessions", list_sessions, "list the stored sessions (no machine needed)")
@@ -229,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if matched is None or rest is not None:
             raise
         error = _first(matched)
-    console(stderr=True).print(f"arkhon-rheo {args.command}: error: {error}", markup=False)
+    sys.stderr.write(f"arkhon-rheo {args.command}: error: {error}\n")
     return int(_exit_code(error))
 
 

@@ -209,7 +209,12 @@ class _Tally:
 
 
 async def _run(args: argparse.Namespace, tally: _Tally) -> float:
-    faults = DemoFaults(seed=args.seed, model_rate=args.fault_rate, tool_rate=args.fault_rate / 4)
+    faults = DemoFaults(
+        seed=args.seed,
+        model_rate=args.fault_rate,
+        tool_rate=args.fault_rate / 4,
+        gate_rate=args.gate_rate,
+    )
     plain, gated = demo_agent(faults), demo_agent(faults, gated=True)
     out = console()
     prefix = f"demo-{uuid.uuid4().hex[:6]}"
