@@ -14,6 +14,7 @@ import arkhon_rheo
 PUBLIC_NAMESPACES = [
     "arkhon_rheo",
     "arkhon_rheo.actors",
+    "arkhon_rheo.cli",
     "arkhon_rheo.graphs",
     "arkhon_rheo.models",
     "arkhon_rheo.protocols",

@@ -26,6 +26,17 @@ ALLOWED: dict[str, set[str]] = {
     "testing": {"protocols", "models"},
     "graphs": {"protocols", "supervision"},
     "rules": {"protocols"},
+    # The command line sits on top: it drives AgentSystem (``_agents``) and reads the store.
+    "cli": {
+        "_agents",
+        "protocols",
+        "supervision",
+        "store",
+        "react",
+        "tools",
+        "testing",
+        "models",
+    },
 }
 
 

@@ -1,0 +1,246 @@
+"""``main(argv)``: the parser of ``arkhon-rheo``, the dispatch, and errors turned into exit codes.
+
+Each command is a function of the parsed arguments returning an `Exit`;
+commands that touch the store run their async part with ``args.run(fn,
+*args)`` on the backend ``--backend`` names. Every error the library raises
+for bad input (and `CommandError`) becomes one line on stderr and an exit
+status, never a traceback; see `Exit` for the codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._errors import (
+    ArkhonError,
+    ConfigurationError,
+    ContractViolation,
+    SessionError,
+    SessionLocked,
+    SessionNotFound,
+    StoreError,
+)
+from ._common import DEFAULT_STORE, CommandError, Exit
+from ._demo import demo
+from ._read import graph, list_sessions, show
+from ._steer import decide, fork, replay, resume, rollback, run
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+__all__ = ["build_parser", "main"]
+
+_EPILOG = """exit status: 0 done; 1 refused or failed (validation, divergence, a failed
+session, a damaged store); 2 usage (bad argument, bad JSON, a machine that does not
+match the session); 3 not found (store file, session, module); 4 locked (another
+process drives the session)."""
+
+
+def _common(parser: argparse.ArgumentParser, *, json: bool = True) -> None:
+    parser.add_argument(
+        "--store",
+        default=DEFAULT_STORE,
+        metavar="PATH",
+        help=f"the SQLite store file (default: ./{DEFAULT_STORE})",
+    )
+    parser.add_argument(
+        "--backend", choices=["asyncio", "trio"], default="asyncio", help="the event loop"
+    )
+    if json:
+        parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def _machine(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    parser.add_argument(
+        "--machine",
+        "-m",
+        required=required,
+        metavar="MODULE:ATTR",
+        help="the session's machine: a Machine, or a function of no arguments returning one",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``arkhon-rheo``, every command included."""
+    import arkhon_rheo  # the facade, for its version (imported here: it imports this package)
+
+    __version__ = arkhon_rheo.__version__
+    parser = argparse.ArgumentParser(
+        prog="arkhon-rheo",
+        description="arkhon-rheo: supervised agent sessions - run, inspect and steer them.",
+        epilog=_EPILOG,
+    )
+    parser.add_argument("--version", action="version", version=f"arkhon-rheo {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: Callable[[argparse.Namespace], int], text: str) -> Any:
+        sub = commands.add_parser(name, help=text, description=text, epilog=_EPILOG)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    sub = add("demo", demo, "run a few hundred supervised ReAct agents under injected faults")
+    _common(sub)
+    sub.add_argument("--sessions", type=_positive, default=300, help="agents to run (300)")
+    sub.add_argument("--concurrency", type=_positive, default=100, help="agents at once (100)")
+    sub.add_argument("--seed", type=int, default=0, help="seeds the faults and the backoff")
+    sub.add_argument(
+        "--fault-rate", type=_rate, default=0.2, help="chance a model turn first fails (0.2)"
+    )
+    sub.add_argument(
+        "--gate-rate", type=_rate, default=0.05, help="chance an agent pauses for a human (0.05)"
+    )
+
+    sub = add("sessions", list_sessions, "list the stored sessions (no machine needed)")
+    _common(sub)
+    sub.add_argument(
+        "--status", action="append", help="only this status (repeatable): running, paused, ..."
+    )
+    sub.add_argument("--limit", type=_positive, help="only the last N")
+
+    sub = add("show", show, "a session's event history as a table (no machine needed)")
+    _common(sub)
+    sub.add_argument("session", metavar="SESSION")
+
+    sub = add("graph", graph, "Mermaid stateDiagram of a machine (MODULE:ATTR) or a session's path")
+    _common(sub)
+    sub.add_argument("target", metavar="MODULE:ATTR|SESSION")
+    sub.add_argument("--session", action="store_true", help="read TARGET as a session id")
+    _machine(sub, required=False)
+    sub.add_argument("--output", "-o", metavar="FILE", help="write the diagram to FILE")
+
+    sub = add("run", run, "start a session of MODULE:ATTR and wait for its end")
+    _common(sub)
+    sub.add_argument("target", metavar="MODULE:ATTR")
+    sub.add_argument("--input", metavar="JSON", help="the initial state's fields, as JSON")
+    sub.add_argument("--session-id", metavar="ID", help="the new session's id")
+    sub.add_argument("--max-steps", type=_positive, help="the step budget")
+
+    sub = add("resume", resume, "continue a stored session and wait for its end")
+    _common(sub)
+    sub.add_argument("session", metavar="SESSION")
+    _machine(sub)
+    sub.add_argument("--max-steps", type=_positive, help="the step budget of this run")
+
+    sub = add("decide", decide, "answer a session paused at a gate: resume, abort or edit")
+    _common(sub)
+    sub.add_argument("session", metavar="SESSION")
+    sub.add_argument("decision", choices=["resume", "abort", "edit"])
+    _machine(sub)
+    sub.add_argument("--value", metavar="JSON", help="resume: the gate field's value, as JSON")
+    sub.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=JSON",
+        help="edit: a field's new value, as JSON (repeatable)",
+    )
+
+    sub = add("rollback", rollback, "return a stopped session to its state after event SEQ")
+    _common(sub)
+    sub.add_argument("session", metavar="SESSION")
+    sub.add_argument("seq", type=_natural, metavar="SEQ")
+    _machine(sub)
+
+    sub = add("fork", fork, "start a new session from another's state after event SEQ")
+    _common(sub)
+    sub.add_argument("session", metavar="SESSION")
+    sub.add_argument("--at", type=_natural, metavar="SEQ", help="the event (default: the last)")
+    sub.add_argument("--new-id", metavar="ID", help="the fork's id")
+    _machine(sub)
+
+    sub = add("replay", replay, "fold a session's log and check each event's stored digest")
+    _common(sub)
+    sub.add_argument("session", metavar="SESSION")
+    _machine(sub)
+    sub.add_argument(
+        "--reexecute", action="store_true", help="also run every stage again on its recorded calls"
+    )
+    # ``inspect`` (the browser inspector, arkhon_rheo.inspector.serve) is added here.
+    return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _natural(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return value
+
+
+def _exit_code(exc: ArkhonError) -> Exit:
+    """The exit status for an error the library raised."""
+    if isinstance(exc, CommandError):
+        return exc.code
+    if isinstance(exc, SessionNotFound):
+        return Exit.NOT_FOUND
+    if isinstance(exc, SessionLocked):
+        return Exit.LOCKED
+    if isinstance(exc, SessionError) and ("busy" in str(exc) or "running here" in str(exc)):
+        return Exit.LOCKED
+    if isinstance(exc, ConfigurationError):
+        return Exit.USAGE
+    if isinstance(exc, ContractViolation | SessionError | StoreError):
+        return Exit.FAILED
+    return Exit.FAILED
+
+
+def _runner(backend: str) -> Callable[..., Any]:
+    def run(fn: Callable[..., Any], *args: Any) -> Any:
+        return anyio.run(functools.partial(fn, *args), backend=backend)
+
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line.
+
+    Args:
+        argv: The arguments, without the program name; defaults to ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 done, 1 refused or failed, 2 usage, 3 not found, 4 locked.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help, --version (0) or a usage error (2)
+        return int(exc.code or 0) if not isinstance(exc.code, str) else Exit.USAGE
+    args.run = _runner(args.backend)
+    try:
+        return int(args.handler(args))
+    except ArkhonError as exc:
+        error = exc
+    except BaseExceptionGroup as group:  # from a task group: one library error inside
+        matched, rest = group.split(ArkhonError)
+        if matched is None or rest is not None:
+            raise
+        error = _first(matched)
+    sys.stderr.write(f"arkhon-rheo {args.command}: error: {error}\n")
+    return int(_exit_code(error))
+
+
+def _first(group: BaseExceptionGroup[ArkhonError]) -> ArkhonError:
+    """The first library error in a (possibly nested) exception group."""
+    exc = group.exceptions[0]
+    return _first(exc) if isinstance(exc, BaseExceptionGroup) else exc
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Commands that read the store alone: ``sessions``, ``show`` and ``graph SESSION``.
+
+They need no machine: the store keeps every session's record and events as
+JSON (states by their names, patches as JSON, recorded calls in ``io``). Where
+a machine is given (``graph SESSION --machine``) it is only checked against
+the session's stored fingerprint and drawn under the path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
+from ..store import SQLiteStore
+from ..supervision._fingerprint import differences, fingerprint
+from ._common import CommandError, Exit, console, existing_store, load_machine, print_json
+from ._mermaid import machine_diagram, overlay_diagram, path_diagram, path_edges
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..protocols import SessionRecord, StoredEvent
+
+__all__ = ["graph", "list_sessions", "show"]
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _exit_reason(record: SessionRecord, last: StoredEvent | None) -> str:
+    """Why a session stopped, from its status and its last event's failure."""
+    if last is not None and last.error:
+        error = last.error
+        reason = error.get("exit_reason") or record.status
+        return f"{reason}: {error.get('error_type')}: {error.get('message')}"
+    return "" if record.status in ("running", "paused", "forked") else record.status
+
+
+def _row(record: SessionRecord, last: StoredEvent | None, leased: bool) -> dict[str, Any]:
+    status = record.status
+    if status == "running" and not leased:
+        status = "running (orphaned)"  # no live lease: its process stopped mid-run
+    return {
+        "session_id": record.session_id,
+        "machine": record.machine,
+        "status": status,
+        "steps": record.last_seq,
+        "created_at": record.created_at,
+        "last_commit": record.updated_at,
+        "parent": record.parent,
+        "exit_reason": _exit_reason(record, last),
+    }
+
+
+async def _sessions(path: str) -> list[dict[str, Any]]:
+    async with SQLiteStore(path) as store:
+        records = await store.sessions()
+        leased = {lease.session_id for lease in await store.leases()}
+        rows = []
+        for record in records:
+            events = await store.history(record.session_id) if record.last_seq else ()
+            rows.append(_row(record, events[-1] if events else None, record.session_id in leased))
+        return rows
+
+
+def list_sessions(args: argparse.Namespace) -> Exit:
+    """``arkhon-rheo sessions``: every stored session, newest last."""
+    rows = args.run(_sessions, existing_store(args.store))
+    if args.status:
+        rows = [row for row in rows if row["status"].split()[0] in args.status]
+    if args.limit:
+        rows = rows[-args.limit :]
+    if args.json:
+        print_json(rows)
+        return Exit.OK
+    table = Table(title=f"{len(rows)} session(s) in {args.store}")
+    for column in ("session", "machine", "status", "steps", "last commit", "exit reason"):
+        table.add_column(column, justify="right" if column == "steps" else "left")
+    for row in rows:
+        table.add_row(
+            row["session_id"],
+            row["machine"],
+            row["status"],
+            str(row["steps"]),
+            _when(row["last_commit"]),
+            row["exit_reason"],
+        )
+    console().print(table)
+    return Exit.OK
+
+
+async def _history(path: str, session_id: str) -> tuple[SessionRecord, tuple[StoredEvent, ...]]:
+    async with SQLiteStore(path) as store:
+        record = await store.record(session_id)
+        return record, await store.history(session_id)
+
+
+def _calls(event: StoredEvent) -> list[dict[str, Any]]:
+    io = event.io if isinstance(event.io, dict) else {}
+    calls = io.get("io") or []
+    return [call for call in calls if isinstance(call, dict)]
+
+
+def _call_summary(event: StoredEvent) -> str:
+    calls = _calls(event)
+    failed = sum(1 for call in calls if "error" in call or call.get("cancelled"))
+    kinds: dict[str, int] = {}
+    for call in calls:
+        kinds[str(call.get("kind"))] = kinds.get(str(call.get("kind")), 0) + 1
+    text = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in kinds.items())
+    return f"{text} ({failed} failed)" if failed else text
+
+
+def _event_json(event: StoredEvent) -> dict[str, Any]:
+    data = dataclasses.asdict(event)
+    data["reads"], data["writes"] = list(event.reads), list(event.writes)
+    return data
+
+
+def show(args: argparse.Namespace) -> Exit:
+    """``arkhon-rheo show SESSION``: a session's record and its event history."""
+    record, events = args.run(_history, existing_store(args.store), args.session)
+    if args.json:
+        print_json(
+            {
+                "session": _row(record, events[-1] if events else None, leased=True),
+                "events": [_event_json(event) for event in events],
+            }
+        )
+        return Exit.OK
+    out = console()
+    out.print(
+        f"session [bold]{record.session_id}[/] of machine {record.machine!r}: {record.status}, "
+        f"{record.last_seq} event(s), created {_when(record.created_at)}, last commit "
+        f"{_when(record.updated_at)}" + (f", forked from {record.parent}" if record.parent else "")
+    )
+    table = Table()
+    for column in ("seq", "kind", "stage", "from → to", "wrote", "attempt", "calls", "at", "ms"):
+        table.add_column(column, justify="right" if column in ("seq", "attempt", "ms") else "left")
+    for event in events:
+        moved = f"{event.from_state} → {event.to_state}"
+        note = ""
+        if event.error:
+            note = f" [red]{event.error.get('error_type')}[/]"
+        table.add_row(
+            str(event.seq),
+            event.kind + note,
+            event.stage or "",
+            moved,
+            ", ".join(event.writes),
+            str(event.attempt),
+            _call_summary(event),
+            datetime.fromtimestamp(event.started_at).strftime("%H:%M:%S.%f")[:-3],
+            f"{(event.finished_at - event.started_at) * 1000:.1f}",
+        )
+    out.print(table)
+    return Exit.OK
+
+
+def graph(args: argparse.Namespace) -> Exit:
+    """``arkhon-rheo graph TARGET``: Mermaid of a machine (MODULE:ATTR) or of a session's path."""
+    target: str = args.target
+    if ":" in target and not args.session:
+        text = machine_diagram(load_machine(target))
+        edges: list[tuple[str, str, str, int]] = []
+    else:
+        record, events = args.run(_history, existing_store(args.store), target)
+        if args.machine:
+            machine = load_machine(args.machine)
+            found = differences(record.fingerprint or {}, fingerprint(machine))
+            if record.fingerprint is not None and found:
+                raise CommandError(
+                    f"session {record.session_id!r} runs machine {record.machine!r}, not "
+                    f"{machine.name!r}: {'; '.join(found)}",
+                    code=Exit.USAGE,
+                )
+            text = overlay_diagram(machine, events)
+        else:
+            text = path_diagram(events)
+        edges = path_edges(events)
+    if args.json:
+        print_json(
+            {
+                "mermaid": text,
+                "edges": [
+                    {"from": src, "to": dst, "stages": stages, "visits": visits}
+                    for src, dst, stages, visits in edges
+                ],
+            }
+        )
+    elif args.output:
+        with open(args.output, "w", encoding="utf-8") as file:
+            file.write(text)
+        console(stderr=True).print(f"wrote {args.output} ({time.strftime('%H:%M:%S')})")
+    else:
+        console().out(text, end="")
+    return Exit.OK

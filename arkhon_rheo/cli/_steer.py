@@ -1,0 +1,276 @@
+"""Commands that need the machine: run, resume, decide, rollback, fork and replay.
+
+Each opens an `AgentSystem` on the store file and calls the same method a
+program would, so the checks are the library's own: the machine must match
+the session's stored fingerprint, a decision is validated like any patch, a
+session driven elsewhere is `SessionLocked`. A command that sets a session
+running (``run``, ``resume``, ``decide ... resume``) waits for it to end or
+pause, then reports how it ended.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from rich.table import Table
+
+from .._agents import AgentSystem
+from ..supervision import ExitReason
+from ._common import (
+    CommandError,
+    Exit,
+    console,
+    existing_store,
+    load_machine,
+    parse_json,
+    print_json,
+)
+
+if TYPE_CHECKING:
+    import argparse
+
+    from .._agents import SessionHandle, SessionResult
+    from ..protocols import AgentState, Machine, TransitionEvent
+
+__all__ = ["decide", "fork", "replay", "resume", "rollback", "run"]
+
+#: How a session's end maps to the exit status: only a finished or paused one is a success.
+_ENDED_OK = frozenset({ExitReason.FINISHED, ExitReason.PAUSED})
+_MASK = (1 << 64) - 1
+
+
+def _system(path: str) -> AgentSystem:
+    return AgentSystem(path=path)
+
+
+def _result_data(result: SessionResult[Any]) -> dict[str, Any]:
+    return {
+        "session_id": result.session_id,
+        "exit_reason": result.exit_reason.value,
+        "steps": result.steps,
+        "retries": result.retries,
+        "restarts": result.restarts,
+        "failure": None if result.failure is None else result.failure.model_dump(mode="json"),
+        "state": result.state.model_dump(mode="json"),
+    }
+
+
+def _report(args: argparse.Namespace, result: SessionResult[Any]) -> Exit:
+    """Print how a session ended; its exit status."""
+    if args.json:
+        print_json(_result_data(result))
+    else:
+        out = console()
+        colour = "green" if result.exit_reason in _ENDED_OK else "red"
+        out.print(
+            f"session [bold]{result.session_id}[/]: [{colour}]{result.exit_reason.value}[/] "
+            f"after {result.steps} step(s), {result.retries} retry(ies), "
+            f"{result.restarts} restart(s)"
+        )
+        if result.failure is not None:
+            out.print(f"  {result.failure.error_type}: {result.failure.message}")
+        if result.exit_reason is ExitReason.PAUSED:
+            out.print(
+                f"  paused at a gate: arkhon-rheo decide {result.session_id} resume|abort|edit "
+                f"--machine {args.machine} --store {args.store}"
+            )
+        out.print(f"  history: arkhon-rheo show {result.session_id} --store {args.store}")
+    return Exit.OK if result.exit_reason in _ENDED_OK else Exit.FAILED
+
+
+async def _wait(handle: SessionHandle[Any] | None) -> SessionResult[Any] | None:
+    return None if handle is None else await handle.result()
+
+
+def _initial_state(machine: Machine[Any], text: str | None) -> AgentState:
+    data = {} if text is None else parse_json(text, what="--input")
+    if not isinstance(data, dict):
+        raise CommandError(
+            f"--input must be a JSON object of {machine.state_type.__name__}'s fields, "
+            f"got {text!r}",
+            code=Exit.USAGE,
+        )
+    try:
+        state: AgentState = machine.state_type.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or '(state)'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise CommandError(
+            f"--input does not validate as {machine.state_type.__name__}: {problems}",
+            code=Exit.USAGE,
+        ) from None
+    return state
+
+
+def run(args: argparse.Namespace) -> Exit:
+    """``arkhon-rheo run MODULE:ATTR``: start a session of a machine and wait for its end."""
+    machine = load_machine(args.target)
+    state = _initial_state(machine, args.input)
+    args.machine = args.target
+
+    async def go() -> SessionResult[Any]:
+        async with _system(args.store) as system:
+            return await system.run(
+                machine, state, session_id=args.session_id, max_steps=args.max_steps
+            )
+
+    return _report(args, args.run(go))
+
+
+def resume(args: argparse.Namespace) -> Exit:
+    """``arkhon-rheo resume SESSION``: continue a stored session and wait for its end."""
+    machine = load_machine(args.machine)
+
+    async def go() -> SessionResult[Any] | None:
+        async with _system(existing_store(args.store)) as system:
+            return await _wait(await system.resume(machine, args.session, max_steps=args.max_steps))
+
+    result = args.run(go)
+    assert result is not None
+    return _report(args, result)
+
+
+def _edits(pairs: list[str]) -> dict[str, Any]:
+    edit: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise CommandError(
+                f"--set takes FIELD=JSON (like answer='\"42\"' or turns=3), got {pair!r}",
+                code=Exit.USAGE,
+            )
+        edit[name.strip()] = parse_json(text, what=f"the value of --set {name}")
+    return edit
+
+
+def decide(args: argparse.Namespace) -> Exit:
+    """``arkhon-rheo decide SESSION resume|abort|edit``: answer a session paused at a gate."""
+    if args.decision != "edit" and args.set:
+        raise CommandError(
+            f"--set is for `edit`, not {args.decision!r}; use --value for a resume value",
+            code=Exit.USAGE,
+        )
+    if args.decision == "edit" and not args.set:
+        raise CommandError("`edit` needs at least one --set FIELD=JSON", code=Exit.USAGE)
+    if args.decision != "resume" and args.value is not None:
+        raise CommandError("--value is for `resume` only", code=Exit.USAGE)
+    value = None if args.value is None else parse_json(args.value, what="--value")
+    edit = _edits(args.set or [])
+    machine = load_machine(args.machine)
+
+    async def go() -> SessionResult[Any] | None:
+        async with _system(existing_store(args.store)) as system:
+            handle = await system.decide(
+                machine, args.session, args.decision, value=value, edit=edit or None
+            )
+            return await _wait(handle)
+
+    result = args.run(go)
+    if result is not None:
+        return _report(args, result)
+    done = {"session_id": args.session, "decision": args.decision}
+    if args.json:
+        print_json({**done, "status": "aborted" if args.decision == "abort" else "paused"})
+    elif args.decision == "abort":
+        console().print(f"session [bold]{args.session}[/] aborted (moved to its failed state)")
+    else:
+        console().print(
+            f"session [bold]{args.session}[/] edited ({', '.join(edit)}); still paused: "
+            f"decide resume or abort next"
+        )
+    return Exit.OK
+
+
+def _event_data(event: TransitionEvent) -> dict[str, Any]:
+    return {
+        "session_id": event.session_id,
+        "seq": event.seq,
+        "kind": event.kind.value,
+        "from": event.from_state.name,
+        "to": event.to_state.name,
+        "writes": sorted(event.writes),
+        "info": dict(event.info or {}),
+    }
+
+
+def rollback(args: argparse.Namespace) -> Exit:
+    """``arkhon-rheo rollback SESSION SEQ``: return a stopped session to its state after SEQ."""
+    machine = load_machine(args.machine)
+
+    async def go() -> TransitionEvent:
+        async with _system(existing_store(args.store)) as system:
+            return await system.rollback(machine, args.session, args.seq)
+
+    event = args.run(go)
+    if args.json:
+        print_json(_event_data(event))
+    else:
+        console().print(
+            f"session [bold]{args.session}[/] rolled back to its state after event {args.seq} "
+            f"(recorded as event {event.seq}, now in {event.to_state.name}); "
+            f"`arkhon-rheo resume {args.session} --machine {args.machine}` goes on from there"
+        )
+    return Exit.OK
+
+
+def fork(args: argparse.Namespace) -> Exit:
+    """``arkhon-rheo fork SESSION --at SEQ``: a new session from another's state after SEQ."""
+    machine = load_machine(args.machine)
+
+    async def go() -> str:
+        async with _system(existing_store(args.store)) as system:
+            return await system.fork(machine, args.session, at_seq=args.at, new_id=args.new_id)
+
+    new_id = args.run(go)
+    if args.json:
+        print_json({"session_id": new_id, "parent": args.session, "at_seq": args.at})
+    else:
+        at = "its last event" if args.at is None else f"event {args.at}"
+        console().print(
+            f"forked [bold]{new_id}[/] from {args.session} at {at}; run it with "
+            f"`arkhon-rheo resume {new_id} --machine {args.machine}`"
+        )
+    return Exit.OK
+
+
+def replay(args: argparse.Namespace) -> Exit:
+    """``arkhon-rheo replay SESSION``: fold a session's log and check every stored digest."""
+    machine = load_machine(args.machine)
+
+    async def go() -> Any:
+        async with _system(existing_store(args.store)) as system:
+            return await system.replay(machine, args.session, reexecute=args.reexecute)
+
+    report = args.run(go)
+    divergence = report.divergence
+    if args.json:
+        print_json(
+            {
+                "session_id": report.session_id,
+                "ok": report.ok,
+                "events": report.events,
+                "checked": report.checked,
+                "reexecuted": report.reexecuted,
+                "digest": f"{report.digest & _MASK:016x}",
+                "divergence": None
+                if divergence is None
+                else {"seq": divergence.seq, "reason": divergence.reason},
+            }
+        )
+    else:
+        table = Table(title=f"replay of {report.session_id}", show_header=False)
+        table.add_row("events folded", str(report.events))
+        table.add_row("digests checked", str(report.checked))
+        if args.reexecute:
+            table.add_row("stages re-executed", str(report.reexecuted))
+        table.add_row("final digest", f"{report.digest & _MASK:016x}")
+        if divergence is None:
+            table.add_row("result", "[green]ok: the log folds to every committed state[/]")
+        else:
+            table.add_row("result", f"[red]diverged at event {divergence.seq}[/]")
+            table.add_row("reason", divergence.reason)
+        console().print(table)
+    return Exit.OK if report.ok else Exit.FAILED
