@@ -36,6 +36,7 @@ from arkhon_rheo import AgentState, AgentSystem, Machine, Patch, StateView, reco
 from arkhon_rheo.protocols import (
     AssistantMessage,
     Condition,
+    EventKind,
     History,
     Message,
     ModelClient,
@@ -228,7 +229,7 @@ def build_machine(
                         is_error=True,
                     )
                 result, error = answer.content, answer.is_error
-                best = best if error else f"{best}\n{call.name}: {result}".strip()
+                best = best if error else f"{call.name}: {result}"
                 new.append(answer)
                 track = track.step(call.name, error=error)
             else:
@@ -421,7 +422,7 @@ def trace(events: Sequence[Any]) -> list[str]:
     """One readable line per step: phase moves and the tool each step ran."""
     lines = []
     for event in events:
-        if event.to_state is None or event.stage is None:
+        if event.kind is not EventKind.STEP:
             continue
         steps = (event.patch.appends if event.patch is not None else {}).get("steps", ())
         tool = next(
@@ -441,7 +442,7 @@ async def run_scenario(
     machine = build_machine(model or scripted_model, policy=policy)
     result = await system.run(machine, PhaseState(task=task), session_id=f"{scenario}-{policy.value}")
     events = await system.history(machine, result.session_id)
-    path = [e.to_state.value for e in events if e.to_state is not None and e.stage is not None]
+    path = [e.to_state.value for e in events if e.kind is EventKind.STEP]
     print(f"{scenario} ({policy.value}): {' -> '.join(['init', *path])}")
     for line in trace(events):
         print(line)
