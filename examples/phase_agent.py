@@ -1,4 +1,4 @@
-"""Seed 003's phase machine: INIT → SEARCHING → ANALYZING → DECIDING → FINISHING, with stuck detection.
+"""Seed 003's phase machine: INIT → SEARCHING → ANALYZING → DECIDING → FINISHING, stuck detection.
 
 Each step runs in one `Phase`: it carries out the action the model chose in
 the step before (a search in SEARCHING, any tool in DECIDING, nothing in
@@ -25,9 +25,8 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
@@ -49,7 +48,6 @@ from arkhon_rheo.protocols import (
     UserMessage,
 )
 from arkhon_rheo.react import (
-    PHASE_TIMEOUTS,
     PHASE_TRANSITIONS,
     Phase,
     PhaseStep,
@@ -64,6 +62,9 @@ from arkhon_rheo.react import (
 )
 from arkhon_rheo.testing import ScriptedModel
 from arkhon_rheo.tools import Toolbox, tool
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 P = Phase
 log = structlog.get_logger("phase_agent")
@@ -281,7 +282,11 @@ def build_machine(
         ) -> tuple[Phase, dict[str, Any]]:
             offered = [specs[n] for n in offered_actions(phase, specs)]
             block = stuck.agent_state(track, started, view.steps)
-            payload = (*view.messages, *new, SystemMessage(content="agent_state: " + json.dumps(block)))
+            payload = (
+                *view.messages,
+                *new,
+                SystemMessage(content="agent_state: " + json.dumps(block)),
+            )
             request = {
                 "step": number,
                 "phase": phase.value,
@@ -332,16 +337,23 @@ def build_machine(
             writes=Step.writes,
         )
 
-    working = [p for p in PHASE_TRANSITIONS if p is not P.FINISHING]
+    transitions: dict[enum.Enum, frozenset[Phase]] = dict(PHASE_TRANSITIONS.items())
+    stages: dict[enum.Enum, type[Stage[PhaseState]]] = {
+        p: step_of(p) for p in PHASE_TRANSITIONS if p is not P.FINISHING
+    }
+    stages[P.FINISHING] = Finishing
+    deadlines: dict[enum.Enum, float] = dict(stuck.timeouts.items())
     return Machine(
         name=name,
         state_type=PhaseState,
         initial=P.INIT,
-        transitions=PHASE_TRANSITIONS,
-        stages={**{p: step_of(p) for p in working}, P.FINISHING: Finishing},
+        transitions=transitions,
+        stages=stages,
         terminal={P.DONE, P.FAILED},
         failed=P.FAILED,
-        deadlines=dict(stuck.timeouts),
+        # a step may not outlast its phase's timeout either (the stuck check reads the
+        # time spent in the phase over all its steps)
+        deadlines=deadlines,
         invariants={
             P.DONE: [
                 Condition("a finished agent has an answer", lambda s: bool(s.answer)),
@@ -429,9 +441,7 @@ def trace(events: Sequence[Any]) -> list[str]:
             (s.get("tool_name") if isinstance(s, dict) else s.tool_name for s in steps), None
         )
         ran = f" ran {tool}" if tool else ""
-        lines.append(
-            f"  #{event.seq} {event.from_state.value} -> {event.to_state.value}{ran}"
-        )
+        lines.append(f"  #{event.seq} {event.from_state.value} -> {event.to_state.value}{ran}")
     return lines
 
 
@@ -440,7 +450,9 @@ async def run_scenario(
 ) -> None:
     task, scripted_model = scripted(scenario)
     machine = build_machine(model or scripted_model, policy=policy)
-    result = await system.run(machine, PhaseState(task=task), session_id=f"{scenario}-{policy.value}")
+    result = await system.run(
+        machine, PhaseState(task=task), session_id=f"{scenario}-{policy.value}"
+    )
     events = await system.history(machine, result.session_id)
     path = [e.to_state.value for e in events if e.kind is EventKind.STEP]
     print(f"{scenario} ({policy.value}): {' -> '.join(['init', *path])}")
@@ -451,7 +463,9 @@ async def run_scenario(
     exit = state.exit.value if state.exit else result.exit_reason.value
     print(f"  exit: {exit}{reason}; answer: {state.answer}")
     print(f"  transitions: {dict(state.track.transitions)}")
-    report = await system.replay(build_machine(ScriptedModel([]), policy=policy), result.session_id, reexecute=True)
+    report = await system.replay(
+        build_machine(ScriptedModel([]), policy=policy), result.session_id, reexecute=True
+    )
     print(f"  replay without the model: {'ok' if report.ok else report.divergence}")
 
 
