@@ -573,3 +573,35 @@ async def test_a_run_stopped_midway_resumes_and_replays_without_the_model(
     assert report.ok, report.divergence
     assert report.state == result.state
     assert report.reexecuted == len([e for e in events if e.kind is EventKind.STEP])
+
+
+# -- the example from the command line -------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_example_prints_a_readable_trace(backend: str) -> None:
+    import os
+    import subprocess
+
+    script = Path(phase_agent.__file__)
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_BASE_URL"}  # scripted
+    result = subprocess.run(
+        [sys.executable, str(script), backend, "hard"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={**env, "PYTHONPATH": str(script.parents[1])},
+    )
+    lines = result.stdout.splitlines()
+    assert (
+        "searcher (hard): init -> searching -> analyzing -> deciding -> searching -> "
+        "searching -> stuck_search -> finishing -> done"
+    ) in lines
+    assert "  #6 searching -> stuck_search ran context_fts_search" in lines
+    assert (
+        "  exit: stuck_summary; answer: Savant: a Ruby agent framework (runtime, reasoning API)."
+        in lines
+    )
+    assert "  exit: answered; answer: 3" in lines  # the math agent
+    assert lines.count("  replay without the model: ok") == len(phase_agent.SCENARIOS)
