@@ -3,6 +3,9 @@
 Build one with `react_agent`; run it with ``AgentSystem.run(agent,
 ReactState(task=...))``. Everything a machine gets (permissions, invariants,
 gates, durability, resume, fork, replay) an agent gets too.
+
+Phases and stuck detection (`Phase`, `StuckDetector`, `infer_state_from_tool`)
+tell an agent what phase it is in and when it is going nowhere.
 """
 
 from __future__ import annotations
@@ -18,16 +21,42 @@ from ._engine import MalformedModelOutput as MalformedModelOutput
 from ._engine import react_agent as react_agent
 from ._state import AgentExit as AgentExit
 from ._state import ReactState as ReactState
+from ._stuck import PHASE_ACTIONS as PHASE_ACTIONS
+from ._stuck import PHASE_TIMEOUTS as PHASE_TIMEOUTS
+from ._stuck import PHASE_TRANSITIONS as PHASE_TRANSITIONS
+from ._stuck import Phase as Phase
+from ._stuck import PhaseStep as PhaseStep
+from ._stuck import PhaseTrack as PhaseTrack
+from ._stuck import StuckDetector as StuckDetector
+from ._stuck import StuckPolicy as StuckPolicy
+from ._stuck import StuckReason as StuckReason
+from ._stuck import action_allowed as action_allowed
+from ._stuck import exit_suggestion as exit_suggestion
+from ._stuck import infer_state_from_tool as infer_state_from_tool
+from ._stuck import offered_actions as offered_actions
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "PHASE_ACTIONS",
+    "PHASE_TIMEOUTS",
+    "PHASE_TRANSITIONS",
     "AgentExit",
     "Budget",
     "MalformedModelOutput",
+    "Phase",
+    "PhaseStep",
+    "PhaseTrack",
     "PromptCache",
     "ReactState",
+    "StuckDetector",
+    "StuckPolicy",
+    "StuckReason",
     "Used",
+    "action_allowed",
     "estimate_tokens",
+    "exit_suggestion",
+    "infer_state_from_tool",
+    "offered_actions",
     "react_agent",
     "trim_messages",
 ]
