@@ -18,6 +18,7 @@ when those are on.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -337,3 +338,14 @@ def format_budget_for_llm(
     if slot_id is not None and slot_id in budget.stages:
         line += _STAGE_INDENT + budget.stages[slot_id].describe(slot_id)
     return line
+
+
+# The facade gives these classes its own ``__module__``, where ``FrozenMap`` and the
+# others are not defined: resolve the annotations here, once, for pydantic and
+# `Machine`'s immutability check, which read them later.
+for _cls in (GlobalBudget, StageBudget, BudgetState):
+    _hints = typing.get_type_hints(_cls)
+    _cls.__annotations__.update(_hints)
+    for _field in dataclasses.fields(_cls):
+        _field.type = _hints[_field.name]
+del _cls, _hints, _field
