@@ -446,3 +446,24 @@ def test_the_example_runs_every_scenario_and_replays_them(backend: str) -> None:
         in result.stdout.splitlines()
     )
     assert "      BUDGET_STATE: global(decisions left 6/6," in result.stdout
+
+
+async def test_the_machine_runs_on_an_openai_compatible_server() -> None:
+    from arkhon_rheo.models import OpenAIChatClient
+    from tests.chat_server import Canned, open_chat_server
+
+    state, script = seed.SCENARIOS["complete"]
+    async with open_chat_server() as server:
+        server.add(*(Canned.completion(decision) for decision in script))
+        async with (
+            OpenAIChatClient("test-model", api_key="k", base_url=server.url) as client,
+            MemoryStore() as store,
+            AgentSystem(store=store) as system,
+        ):
+            result = await system.run(seed.build_machine(client), state, session_id="s")
+    assert result.ok, result.failure
+    assert result.state.final_exit_reason is Exit.COMPLETE
+    assert len(server.requests) == 3
+    body = server.requests[1].json
+    assert body["response_format"] == {"type": "json_object"}
+    assert "BUDGET_STATE: global(decisions left 5/6," in body["messages"][-1]["content"]
