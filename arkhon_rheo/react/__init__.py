@@ -19,6 +19,12 @@ from ._context import trim_messages as trim_messages
 from ._engine import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
 from ._engine import MalformedModelOutput as MalformedModelOutput
 from ._engine import react_agent as react_agent
+from ._global_budget import STRATEGIES as STRATEGIES
+from ._global_budget import BudgetState as BudgetState
+from ._global_budget import GlobalBudget as GlobalBudget
+from ._global_budget import StageBudget as StageBudget
+from ._global_budget import Strategy as Strategy
+from ._global_budget import format_budget_for_llm as format_budget_for_llm
 from ._state import AgentExit as AgentExit
 from ._state import ReactState as ReactState
 from ._stuck import PHASE_ACTIONS as PHASE_ACTIONS
@@ -40,14 +46,19 @@ __all__ = [
     "PHASE_ACTIONS",
     "PHASE_TIMEOUTS",
     "PHASE_TRANSITIONS",
+    "STRATEGIES",
     "AgentExit",
     "Budget",
+    "BudgetState",
+    "GlobalBudget",
     "MalformedModelOutput",
     "Phase",
     "PhaseStep",
     "PhaseTrack",
     "PromptCache",
     "ReactState",
+    "StageBudget",
+    "Strategy",
     "StuckDetector",
     "StuckPolicy",
     "StuckReason",
@@ -55,6 +66,7 @@ __all__ = [
     "action_allowed",
     "estimate_tokens",
     "exit_suggestion",
+    "format_budget_for_llm",
     "infer_state_from_tool",
     "offered_actions",
     "react_agent",
