@@ -25,6 +25,8 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"protocols"},
     "testing": {"protocols", "models"},
     "graphs": {"protocols", "supervision"},
+    # The inspector sits on top: the agent system, the store and what they build on.
+    "inspector": {"protocols", "supervision", "_agents"},
 }
 
 
