@@ -121,6 +121,7 @@ desk_ungated: Machine[Ticket] = Machine(
 async def populate(path: str) -> dict[str, str]:
     """Run one session of each kind into the SQLite file ``path``; return their ids by kind."""
     ids: dict[str, str] = {}
+    _tool_calls.clear()
     async with AgentSystem(path=path, seed=7) as system:
         paused = await system.run(desk, Ticket(question="reset my password"))
         ids["paused"] = paused.session_id

@@ -34,11 +34,13 @@ _log = get_logger("arkhon_rheo.inspector")
 
 #: The Host headers a loopback-bound inspector answers (guards against DNS rebinding).
 _LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
+#: Seconds open requests get to finish once the server is asked to stop.
+_GRACE = 2.0
 
 
 def _require_extra() -> None:
     missing = []
-    for module in ("starlette", "jinja2", "multipart", "hypercorn"):
+    for module in ("starlette", "jinja2", "python_multipart", "hypercorn"):
         try:
             importlib.import_module(module)
         except ImportError:
@@ -228,10 +230,24 @@ async def serve(
     config.errorlog = None
     backend = _running_library()
     server = importlib.import_module(f"hypercorn.{backend}")
-    print(f"arkhon-rheo inspector: open {url}", flush=True)
-    _log.info("inspector listening", host=host, port=bound, store=str(store_path))
-    task_status.started(url)
-    await server.serve(app, config, mode="asgi")
+    config.graceful_timeout = _GRACE
+    # Hypercorn's asyncio server does not survive being cancelled from outside:
+    # it runs shielded, and a cancellation of `serve` asks it to shut down instead.
+    stop = anyio.Event()
+
+    async def run_server() -> None:
+        with anyio.CancelScope(shield=True):
+            await server.serve(app, config, mode="asgi", shutdown_trigger=stop.wait)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_server)
+        print(f"arkhon-rheo inspector: open {url}", flush=True)
+        _log.info("inspector listening", host=host, port=bound, store=str(store_path))
+        task_status.started(url)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stop.set()
 
 
 def _running_library() -> str:
