@@ -63,6 +63,7 @@ class _Inspector:
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
         self.templates.filters["pretty"] = _pretty
+        self.templates.filters["jsontext"] = _jsontext
 
     @property
     def store(self) -> Store:
@@ -329,6 +330,11 @@ def _parse(what: str, text: str) -> Any:
             f"{what} is not JSON ({exc.msg} at column {exc.colno}): write strings in "
             f'double quotes ("text"), numbers, true/false, null, [lists] or {{objects}}'
         ) from None
+
+
+def _jsontext(value: Any, indent: int | None = None) -> str:
+    """A stored value as JSON text, for display (escaped by the template, like all text)."""
+    return json.dumps(value, indent=indent, ensure_ascii=False, default=repr)
 
 
 def _pretty(text: str) -> str:

@@ -135,7 +135,8 @@ class Graph:
             length = math.hypot(bx - ax, by - ay) or 1.0
             nx, ny = -(by - ay) / length * 18, (bx - ax) / length * 18
             path = f"M{ax:.1f},{ay:.1f} Q{mx + nx:.1f},{my + ny:.1f} {bx:.1f},{by:.1f}"
-            lx, ly = mx + nx, my + ny - 4
+            # The label sits just outside the curve's middle, on its bent side.
+            lx, ly = mx + nx * 1.4, my + ny * 1.4 + 4
         label = (
             f'<text class="count" x="{lx:.1f}" y="{ly:.1f}" '
             f'text-anchor="middle">{count}\u00d7</text>'
