@@ -355,3 +355,40 @@ async def test_serve_answers_over_http_on_this_backend(
     assert f"open {url}" in capsys.readouterr().out
     record, _ = await _stored(store_path, ids["paused"])
     assert record.status == "aborted"
+
+
+def test_without_the_extra_the_error_names_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, store_path: Path
+) -> None:
+    import importlib
+
+    real = importlib.import_module
+
+    def missing_hypercorn(name: str, package: str | None = None) -> Any:
+        if name == "hypercorn":
+            raise ImportError(name)
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", missing_hypercorn)
+    with pytest.raises(ConfigurationError, match=r"arkhon-rheo\[inspector\]"):
+        create_app(store_path)
+
+
+def test_the_module_entry_refuses_bad_arguments(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from arkhon_rheo.inspector.__main__ import load_machine, main
+
+    assert load_machine("tests.inspector_fixture:desk") is desk
+    for spec, expected in [
+        ("nocolon", "MODULE:ATTR"),
+        ("no_such_module_xyz:m", "cannot import"),
+        ("tests.inspector_fixture:nothing", "has no attribute"),
+        ("tests.inspector_fixture:TOKEN_IS_NOT_HERE", "has no attribute"),
+        ("tests.inspector_fixture:Reply", "is not a Machine"),
+    ]:
+        with pytest.raises(ConfigurationError, match=expected):
+            load_machine(spec)
+    assert main(["--store", str(tmp_path / "missing.db"), "--port", "0"]) == 2
+    assert "no store file" in capsys.readouterr().err
+    assert main(["--machine", "nocolon"]) == 2

@@ -37,8 +37,11 @@ def load_machine(spec: str) -> Machine[Any]:
         value = getattr(module, attr)
     except AttributeError:
         raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if callable(value) and not isinstance(value, Machine):
-        value = value()
+    if callable(value) and not isinstance(value, Machine | type):
+        try:
+            value = value()
+        except Exception as exc:
+            raise ConfigurationError(f"{spec!r} failed to make a machine: {exc!r}") from exc
     if not isinstance(value, Machine):
         raise ConfigurationError(f"{spec!r} is not a Machine (nor makes one): {value!r}")
     return value
