@@ -520,3 +520,10 @@ other_machine = Machine(
 
 def needs_an_argument(x: int) -> Any:
     return demo_agent()
+
+
+def test_inspect_is_a_command_with_its_own_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "--help"]) == 0
+    assert "--store" in capsys.readouterr().out
+    assert main(["inspect", "--store", "no-such-file.db"]) == 3
+    assert "no store file" in capsys.readouterr().err

@@ -16,6 +16,7 @@ PUBLIC_NAMESPACES = [
     "arkhon_rheo.actors",
     "arkhon_rheo.cli",
     "arkhon_rheo.graphs",
+    "arkhon_rheo.inspector",
     "arkhon_rheo.models",
     "arkhon_rheo.protocols",
     "arkhon_rheo.react",

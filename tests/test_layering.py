@@ -36,7 +36,10 @@ ALLOWED: dict[str, set[str]] = {
         "tools",
         "testing",
         "models",
+        "inspector",
     },
+    # The inspector sits on top: the agent system, the store and what they build on.
+    "inspector": {"protocols", "supervision", "_agents"},
 }
 
 

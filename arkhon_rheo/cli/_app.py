@@ -159,8 +159,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--reexecute", action="store_true", help="also run every stage again on its recorded calls"
     )
-    # ``inspect`` (the browser inspector, arkhon_rheo.inspector.serve) is added here.
+    sub = commands.add_parser(
+        "inspect",
+        help="serve the session inspector page ('inspector' extra); --help for its options",
+        add_help=False,
+    )
+    sub.add_argument("args", nargs=argparse.REMAINDER)
+    sub.set_defaults(handler=inspect)
     return parser
+
+
+def inspect(args: argparse.Namespace) -> int:
+    """``arkhon-rheo inspect ...``: the inspector's own command line (``--store``...)."""
+    from ..inspector.__main__ import main as inspector_main
+
+    try:
+        return inspector_main(list(args.args))
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0) if not isinstance(exc.code, str) else Exit.USAGE
 
 
 def _positive(text: str) -> int:
@@ -217,9 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status: 0 done, 1 refused or failed, 2 usage, 3 not found, 4 locked.
     """
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["inspect"]:  # the inspector parses its own options
+        return inspect(argparse.Namespace(args=arguments[1:]))
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(arguments)
     except SystemExit as exc:  # argparse: --help, --version (0) or a usage error (2)
         return int(exc.code or 0) if not isinstance(exc.code, str) else Exit.USAGE
     args.run = _runner(args.backend)

@@ -1,0 +1,383 @@
+"""The inspector's ASGI app (Starlette): pages rendered on the server, a JSON feed for polling.
+
+Imported only by `create_app`, once the ``inspector`` extra is known to be
+installed. Reading needs the store only; deciding a paused session and
+re-executing a replay need the session's machine, and every request that
+changes something (every ``POST``) needs the token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .._agents import AgentSystem
+from .._errors import ArkhonError, SessionNotFound
+from ..supervision._fingerprint import differences, fingerprint
+from ._data import LIVE, load_timeline, summarize
+from ._graph import graph_of
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+    from pathlib import Path
+
+    from starlette.requests import Request
+
+    from ..protocols import Machine, SessionRecord, Store
+
+__all__ = ["TOKEN_COOKIE", "TOKEN_HEADER", "build_app"]
+
+#: The header a script sends the token in (a form sends the ``token`` field).
+TOKEN_HEADER = "x-arkhon-token"
+#: The cookie a browser keeps the token in, once it has opened ``/?token=...``.
+TOKEN_COOKIE = "arkhon_token"
+#: Decisions a paused session takes.
+_DECISIONS = ("resume", "abort", "edit")
+#: Fields a human never edits (the supervisor writes them).
+_NOT_EDITABLE = frozenset({"lifecycle", "session_id", "iteration"})
+
+
+class _Inspector:
+    """The app's state: the open system, the machines by name, the token."""
+
+    def __init__(
+        self, store_path: Path, machines: Mapping[str, Machine[Any]], token: str, protect: bool
+    ) -> None:
+        self.store_path = store_path
+        self.machines = dict(machines)
+        self.token = token
+        self.protect_reads = protect
+        self.system: AgentSystem | None = None
+        self.templates = Environment(
+            loader=PackageLoader("arkhon_rheo.inspector", "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+        )
+        self.templates.filters["pretty"] = _pretty
+        self.templates.filters["jsontext"] = _jsontext
+
+    @property
+    def store(self) -> Store:
+        store = self.system.store if self.system is not None else None
+        assert store is not None, "the app's lifespan has not started"
+        return store
+
+    def machine_for(self, record: SessionRecord) -> tuple[Machine[Any] | None, str]:
+        """The session's machine if one was given and fits it; else why not."""
+        machine = self.machines.get(record.machine)
+        if machine is None:
+            return None, (
+                f"no machine named {record.machine!r} was given to the inspector "
+                f"(start it with --machine MODULE:ATTR)"
+            )
+        if record.fingerprint is not None:
+            found = differences(record.fingerprint, fingerprint(machine))
+            if found:
+                return None, f"the machine given differs from the session's: {'; '.join(found)}"
+        return machine, ""
+
+    # -- tokens ---------------------------------------------------------------
+
+    def _presented(self, request: Request, form: Mapping[str, Any] | None = None) -> str:
+        if form is not None and isinstance(form.get("token"), str):
+            return str(form["token"])
+        return request.headers.get(TOKEN_HEADER, "")
+
+    def valid(self, token: str) -> bool:
+        return bool(token) and secrets.compare_digest(token.encode(), self.token.encode())
+
+    def browser_token(self, request: Request) -> str:
+        """The token the browser holds (its cookie), if it is the right one; else ``""``."""
+        held = request.cookies.get(TOKEN_COOKIE, "")
+        return held if self.valid(held) else ""
+
+    def may_read(self, request: Request) -> bool:
+        if not self.protect_reads:
+            return True
+        return bool(self.browser_token(request)) or self.valid(self._presented(request))
+
+    # -- rendering -------------------------------------------------------------
+
+    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        html = self.templates.get_template(name).render(
+            token=self.browser_token(request),
+            machines=sorted(self.machines),
+            store_path=str(self.store_path),
+            **context,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def refused(self, request: Request, message: str, status: int) -> Response:
+        return self.page(request, "error.html", status=status, title="Refused", message=message)
+
+    # -- views -----------------------------------------------------------------
+
+    async def sessions(self, request: Request) -> Response:
+        if not self.may_read(request):
+            return self._token_needed(request)
+        if "token" in request.query_params:
+            return self._take_token(request)
+        rows = [summarize(record) for record in await self.store.sessions()]
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row.status] = counts.get(row.status, 0) + 1
+        wanted = request.query_params.get("status", "")
+        if wanted:
+            rows = [row for row in rows if row.status == wanted]
+        rows.sort(key=lambda row: row.updated, reverse=True)
+        return self.page(
+            request, "sessions.html", rows=rows, counts=counts, wanted=wanted, title="Sessions"
+        )
+
+    async def sessions_json(self, request: Request) -> Response:
+        if not self.may_read(request):
+            return JSONResponse({"error": "a token is needed"}, status_code=403)
+        records = await self.store.sessions()
+        return JSONResponse({"sessions": [summarize(record).as_json() for record in records]})
+
+    async def session_json(self, request: Request) -> Response:
+        if not self.may_read(request):
+            return JSONResponse({"error": "a token is needed"}, status_code=403)
+        try:
+            record = await self.store.record(request.path_params["session_id"])
+        except SessionNotFound as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        return JSONResponse(summarize(record).as_json())
+
+    async def session(self, request: Request) -> Response:
+        if not self.may_read(request):
+            return self._token_needed(request)
+        return await self._session_page(request, request.path_params["session_id"])
+
+    async def _session_page(
+        self,
+        request: Request,
+        session_id: str,
+        *,
+        status: int = 200,
+        error: str = "",
+        submitted: Mapping[str, str] | None = None,
+        replay: Any = None,
+    ) -> Response:
+        try:
+            record = await self.store.record(session_id)
+        except SessionNotFound as exc:
+            return self.refused(request, str(exc), 404)
+        machine, why = self.machine_for(record)
+        try:
+            timeline = await load_timeline(self.store, session_id, machine)
+        except ArkhonError as exc:  # a stored state the machine cannot decode
+            why = f"the machine could not fold this session ({exc}); showing the stored data"
+            machine = None
+            timeline = await load_timeline(self.store, session_id)
+        states = (record.fingerprint or {}).get("states", ())
+        first = timeline.steps[0].event.from_state if timeline.steps else None
+        graph = graph_of(
+            machine, states=states, visits=timeline.visits, moves=timeline.moves, initial=first
+        )
+        gate_field = None
+        if machine is not None and timeline.gate is not None:
+            gate = next((g for g in machine.gates if g.name == timeline.gate), None)
+            gate_field = gate.field if gate is not None else None
+        editable = [
+            (name, text) for name, text in timeline.state.items() if name not in _NOT_EDITABLE
+        ]
+        return self.page(
+            request,
+            "session.html",
+            status=status,
+            title=f"Session {session_id}",
+            record=summarize(record),
+            timeline=timeline,
+            graph=graph,
+            machine=machine,
+            why=why,
+            gate_field=gate_field,
+            editable=editable,
+            error=error,
+            submitted=dict(submitted or {}),
+            replay=replay,
+            live=record.status in LIVE,
+            done=request.query_params.get("done", ""),
+        )
+
+    async def decide(self, request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        form = dict(await request.form())
+        if not self.valid(self._presented(request, form)):
+            return self.refused(request, "this change needs the inspector's token", 403)
+        fields = {k: str(v) for k, v in form.items() if isinstance(v, str)}
+        decision = fields.get("decision", "")
+        try:
+            record = await self.store.record(session_id)
+        except SessionNotFound as exc:
+            return self.refused(request, str(exc), 404)
+        machine, why = self.machine_for(record)
+        if machine is None:
+            return await self._session_page(request, session_id, status=409, error=why)
+        if decision not in _DECISIONS:
+            error = f"decision must be one of {', '.join(_DECISIONS)}, got {decision!r}"
+            return await self._session_page(request, session_id, status=422, error=error)
+        try:
+            value, edit = self._decision_input(fields, decision, session_id)
+            edit = await self._changed(session_id, machine, edit)
+            assert self.system is not None
+            await self.system.decide(machine, session_id, decision, value=value, edit=edit)
+        except (ArkhonError, _BadInput) as exc:
+            message = f"{type(exc).__name__}: {exc}" if isinstance(exc, ArkhonError) else str(exc)
+            return await self._session_page(
+                request, session_id, status=422, error=message, submitted=fields
+            )
+        return RedirectResponse(f"/sessions/{session_id}?done={decision}", status_code=303)
+
+    def _decision_input(
+        self, fields: Mapping[str, str], decision: str, session_id: str
+    ) -> tuple[Any, dict[str, Any] | None]:
+        """The resume value and the edited fields of a submitted form, parsed from JSON."""
+        value: Any = None
+        if decision == "resume" and fields.get("value", "").strip():
+            value = _parse("the resume value", fields["value"])
+        edit: dict[str, Any] | None = None
+        if decision == "edit":
+            edit = {
+                name[len("field.") :]: _parse(f"field {name[len('field.') :]!r}", text)
+                for name, text in fields.items()
+                if name.startswith("field.")
+            }
+        return value, edit
+
+    async def _changed(
+        self, session_id: str, machine: Machine[Any], edit: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """Only the edited fields whose value differs from the stored one."""
+        if edit is None:
+            return None
+        timeline = await load_timeline(self.store, session_id, machine)
+        current = {name: json.loads(text) for name, text in timeline.state.items()}
+        changed = {name: value for name, value in edit.items() if current.get(name) != value}
+        if not changed:
+            raise _BadInput("the edit changes nothing: change a field's value first")
+        return changed
+
+    async def replay(self, request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        reexecute = False
+        if request.method == "POST":
+            form = dict(await request.form())
+            if not self.valid(self._presented(request, form)):
+                return self.refused(request, "re-execution needs the inspector's token", 403)
+            reexecute = form.get("reexecute") == "1"
+        elif not self.may_read(request):
+            return self._token_needed(request)
+        try:
+            record = await self.store.record(session_id)
+        except SessionNotFound as exc:
+            return self.refused(request, str(exc), 404)
+        machine, why = self.machine_for(record)
+        if machine is None:
+            return await self._session_page(
+                request, session_id, status=409, error=f"replay needs the machine: {why}"
+            )
+        assert self.system is not None
+        try:
+            report = await self.system.replay(machine, session_id, reexecute=reexecute)
+        except ArkhonError as exc:
+            return await self._session_page(
+                request, session_id, status=422, error=f"{type(exc).__name__}: {exc}"
+            )
+        return await self._session_page(request, session_id, replay=report)
+
+    # -- the token in a browser ------------------------------------------------
+
+    def _take_token(self, request: Request) -> Response:
+        """``/?token=...``: keep a right token in a cookie, then show the page without it."""
+        token = request.query_params["token"]
+        if not self.valid(token):
+            return self.refused(request, "that token is not this inspector's", 403)
+        response = RedirectResponse(request.url.path, status_code=303)
+        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+        return response
+
+    def _token_needed(self, request: Request) -> Response:
+        if "token" in request.query_params and self.valid(request.query_params["token"]):
+            return self._take_token(request)
+        return self.refused(
+            request,
+            "this inspector serves other addresses than this machine's, so every page needs "
+            "its token: open the address it printed at start (…/?token=…)",
+            403,
+        )
+
+
+class _BadInput(Exception):
+    """A form field that is not JSON, or an edit that changes nothing."""
+
+
+def _parse(what: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _BadInput(
+            f"{what} is not JSON ({exc.msg} at column {exc.colno}): write strings in "
+            f'double quotes ("text"), numbers, true/false, null, [lists] or {{objects}}'
+        ) from None
+
+
+def _jsontext(value: Any, indent: int | None = None) -> str:
+    """A stored value as JSON text, for display (escaped by the template, like all text)."""
+    return json.dumps(value, indent=indent, ensure_ascii=False, default=repr)
+
+
+def _pretty(text: str) -> str:
+    """Indent JSON text for display (left as it is if it is not JSON)."""
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return text
+
+
+def build_app(
+    store_path: Path,
+    machines: Mapping[str, Machine[Any]],
+    token: str,
+    *,
+    protect_reads: bool,
+    allowed_hosts: list[str],
+) -> Starlette:
+    """The inspector's Starlette app; its lifespan opens the store through an `AgentSystem`."""
+    inspector = _Inspector(store_path, machines, token, protect_reads)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with AgentSystem(path=store_path) as system:
+            inspector.system = system
+            try:
+                yield
+            finally:
+                inspector.system = None
+
+    app = Starlette(
+        routes=[
+            Route("/", inspector.sessions),
+            Route("/api/sessions", inspector.sessions_json),
+            Route("/api/sessions/{session_id}", inspector.session_json),
+            Route("/sessions/{session_id}", inspector.session),
+            Route("/sessions/{session_id}/decide", inspector.decide, methods=["POST"]),
+            Route("/sessions/{session_id}/replay", inspector.replay, methods=["GET", "POST"]),
+            Mount("/static", StaticFiles(packages=[("arkhon_rheo.inspector", "static")])),
+        ],
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)],
+        lifespan=lifespan,
+    )
+    app.state.token = token
+    app.state.inspector = inspector
+    return app

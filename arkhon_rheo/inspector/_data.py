@@ -1,0 +1,252 @@
+"""What the inspector's pages show, read from a store: sessions, timelines, state diffs.
+
+Everything here needs the store only. A session's timeline folds its stored
+patches, from its first snapshot, into the state after every event, and
+compares each with the one before. Given the session's machine, the fold is
+the supervisor's own (`arkhon_rheo.supervision.apply_event`), so derived
+fields (the lifecycle, the iteration count) are exact; without one, the
+stored patches are folded as JSON data and the lifecycle follows each event's
+target state.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ..supervision import EventCodec, apply_event
+
+if TYPE_CHECKING:
+    from ..protocols import Machine, SessionRecord, Store, StoredEvent
+
+__all__ = ["Change", "SessionSummary", "Step", "Timeline", "load_timeline", "summarize"]
+
+#: Statuses in which a session can still change on its own.
+LIVE = frozenset({"running"})
+
+
+def when(timestamp: float | None) -> str:
+    """A wall-clock time as ISO 8601 UTC, to the millisecond (empty for ``None``)."""
+    if timestamp is None:
+        return ""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds")
+
+
+def dumps(value: Any) -> str:
+    """JSON text of a stored value, for display (keys kept in their order)."""
+    return json.dumps(value, ensure_ascii=False, default=repr)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One row of the session list.
+
+    Attributes:
+        session_id: The session.
+        machine: Its machine's name.
+        status: Its stored status.
+        steps: How many events its log holds.
+        updated: When it last changed (ISO 8601 UTC).
+        parent: The session it was forked from, if any.
+    """
+
+    session_id: str
+    machine: str
+    status: str
+    steps: int
+    updated: str
+    parent: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The row as JSON data (the ``/api/sessions`` answer)."""
+        return {
+            "session_id": self.session_id,
+            "machine": self.machine,
+            "status": self.status,
+            "steps": self.steps,
+            "updated": self.updated,
+            "parent": self.parent,
+        }
+
+
+def summarize(record: SessionRecord) -> SessionSummary:
+    """The list row of a stored session's record."""
+    return SessionSummary(
+        session_id=record.session_id,
+        machine=record.machine,
+        status=record.status,
+        steps=record.last_seq,
+        updated=when(record.updated_at),
+        parent=record.parent,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One field an event changed: its value before and after, as JSON text."""
+
+    name: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One event of a session's timeline, ready to show.
+
+    Attributes:
+        event: The stored event.
+        changes: The fields whose value differs from the state before.
+        calls: The model and tool calls recorded in the step (kind, request, response).
+        info: The event's other facts (a gate, a decision, a rollback's numbers).
+        duration_ms: How long the stage ran, in milliseconds.
+    """
+
+    event: StoredEvent
+    changes: tuple[Change, ...]
+    calls: tuple[dict[str, Any], ...]
+    info: dict[str, Any]
+    duration_ms: float
+
+    @property
+    def failed(self) -> bool:
+        """Whether the event records a failure."""
+        return self.event.error is not None
+
+    @property
+    def started(self) -> str:
+        """The step's start, ISO 8601 UTC."""
+        return when(self.event.started_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """A session's whole stored story.
+
+    Attributes:
+        record: The session's record.
+        steps: Its events, in order, each with what it changed.
+        state: The state after the last event, field by field, as JSON text.
+        exact: Whether the states were folded by the session's machine.
+        visits: How many times each lifecycle state was entered (the first included).
+        moves: How many times each ``(from, to)`` move was taken.
+        restarts: Failures the session went on from (recoverable or transient).
+        gate: The gate a paused session waits at, if it is paused.
+    """
+
+    record: SessionRecord
+    steps: tuple[Step, ...]
+    state: dict[str, str]
+    exact: bool
+    visits: dict[str, int] = field(default_factory=dict)
+    moves: dict[tuple[str, str], int] = field(default_factory=dict)
+    restarts: int = 0
+    gate: str | None = None
+
+
+def _fold_json(state: dict[str, Any], event: StoredEvent) -> dict[str, Any]:
+    """Apply a stored event's patch to a state kept as JSON data."""
+    patch = event.patch or {}
+    after = {**state, **(patch.get("set") or {})}
+    for name, items in (patch.get("append") or {}).items():
+        after[name] = [*(after.get(name) or []), *items]
+    after["lifecycle"] = event.to_state
+    return after
+
+
+def _folded_states(
+    snapshot: Any, events: tuple[StoredEvent, ...], machine: Machine[Any] | None
+) -> tuple[list[dict[str, Any]], bool]:
+    """The state before the first event and after each, as JSON data; and if exact."""
+    if machine is not None:
+        codec = EventCodec(machine)
+        state = codec.decode_state(snapshot)
+        states = [state.model_dump(mode="json")]
+        for event in events:
+            state = apply_event(machine, state, codec.decode_event(event))
+            states.append(state.model_dump(mode="json"))
+        return states, True
+    current: dict[str, Any] = copy.deepcopy(dict(snapshot))
+    if events:
+        current["lifecycle"] = events[0].from_state
+    states = [current]
+    for event in events:
+        current = _fold_json(current, event)
+        states.append(current)
+    return states, False
+
+
+def _calls(event: StoredEvent) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
+    """The recorded calls of an event, and its other facts."""
+    io = dict(event.io or {}) if isinstance(event.io, dict) else {"io": event.io}
+    calls = io.pop("io", None) or ()
+    return tuple(call for call in calls if isinstance(call, dict)), io
+
+
+async def load_timeline(
+    store: Store, session_id: str, machine: Machine[Any] | None = None
+) -> Timeline:
+    """Read a session's record, first snapshot and events, and fold them into a timeline.
+
+    Args:
+        store: The store (entered).
+        session_id: The session.
+        machine: The session's machine, for an exact fold; ``None`` folds JSON data.
+
+    Returns:
+        The session's timeline.
+
+    Raises:
+        SessionNotFound: If the store has no such session.
+        StoreCorrupt: If, with a machine, a stored state or event does not decode.
+    """
+    record = await store.record(session_id)
+    events = tuple(event for event in await store.history(session_id))
+    _, snapshot = await store.snapshot_at(session_id, 0)
+    states, exact = _folded_states(snapshot, events, machine)
+    steps: list[Step] = []
+    visits: dict[str, int] = {}
+    moves: dict[tuple[str, str], int] = {}
+    restarts = 0
+    if events:
+        visits[events[0].from_state] = 1
+    for index, event in enumerate(events):
+        before, after = states[index], states[index + 1]
+        changes = tuple(
+            Change(name, dumps(before.get(name)), dumps(after[name]))
+            for name in after
+            if after[name] != before.get(name)
+        )
+        calls, info = _calls(event)
+        steps.append(
+            Step(
+                event=event,
+                changes=changes,
+                calls=calls,
+                info=info,
+                duration_ms=max(0.0, (event.finished_at - event.started_at) * 1000.0),
+            )
+        )
+        if event.from_state != event.to_state:
+            visits[event.to_state] = visits.get(event.to_state, 0) + 1
+            key = (event.from_state, event.to_state)
+            moves[key] = moves.get(key, 0) + 1
+        error = event.error if isinstance(event.error, dict) else None
+        if error is not None and error.get("error_class") in ("recoverable", "transient"):
+            restarts += 1
+    gate = None
+    if record.status == "paused" and events and events[-1].kind == "pause":
+        gate = (events[-1].io or {}).get("gate")
+    return Timeline(
+        record=record,
+        steps=tuple(steps),
+        state={name: dumps(value) for name, value in states[-1].items()},
+        exact=exact,
+        visits=visits,
+        moves=moves,
+        restarts=restarts,
+        gate=gate,
+    )

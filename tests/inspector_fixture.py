@@ -1,0 +1,146 @@
+"""A store full of varied sessions for the inspector's tests and manual runs.
+
+``desk`` is a small help-desk machine: think (a recorded model call) → act (a
+recorded tool call, which fails once with a recoverable error when asked to)
+→ review (guarded by a human gate that sets ``approved``) → finished.
+``populate(path)`` runs one session of each kind into a SQLite file: finished,
+restarted once then finished, failed (fatal) and paused at the gate.
+
+Run ``python -m tests.inspector_fixture PATH`` to make such a file, then
+``python -m arkhon_rheo.inspector --store PATH --machine tests.inspector_fixture:desk``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+from arkhon_rheo import (
+    AgentState,
+    AgentSystem,
+    Fatal,
+    Lifecycle,
+    Machine,
+    Patch,
+    Recoverable,
+    StateView,
+    record_call,
+    recorded,
+    stage,
+)
+from arkhon_rheo.protocols import Gate
+
+L = Lifecycle
+
+
+class Reply(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    text: str
+
+
+class Ticket(AgentState):
+    lifecycle: Lifecycle = L.INITIALIZED
+    question: str = ""
+    plan: str = ""
+    notes: tuple[str, ...] = ()
+    approved: bool | None = None
+    answer: str = ""
+    priority: int = 1
+
+
+#: How many times each question has reached the tool (the flaky one fails once).
+_tool_calls: dict[str, int] = {}
+
+
+async def _model(question: str) -> Reply:
+    return Reply(text=f"look up <{question}>")
+
+
+@recorded("tool:lookup")
+async def lookup(query: str) -> str:
+    count = _tool_calls[query] = _tool_calls.get(query, 0) + 1
+    if "flaky" in query and count == 1:
+        raise Recoverable(f"lookup service hiccup on {query!r}")
+    if "fatal" in query:
+        raise Fatal(f"lookup refused {query!r}")
+    return f"found {len(query)} results"
+
+
+@stage(reads={"question"}, writes={"plan"}, next=L.ACTING)
+async def think(view: StateView[Ticket]) -> Patch:
+    reply = await record_call(
+        "model", {"prompt": view.question}, lambda: _model(view.question), returns=Reply
+    )
+    return Patch(plan=reply.text)
+
+
+@stage(reads={"question", "notes"}, writes={"notes"}, next=L.OBSERVING)
+async def act(view: StateView[Ticket]) -> Patch:
+    found = await lookup(view.question)
+    return Patch(notes=(*view.notes, found))
+
+
+@stage(reads={"approved", "notes"}, writes={"answer"}, next=L.FINISHED)
+async def review(view: StateView[Ticket]) -> Patch:
+    verdict = "approved" if view.approved else "declined"
+    return Patch(answer=f"{verdict}: {view.notes[-1]}")
+
+
+desk: Machine[Ticket] = Machine(
+    name="desk",
+    state_type=Ticket,
+    initial=L.INITIALIZED,
+    transitions={
+        L.INITIALIZED: {L.ACTING},
+        L.ACTING: {L.OBSERVING},
+        L.OBSERVING: {L.FINISHED},
+    },
+    stages={L.INITIALIZED: think, L.ACTING: act, L.OBSERVING: review},
+    terminal={L.FINISHED, L.FAILED},
+    failed=L.FAILED,
+    invariants={None: [lambda s: bool(s.question)], L.FINISHED: [lambda s: bool(s.answer)]},
+    gates=[Gate.before("review", field="approved")],
+)
+
+#: The machine without its gate: sessions run straight through.
+desk_ungated: Machine[Ticket] = Machine(
+    name="desk",
+    state_type=Ticket,
+    initial=L.INITIALIZED,
+    transitions=desk.transitions,
+    stages=desk.stages,
+    terminal=desk.terminal,
+    failed=L.FAILED,
+    invariants=desk.invariants,
+)
+
+
+async def populate(path: str) -> dict[str, str]:
+    """Run one session of each kind into the SQLite file ``path``; return their ids by kind."""
+    ids: dict[str, str] = {}
+    _tool_calls.clear()
+    async with AgentSystem(path=path, seed=7) as system:
+        paused = await system.run(desk, Ticket(question="reset my password"))
+        ids["paused"] = paused.session_id
+        decided = await system.run(desk, Ticket(question="flaky printer"))
+        handle = await system.decide(desk, decided.session_id, "resume", value=True)
+        assert handle is not None
+        ids["finished"] = (await handle.result()).session_id
+        failed = await system.run(desk, Ticket(question="fatal disk"))
+        ids["failed"] = failed.session_id
+    return ids
+
+
+def main(argv: list[str]) -> int:
+    path = argv[1] if len(argv) > 1 else "inspector-demo.db"
+    ids: Any = anyio.run(populate, path)
+    for kind, session_id in ids.items():
+        print(kind, session_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
