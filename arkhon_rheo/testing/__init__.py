@@ -7,6 +7,13 @@ code under test runs unchanged; the library's own tests use them too.
 from __future__ import annotations
 
 from .._exports import publish
+from ._asserts import assert_all_ended as assert_all_ended
+from ._asserts import assert_none_hung as assert_none_hung
+from ._asserts import assert_nothing_lost as assert_nothing_lost
+from ._asserts import assert_replay_verifies as assert_replay_verifies
+from ._chaos import ChaosReport as ChaosReport
+from ._chaos import chaos_run as chaos_run
+from ._chaos import fault_class as fault_class
 from ._faults import FaultCall as FaultCall
 from ._faults import FaultKind as FaultKind
 from ._faults import FaultPlan as FaultPlan
@@ -20,6 +27,7 @@ from ._scripted import ScriptedRequest as ScriptedRequest
 from ._scripted import Step as Step
 
 __all__ = [
+    "ChaosReport",
     "Chunks",
     "Delay",
     "FaultCall",
@@ -31,6 +39,12 @@ __all__ = [
     "ScriptedModel",
     "ScriptedRequest",
     "Step",
+    "assert_all_ended",
+    "assert_none_hung",
+    "assert_nothing_lost",
+    "assert_replay_verifies",
+    "chaos_run",
+    "fault_class",
 ]
 
 publish(__name__, __all__, globals())
