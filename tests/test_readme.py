@@ -55,7 +55,7 @@ def test_each_snippet_imports_what_it_uses_and_runs(index: int, tmp_path: Path) 
         code = f"import {match.group(1)}"  # a module: it must import
     result = subprocess.run(
         [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"},  # this tree's package
         capture_output=True,
         text=True,
         timeout=120,
