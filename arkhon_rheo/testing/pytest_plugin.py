@@ -23,15 +23,17 @@ The assertion helpers (`assert_all_ended`, `assert_none_hung`,
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING
+import typing
 
 import pytest
 
-if TYPE_CHECKING:
+__all__ = ["pytest_addoption", "pytest_generate_tests"]
+
+if typing.TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
     from pathlib import Path
 
-    from .. import AgentSystem
+    from .._agents import AgentSystem
     from ..store import SQLiteStore
     from . import FaultPlan, ScriptedModel, Step
 
@@ -68,16 +70,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("anyio_backend", backends, scope="module")
 
 
-@pytest.fixture
-def fault_plan(request: pytest.FixtureRequest) -> FaultPlan:
+@pytest.fixture(name="fault_plan")
+def _fault_plan(request: pytest.FixtureRequest) -> FaultPlan:
     """An empty `FaultPlan`, seeded by ``--arkhon-seed``: add the faults in your test."""
     from . import FaultPlan
 
     return FaultPlan(seed=request.config.getoption("--arkhon-seed"))
 
 
-@pytest.fixture
-async def arkhon_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+@pytest.fixture(name="arkhon_store")
+async def _arkhon_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
     """An open SQLite store in the test's temporary directory (``sync`` durability)."""
     from ..protocols import Durability
     from ..store import SQLiteStore
@@ -86,19 +88,19 @@ async def arkhon_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         yield store
 
 
-@pytest.fixture
-async def arkhon_system(
+@pytest.fixture(name="arkhon_system")
+async def _arkhon_system(
     arkhon_store: SQLiteStore, fault_plan: FaultPlan
 ) -> AsyncIterator[AgentSystem]:
     """A running `AgentSystem` on ``arkhon_store`` with ``fault_plan`` installed, seeded."""
-    from .. import AgentSystem
+    from .._agents import AgentSystem
 
     async with AgentSystem(store=arkhon_store, fault_plan=fault_plan, seed=0) as system:
         yield system
 
 
-@pytest.fixture
-def scripted_model() -> Callable[..., ScriptedModel]:
+@pytest.fixture(name="scripted_model")
+def _scripted_model() -> Callable[..., ScriptedModel]:
     """Make a `ScriptedModel`: ``scripted_model(["hi"], model="scripted")``."""
     from . import ScriptedModel
 
