@@ -39,6 +39,7 @@ from .protocols import (
     Patch,
     TransitionEvent,
 )
+from .protocols._faults import installed
 from .protocols._stream import DEFAULT_CAPACITY
 from .store import SQLiteStore
 from .supervision._codec import EventCodec, replay
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
 
     from ._claims import Claim
     from .protocols import LoadedSession, Partial, SessionRecord, SessionStream, Store
+    from .protocols._faults import FaultInjector
     from .supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 
 __all__ = ["AgentStatistics", "AgentSystem", "SessionHandle", "SessionResult"]
@@ -268,6 +270,9 @@ class AgentSystem:
             at once (see `orphans` and `recover`); elsewhere they run out.
         snapshot_every: With a store, a snapshot every this many events (loading
             a session is its latest snapshot plus the events after it).
+        fault_plan: Faults to inject into every session this system starts or
+            resumes (an `arkhon_rheo.testing.FaultPlan`), through the stage,
+            tool, model and store seams; ``None`` (the default) injects nothing.
 
     Raises:
         ConfigurationError: If a bound is out of range.
@@ -291,6 +296,7 @@ class AgentSystem:
         path: str | os.PathLike[str] | None = DEFAULT_PATH,
         durability: Durability = Durability.BATCHED,
         snapshot_every: int = 100,
+        fault_plan: FaultInjector | None = None,
     ) -> None:
         if not isinstance(stage_mode, StageMode):
             raise ConfigurationError(f"stage_mode must be a StageMode, got {stage_mode!r}")
@@ -335,6 +341,7 @@ class AgentSystem:
         # Subgraphs: each child session's link to its parent step, by child id.
         self._links: dict[str, dict[str, Any]] = {}
         self._children = ChildHost(self)
+        self._faults = fault_plan
 
     async def __aenter__(self) -> AgentSystem:
         if self._owned_store is not None:
@@ -1109,7 +1116,10 @@ class AgentSystem:
         try:
             # Shielded: the session starts whole (and the lease passes to it) or not at all.
             with anyio.CancelScope(shield=True):
-                with session_scope(self._children, session):  # subgraph stages find us
+                with (
+                    session_scope(self._children, session),  # subgraph stages find us
+                    installed(self._faults),  # its tasks inherit the fault plan, if any
+                ):
                     ref = await self._actors.spawn(
                         SessionSupervisor, session, name=f"{session_id}/supervisor"
                     )

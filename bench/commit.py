@@ -80,8 +80,10 @@ from arkhon_rheo import (
     Machine,
     Patch,
 )
+from arkhon_rheo.protocols._faults import current_injector
 from arkhon_rheo.supervision import PatchValidator, SessionConfig, StageMode
 from arkhon_rheo.supervision._session import Session, SessionSupervisor
+from arkhon_rheo.testing import FaultPlan
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterator
@@ -307,10 +309,14 @@ async def ask_round_trip(asks: int) -> float:
     return elapsed
 
 
-async def one_session(cycles: int, mode: StageMode = StageMode.INLINE) -> float:
+async def one_session(
+    cycles: int, mode: StageMode = StageMode.INLINE, plan: FaultPlan | None = None
+) -> float:
     """Seconds for one session to run ``cycles`` cycles, from start to result."""
     machine = build_machine()
-    async with AgentSystem(path=None, max_steps=3 * cycles + 10, stage_mode=mode) as system:
+    async with AgentSystem(
+        path=None, max_steps=3 * cycles + 10, stage_mode=mode, fault_plan=plan
+    ) as system:
         with gc_mode(enabled=True):
             start = time.perf_counter()
             result = await system.run(machine, LoopState(cycles=cycles))
@@ -334,6 +340,36 @@ async def report_cycle(sizes: Sizes) -> None:
     print(
         f"      StageMode.TASK (an actor per stage): {tasked:7.2f} us/cycle   "
         f"ratio TASK/INLINE {tasked / cycle:5.2f}x",
+        flush=True,
+    )
+    await report_fault_seam(sizes, cycle)
+
+
+def seam_check_ns(calls: int = 200_000) -> float:
+    """Nanoseconds of the fault seam with no plan installed: a ContextVar get and ``is None``."""
+    best = math.inf
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            if current_injector() is not None:
+                raise AssertionError("no plan is installed in the bench")
+        best = min(best, time.perf_counter() - start)
+    return best / calls * 1e9
+
+
+async def report_fault_seam(sizes: Sizes, baseline: float) -> None:
+    """The fault-injection seam: free with no plan installed, measured with an empty one."""
+    unplanned = planned = math.inf
+    for _ in range(sizes.repeat):
+        unplanned = min(unplanned, per(await one_session(sizes.cycles), sizes.cycles))
+        planned = min(planned, per(await one_session(sizes.cycles, plan=FaultPlan()), sizes.cycles))
+    check = seam_check_ns()
+    # Per cycle the seams run 3 stage checks (store and tool seams: none in memory, no tools).
+    print(
+        f"      fault seam: no plan {unplanned:7.2f} us/cycle   ratio no-plan/baseline "
+        f"{unplanned / baseline:5.2f}x   (its check: {check:.0f} ns, x3 per cycle = "
+        f"{3 * check / 10 / unplanned:.2f}% of a cycle)   empty FaultPlan installed "
+        f"{planned:7.2f} us/cycle   ratio {planned / unplanned:5.2f}x",
         flush=True,
     )
 

@@ -25,6 +25,7 @@ PUBLIC_NAMESPACES = [
     "arkhon_rheo.supervision",
     "arkhon_rheo.tools",
     "arkhon_rheo.testing",
+    "arkhon_rheo.testing.pytest_plugin",
 ]
 
 

@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "tools": {"protocols"},
     "react": {"protocols", "models", "tools"},
     "models": {"protocols"},
-    "testing": {"protocols", "models"},
+    "testing": {"protocols", "models", "supervision", "store", "_agents"},
     "graphs": {"protocols", "supervision"},
     "rules": {"protocols"},
     # The command line sits on top: it drives AgentSystem (``_agents``) and reads the store.

@@ -50,13 +50,14 @@ from ..protocols import (
     record_call,
     record_stream,
 )
+from ..protocols._faults import current_injector, current_session
 from ._budget import Budget, Used
 from ._context import PromptCache, trim_messages
 from ._state import AgentExit, ReactState
 
 if TYPE_CHECKING:
     import enum
-    from collections.abc import Mapping, Sequence
+    from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
     from ..protocols import Gate, ToolCall, ToolSpec
 
@@ -335,7 +336,13 @@ def react_agent(
                 hit = cache.get(key)
                 if hit is not None:
                     return hit
-            reply = await model.complete(payload, tools=offered, json_mode=ask_json)
+            if current_injector() is None:
+                reply = await model.complete(payload, tools=offered, json_mode=ask_json)
+            else:  # the model seam of fault injection
+                alter = await _inject_model(len(payload))
+                reply = await model.complete(payload, tools=offered, json_mode=ask_json)
+                if alter is not None:
+                    reply = alter(reply)
             if cache is not None:
                 cache.put(key, reply)
             return reply
@@ -348,7 +355,11 @@ def react_agent(
             chunks = record_stream(
                 "model",
                 request,
-                lambda: model.stream(payload, tools=offered, json_mode=ask_json),
+                lambda: (
+                    model.stream(payload, tools=offered, json_mode=ask_json)
+                    if current_injector() is None
+                    else _faulted_stream(model, payload, offered, ask_json)
+                ),
                 returns=ReplyDelta | ModelReply,
             )
             async with aclosing(chunks):
@@ -463,6 +474,25 @@ def react_agent(
         gates=gates,
         deadlines=deadlines,
     )
+
+
+async def _inject_model(messages: int) -> Callable[[Any], Any] | None:
+    injector = current_injector()
+    if injector is None:
+        return None
+    return await injector.inject("model", current_session(), {"messages": messages})
+
+
+async def _faulted_stream(
+    model: StreamingModelClient,
+    payload: Sequence[Message],
+    offered: Sequence[ToolSpec],
+    json_mode: bool,
+) -> AsyncIterator[ReplyDelta | ModelReply]:
+    """A model stream under an installed fault plan: its fault acted out, its reply altered."""
+    alter = await _inject_model(len(payload))
+    async for chunk in model.stream(payload, tools=offered, json_mode=json_mode):
+        yield alter(chunk) if alter is not None and isinstance(chunk, ModelReply) else chunk
 
 
 def _runner(tools: ToolRunner | Sequence[Any]) -> ToolRunner:

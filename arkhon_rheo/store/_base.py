@@ -6,6 +6,7 @@ import enum
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, StoreError
+from ..protocols._faults import current_injector
 from ._codec import dumps, encode_events
 from ._plan import Append, Create
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
     from ..protocols import StoredEvent
 
-__all__ = ["StoreBase", "StoreState"]
+__all__ = ["StoreBase", "StoreState", "inject_store_fault"]
 
 
 class StoreState(enum.Enum):
@@ -112,3 +113,15 @@ class StoreBase:
             what = f"the snapshot of session {session_id!r} after event #{seq}"
             encoded = (seq, dumps(state, what=what, location=self._location))
         return Append(session_id, rows, encoded, status)
+
+
+async def inject_store_fault(session_id: str, operation: str) -> None:
+    """The store seam of fault injection: act out the installed plan's fault, if any.
+
+    Called at the start of a write, before anything is encoded or queued, so an
+    injected failure (``StoreError("disk full")``) leaves the store untouched,
+    as a real refused write does.
+    """
+    injector = current_injector()
+    if injector is not None:
+        await injector.inject("store", session_id, {"operation": operation})

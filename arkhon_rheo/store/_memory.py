@@ -10,7 +10,8 @@ import anyio.lowlevel
 
 from .._errors import ConfigurationError, SessionLocked, SessionNotFound
 from ..protocols import LeaseRecord, LoadedSession, SessionRecord, StoreStatistics
-from ._base import StoreBase, StoreState
+from ..protocols._faults import current_injector
+from ._base import StoreBase, StoreState, inject_store_fault
 from ._codec import EventRow, SessionRow, decode_event, decode_record, loads
 from ._plan import Request, SetStatus, plan
 
@@ -139,6 +140,8 @@ class MemoryStore(StoreBase):
             UnserializablePatch: A patch holds a value that is not JSON data.
             StoreError: Another value is not JSON data, or the store is not open.
         """
+        if current_injector() is not None:
+            await inject_store_fault(session_id, "append")
         await anyio.lowlevel.checkpoint()
         self._write(self._append_request(session_id, events, snapshot, status))
 

@@ -12,8 +12,9 @@ import anyio.to_thread
 
 from .._errors import ConfigurationError, StoreError
 from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord, StoreStatistics
+from ..protocols._faults import current_injector
 from . import _sql as sql
-from ._base import StoreBase, StoreState
+from ._base import StoreBase, StoreState, inject_store_fault
 from ._codec import decode_event, decode_record, loads
 from ._driver import DriverName, open_driver
 from ._plan import Acquire, Flush, Release, Request, SetStatus, plan
@@ -268,6 +269,8 @@ class SQLiteStore(StoreBase):
             StoreError: Another value is not JSON data, the write failed, or the
                 store is not open.
         """
+        if current_injector() is not None:
+            await inject_store_fault(session_id, "append")
         request = self._append_request(session_id, events, snapshot, status)
         del events, snapshot  # encoded: nothing here keeps them alive while waiting
         if self._durability is not Durability.ASYNC:

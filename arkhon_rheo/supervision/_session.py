@@ -45,6 +45,7 @@ from ..protocols import (
     StateView,
     TransitionEvent,
 )
+from ..protocols._faults import current_injector, enter_session
 from ..protocols._stream import PartialHub, StageScope
 from ._codec import step_moves
 from ._persist import linked
@@ -306,8 +307,12 @@ async def run_stage(
     try:
         with recorder, partials if partials is not None else _NO_SCOPE:
             if deadline is None:
+                if current_injector() is not None:
+                    await _inject(stage.name, recorder.session_id)
                 return await stage.execute(view)
             with anyio.move_on_after(deadline) as scope:
+                if current_injector() is not None:
+                    await _inject(stage.name, recorder.session_id)
                 return await stage.execute(view)
         if scope.cancelled_caught:
             return StageTimeout(stage=stage.name, deadline=deadline)
@@ -321,6 +326,14 @@ async def run_stage(
 
 
 _NO_SCOPE = contextlib.nullcontext()
+
+
+async def _inject(stage: str, session_id: str) -> None:
+    """The stage seam of fault injection: act out the installed plan's fault, if any."""
+    injector = current_injector()
+    if injector is not None:
+        enter_session(session_id)
+        await injector.inject(f"stage:{stage}", session_id, {"stage": stage})
 
 
 class _Invoke:

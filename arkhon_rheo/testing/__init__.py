@@ -1,4 +1,4 @@
-"""Public test doubles: models that answer from a script (more fakes to come).
+"""Public test doubles and fault injection: scripted models, seeded fault plans.
 
 Like httpx's ``MockTransport``, they implement the real interfaces, so the
 code under test runs unchanged; the library's own tests use them too.
@@ -7,13 +7,45 @@ code under test runs unchanged; the library's own tests use them too.
 from __future__ import annotations
 
 from .._exports import publish
+from ._asserts import assert_all_ended as assert_all_ended
+from ._asserts import assert_none_hung as assert_none_hung
+from ._asserts import assert_nothing_lost as assert_nothing_lost
+from ._asserts import assert_replay_verifies as assert_replay_verifies
+from ._chaos import ChaosReport as ChaosReport
+from ._chaos import chaos_run as chaos_run
+from ._chaos import fault_class as fault_class
+from ._faults import FaultCall as FaultCall
+from ._faults import FaultKind as FaultKind
+from ._faults import FaultPlan as FaultPlan
+from ._faults import FaultRule as FaultRule
+from ._faults import FaultSchedule as FaultSchedule
+from ._faults import InjectedFault as InjectedFault
 from ._scripted import Chunks as Chunks
 from ._scripted import Delay as Delay
 from ._scripted import ScriptedModel as ScriptedModel
 from ._scripted import ScriptedRequest as ScriptedRequest
 from ._scripted import Step as Step
 
-__all__ = ["Chunks", "Delay", "ScriptedModel", "ScriptedRequest", "Step"]
+__all__ = [
+    "ChaosReport",
+    "Chunks",
+    "Delay",
+    "FaultCall",
+    "FaultKind",
+    "FaultPlan",
+    "FaultRule",
+    "FaultSchedule",
+    "InjectedFault",
+    "ScriptedModel",
+    "ScriptedRequest",
+    "Step",
+    "assert_all_ended",
+    "assert_none_hung",
+    "assert_nothing_lost",
+    "assert_replay_verifies",
+    "chaos_run",
+    "fault_class",
+]
 
 publish(__name__, __all__, globals())
 del publish

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from .._errors import ArkhonError, ConfigurationError
 from ..protocols import ToolCall, ToolMessage, ToolSpec, record_call
+from ..protocols._faults import current_injector, current_session
 from ._tool import Tool, ToolError
 
 if TYPE_CHECKING:
@@ -214,6 +215,8 @@ class Toolbox:
             )
         try:
             async with self._capacity(call.name):
+                if current_injector() is not None:
+                    await _inject(call.name, arguments)
                 content = await tool.run(validated)
         except ToolError as exc:
             return self._error(call, str(exc))
@@ -243,3 +246,10 @@ class Toolbox:
     @staticmethod
     def _error(call: ToolCall, content: str) -> ToolMessage:
         return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=True)
+
+
+async def _inject(name: str, arguments: Any) -> None:
+    """The tool seam of fault injection: act out the installed plan's fault, if any."""
+    injector = current_injector()
+    if injector is not None:
+        await injector.inject(f"tool:{name}", current_session(), {"arguments": arguments})
