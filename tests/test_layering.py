@@ -3,7 +3,7 @@
 protocols imports nothing of the package; actors only protocols; supervision
 only those two; models only protocols; graphs (subgraphs) protocols and
 supervision. Every layer may use the leaf modules ``_errors``, ``_exports``,
-``_log`` and ``_redact``.
+``_log``, ``_redact`` and ``_tracing``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "arkhon_rheo"
-LEAVES = {"_errors", "_exports", "_log", "_redact"}
+LEAVES = {"_errors", "_exports", "_log", "_redact", "_tracing"}
 ALLOWED: dict[str, set[str]] = {
     "protocols": set(),
     "actors": {"protocols"},
