@@ -16,6 +16,7 @@ PUBLIC_NAMESPACES = [
     "arkhon_rheo.actors",
     "arkhon_rheo.graphs",
     "arkhon_rheo.models",
+    "arkhon_rheo.observe",
     "arkhon_rheo.protocols",
     "arkhon_rheo.react",
     "arkhon_rheo.store",

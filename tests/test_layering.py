@@ -25,6 +25,8 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"protocols"},
     "testing": {"protocols", "models"},
     "graphs": {"protocols", "supervision"},
+    # Metrics read the AgentSystem's statistics (its type only, for annotations).
+    "observe": {"protocols", "_agents"},
 }
 
 
