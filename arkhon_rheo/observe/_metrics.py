@@ -25,8 +25,8 @@ The families (`METRICS` lists them; labels in braces):
 ``arkhon_mailbox_queued``          gauge      messages waiting in session supervisors' mailboxes
 ``arkhon_dead_letters_total``      counter    messages that reached no actor
 ``arkhon_store_events_total``      counter    events appended to the store
-``arkhon_store_transactions_total`` counter   store write transactions (events / transactions
-                                              is the mean batch size)
+``arkhon_store_transactions_total`` counter   store write transactions (appends, and session
+                                              records, statuses and leases)
 ``arkhon_store_largest_batch``     gauge      the most events one store transaction carried
 ``arkhon_store_pending``           gauge      events accepted but not yet durable
 =================================  =========  ===============================================
@@ -143,7 +143,12 @@ METRICS: tuple[tuple[str, Kind, tuple[str, ...], str], ...] = (
     ),
     ("arkhon_dead_letters_total", "counter", (), "Messages that reached no actor"),
     ("arkhon_store_events_total", "counter", (), "Events appended to the stores"),
-    ("arkhon_store_transactions_total", "counter", (), "Store write transactions committed"),
+    (
+        "arkhon_store_transactions_total",
+        "counter",
+        (),
+        "Store write transactions committed (appends, session records, statuses, leases)",
+    ),
     ("arkhon_store_largest_batch", "gauge", (), "The most events one store transaction carried"),
     ("arkhon_store_pending", "gauge", (), "Events accepted by the stores but not yet durable"),
 )
