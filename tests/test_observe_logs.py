@@ -19,7 +19,7 @@ from arkhon_rheo._log import get_logger, unconfigure_logging
 from .observe_machine import OUTCOMES, Flow, flow_machine, troubled
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, MutableMapping, Sequence
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,7 @@ async def _run(*, gate: bool = False) -> str:
         return handle.session_id
 
 
-def _named(logs: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+def _named(logs: Sequence[MutableMapping[str, Any]], event: str) -> list[MutableMapping[str, Any]]:
     return [entry for entry in logs if entry["event"] == event]
 
 
