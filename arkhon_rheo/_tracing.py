@@ -22,7 +22,8 @@ Model and tool spans are children of the stage span that made the call when
 the stage runs in its supervisor's task (`StageMode.INLINE`, the default).
 
 Without the package nothing is imported and every function here returns at
-its first line (`ENABLED` is decided once, at import). This module imports
+its first line (`ENABLED` is decided once, at import). With it but no tracer
+provider set, a session opens no span and so its steps none either. This module imports
 nothing from the package, so every layer may use it.
 """
 
@@ -59,9 +60,15 @@ _tracer: Any = _otel.get_tracer("arkhon_rheo") if _otel is not None else None
 _NOTHING: AbstractContextManager[None] = contextlib.nullcontext()
 
 
+def _active() -> bool:
+    """Whether the application has set a tracer provider (without one, spans cost only)."""
+    provider = _otel.get_tracer_provider()
+    return not isinstance(provider, _otel.ProxyTracerProvider | _otel.NoOpTracerProvider)
+
+
 def start_session(session_id: str, machine: str) -> Any:
     """Start the span of one run of a session (ended by `end_session`); ``None`` if off."""
-    if _otel is None:
+    if _otel is None or not _active():
         return None
     return _tracer.start_span(
         f"session {machine}",
@@ -112,7 +119,7 @@ def _span(name: str, kind: str, attributes: dict[str, Any]) -> Iterator[Any]:
 
 def model_call(system: str, model: str) -> AbstractContextManager[Any]:
     """The span of one model call (``chat <model>``), current while it runs."""
-    if _otel is None:
+    if _otel is None or not _active():
         return _NOTHING
     return _span(
         f"chat {model}",
@@ -139,7 +146,7 @@ def model_reply(
 
 def tool_call(name: str, call_id: str) -> AbstractContextManager[Any]:
     """The span of one tool call (``execute_tool <name>``), current while it runs."""
-    if _otel is None:
+    if _otel is None or not _active():
         return _NOTHING
     return _span(
         f"execute_tool {name}",
