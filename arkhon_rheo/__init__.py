@@ -47,6 +47,7 @@ from ._errors import UndeclaredWrite as UndeclaredWrite
 from ._errors import UnrecordableCall as UnrecordableCall
 from ._errors import UnserializablePatch as UnserializablePatch
 from ._exports import publish
+from ._log import configure_logging as configure_logging
 from ._redact import redact_secrets as redact_secrets
 from .actors import Actor as Actor
 from .actors import ActorRef as ActorRef
@@ -168,6 +169,7 @@ __all__ = [
     "UndeclaredWrite",
     "UnrecordableCall",
     "UnserializablePatch",
+    "configure_logging",
     "emit",
     "record_call",
     "record_stream",

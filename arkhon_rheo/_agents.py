@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import anyio
@@ -59,7 +59,7 @@ from .supervision._validate import PatchValidator
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import AsyncIterator, Iterable, Sequence
+    from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
     from types import TracebackType
 
@@ -221,12 +221,17 @@ class AgentStatistics:
         running: Sessions not ended yet.
         actors: Actors alive (supervisors and stage actors).
         dead_letters: Messages that reached no actor.
+        statuses: Those sessions by status: ``"running"`` or their `ExitReason`
+            value (``"finished"``, ``"failed"``, ``"paused"``...), only those present.
+        queued: Messages waiting now in the mailboxes of their supervisors.
     """
 
     sessions: int
     running: int
     actors: int
     dead_letters: int
+    statuses: Mapping[str, int] = field(default_factory=dict)
+    queued: int = 0
 
 
 class AgentSystem:
@@ -1218,11 +1223,21 @@ class AgentSystem:
     def statistics(self) -> AgentStatistics:
         """Return a snapshot of the system's counters."""
         actors = self._actors.statistics()
+        statuses: dict[str, int] = {}
+        queued = 0
+        for handle in self._sessions.values():
+            reason = handle._session.exit_reason
+            status = "running" if reason is None or not handle.done else reason.value
+            statuses[status] = statuses.get(status, 0) + 1
+            if not handle.done:
+                queued += handle._ref.statistics().queued
         return AgentStatistics(
             sessions=len(self._sessions),
-            running=sum(1 for handle in self._sessions.values() if not handle.done),
+            running=statuses.get("running", 0),
             actors=actors.alive,
             dead_letters=actors.dead_letters,
+            statuses=statuses,
+            queued=queued,
         )
 
     def _validator(self, machine: Machine[Any]) -> PatchValidator:

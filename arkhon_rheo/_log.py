@@ -15,18 +15,31 @@ on the application:
 
 Either way, secrets are redacted before an event leaves the library
 (`arkhon_rheo.redact_secrets`), and a broken log pipeline never breaks the runtime.
+
+`configure_logging` is the short way for an application to see them: it gives
+the ``arkhon_rheo`` logger a handler that renders each event as a console line
+or a JSON object. The library never calls it itself.
+
+Events of the hot path (a commit) are built only when their level is enabled:
+`LibraryLogger.is_enabled` asks the configured structlog wrapper, or the
+`logging` logger, before any field is put together.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
+from ._errors import ConfigurationError
 from ._redact import redact_secrets
 
-__all__ = ["LibraryLogger", "get_logger"]
+if TYPE_CHECKING:
+    from typing import TextIO
+
+__all__ = ["LibraryLogger", "configure_logging", "get_logger"]
 
 _ROOT = "arkhon_rheo"
 logging.getLogger(_ROOT).addHandler(logging.NullHandler())
@@ -40,18 +53,49 @@ _PROCESSORS: list[Any] = [
 ]
 
 
+#: The least level each structlog wrapper class lets through (`_ASK_LOGGING`: its
+#: `logging` logger decides); filled on first use of each class.
+_least_levels: dict[Any, int] = {}
+_ASK_LOGGING = -1
+
+
+def _least_level(wrapper: Any) -> int:
+    try:
+        if isinstance(wrapper, type) and issubclass(wrapper, structlog.stdlib.BoundLogger):
+            return _ASK_LOGGING
+        # make_filtering_bound_logger's classes answer without an instance.
+        return int(wrapper.get_effective_level(None))
+    except Exception:  # a wrapper of unknown kind: let it see everything
+        return logging.NOTSET
+
+
 class LibraryLogger:
     """A logger of the library: ``logger.warning("event", field=value)``, never raising."""
 
-    __slots__ = ("_configured", "_stdlib")
+    __slots__ = ("_configured", "_logger", "_stdlib")
 
     def __init__(self, name: str) -> None:
+        self._logger = logging.getLogger(name)
         self._stdlib: Any = structlog.wrap_logger(
-            logging.getLogger(name),
+            self._logger,
             processors=_PROCESSORS,
             wrapper_class=structlog.stdlib.BoundLogger,
         )
         self._configured: Any = structlog.get_logger(name)
+
+    def is_enabled(self, level: int) -> bool:
+        """Whether an event at ``level`` (``logging.INFO``...) would be logged at all.
+
+        Cheap enough for a hot path: call it before building an event's fields.
+        When it cannot tell (a structlog wrapper it does not know), it says yes.
+        """
+        if not structlog.is_configured():
+            return self._logger.isEnabledFor(level)
+        wrapper = structlog.get_config()["wrapper_class"]
+        least = _least_levels.get(wrapper)
+        if least is None:
+            least = _least_levels[wrapper] = _least_level(wrapper)
+        return self._logger.isEnabledFor(level) if least == _ASK_LOGGING else level >= least
 
     def _emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
         try:
@@ -82,3 +126,91 @@ class LibraryLogger:
 def get_logger(name: str) -> LibraryLogger:
     """The logger of the library module ``name`` (``arkhon_rheo.<part>``)."""
     return LibraryLogger(name)
+
+
+#: Marks the handler `configure_logging` installed, so a second call replaces it.
+_HANDLER_MARK = "_arkhon_rheo_configured"
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+_LEVELS |= {"error": logging.ERROR, "critical": logging.CRITICAL}
+
+
+def configure_logging(
+    format: Literal["console", "json"] = "console",
+    level: int | str = "info",
+    *,
+    stream: TextIO | None = None,
+) -> None:
+    """Show the library's log events: one console line or one JSON object per event.
+
+    Call it once at start-up (the library never does). It gives the
+    ``arkhon_rheo`` logger a handler on ``stream`` that renders every field of
+    each event (``session_id`` and ``stage`` come from contextvars), with a
+    timestamp, secrets redacted, and sets that logger's level. Calling it again
+    replaces the handler. Events stop propagating to the root logger, so an
+    application that also configured `logging` does not see them twice.
+
+    If the application configured structlog itself (``structlog.configure``),
+    the library's events go through that configuration instead, and this
+    handler stays silent: configure one or the other.
+
+    Args:
+        format: ``"console"`` (aligned ``key=value`` lines) or ``"json"``.
+        level: The lowest level shown: a `logging` level or its name
+            (``"debug"``, ``"info"``, ``"warning"``, ``"error"``).
+        stream: Where lines go; standard error by default.
+
+    Raises:
+        ConfigurationError: If ``format`` or ``level`` is not one of these.
+    """
+    if format == "json":
+        renderer: Any = structlog.processors.JSONRenderer(default=repr)
+    elif format == "console":
+        out = sys.stderr if stream is None else stream
+        colors = bool(getattr(out, "isatty", lambda: False)())
+        renderer = structlog.dev.ConsoleRenderer(colors=colors)
+    else:
+        raise ConfigurationError(
+            f"configure_logging(format=...) takes 'console' or 'json', got {format!r}"
+        )
+    if isinstance(level, str) and level.lower() in _LEVELS:
+        levelno = _LEVELS[level.lower()]
+    elif isinstance(level, int) and not isinstance(level, bool) and level >= 0:
+        levelno = level
+    else:
+        raise ConfigurationError(
+            f"configure_logging(level=...) takes a logging level or one of "
+            f"{', '.join(map(repr, _LEVELS))}; got {level!r}"
+        )
+    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+                redact_secrets,
+                renderer,
+            ],
+            foreign_pre_chain=[structlog.stdlib.add_log_level, structlog.stdlib.add_logger_name],
+        )
+    )
+    setattr(handler, _HANDLER_MARK, True)
+    library = logging.getLogger(_ROOT)
+    _remove_handlers(library)
+    library.addHandler(handler)
+    library.setLevel(levelno)
+    library.propagate = False
+
+
+def _remove_handlers(library: logging.Logger) -> None:
+    for old in [h for h in library.handlers if getattr(h, _HANDLER_MARK, False)]:
+        library.removeHandler(old)
+        old.close()
+
+
+def unconfigure_logging() -> None:
+    """Undo `configure_logging` (for tests): no handler, level unset, propagation back on."""
+    library = logging.getLogger(_ROOT)
+    _remove_handlers(library)
+    library.setLevel(logging.NOTSET)
+    library.propagate = True

@@ -18,6 +18,7 @@ PUBLIC_NAMESPACES = [
     "arkhon_rheo.graphs",
     "arkhon_rheo.inspector",
     "arkhon_rheo.models",
+    "arkhon_rheo.observe",
     "arkhon_rheo.protocols",
     "arkhon_rheo.react",
     "arkhon_rheo.rules",

@@ -2,8 +2,8 @@
 
 protocols imports nothing of the package; actors only protocols; supervision
 only those two; models only protocols; graphs (subgraphs) protocols and
-supervision; rules only protocols. Every layer may use the leaf modules ``_errors``, ``_exports``,
-``_log`` and ``_redact``.
+supervision; rules only protocols. Every layer may use the leaf modules
+``_errors``, ``_exports``, ``_log``, ``_redact`` and ``_tracing``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "arkhon_rheo"
-LEAVES = {"_errors", "_exports", "_log", "_redact"}
+LEAVES = {"_errors", "_exports", "_log", "_redact", "_tracing"}
 ALLOWED: dict[str, set[str]] = {
     "protocols": set(),
     "actors": {"protocols"},
@@ -40,6 +40,8 @@ ALLOWED: dict[str, set[str]] = {
     },
     # The inspector sits on top: the agent system, the store and what they build on.
     "inspector": {"protocols", "supervision", "_agents"},
+    # Metrics read the AgentSystem's statistics (its type only, for annotations).
+    "observe": {"protocols", "_agents"},
 }
 
 

@@ -90,6 +90,9 @@ class OpenAIChatClient:
         ConfigurationError: A timeout is not a positive number, or the model is empty.
     """
 
+    #: The provider, as OpenTelemetry's GenAI conventions name it (``gen_ai.system``).
+    system = "openai"
+
     def __init__(
         self,
         model: str | None = None,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic import TypeAdapter, ValidationError
 
+from .. import _tracing
 from .._errors import ConfigurationError, Fatal, Recoverable, StageFailure
 from .._log import get_logger
 from ..models import ModelPrice, Pricing
@@ -214,6 +215,10 @@ def react_agent(
     answer_adapter = TypeAdapter(answer_type) if answer_type is not None else None
     ask_json = json_mode or answer_adapter is not None
 
+    # For the model-call spans (OpenTelemetry's GenAI conventions), when tracing is on.
+    system = str(getattr(model, "system", "") or type(model).__name__)
+    model_name = str(getattr(model, "model", "") or "")
+
     class Start(Stage[ReactState], name="start", reads={"task", "messages"}, writes={"messages"}):
         async def execute(self, view: StateView[ReactState]) -> Patch:
             if len(view.messages):
@@ -295,14 +300,22 @@ def react_agent(
                     "tools": [spec.name for spec in offered],
                     "budget": line,
                 }
-                if stream:
-                    reply = await self._stream(request, payload, offered)
-                else:
-                    reply = await record_call(
-                        "model",
-                        request,
-                        functools.partial(self._ask, payload, offered),
-                        returns=ModelReply,
+                with _tracing.model_call(system, model_name) as span:
+                    if stream:
+                        reply = await self._stream(request, payload, offered)
+                    else:
+                        reply = await record_call(
+                            "model",
+                            request,
+                            functools.partial(self._ask, payload, offered),
+                            returns=ModelReply,
+                        )
+                    _tracing.model_reply(
+                        span,
+                        reply.model,
+                        reply.usage.prompt_tokens,
+                        reply.usage.completion_tokens,
+                        reply.finish_reason,
                     )
                 turns += 1
                 usage = usage + reply.usage

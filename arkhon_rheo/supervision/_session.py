@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import math
 import random
 import time
@@ -23,6 +24,7 @@ import anyio
 import structlog
 from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
 
+from .. import _tracing
 from .._errors import (
     ArkhonError,
     IllegalTransition,
@@ -69,9 +71,28 @@ EventListener = Callable[[TransitionEvent], None]
 _STATUS_TIMEOUT = 10.0
 
 
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
 def _log(level: str, event: str, **fields: Any) -> None:
     with contextlib.suppress(Exception):  # a broken log pipeline must not break a commit
         getattr(_logger, level)(event, **fields)
+
+
+def _log_commit(event: TransitionEvent) -> None:
+    """Log one committed event at info level (the caller checked that level is on)."""
+    _log(
+        "info",
+        "transition_committed",
+        session_id=event.session_id,
+        seq=event.seq,
+        kind=event.kind.value,
+        stage=event.stage,
+        from_state=_label(event.from_state),
+        to_state=_label(event.to_state),
+        writes=sorted(event.writes),
+        attempt=event.attempt,
+    )
 
 
 def _label(state: enum.Enum) -> str:
@@ -215,6 +236,8 @@ class Session:
             event = linked(event, self.link)
         self.state = state
         self.log.append(event)
+        if _logger.is_enabled(logging.INFO):  # no fields built unless someone listens
+            _log_commit(event)
         for listener in self.listeners:
             try:
                 listener(event)
@@ -459,11 +482,26 @@ class SessionSupervisor(Actor[_Step, None]):
         }
         self.stages: dict[str, _TaskSlot | _InlineSlot] = {}
         self.window: RestartWindow = session.config.restart_intensity.window()
+        self.started = 0.0
+        #: The session's trace span (`None` without OpenTelemetry).
+        self.span: Any = None
 
     # -- lifecycle ---------------------------------------------------------------
 
     async def on_start(self) -> None:
-        structlog.contextvars.bind_contextvars(session_id=self.session.session_id)
+        session = self.session
+        structlog.contextvars.bind_contextvars(session_id=session.session_id)
+        self.started = time.monotonic()
+        self.span = _tracing.start_session(session.session_id, session.machine.name)
+        if _logger.is_enabled(logging.INFO):
+            _log(
+                "info",
+                "session_started",
+                session_id=session.session_id,
+                machine=session.machine.name,
+                lifecycle=_label(session.state.lifecycle),
+                resumed=session.base_seq > 0,
+            )
         for name in self.order:
             await self._spawn_stage(name)
         self.context.ref.tell_nowait(_STEP)
@@ -476,6 +514,7 @@ class SessionSupervisor(Actor[_Step, None]):
         finally:
             try:
                 self._conclude(termination)
+                self._log_end()
                 if session.persistence is not None and session.exit_reason is not None:
                     # Even when the system is being cancelled: the status is stored and
                     # the lease given up (bounded, should the store hang).
@@ -495,6 +534,23 @@ class SessionSupervisor(Actor[_Step, None]):
                 await persistence.store.release(self.session.session_id, persistence.owner)
         except Exception as exc:  # the outcome is known in memory; the record catches up on resume
             _log("error", "status_not_stored", session_id=self.session.session_id, error=repr(exc))
+
+    def _log_end(self) -> None:
+        session = self.session
+        reason = None if session.exit_reason is None else session.exit_reason.value
+        _tracing.end_session(self.span, reason, session.steps, session.failure)
+        if _logger.is_enabled(logging.INFO):
+            _log(
+                "info",
+                "session_ended",
+                session_id=session.session_id,
+                exit_reason=reason,
+                lifecycle=_label(session.state.lifecycle),
+                steps=session.steps,
+                retries=session.retries,
+                restarts=session.restarts,
+                duration=round(time.monotonic() - self.started, 6),
+            )
 
     def _conclude(self, termination: Termination) -> None:
         session = self.session
@@ -602,7 +658,9 @@ class SessionSupervisor(Actor[_Step, None]):
             view: StateView[Any] = StateView(state, stage_type.reads, name)
             recorder = CallRecorder(session.session_id)
             scope = session.partials.scope(name, session.next_seq(), attempt)
-            outcome = await slot.invoke(view, deadline, recorder, scope)
+            with _tracing.step(self.span, name, session.next_seq(), attempt) as span:
+                outcome = await slot.invoke(view, deadline, recorder, scope)
+                _tracing.step_outcome(span, outcome)
             if isinstance(outcome, Escaped):
                 raise outcome.error
             failure = (
@@ -619,9 +677,17 @@ class SessionSupervisor(Actor[_Step, None]):
             if error_class is ErrorClass.TRANSIENT:
                 if attempt < session.config.backoff.max_attempts:
                     hint = failure.retry_after if isinstance(failure, Transient) else None
-                    await anyio.sleep(
-                        session.config.backoff.delay(attempt, session.rng, at_least=hint)
+                    delay = session.config.backoff.delay(attempt, session.rng, at_least=hint)
+                    _log(
+                        "info",
+                        "stage_retrying",
+                        session_id=session.session_id,
+                        stage=name,
+                        attempt=attempt + 1,
+                        delay=delay,
+                        error=repr(failure),
                     )
+                    await anyio.sleep(delay)
                     attempt += 1
                     session.retries += 1
                     continue
@@ -670,6 +736,9 @@ class SessionSupervisor(Actor[_Step, None]):
                 await session.persistence.record(event, state, status="paused")
             session.commit(state, event)
             session.finish(ExitReason.PAUSED)
+            _log(
+                "info", "session_paused", session_id=session.session_id, gate=gate.name, stage=stage
+            )
             return True
         return False
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic import ValidationError
 
+from .. import _tracing
 from .._errors import ArkhonError, ConfigurationError
 from ..protocols import ToolCall, ToolMessage, ToolSpec, record_call
 from ..protocols._faults import current_injector, current_session
@@ -179,12 +180,13 @@ class Toolbox:
             arguments = call.arguments
         request = {"name": call.name, "arguments": arguments}
         try:
-            message: ToolMessage = await record_call(
-                f"tool:{call.name}",
-                request,
-                lambda: self._answer(call, text, arguments),
-                returns=ToolMessage,
-            )
+            with _tracing.tool_call(call.name, call.id):
+                message: ToolMessage = await record_call(
+                    f"tool:{call.name}",
+                    request,
+                    lambda: self._answer(call, text, arguments),
+                    returns=ToolMessage,
+                )
         except BaseException:
             self._raised += 1
             raise

@@ -1,0 +1,159 @@
+"""OpenTelemetry spans for sessions, stage steps, model calls and tool calls, when installed.
+
+With ``opentelemetry-api`` installed (``pip install 'arkhon-rheo[otel]'``) the
+library opens, on the tracer provider your application sets:
+
+- ``session <machine>``: one span per run of a session (a resume opens a new
+  one), with ``arkhon.session_id``, ``arkhon.machine``, and at its end
+  ``arkhon.exit_reason`` and ``arkhon.steps``; its status is an error when the
+  session ended with a failure record.
+- ``stage <name>``: one span per attempt of a stage, a child of its session's
+  span, with ``arkhon.stage``, ``arkhon.seq`` and ``arkhon.attempt``; an error
+  status when the attempt failed.
+- ``chat <model>``: one per model call of the ReAct engine, with the GenAI
+  semantic conventions (``gen_ai.operation.name``, ``gen_ai.system``,
+  ``gen_ai.request.model``, ``gen_ai.response.model``,
+  ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``,
+  ``gen_ai.response.finish_reasons``).
+- ``execute_tool <name>``: one per `Toolbox` call (``gen_ai.operation.name``,
+  ``gen_ai.tool.name``, ``gen_ai.tool.call.id``).
+
+Model and tool spans are children of the stage span that made the call when
+the stage runs in its supervisor's task (`StageMode.INLINE`, the default).
+
+Without the package nothing is imported and every function here returns at
+its first line (`ENABLED` is decided once, at import). With it but no tracer
+provider set, a session opens no span and so its steps none either. This module imports
+nothing from the package, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from contextlib import AbstractContextManager
+
+try:
+    from opentelemetry import trace as _otel
+except ImportError:  # pragma: no cover - exercised where the extra is absent
+    _otel = None  # type: ignore[assignment]
+
+__all__ = [
+    "ENABLED",
+    "end_session",
+    "model_call",
+    "model_reply",
+    "start_session",
+    "step",
+    "step_outcome",
+    "tool_call",
+]
+
+#: Whether OpenTelemetry's API is installed; checked once, here.
+ENABLED: Final = _otel is not None
+
+#: A proxy until the application sets a provider; then its real tracer.
+_tracer: Any = _otel.get_tracer("arkhon_rheo") if _otel is not None else None
+_NOTHING: AbstractContextManager[None] = contextlib.nullcontext()
+
+
+def _active() -> bool:
+    """Whether the application has set a tracer provider (without one, spans cost only)."""
+    provider = _otel.get_tracer_provider()
+    return not isinstance(provider, _otel.ProxyTracerProvider | _otel.NoOpTracerProvider)
+
+
+def start_session(session_id: str, machine: str) -> Any:
+    """Start the span of one run of a session (ended by `end_session`); ``None`` if off."""
+    if _otel is None or not _active():
+        return None
+    return _tracer.start_span(
+        f"session {machine}",
+        attributes={"arkhon.session_id": session_id, "arkhon.machine": machine},
+    )
+
+
+def end_session(span: Any, exit_reason: str | None, steps: int, failure: Any) -> None:
+    """End a session's span with how it ended (``failure``: its `FailureRecord`, if any)."""
+    if span is None:
+        return
+    if exit_reason is not None:
+        span.set_attribute("arkhon.exit_reason", exit_reason)
+    span.set_attribute("arkhon.steps", steps)
+    if failure is not None:
+        span.set_status(
+            _otel.Status(_otel.StatusCode.ERROR, f"{failure.error_type}: {failure.message}")
+        )
+    span.end()
+
+
+def step(parent: Any, stage: str, seq: int, attempt: int) -> AbstractContextManager[Any]:
+    """The span of one attempt of a stage, current while it runs (nothing if off)."""
+    if parent is None:
+        return _NOTHING
+    started: AbstractContextManager[Any] = _tracer.start_as_current_span(
+        f"stage {stage}",
+        context=_otel.set_span_in_context(parent),
+        attributes={"arkhon.stage": stage, "arkhon.seq": seq, "arkhon.attempt": attempt},
+    )
+    return started
+
+
+def step_outcome(span: Any, outcome: object) -> None:
+    """Mark a stage's span failed when its outcome is an error."""
+    if span is not None and isinstance(outcome, Exception):
+        span.record_exception(outcome)
+        span.set_status(_otel.Status(_otel.StatusCode.ERROR, f"{type(outcome).__name__}"))
+
+
+@contextlib.contextmanager
+def _span(name: str, kind: str, attributes: dict[str, Any]) -> Iterator[Any]:
+    with _tracer.start_as_current_span(
+        name, kind=getattr(_otel.SpanKind, kind), attributes=attributes
+    ) as span:
+        yield span
+
+
+def model_call(system: str, model: str) -> AbstractContextManager[Any]:
+    """The span of one model call (``chat <model>``), current while it runs."""
+    if _otel is None or not _active():
+        return _NOTHING
+    return _span(
+        f"chat {model}",
+        "CLIENT",
+        {"gen_ai.operation.name": "chat", "gen_ai.system": system, "gen_ai.request.model": model},
+    )
+
+
+def model_reply(
+    span: Any, model: str, input_tokens: int, output_tokens: int, finish_reason: str
+) -> None:
+    """Put what a model call returned on its span (the GenAI usage attributes)."""
+    if span is None:
+        return
+    span.set_attributes(
+        {
+            "gen_ai.response.model": model,
+            "gen_ai.usage.input_tokens": input_tokens,
+            "gen_ai.usage.output_tokens": output_tokens,
+            "gen_ai.response.finish_reasons": (finish_reason,),
+        }
+    )
+
+
+def tool_call(name: str, call_id: str) -> AbstractContextManager[Any]:
+    """The span of one tool call (``execute_tool <name>``), current while it runs."""
+    if _otel is None or not _active():
+        return _NOTHING
+    return _span(
+        f"execute_tool {name}",
+        "INTERNAL",
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call_id,
+        },
+    )
