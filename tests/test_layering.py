@@ -2,8 +2,9 @@
 
 protocols imports nothing of the package; actors only protocols; supervision
 only those two; models only protocols; graphs (subgraphs) protocols and
-supervision. Every layer may use the leaf modules ``_errors``, ``_exports``,
-``_log`` and ``_redact``.
+supervision; testing sits on top (its crash harness runs `AgentSystem` on the
+store). Every layer may use the leaf modules ``_errors``, ``_exports``, ``_log``
+and ``_redact``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     "tools": {"protocols"},
     "react": {"protocols", "models", "tools"},
     "models": {"protocols"},
-    "testing": {"protocols", "models"},
+    # The crash harness drives whole systems on the SQLite store.
+    "testing": {"protocols", "models", "store", "supervision", "_agents"},
     "graphs": {"protocols", "supervision"},
 }
 

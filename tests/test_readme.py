@@ -55,7 +55,8 @@ def test_each_snippet_imports_what_it_uses_and_runs(index: int, tmp_path: Path) 
         code = f"import {match.group(1)}"  # a module: it must import
     result = subprocess.run(
         [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        # This checkout's package, not whichever one the environment has installed.
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
         capture_output=True,
         text=True,
         timeout=120,
