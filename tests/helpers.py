@@ -84,8 +84,8 @@ class Watcher(Actor[object, object]):
         self.arrived.set()
 
 
-def run_bench_quick(script: str, *, timeout: float) -> dict[str, str]:
-    """Run ``bench/<script> --quick`` and return its output per backend section.
+def run_bench_quick(script: str, *, timeout: float, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Run ``bench/<script> --quick`` (and ``extra`` options) and return its output per backend.
 
     The run must succeed with nothing on stderr (unclosed resources are errors),
     log no dead letter, and print exactly an asyncio and a trio section.
@@ -96,7 +96,7 @@ def run_bench_quick(script: str, *, timeout: float) -> dict[str, str]:
 
     bench = Path(__file__).resolve().parents[1] / "bench" / script
     result = subprocess.run(
-        [sys.executable, "-W", "error::ResourceWarning", str(bench), "--quick"],
+        [sys.executable, "-W", "error::ResourceWarning", str(bench), "--quick", *extra],
         capture_output=True,
         text=True,
         encoding="utf-8",

@@ -2,8 +2,9 @@
 
 protocols imports nothing of the package; actors only protocols; supervision
 only those two; models only protocols; graphs (subgraphs) protocols and
-supervision; rules only protocols. Every layer may use the leaf modules
-``_errors``, ``_exports``, ``_log``, ``_redact`` and ``_tracing``.
+supervision; rules only protocols; testing sits on top (its crash harness runs
+`AgentSystem` on the store). Every layer may use the leaf modules ``_errors``,
+``_exports``, ``_log``, ``_redact`` and ``_tracing``.
 """
 
 from __future__ import annotations

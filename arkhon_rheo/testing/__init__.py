@@ -1,7 +1,9 @@
 """Public test doubles and fault injection: scripted models, seeded fault plans.
 
-Like httpx's ``MockTransport``, they implement the real interfaces, so the
-code under test runs unchanged; the library's own tests use them too.
+Like httpx's ``MockTransport``, the doubles implement the real interfaces, so
+the code under test runs unchanged; the library's own tests use them too.
+`crash_loop` kills your agent's process at random commits and checks that
+nothing it was told was stored is lost.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from ._asserts import assert_replay_verifies as assert_replay_verifies
 from ._chaos import ChaosReport as ChaosReport
 from ._chaos import chaos_run as chaos_run
 from ._chaos import fault_class as fault_class
+from ._crash import CrashReport as CrashReport
+from ._crash import CrashRunFailed as CrashRunFailed
+from ._crash import LostCommit as LostCommit
+from ._crash import crash_loop as crash_loop
 from ._faults import FaultCall as FaultCall
 from ._faults import FaultKind as FaultKind
 from ._faults import FaultPlan as FaultPlan
@@ -29,6 +35,8 @@ from ._scripted import Step as Step
 __all__ = [
     "ChaosReport",
     "Chunks",
+    "CrashReport",
+    "CrashRunFailed",
     "Delay",
     "FaultCall",
     "FaultKind",
@@ -36,6 +44,7 @@ __all__ = [
     "FaultRule",
     "FaultSchedule",
     "InjectedFault",
+    "LostCommit",
     "ScriptedModel",
     "ScriptedRequest",
     "Step",
@@ -44,6 +53,7 @@ __all__ = [
     "assert_nothing_lost",
     "assert_replay_verifies",
     "chaos_run",
+    "crash_loop",
     "fault_class",
 ]
 
