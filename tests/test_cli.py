@@ -1,7 +1,8 @@
 """The ``arkhon-rheo`` command line, each command on the file a demo run leaves.
 
-One demo run per module (20 agents, faults and gates turned up so the file
-holds finished, failed and paused sessions); a test that changes sessions works
+One demo run per module (20 agents, faults and gates turned up, and a seed
+whose fault plan fails one of them, so the file holds finished, failed and
+paused sessions); a test that changes sessions works
 on its own copy of the file. Commands run in-process through ``main(argv)``.
 """
 
@@ -52,7 +53,7 @@ def demo_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--sessions",
         "20",
         "--seed",
-        "2",
+        "3",
         "--fault-rate",
         "0.4",
         "--gate-rate",
@@ -83,28 +84,69 @@ def sessions(store: str, status: str) -> list[str]:
 def test_demo_prints_a_summary_and_the_commands_to_inspect_it(tmp_path: Path) -> None:
     code, out, _ = run("demo", "--sessions", "12", "--store", str(tmp_path / "d.db"))
     assert code == 0
-    assert "12 supervised ReAct agents" in out
-    for measure in ("sessions finished", "transient retries", "stage restarts", "commits/s"):
+    assert "12 supervised ReAct agents, fault plan seed 0" in out
+    for measure in (
+        "sessions finished",
+        "transient retries",
+        "stage restarts",
+        "faults injected: model",
+        "rate_limited",
+        "commits/s",
+    ):
         assert measure in out
     assert f"arkhon-rheo sessions --store {tmp_path / 'd.db'}" in out
     listed = run_json("sessions", "--store", str(tmp_path / "d.db"))
     assert len(listed) == 12
 
 
-@BACKENDS
-def test_demo_runs_on_both_backends(tmp_path: Path, backend: str) -> None:
+def demo_summary(path: Path, backend: str, *extra: str) -> dict[str, Any]:
+    summary: dict[str, Any] = run_json(
+        "demo", "--sessions", "60", "--seed", "5", "--fault-rate", "0.4", "--gate-rate", "0.1",
+        "--backend", backend, "--store", str(path), *extra,
+    )  # fmt: skip
+    return summary
+
+
+def test_demo_outcomes_are_reproducible_by_seed_on_asyncio_and_trio(tmp_path: Path) -> None:
+    on_asyncio = demo_summary(tmp_path / "a.db", "asyncio")
+    on_trio = demo_summary(tmp_path / "t.db", "trio")
+    measures = ("outcomes", "agent_exits", "retries", "restarts", "faults", "commits")
+    assert {k: on_asyncio[k] for k in measures} == {k: on_trio[k] for k in measures}
+    assert sum(on_asyncio["outcomes"].values()) == 60
+    # the plan reached every target with every kind of fault it holds
+    faults = on_asyncio["faults"]
+    assert set(faults["model"]) == {"rate_limited", "malformed_reply"}
+    assert "tool_timeout" in faults["tool:population"]
+    assert any("transient" in faults[t] for t in ("tool:population", "tool:add") if t in faults)
+    stage_kinds = {kind for t, kinds in faults.items() if t.startswith("stage:") for kind in kinds}
+    assert stage_kinds == {"recoverable", "fatal"}
+    # every fatal fault failed its session; the gates paused the others that ran to them
+    fatal = sum(kinds.get("fatal", 0) for kinds in faults.values())
+    assert on_asyncio["outcomes"]["failed"] >= fatal > 0
+    assert on_asyncio["outcomes"]["paused"] > 0
+    assert on_asyncio["faults_injected"] == sum(sum(k.values()) for k in faults.values())
+    # a second run in the same file (new session ids) injects the same faults
+    again = demo_summary(tmp_path / "a.db", "asyncio")
+    assert {k: again[k] for k in measures} == {k: on_asyncio[k] for k in measures}
+    assert len(run_json("sessions", "--store", str(tmp_path / "a.db"))) == 120
+
+
+def test_demo_with_no_faults_and_no_gates_finishes_every_agent(tmp_path: Path) -> None:
     summary = run_json(
-        "demo", "--sessions", "8", "--backend", backend, "--store", str(tmp_path / "d.db")
-    )
-    assert sum(summary["outcomes"].values()) == 8
-    assert summary["commits"] >= 8
+        "demo", "--sessions", "8", "--fault-rate", "0", "--gate-rate", "0",
+        "--store", str(tmp_path / "d.db"),
+    )  # fmt: skip
+    assert summary["outcomes"] == {"finished": 8}
+    assert summary["faults"] == {}
+    assert summary["retries"] == summary["restarts"] == 0
+    assert summary["commits"] == 8 * 6  # start, think, act, think, act, think
 
 
 def test_demo_counts_retries_and_restarts_it_injected(demo_file: Path) -> None:
     rows = run_json("sessions", "--store", str(demo_file))
     failed = [row for row in rows if row["status"] == "failed"]
     assert failed
-    assert all("injected" in row["exit_reason"] for row in failed)
+    assert all("(injected)" in row["exit_reason"] for row in failed)
 
 
 # -- sessions ------------------------------------------------------------------------
@@ -171,7 +213,8 @@ def test_show_prints_the_event_history(demo_file: Path) -> None:
     assert [event["seq"] for event in events] == list(range(1, len(events) + 1))
     assert events[0]["stage"] == "start"
     assert events[-1]["to_state"] == "FINISHED"
-    assert any(call["kind"] == "model" for call in events[1]["io"]["io"])
+    thought = next(e for e in events if e["kind"] == "step" and e["stage"] == "think")
+    assert any(call["kind"] == "model" for call in thought["io"]["io"])
     code, out, _ = run("show", sid, "--store", str(demo_file))
     assert code == 0
     for text in ("INITIALIZED → THINKING", "tool:population", "messages", "attempt"):
@@ -382,17 +425,21 @@ def test_a_locked_session_exits_4(store: str) -> None:
 @BACKENDS
 def test_rollback_then_resume(store: str, backend: str) -> None:
     sid = sessions(store, "finished")[0]
-    event = run_json("rollback", sid, "3", "-m", MACHINE, "--backend", backend, "--store", store)
+    events = run_json("show", sid, "--store", store)["events"]
+    acted = next(e["seq"] for e in events if e["kind"] == "step" and e["stage"] == "act")
+    event = run_json(
+        "rollback", sid, str(acted), "-m", MACHINE, "--backend", backend, "--store", store
+    )
     assert event["kind"] == "rollback"
-    assert event["info"]["rolled_back_to"] == 3
-    assert event["to"] == "THINKING"
+    assert event["info"]["rolled_back_to"] == acted
+    assert event["to"] == "THINKING"  # the state after the first tool round
     assert sid in sessions(store, "rolled_back")
     result = run_json("resume", sid, "-m", MACHINE, "--backend", backend, "--store", store)
     assert result["exit_reason"] == "finished"
     assert result["state"]["answer"]
-    code, out, _ = run("rollback", sid, "3", "-m", MACHINE, "--store", store)
+    code, out, _ = run("rollback", sid, str(acted), "-m", MACHINE, "--store", store)
     assert code == 0
-    assert "rolled back to its state after event 3" in out
+    assert f"rolled back to its state after event {acted}" in out
 
 
 def test_rollback_and_resume_bad_inputs(store: str) -> None:

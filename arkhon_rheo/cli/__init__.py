@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from .._exports import publish
 from ._app import main as main
-from ._demo import DemoFaults as DemoFaults
 from ._demo import demo_agent as demo_agent
 
-__all__ = ["DemoFaults", "demo_agent", "main"]
+__all__ = ["demo_agent", "main"]
 
 publish(__name__, __all__, globals())
 del publish

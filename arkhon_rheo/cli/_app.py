@@ -83,13 +83,18 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    sub = add("demo", demo, "run a few hundred supervised ReAct agents under injected faults")
+    sub = add("demo", demo, "run a few hundred supervised ReAct agents under a seeded fault plan")
     _common(sub)
     sub.add_argument("--sessions", type=_positive, default=300, help="agents to run (300)")
     sub.add_argument("--concurrency", type=_positive, default=100, help="agents at once (100)")
-    sub.add_argument("--seed", type=int, default=0, help="seeds the faults and the backoff")
     sub.add_argument(
-        "--fault-rate", type=_rate, default=0.2, help="chance a model turn first fails (0.2)"
+        "--seed", type=int, default=0, help="seeds the fault plan, the gates and the backoff"
+    )
+    sub.add_argument(
+        "--fault-rate",
+        type=_rate,
+        default=0.2,
+        help="share of model calls answered 429 (0.2); the plan's other faults scale with it",
     )
     sub.add_argument(
         "--gate-rate", type=_rate, default=0.05, help="chance an agent pauses for a human (0.05)"

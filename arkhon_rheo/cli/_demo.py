@@ -1,22 +1,29 @@
-"""``arkhon-rheo demo``: a few hundred supervised ReAct agents under injected faults.
+"""``arkhon-rheo demo``: a few hundred supervised ReAct agents under a seeded fault plan.
 
 Every agent is the bundled ReAct engine (`arkhon_rheo.react.react_agent`)
-over two tools, answered by `ScriptedModel` scripts. Faults come from one
-seeded schedule, `DemoFaults`: which model turns first fail (transient: a
-rate limit, retried with backoff; recoverable: a garbled reply, the stage
-restarted; fatal: a revoked key, the session fails), which tool calls fail
-transiently, and which sessions stop at a human gate before acting. It is the
-one place a fault plan plugs in: swap its two methods for a plan's.
+over two tools, answered by `ScriptedModel` replies. Faults come from the
+public `arkhon_rheo.testing.FaultPlan`, installed with
+``AgentSystem(fault_plan=plan)`` and injected through the library's own seams:
+the model answers some calls with a 429 and a ``Retry-After`` (retried under
+the backoff) or a malformed tool call (the engine's format retry); the tools
+fail transiently or time out (the stage retried); a few stage runs fail
+recoverably (the stage restarted) or fatally (the session failed). Some agents
+run with a gate before acting and pause for a human. Every decision is a hash
+of the seed, the target, the agent and the call index, so the same seed gives
+the same outcomes on asyncio and trio.
 
-The machine is `demo_agent()`, importable as ``arkhon_rheo.cli:demo_agent``, so
-every command that needs a machine works on what the demo stored (``replay
---reexecute``, ``decide``, ``resume``, ``fork``): its model picks the script of
-each session and turn from the conversation, so it answers in any process.
+The machine is `demo_agent()`, importable as ``arkhon_rheo.cli:demo_agent``; it
+holds no faults (the plan belongs to the run, not the machine), so every
+command that needs a machine works on what the demo stored (``replay
+--reexecute``, ``decide``, ``resume``, ``fork``): its model reads each reply
+off the conversation, so it answers a session in any process.
 """
 
 from __future__ import annotations
 
-import random
+import dataclasses
+import hashlib
+import json
 import time
 import uuid
 from collections import Counter
@@ -28,11 +35,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._agents import AgentSystem
-from .._errors import Fatal, Recoverable, Transient
-from ..protocols import AssistantMessage, Gate, ModelReply, ToolCall, UserMessage
+from ..protocols import Gate, ModelReply, ToolCall, ToolMessage, UserMessage
 from ..react import ReactState, react_agent
 from ..supervision import Backoff
-from ..testing import ScriptedModel
+from ..testing import FaultPlan, ScriptedModel
 from ..tools import Toolbox, tool
 from ._common import console, print_json
 
@@ -42,94 +48,55 @@ if TYPE_CHECKING:
 
     from .._agents import SessionResult
     from ..protocols import Machine, Message, ToolSpec
-    from ..testing import Step
+    from ..testing import FaultCall, FaultRule, Step
 
-__all__ = ["DemoFaults", "demo", "demo_agent"]
+__all__ = ["demo", "demo_agent", "demo_plan"]
 
 _CITIES = {"Lyon": 522, "Porto": 232, "Turku": 195, "Graz": 291, "Leeds": 536, "Tartu": 97}
 _NAME = "demo-react-agent"
+#: A 429's Retry-After, in seconds: short, so the demo waits for its rate limits briefly.
+_RETRY_AFTER = 0.05
 
 
-@dataclass
-class DemoFaults:
-    """The demo's seeded fault schedule: what fails, where, in which session.
-
-    Attributes:
-        seed: Seeds every decision; the same seed gives the same faults.
-        model_rate: The chance that a model turn's first call fails.
-        tool_rate: The chance that a tool call fails transiently.
-        gate_rate: The chance that a session pauses for a human before acting.
-    """
-
-    seed: int = 0
-    model_rate: float = 0.2
-    tool_rate: float = 0.05
-    gate_rate: float = 0.05
-    _tool_calls: Counter[str] = field(default_factory=Counter)
-
-    def model_faults(self, session: int, turn: int) -> list[Exception]:
-        """The errors the model raises on turn ``turn`` of session ``session``, in order."""
-        rng = random.Random(f"{self.seed}:model:{session}:{turn}")
-        if rng.random() >= self.model_rate:
-            return []
-        roll = rng.random()
-        if roll < 0.6:
-            return [Transient("rate limited (injected)")]
-        if roll < 0.9:
-            return [Recoverable("the reply was garbled (injected)")]
-        return [Fatal("the API key was revoked (injected)")]
-
-    def tool_fault(self, name: str) -> Exception | None:
-        """The error the next call of tool ``name`` raises, if any (counted per tool)."""
-        self._tool_calls[name] += 1
-        rng = random.Random(f"{self.seed}:tool:{name}:{self._tool_calls[name]}")
-        return Transient(f"{name} timed out (injected)") if rng.random() < self.tool_rate else None
-
-    def gated(self, session: int) -> bool:
-        """Whether session ``session`` pauses at the gate before its tool calls."""
-        return random.Random(f"{self.seed}:gate:{session}").random() < self.gate_rate
+def _task(agent: int) -> str:
+    city = list(_CITIES)[agent % len(_CITIES)]
+    return f"[agent {agent}] How many people live in {city}, doubled?"
 
 
-def _task(session: int) -> str:
-    city = list(_CITIES)[session % len(_CITIES)]
-    return f"[agent {session}] How many people live in {city}, doubled?"
-
-
-def _session_of(messages: Sequence[Message]) -> int:
+def _agent_of(messages: Sequence[Message]) -> int:
     for message in messages:
         if isinstance(message, UserMessage) and message.content.startswith("[agent "):
             return int(message.content[7 : message.content.index("]")])
     return 0
 
 
-class _DemoModel:
-    """Answers each session's turns from `ScriptedModel` scripts, chosen by the conversation.
+def _step(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Step:
+    """The reply to a conversation: look the city up, double it, answer.
 
-    A session and its turn are read from the messages (the task names the
-    agent; the turn is the number of assistant messages so far), so the same
-    model answers a session in any process: the demo, a ``resume`` or a
-    ``decide`` later.
+    Read off the tool results so far, so a malformed reply, a failed tool call
+    or a restarted stage changes nothing but when the next step comes.
     """
+    agent = _agent_of(messages)
+    city = list(_CITIES)[agent % len(_CITIES)]
+    done = {
+        message.name: message.content
+        for message in messages
+        if isinstance(message, ToolMessage) and not message.is_error
+    }
+    turn = sum(1 for message in messages if not isinstance(message, ToolMessage))
+    if "add" in done:
+        return f"{city} has {done.get('population', '?')} thousand people; doubled, {done['add']}."
+    if not tools:  # a wrap-up turn: no tools on offer
+        return f"I could not finish counting the people of {city}."
+    if "population" in done:
+        people = json.loads(done["population"])
+        arguments = json.dumps({"a": people, "b": people})
+        return ToolCall(id=f"c{agent}-{turn}", name="add", arguments=arguments)
+    return ToolCall(id=f"c{agent}-{turn}", name="population", arguments=json.dumps({"city": city}))
 
-    def __init__(self, faults: DemoFaults) -> None:
-        self.faults = faults
-        self._scripts: dict[tuple[int, int], ScriptedModel] = {}
 
-    def _script(self, session: int, turn: int) -> list[Step]:
-        city = list(_CITIES)[session % len(_CITIES)]
-        answer: Step
-        if turn == 0:
-            answer = ToolCall(
-                id=f"c{session}-1", name="population", arguments=f'{{"city": "{city}"}}'
-            )
-        elif turn == 1:
-            people = _CITIES[city]
-            answer = ToolCall(
-                id=f"c{session}-2", name="add", arguments=f'{{"a": {people}, "b": {people}}}'
-            )
-        else:
-            answer = f"{city} has {_CITIES[city]} thousand people; doubled, {2 * _CITIES[city]}."
-        return [*self.faults.model_faults(session, turn), answer]
+class _DemoModel:
+    """Answers each call with a one-step `ScriptedModel`, its step read off the conversation."""
 
     async def complete(
         self,
@@ -138,18 +105,11 @@ class _DemoModel:
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
     ) -> ModelReply:
-        session = _session_of(messages)
-        turn = sum(1 for message in messages if isinstance(message, AssistantMessage))
-        model = self._scripts.get((session, turn))
-        if model is None:
-            model = self._scripts[(session, turn)] = ScriptedModel(self._script(session, turn))
-        reply = await model.complete(messages, tools=tools, json_mode=json_mode)
-        if not model.script:
-            del self._scripts[(session, turn)]  # answered: a later call is a new turn's
-        return reply
+        model = ScriptedModel([_step(messages, tools)], model="demo-scripted")
+        return await model.complete(messages, tools=tools, json_mode=json_mode)
 
 
-def _toolbox(faults: DemoFaults) -> Toolbox:
+def _toolbox() -> Toolbox:
     @tool
     async def population(city: str) -> int:
         """The population of a city, in thousands.
@@ -157,9 +117,6 @@ def _toolbox(faults: DemoFaults) -> Toolbox:
         Args:
             city: The city's name.
         """
-        error = faults.tool_fault("population")
-        if error is not None:
-            raise error
         if city not in _CITIES:
             raise ValueError(f"no data for {city!r}")
         return _CITIES[city]
@@ -172,52 +129,91 @@ def _toolbox(faults: DemoFaults) -> Toolbox:
             a: The first.
             b: The second.
         """
-        error = faults.tool_fault("add")
-        if error is not None:
-            raise error
         return a + b
 
     return Toolbox(population, add)
 
 
-def demo_agent(faults: DemoFaults | None = None, *, gated: bool = False) -> Machine[ReactState]:
-    """The demo's ReAct agent; called with no arguments, it injects no faults.
+def demo_agent(*, gated: bool = False) -> Machine[ReactState]:
+    """The demo's ReAct agent: it injects no faults (the demo installs its plan around it).
 
     Pass it where a command needs the machine of a demo session:
     ``--machine arkhon_rheo.cli:demo_agent``.
 
     Args:
-        faults: The fault schedule; none by default.
         gated: Pause before every tool round for a human decision.
 
     Returns:
         The machine (named ``demo-react-agent``).
     """
-    faults = faults or DemoFaults(model_rate=0, tool_rate=0, gate_rate=0)
     return react_agent(
-        _DemoModel(faults),
-        _toolbox(faults),
+        _DemoModel(),
+        _toolbox(),
         name=_NAME,
         max_steps=8,
         gates=[Gate.before("act")] if gated else (),
     )
 
 
+class _AgentKeyedPlan(FaultPlan):
+    """A `FaultPlan` that decides each call by the agent's number, not its session id.
+
+    A demo run's session ids carry a run prefix (so two runs share a file), and
+    the plan hashes the session it decides for: keyed by ``agent-NNNN`` instead,
+    the faults depend on the seed alone, whatever the prefix.
+    """
+
+    def __init__(self, seed: int, run: str) -> None:
+        super().__init__(seed)
+        self.run = run
+
+    def decide(self, call: FaultCall) -> FaultRule | None:
+        session = call.session_id
+        if session is not None and session.startswith(self.run):
+            call = dataclasses.replace(call, session_id="agent" + session[len(self.run) :])
+        return super().decide(call)
+
+
+def demo_plan(seed: int, rate: float, *, run: str = "") -> FaultPlan:
+    """The demo's fault plan: the model, both tools and every stage, scaled by ``rate``.
+
+    Args:
+        seed: Decides every fault.
+        rate: The share of model calls answered with a 429; the other faults
+            are set in proportion to it.
+        run: The prefix of the run's session ids; calls of those sessions are
+            decided by the rest of the id (the agent's number) alone.
+
+    Returns:
+        The plan (install it with ``AgentSystem(fault_plan=plan)``).
+    """
+    plan = _AgentKeyedPlan(seed, run)
+    plan.model().rate_limited(_RETRY_AFTER, rate=rate).malformed_reply(rate=rate / 4)
+    plan.tool("population").tool_timeout(rate=rate / 4)
+    plan.tool().transient("the tool's backend was unavailable (injected)", rate=rate / 8)
+    plan.stage().recoverable("the stage's worker was lost (injected)", rate=rate / 10).fatal(
+        "the API key was revoked (injected)", rate=rate / 50
+    )
+    return plan
+
+
+def _gated(seed: int, agent: int, rate: float) -> bool:
+    """Whether agent ``agent`` runs with a gate before acting (a hash of seed and agent)."""
+    digest = hashlib.blake2b(f"{seed}\x00gate\x00{agent}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64 < rate
+
+
 @dataclass
 class _Tally:
     results: list[SessionResult[ReactState]] = field(default_factory=list)
+    plan: FaultPlan | None = None
 
 
 async def _run(args: argparse.Namespace, tally: _Tally) -> float:
-    faults = DemoFaults(
-        seed=args.seed,
-        model_rate=args.fault_rate,
-        tool_rate=args.fault_rate / 4,
-        gate_rate=args.gate_rate,
-    )
-    plain, gated = demo_agent(faults), demo_agent(faults, gated=True)
+    run = f"demo-{uuid.uuid4().hex[:6]}-"
+    plan = tally.plan = demo_plan(args.seed, args.fault_rate, run=run)
+    plain, gated = demo_agent(), demo_agent(gated=True)
     out = console()
-    prefix = f"demo-{uuid.uuid4().hex[:6]}"
     limiter = anyio.CapacityLimiter(args.concurrency)
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -231,27 +227,29 @@ async def _run(args: argparse.Namespace, tally: _Tally) -> float:
         task = progress.add_task("agents", total=args.sessions, outcomes="")
         outcomes: Counter[str] = Counter()
 
-        async def one(system: AgentSystem, index: int) -> None:
-            machine = gated if faults.gated(index) else plain
+        async def one(system: AgentSystem, agent: int) -> None:
+            machine = gated if _gated(args.seed, agent, args.gate_rate) else plain
             async with limiter:
                 result = await system.run(
-                    machine, ReactState(task=_task(index)), session_id=f"{prefix}-{index:04d}"
+                    machine, ReactState(task=_task(agent)), session_id=f"{run}{agent:04d}"
                 )
             tally.results.append(result)
             outcomes[result.exit_reason.value] += 1
-            progress.update(
-                task, advance=1, outcomes=" ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
-            )
+            shown = " ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+            progress.update(task, advance=1, outcomes=f"{shown} | faults {len(plan.injected)}")
 
         began = time.perf_counter()
         async with (
             AgentSystem(
-                path=args.store, seed=args.seed, backoff=Backoff(base=0.02, cap=0.5)
+                path=args.store,
+                seed=args.seed,
+                backoff=Backoff(base=0.02, cap=0.5),
+                fault_plan=plan,
             ) as system,
             anyio.create_task_group() as group,
         ):
-            for index in range(args.sessions):
-                group.start_soon(one, system, index)
+            for agent in range(args.sessions):
+                group.start_soon(one, system, agent)
         return time.perf_counter() - began
 
 
@@ -259,17 +257,24 @@ def demo(args: argparse.Namespace) -> int:
     """``arkhon-rheo demo``: run the agents, then print a summary and how to inspect them."""
     tally = _Tally()
     seconds = args.run(_run, args, tally)
+    assert tally.plan is not None
     results = sorted(tally.results, key=lambda result: result.session_id)
     outcomes = Counter(result.exit_reason.value for result in results)
     exits = Counter(result.state.exit.value for result in results if result.state.exit is not None)
     commits = sum(result.steps for result in results)
+    faults = {
+        target: dict(sorted(kinds.items())) for target, kinds in sorted(tally.plan.counts().items())
+    }
     summary: dict[str, Any] = {
         "store": args.store,
+        "seed": args.seed,
         "sessions": len(results),
         "outcomes": dict(sorted(outcomes.items())),
         "agent_exits": dict(sorted(exits.items())),
         "retries": sum(result.retries for result in results),
         "restarts": sum(result.restarts for result in results),
+        "faults": faults,
+        "faults_injected": len(tally.plan.injected),
         "commits": commits,
         "seconds": round(seconds, 3),
         "commits_per_second": round(commits / seconds, 1) if seconds else None,
@@ -301,7 +306,10 @@ def demo(args: argparse.Namespace) -> int:
         print_json(summary)
         return 0
     out = console()
-    table = Table(title=f"{len(results)} supervised ReAct agents, seed {args.seed}")
+    table = Table(
+        title=f"{len(results)} supervised ReAct agents, fault plan seed {args.seed}",
+        caption=f"fault rate {args.fault_rate}, gate rate {args.gate_rate}",
+    )
     table.add_column("measure")
     table.add_column("value", justify="right")
     for reason, count in sorted(outcomes.items()):
@@ -310,6 +318,9 @@ def demo(args: argparse.Namespace) -> int:
         table.add_row(f"  agent exit: {reason}", str(count))
     table.add_row("transient retries", str(summary["retries"]))
     table.add_row("stage restarts", str(summary["restarts"]))
+    for target, kinds in faults.items():
+        shown = ", ".join(f"{kind} {count}" for kind, count in kinds.items())
+        table.add_row(f"faults injected: {target}", shown)
     table.add_row("commits", str(commits))
     table.add_row("wall time (s)", f"{seconds:.2f}")
     table.add_row("commits/s", f"{summary['commits_per_second']}")
