@@ -168,6 +168,7 @@ class Session:
     """The record of one session, shared by its supervisor and its handle."""
 
     __slots__ = (
+        "__weakref__",
         "_changed",
         "_rng",
         "anchor_seq",
