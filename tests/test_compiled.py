@@ -148,3 +148,16 @@ async def test_the_plans_refuse_what_the_machine_refuses() -> None:
         assert result.exit_reason is ExitReason.FAILED
         assert result.state.last_error is not None
         assert result.state.last_error.error_type == error.__name__
+
+
+def test_copy_with_makes_the_copy_model_copy_makes() -> None:
+    plans = compiled(build())
+    state = Order(item="book")
+    updates: dict[str, Any] = {"shipped": True, "lifecycle": L.ACTING}
+    fast = plans.copy_with(state, updates)
+    slow = state.model_copy(update=updates)
+    assert fast == slow
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.__dict__ is not state.__dict__
+    assert state.shipped is False  # the original is untouched
+    assert type(fast) is Order

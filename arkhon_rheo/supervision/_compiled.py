@@ -17,7 +17,9 @@ and looking it up costs an integer hash instead of ``Enum.__hash__``.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
 
 from ._codec import EventCodec
 from ._digest import StateHasher
@@ -27,11 +29,13 @@ from ._validate import PatchValidator
 if TYPE_CHECKING:
     import enum
 
-    from ..protocols import Condition, Machine, Stage, TransitionCondition
+    from ..protocols import AgentState, Condition, Machine, Stage, TransitionCondition
 
 __all__ = ["CompiledMachine", "StatePlan", "compiled"]
 
 _BUILD = threading.Lock()
+_set = object.__setattr__
+S = TypeVar("S", bound="AgentState")
 
 
 class StatePlan:
@@ -102,7 +106,15 @@ class CompiledMachine:
         machine: The machine to compile.
     """
 
-    __slots__ = ("_codec", "_fingerprint", "_hasher", "_plans", "machine", "validator")
+    __slots__ = (
+        "_codec",
+        "_copyable",
+        "_fingerprint",
+        "_hasher",
+        "_plans",
+        "machine",
+        "validator",
+    )
 
     def __init__(self, machine: Machine[Any]) -> None:
         self.machine = machine
@@ -114,6 +126,15 @@ class CompiledMachine:
         for plan in plans.values():
             plan.targets = {id(target): plans[id(target)] for target in plan.allowed}
         self._plans = plans
+        state_type = machine.state_type
+        # States copied field by field (see `copy_with`): those whose copy is pydantic's own.
+        self._copyable: type[Any] | None = (
+            state_type
+            if state_type.model_config.get("extra") != "allow"
+            and state_type.model_copy is BaseModel.model_copy
+            and state_type.__copy__ is BaseModel.__copy__
+            else None
+        )
 
     @property
     def codec(self) -> EventCodec:
@@ -135,6 +156,27 @@ class CompiledMachine:
         if self._fingerprint is None:
             self._fingerprint = fingerprint(self.machine)
         return self._fingerprint
+
+    def copy_with(self, state: S, updates: dict[str, Any]) -> S:
+        """``state.model_copy(update=updates)``, without its generic steps.
+
+        For a state of the machine's own type, without extra fields or private
+        attributes, the copy is made as pydantic makes it (a new ``__dict__``,
+        the updated fields marked set); any other goes through ``model_copy``.
+        """
+        cls = type(state)
+        if (
+            cls is not self._copyable
+            or state.__pydantic_extra__ is not None
+            or getattr(state, "__pydantic_private__", None) is not None
+        ):
+            return state.model_copy(update=updates)
+        copied = cls.__new__(cls)
+        _set(copied, "__dict__", {**state.__dict__, **updates})
+        _set(copied, "__pydantic_extra__", None)
+        _set(copied, "__pydantic_fields_set__", state.__pydantic_fields_set__ | updates.keys())
+        _set(copied, "__pydantic_private__", None)
+        return copied
 
     def plan(self, state: enum.Enum) -> StatePlan:
         """The plan of ``state``.

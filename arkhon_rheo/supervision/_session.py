@@ -777,7 +777,7 @@ class SessionSupervisor(Actor[_Step, None]):
             updates, patch, written = session.validator._validated(
                 state, patch, stage=name, writes=stage.writes
             )
-            candidate = state.model_copy(update=updates)
+            candidate = session.compiled.copy_with(state, updates)
             target = stage.next(candidate)
             # Identity, not equality: a str-valued enum's member of another enum, or a
             # bare string, may compare equal to an allowed state without being one.
