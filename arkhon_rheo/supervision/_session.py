@@ -668,8 +668,9 @@ class SessionSupervisor(Actor[_Step, None]):
             slot = self.stages[name]
             view: StateView[Any] = StateView(state, plan.reads, name)
             recorder = CallRecorder(session.session_id)
-            scope = session.partials.scope(name, session.next_seq(), attempt)
-            with _tracing.step(self.span, name, session.next_seq(), attempt) as span:
+            seq = session.next_seq()
+            scope = session.partials.scope(name, seq, attempt)
+            with _tracing.step(self.span, name, seq, attempt) as span:
                 outcome = await slot.invoke(view, deadline, recorder, scope)
                 _tracing.step_outcome(span, outcome)
             if isinstance(outcome, Escaped):
