@@ -42,9 +42,9 @@ from .protocols import (
 from .protocols._faults import installed
 from .protocols._stream import DEFAULT_CAPACITY
 from .store import SQLiteStore
-from .supervision._codec import EventCodec, replay
-from .supervision._digest import StateHasher
-from .supervision._fingerprint import differences, fingerprint
+from .supervision._codec import replay
+from .supervision._compiled import compiled
+from .supervision._fingerprint import differences
 from .supervision._persist import Persistence
 from .supervision._replay import ReplayReport, verify
 from .supervision._session import (
@@ -55,7 +55,6 @@ from .supervision._session import (
     SessionSupervisor,
     StageMode,
 )
-from .supervision._validate import PatchValidator
 
 if TYPE_CHECKING:
     import os
@@ -68,7 +67,10 @@ if TYPE_CHECKING:
     from ._claims import Claim
     from .protocols import LoadedSession, Partial, SessionRecord, SessionStream, Store
     from .protocols._faults import FaultInjector
+    from .supervision._codec import EventCodec
+    from .supervision._digest import StateHasher
     from .supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
+    from .supervision._validate import PatchValidator
 
 __all__ = ["AgentStatistics", "AgentSystem", "SessionHandle", "SessionResult"]
 
@@ -332,15 +334,11 @@ class AgentSystem:
             store = self._owned_store = SQLiteStore(path, durability=durability)
         self._store = store
         self._snapshot_every = snapshot_every
-        self._codecs: dict[int, EventCodec] = {}
-        self._hashers: dict[int, StateHasher] = {}
-        self._fingerprints: dict[int, dict[str, Any]] = {}
         self._listeners = tuple(listeners)
         self._actors = ActorSystem(
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
         )
         self._sessions: dict[str, SessionHandle[Any]] = {}
-        self._validators: dict[int, PatchValidator] = {}
         self._counter = itertools.count()
         self._claims = Claims(store, self._owner, self._lease_ttl)
         # Subgraphs: each child session's link to its parent step, by child id.
@@ -1152,23 +1150,17 @@ class AgentSystem:
             )
         return self._store
 
+    # The machine's compiled pieces live on the machine (see `compiled`), not here:
+    # a machine built per request is freed with its sessions.
+
     def _codec(self, machine: Machine[Any]) -> EventCodec:
-        codec = self._codecs.get(id(machine))
-        if codec is None:
-            codec = self._codecs[id(machine)] = EventCodec(machine)
-        return codec
+        return compiled(machine).codec
 
     def _fingerprint(self, machine: Machine[Any]) -> dict[str, Any]:
-        found = self._fingerprints.get(id(machine))
-        if found is None:
-            found = self._fingerprints[id(machine)] = fingerprint(machine)
-        return found
+        return compiled(machine).fingerprint
 
     def _hasher(self, machine: Machine[Any]) -> StateHasher:
-        hasher = self._hashers.get(id(machine))
-        if hasher is None:
-            hasher = self._hashers[id(machine)] = StateHasher(self._codec(machine))
-        return hasher
+        return compiled(machine).hasher
 
     async def run(
         self,
@@ -1241,10 +1233,7 @@ class AgentSystem:
         )
 
     def _validator(self, machine: Machine[Any]) -> PatchValidator:
-        validator = self._validators.get(id(machine))
-        if validator is None:
-            validator = self._validators[id(machine)] = PatchValidator(machine)
-        return validator
+        return compiled(machine).validator
 
 
 def _not_paused(session_id: str, status: str) -> SessionError:

@@ -10,6 +10,7 @@ knows the agent system itself: it sits above this layer.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -59,12 +60,30 @@ class SubgraphHost(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
 class SessionScope:
-    """The session a stage runs in, and the system that runs it."""
+    """The session a stage runs in, and the system that runs it.
 
-    host: SubgraphHost
-    session: Session
+    The session is held weakly: a context copied from a session's task can
+    outlive the session (on asyncio, a cancelled deadline's timer keeps its
+    context until the deadline's time), and must not keep it in memory.
+    """
+
+    __slots__ = ("_session", "host")
+
+    def __init__(self, host: SubgraphHost, session: Session) -> None:
+        self.host = host
+        self._session = weakref.ref(session)
+
+    @property
+    def session(self) -> Session:
+        """The session; it is alive whenever one of its stages asks."""
+        session = self._session()
+        if session is None:  # pragma: no cover - its tasks end before it can go
+            raise RuntimeError("the session of this scope has been freed")
+        return session
+
+    def __repr__(self) -> str:
+        return f"SessionScope(host={self.host!r}, session={self._session()!r})"
 
 
 _SCOPE: ContextVar[SessionScope | None] = ContextVar("arkhon_rheo_session_scope", default=None)

@@ -140,6 +140,10 @@ class Machine(Generic[S]):
         self._checks: dict[enum.Enum, tuple[Condition[Any], ...]] = {
             state: common + self.invariants.get(state, ()) for state in self.states
         }
+        #: The runtime's compiled form of this machine (validator, codec, per-state
+        #: tables), built by the supervision layer on first use and kept here, so
+        #: that it lives exactly as long as the machine.
+        self._compiled: Any = None
 
     # -- queries used by the supervisor -----------------------------------------
 

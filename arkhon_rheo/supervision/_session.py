@@ -50,12 +50,15 @@ from ..protocols import (
 from ..protocols._faults import current_injector, enter_session
 from ..protocols._stream import PartialHub, StageScope
 from ._codec import step_moves
+from ._compiled import compiled
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy, RestartWindow
+from ._validate import check_edge, check_invariants
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from ._compiled import CompiledMachine, StatePlan
     from ._persist import Persistence
     from ._validate import PatchValidator
 
@@ -165,10 +168,12 @@ class Session:
     """The record of one session, shared by its supervisor and its handle."""
 
     __slots__ = (
+        "__weakref__",
         "_changed",
         "_rng",
         "anchor_seq",
         "base_seq",
+        "compiled",
         "config",
         "done",
         "exit_reason",
@@ -196,7 +201,7 @@ class Session:
         state: AgentState,
         config: SessionConfig,
         *,
-        validator: PatchValidator,
+        validator: PatchValidator | None = None,
         seed: str | None,
         listeners: Sequence[EventListener] = (),
         persistence: Persistence | None = None,
@@ -213,9 +218,11 @@ class Session:
         self.base_seq = base_seq
         self.gates_passed = False
         self.machine = machine
+        #: The machine's compiled form (validator, codec, per-state plans), shared.
+        self.compiled: CompiledMachine = compiled(machine)
         self.state = state
         self.config = config
-        self.validator = validator
+        self.validator = self.compiled.validator if validator is None else validator
         self.seed = seed
         self._rng: random.Random | None = None
         self.listeners = tuple(listeners)
@@ -618,11 +625,14 @@ class SessionSupervisor(Actor[_Step, None]):
         machine = session.machine
         state = session.state
         lifecycle = state.lifecycle
-        if machine.is_terminal(lifecycle):
-            reason = ExitReason.FAILED if lifecycle is machine.failed else ExitReason.FINISHED
+        plan = session.compiled.plan(lifecycle)
+        if plan.terminal:
+            reason = ExitReason.FAILED if plan.failed else ExitReason.FINISHED
             session.finish(session.exit_reason or reason)
             return True
-        stage_type = machine.stages[lifecycle]
+        stage_type = plan.stage_type
+        if stage_type is None:  # a state the machine does not know
+            stage_type = machine.stages[lifecycle]
         name = stage_type.name
         if session.steps >= session.config.max_steps:
             await self._fail(
@@ -638,8 +648,9 @@ class SessionSupervisor(Actor[_Step, None]):
             return True
         started = time.time()
         try:
-            session.validator.check_invariants(state, lifecycle, stage=name)
-            for condition in stage_type.preconditions:
+            if plan.invariants:
+                check_invariants(plan.invariants, state, lifecycle, stage=name)
+            for condition in plan.preconditions:
                 try:
                     holds = condition.holds(state)
                 except Exception as exc:
@@ -652,13 +663,14 @@ class SessionSupervisor(Actor[_Step, None]):
             return await self._failed(refused, name, 1)
 
         attempt = 1
-        deadline = machine.deadlines.get(lifecycle)
+        deadline = plan.deadline
         while True:
             slot = self.stages[name]
-            view: StateView[Any] = StateView(state, stage_type.reads, name)
+            view: StateView[Any] = StateView(state, plan.reads, name)
             recorder = CallRecorder(session.session_id)
-            scope = session.partials.scope(name, session.next_seq(), attempt)
-            with _tracing.step(self.span, name, session.next_seq(), attempt) as span:
+            seq = session.next_seq()
+            scope = session.partials.scope(name, seq, attempt)
+            with _tracing.step(self.span, name, seq, attempt) as span:
                 outcome = await slot.invoke(view, deadline, recorder, scope)
                 _tracing.step_outcome(span, outcome)
             if isinstance(outcome, Escaped):
@@ -667,12 +679,12 @@ class SessionSupervisor(Actor[_Step, None]):
                 outcome
                 if isinstance(outcome, Exception)
                 else await self._commit(
-                    state, outcome, slot.stage, started, attempt, recorder.finished()
+                    state, outcome, slot.stage, started, attempt, recorder.finished(), plan
                 )
             )
             if failure is None:
                 session.steps += 1
-                return machine.is_terminal(session.state.lifecycle) and self._ended()
+                return session.compiled.plan(session.state.lifecycle).terminal and self._ended()
             error_class = session.config.classifier.classify(failure)
             if error_class is ErrorClass.TRANSIENT:
                 if attempt < session.config.backoff.max_attempts:
@@ -750,22 +762,30 @@ class SessionSupervisor(Actor[_Step, None]):
         started: float,
         attempt: int,
         calls: list[dict[str, Any]] | None = None,
+        plan: StatePlan | None = None,
     ) -> Exception | None:
-        """Validate and commit one stage's patch; return the refusal instead of raising."""
+        """Validate and commit one stage's patch; return the refusal instead of raising.
+
+        ``plan`` is the compiled plan of ``state``'s lifecycle, when the caller has it.
+        """
         session = self.session
         machine = session.machine
         name = stage.name
+        lifecycle = state.lifecycle
+        if plan is None:
+            plan = session.compiled.plan(lifecycle)
         try:
-            updates, patch = session.validator.validate(
+            updates, patch, written = session.validator._validated(
                 state, patch, stage=name, writes=stage.writes
             )
-            candidate = state.model_copy(update=updates)
-            lifecycle = state.lifecycle
+            candidate = session.compiled.copy_with(state, updates)
             target = stage.next(candidate)
-            allowed = machine.allowed(lifecycle)
             # Identity, not equality: a str-valued enum's member of another enum, or a
             # bare string, may compare equal to an allowed state without being one.
-            if not (isinstance(target, enum.Enum) and any(target is s for s in allowed)):
+            # The plan's targets are keyed by the identity of the allowed states.
+            to = plan.targets.get(id(target))
+            if to is None:
+                allowed = plan.allowed
                 raise IllegalTransition(
                     stage=name,
                     from_state=_label(lifecycle),
@@ -773,7 +793,7 @@ class SessionSupervisor(Actor[_Step, None]):
                     allowed=[_label(s) for s in allowed],
                 )
             record = None
-            if target is machine.failed:
+            if to.failed:
                 # The stage's own decision to fail: still a structured record.
                 record = FailureRecord(
                     error_type="StageChoseFailure",
@@ -790,8 +810,11 @@ class SessionSupervisor(Actor[_Step, None]):
             candidate.__dict__.update(moved)
             candidate.__pydantic_fields_set__.update(moved)
             if record is None:
-                session.validator.check_invariants(candidate, target, stage=name)
-                session.validator.check_transition(state, candidate, stage=name)
+                if to.invariants:
+                    check_invariants(to.invariants, candidate, target, stage=name)
+                edge = plan.edge_checks.get(id(target))
+                if edge is not None:
+                    check_edge(edge, state, candidate, stage=name)
         except Exception as exc:
             return exc
         event = TransitionEvent(
@@ -802,7 +825,7 @@ class SessionSupervisor(Actor[_Step, None]):
             from_state=lifecycle,
             to_state=target,
             reads=stage.reads,
-            writes=patch.fields,
+            writes=written,
             patch=patch,
             attempt=attempt,
             started_at=started,

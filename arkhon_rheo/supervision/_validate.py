@@ -23,10 +23,11 @@ from ..protocols import SUPERVISOR_FIELDS, AgentState, History, Patch
 
 if TYPE_CHECKING:
     import enum
+    from collections.abc import Iterable
 
-    from ..protocols import Machine
+    from ..protocols import Condition, Machine, TransitionCondition
 
-__all__ = ["PatchValidator"]
+__all__ = ["PatchValidator", "check_edge", "check_invariants"]
 
 
 def _label(state: enum.Enum) -> str:
@@ -117,6 +118,18 @@ class PatchValidator:
             InvalidPatch: If a value fails its field's validation, a field is both
                 assigned and appended to, or an append targets a non-sequence field.
         """
+        updates, patch, _ = self._validated(state, patch, stage=stage, writes=writes)
+        return updates, patch
+
+    def _validated(
+        self,
+        state: AgentState,
+        patch: Patch,
+        *,
+        stage: str,
+        writes: frozenset[str],
+    ) -> tuple[dict[str, Any], Patch, frozenset[str]]:
+        """`validate`, also returning the fields the patch writes (computed once)."""
         if not isinstance(patch, Patch):
             raise InvalidPatch(
                 stage=stage,
@@ -168,7 +181,7 @@ class PatchValidator:
                 updates[name] = (*current, *checked)
         if changed:
             patch = Patch.of({name: updates[name] for name in values}, validated_appends)
-        return updates, patch
+        return updates, patch, written
 
     def check_invariants(self, state: AgentState, lifecycle: enum.Enum, *, stage: str) -> None:
         """Check every invariant of ``lifecycle`` on ``state``.
@@ -177,19 +190,7 @@ class PatchValidator:
             InvariantViolation: Naming the first invariant that does not hold, or
                 whose predicate raised.
         """
-        for condition in self._machine.invariants_of(lifecycle):
-            try:
-                holds = condition.holds(state)
-            except Exception as exc:  # a broken predicate is a violation, never a crash
-                raise InvariantViolation(
-                    stage=stage,
-                    invariant=f"{condition.name} (the check raised {exc!r})",
-                    lifecycle=_label(lifecycle),
-                ) from exc
-            if not holds:
-                raise InvariantViolation(
-                    stage=stage, invariant=condition.name, lifecycle=_label(lifecycle)
-                )
+        check_invariants(self._machine.invariants_of(lifecycle), state, lifecycle, stage=stage)
 
     def check_transition(self, before: AgentState, after: AgentState, *, stage: str) -> None:
         """Check the invariants of the edge from ``before.lifecycle`` to ``after.lifecycle``.
@@ -199,23 +200,64 @@ class PatchValidator:
                 whose predicate raised.
         """
         source, target = before.lifecycle, after.lifecycle
-        for condition in self._machine.transition_invariants_of(source, target):
-            try:
-                holds = condition.holds(before, after)
-            except Exception as exc:  # a broken predicate is a violation, never a crash
-                raise TransitionInvariantViolation(
-                    stage=stage,
-                    invariant=f"{condition.name} (the check raised {exc!r})",
-                    from_state=_label(source),
-                    to_state=_label(target),
-                ) from exc
-            if not holds:
-                raise TransitionInvariantViolation(
-                    stage=stage,
-                    invariant=condition.name,
-                    from_state=_label(source),
-                    to_state=_label(target),
-                )
+        check_edge(
+            self._machine.transition_invariants_of(source, target), before, after, stage=stage
+        )
+
+
+def check_invariants(
+    conditions: Iterable[Condition[Any]], state: AgentState, lifecycle: enum.Enum, *, stage: str
+) -> None:
+    """Check ``conditions`` (the invariants of ``lifecycle``) on ``state``.
+
+    Raises:
+        InvariantViolation: Naming the first that does not hold, or whose predicate raised.
+    """
+    for condition in conditions:
+        try:
+            holds = condition.holds(state)
+        except Exception as exc:  # a broken predicate is a violation, never a crash
+            raise InvariantViolation(
+                stage=stage,
+                invariant=f"{condition.name} (the check raised {exc!r})",
+                lifecycle=_label(lifecycle),
+            ) from exc
+        if not holds:
+            raise InvariantViolation(
+                stage=stage, invariant=condition.name, lifecycle=_label(lifecycle)
+            )
+
+
+def check_edge(
+    conditions: Iterable[TransitionCondition[Any]],
+    before: AgentState,
+    after: AgentState,
+    *,
+    stage: str,
+) -> None:
+    """Check ``conditions`` (the invariants of the edge ``before`` -> ``after``).
+
+    Raises:
+        TransitionInvariantViolation: Naming the first that does not hold, or
+            whose predicate raised.
+    """
+    for condition in conditions:
+        try:
+            holds = condition.holds(before, after)
+        except Exception as exc:  # a broken predicate is a violation, never a crash
+            raise TransitionInvariantViolation(
+                stage=stage,
+                invariant=f"{condition.name} (the check raised {exc!r})",
+                from_state=_label(before.lifecycle),
+                to_state=_label(after.lifecycle),
+            ) from exc
+        if not holds:
+            raise TransitionInvariantViolation(
+                stage=stage,
+                invariant=condition.name,
+                from_state=_label(before.lifecycle),
+                to_state=_label(after.lifecycle),
+            )
 
 
 def _reason(exc: ValidationError) -> str:
