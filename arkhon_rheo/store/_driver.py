@@ -187,7 +187,13 @@ class ThreadDriver:
         except Exception as exc:  # a value SQLite cannot take (an int past 64 bits, ...)
             raise refused_value(exc, self._location) from exc
 
-    def _run(self, script: Script[T]) -> T:
+    def run_now(self, script: Script[T]) -> T:
+        """Run the whole script on the calling thread (the thread writer's own).
+
+        Raises:
+            StoreError: A statement failed and the script did not handle it, or the
+                connection is closed.
+        """
         with self._lock:
             connection = self._connection
             if connection is None:
@@ -201,7 +207,8 @@ class ThreadDriver:
                 return result
             return step(script, first, functools.partial(self._execute, connection))
 
-    def _close(self) -> None:
+    def close_now(self) -> None:
+        """Close the connection on the calling thread, once no script runs on it."""
         with self._lock:
             connection, self._connection = self._connection, None
             if connection is not None:
@@ -218,13 +225,13 @@ class ThreadDriver:
             raise StoreError(
                 f"the connection to {self._location} is closed", location=self._location
             )
-        return await anyio.to_thread.run_sync(self._run, script, limiter=self._limiter)
+        return await anyio.to_thread.run_sync(self.run_now, script, limiter=self._limiter)
 
     async def close(self) -> None:
         """Close the connection once no script runs on it, even when cancelled."""
         if self._connection is not None:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._close, limiter=self._limiter)
+                await anyio.to_thread.run_sync(self.close_now, limiter=self._limiter)
 
 
 def _running_library() -> str:
