@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
+    "ROWCOUNT",
+    "ROWCOUNT_MANY",
     "Driver",
     "DriverName",
     "Rows",
@@ -58,8 +60,12 @@ T = TypeVar("T")
 
 #: Which driver a `SQLiteStore` uses; ``"auto"`` is ``"thread"``.
 DriverName = Literal["auto", "aiosqlite", "thread"]
-#: ``(sql, parameters, many)``: with ``many``, ``parameters`` is one row per run.
-Statement = tuple[str, "Sequence[Any] | Iterable[Sequence[Any]]", bool]
+#: ``(sql, parameters, mode)``. Modes: ``False``: run once, the rows come back;
+#: ``True``: run once per row of ``parameters``, no rows come back; `ROWCOUNT` and
+#: `ROWCOUNT_MANY`: the same, and ``[(rows changed,)]`` comes back.
+Statement = tuple[str, "Sequence[Any] | Iterable[Sequence[Any]]", int]
+ROWCOUNT = 2
+ROWCOUNT_MANY = 3
 Rows = list[tuple[Any, ...]]
 #: A generator that yields statements, receives their rows, and returns a result.
 Script = Generator[Statement, Rows, T]
@@ -176,12 +182,15 @@ class ThreadDriver:
         return cls(connection, path)
 
     def _execute(self, connection: sqlite3.Connection, statement: Statement) -> Rows:
-        sql, params, many = statement
+        sql, params, mode = statement
         try:
-            if many:
-                connection.executemany(sql, params)
-                return []
-            return connection.execute(sql, params).fetchall()  # type: ignore[arg-type]
+            if mode & 1:
+                cursor = connection.executemany(sql, params)
+            else:
+                cursor = connection.execute(sql, params)  # type: ignore[arg-type]
+            if mode & 2:
+                return [(cursor.rowcount,)]
+            return [] if mode else cursor.fetchall()
         except sqlite3.Error as exc:
             raise translate(exc, self._location) from exc
         except Exception as exc:  # a value SQLite cannot take (an int past 64 bits, ...)

@@ -40,7 +40,7 @@ import anyio.lowlevel
 from .._errors import StoreCorrupt, StoreError
 from .._log import get_logger
 from ._plan import Plan, Request, plan
-from ._sql import transaction, write_batch
+from ._sql import StaleCache, transaction, write_batch
 from ._writer import copy_error, log_unacknowledged
 
 if TYPE_CHECKING:
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 __all__ = ["ThreadWriter"]
 
 T = TypeVar("T")
+#: The most sessions whose ``(last_seq, status)`` the writer remembers; past it, it forgets all.
+_CACHE_MAX = 100_000
 logger = get_logger("arkhon_rheo.store")
 
 
@@ -129,6 +131,9 @@ class ThreadWriter:
         self._room: anyio.Event | None = None
         self._closed = False
         self._stopped = anyio.Event()
+        #: The thread's: ``(last_seq, status)`` of the sessions it committed, so
+        #: their rows need not be read back (see `write_batch`).
+        self._cache: dict[str, tuple[int, str]] = {}
         self.appended = 0
         self.transactions = 0
         self.largest_batch = 0
@@ -310,7 +315,30 @@ class ThreadWriter:
     def _write(self, requests: list[Request], now: float) -> Plan:
         if not any(r.session_id for r in requests):  # nothing but flushes
             return plan(requests, {}, now=now, location=self._location)
-        script = write_batch(requests, now=now, location=self._location)
+        cache = self._cache
+        try:
+            try:
+                result = self._run_batch(requests, now, cache)
+            except StaleCache:
+                # Another process wrote one of these sessions: read them all back.
+                cache.clear()
+                result = self._run_batch(requests, now, None)
+        except BaseException:
+            for request in requests:  # not known for sure any more
+                cache.pop(request.session_id, None)
+            raise
+        if len(cache) + len(result.updated) > _CACHE_MAX:
+            cache.clear()
+        cache.update(result.updated)
+        for sid, lease in result.leases.items():
+            if lease is None:  # released: this process is done with it for now
+                cache.pop(sid, None)
+        return result
+
+    def _run_batch(
+        self, requests: list[Request], now: float, cache: dict[str, tuple[int, str]] | None
+    ) -> Plan:
+        script = write_batch(requests, now=now, location=self._location, cache=cache)
         result = self._driver.run_now(transaction(script, write=True))
         self.transactions += 1
         return result
