@@ -5,9 +5,10 @@ statements and receive their rows, with no I/O of their own. A driver runs a
 script on its connection:
 
 * ``"thread"`` (what ``"auto"`` picks, on asyncio and trio): stdlib `sqlite3` on
-  one dedicated connection; the whole script (a transaction with all its
-  statements) runs in one `anyio.to_thread.run_sync` call, with a
-  `CapacityLimiter` of 1 so the connection is only ever used by one thread.
+  one dedicated connection; `SQLiteStore` hands it to its thread writer
+  (`._thread_writer`), whose own thread runs each script whole
+  (`ThreadDriver.run_now`). `ThreadDriver.run` (one `anyio.to_thread.run_sync`
+  call per script) remains for callers without that thread.
 * ``"aiosqlite"`` (asyncio only, on request): each statement is awaited on
   aiosqlite's connection. aiosqlite is asyncio-only (each call awaits an
   ``asyncio`` future; under trio it fails with "trio.run received unrecognized

@@ -98,8 +98,9 @@ def write_batch(
     sessions as this writer last committed them), cached sessions are not read
     back: each update is guarded by the values it expects (``WHERE id = ? AND
     last_seq = ? AND status = ?``) and, if any row does not match (another process
-    wrote the session), the script raises `StaleCache` before writing events, and
-    the caller drops the cache and runs the batch again without it. The cache is
+    wrote the session), or if the cache would refuse a write, the script raises
+    `StaleCache` before writing events, and the caller drops the cache and runs
+    the batch again without it. The cache is
     not updated here: the caller does that once the transaction commits.
     """
     ids = sorted(
@@ -131,6 +132,12 @@ def write_batch(
         )
         leases.update((row[0], (row[1], row[2])) for row in rows)
     result = plan(requests, known, now=now, location=location, leases=leases)
+    if cache is not None and any(
+        error is not None and isinstance(r, Append | SetStatus) and r.session_id in cache
+        for r, error in zip(requests, result.errors, strict=True)
+    ):
+        # Refused by what the cache says: make sure with the file's rows.
+        raise StaleCache(f"a cached session in {location} refused a write", location=location)
     if result.created:
         yield _rows(INSERT_SESSION, result.created)
     if result.updated:

@@ -59,10 +59,12 @@ class SQLiteStore(StoreBase):
       write refused later is logged and raised by the session's next ``append``
       or ``set_status``. Reads commit queued writes first (read your writes).
 
-    The SQL runs on stdlib `sqlite3` on one connection, each transaction in one
-    `anyio.to_thread.run_sync` call, on asyncio and trio alike. ``driver="aiosqlite"``
-    runs it on aiosqlite instead (asyncio only; one await per statement, so it is
-    slower for small transactions: more thread hops).
+    The SQL runs on stdlib `sqlite3` on one connection owned by one dedicated
+    thread (`._thread_writer`), on asyncio and trio alike: it batches the queued
+    writes by itself, commits each batch in one transaction while the event loop
+    builds the next, and wakes the batch's callers with one call back into the
+    loop. ``driver="aiosqlite"`` runs it on aiosqlite instead, with a writer task
+    (`._writer`; asyncio only; one await per statement, so it is slower).
 
     Opening a file that is not SQLite, another application's SQLite database, a
     store of another schema version or a damaged one raises `StoreCorrupt` and

@@ -1,4 +1,6 @@
-"""The group-commit writer: one task per store, many sessions' writes per transaction.
+"""The group-commit writer task (aiosqlite driver): many sessions' writes per transaction.
+
+The thread driver uses `._thread_writer` instead; both share `Ticket`.
 
 Callers queue `Ticket`s with `Writer.submit`. The writer takes everything queued
 (up to ``batch_max``), checks the lot against the sessions' rows inside one
