@@ -5,9 +5,10 @@ statements and receive their rows, with no I/O of their own. A driver runs a
 script on its connection:
 
 * ``"thread"`` (what ``"auto"`` picks, on asyncio and trio): stdlib `sqlite3` on
-  one dedicated connection; the whole script (a transaction with all its
-  statements) runs in one `anyio.to_thread.run_sync` call, with a
-  `CapacityLimiter` of 1 so the connection is only ever used by one thread.
+  one dedicated connection; `SQLiteStore` hands it to its thread writer
+  (`._thread_writer`), whose own thread runs each script whole
+  (`ThreadDriver.run_now`). `ThreadDriver.run` (one `anyio.to_thread.run_sync`
+  call per script) remains for callers without that thread.
 * ``"aiosqlite"`` (asyncio only, on request): each statement is awaited on
   aiosqlite's connection. aiosqlite is asyncio-only (each call awaits an
   ``asyncio`` future; under trio it fails with "trio.run received unrecognized
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
+    "ROWCOUNT",
+    "ROWCOUNT_MANY",
     "Driver",
     "DriverName",
     "Rows",
@@ -58,8 +61,12 @@ T = TypeVar("T")
 
 #: Which driver a `SQLiteStore` uses; ``"auto"`` is ``"thread"``.
 DriverName = Literal["auto", "aiosqlite", "thread"]
-#: ``(sql, parameters, many)``: with ``many``, ``parameters`` is one row per run.
-Statement = tuple[str, "Sequence[Any] | Iterable[Sequence[Any]]", bool]
+#: ``(sql, parameters, mode)``. Modes: ``False``: run once, the rows come back;
+#: ``True``: run once per row of ``parameters``, no rows come back; `ROWCOUNT` and
+#: `ROWCOUNT_MANY`: the same, and ``[(rows changed,)]`` comes back.
+Statement = tuple[str, "Sequence[Any] | Iterable[Sequence[Any]]", int]
+ROWCOUNT = 2
+ROWCOUNT_MANY = 3
 Rows = list[tuple[Any, ...]]
 #: A generator that yields statements, receives their rows, and returns a result.
 Script = Generator[Statement, Rows, T]
@@ -176,18 +183,27 @@ class ThreadDriver:
         return cls(connection, path)
 
     def _execute(self, connection: sqlite3.Connection, statement: Statement) -> Rows:
-        sql, params, many = statement
+        sql, params, mode = statement
         try:
-            if many:
-                connection.executemany(sql, params)
-                return []
-            return connection.execute(sql, params).fetchall()  # type: ignore[arg-type]
+            if mode & 1:
+                cursor = connection.executemany(sql, params)
+            else:
+                cursor = connection.execute(sql, params)  # type: ignore[arg-type]
+            if mode & 2:
+                return [(cursor.rowcount,)]
+            return [] if mode else cursor.fetchall()
         except sqlite3.Error as exc:
             raise translate(exc, self._location) from exc
         except Exception as exc:  # a value SQLite cannot take (an int past 64 bits, ...)
             raise refused_value(exc, self._location) from exc
 
-    def _run(self, script: Script[T]) -> T:
+    def run_now(self, script: Script[T]) -> T:
+        """Run the whole script on the calling thread (the thread writer's own).
+
+        Raises:
+            StoreError: A statement failed and the script did not handle it, or the
+                connection is closed.
+        """
         with self._lock:
             connection = self._connection
             if connection is None:
@@ -201,7 +217,8 @@ class ThreadDriver:
                 return result
             return step(script, first, functools.partial(self._execute, connection))
 
-    def _close(self) -> None:
+    def close_now(self) -> None:
+        """Close the connection on the calling thread, once no script runs on it."""
         with self._lock:
             connection, self._connection = self._connection, None
             if connection is not None:
@@ -218,13 +235,13 @@ class ThreadDriver:
             raise StoreError(
                 f"the connection to {self._location} is closed", location=self._location
             )
-        return await anyio.to_thread.run_sync(self._run, script, limiter=self._limiter)
+        return await anyio.to_thread.run_sync(self.run_now, script, limiter=self._limiter)
 
     async def close(self) -> None:
         """Close the connection once no script runs on it, even when cancelled."""
         if self._connection is not None:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._close, limiter=self._limiter)
+                await anyio.to_thread.run_sync(self.close_now, limiter=self._limiter)
 
 
 def _running_library() -> str:

@@ -12,6 +12,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import SessionNotFound, StoreError
+from ._driver import ROWCOUNT, ROWCOUNT_MANY
 from ._plan import Acquire, Append, Create, Lease, Plan, Release, Request, SetStatus, plan
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from ._driver import Rows, Script, Statement
 
 __all__ = [
+    "StaleCache",
     "history",
     "leases",
     "load",
@@ -37,6 +39,10 @@ INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_SNAPSHOT = "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)"
 UPDATE_SESSION = "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? WHERE id = ?"
+UPDATE_SESSION_GUARDED = (
+    "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? "
+    "WHERE id = ? AND last_seq = ? AND status = ?"
+)
 UPSERT_LEASE = (
     "INSERT INTO leases VALUES (?, ?, ?) ON CONFLICT (session_id) DO UPDATE "
     "SET owner = excluded.owner, expires_at = excluded.expires_at"
@@ -75,13 +81,41 @@ def transaction(body: Script[T], *, write: bool) -> Script[T]:
     return result
 
 
-def write_batch(requests: list[Request], *, now: float, location: str) -> Script[Plan]:
+class StaleCache(StoreError):
+    """The writer's cached ``(last_seq, status)`` of a session is stale (another process wrote)."""
+
+
+def write_batch(
+    requests: list[Request],
+    *,
+    now: float,
+    location: str,
+    cache: dict[str, tuple[int, str]] | None = None,
+) -> Script[Plan]:
     """Check a batch against the sessions' and leases' rows and write what passes.
 
-    Run it in a write transaction.
+    Run it in a write transaction. With ``cache`` (the ``(last_seq, status)`` of
+    sessions as this writer last committed them), cached sessions are not read
+    back: each update is guarded by the values it expects (``WHERE id = ? AND
+    last_seq = ? AND status = ?``) and, if any row does not match (another process
+    wrote the session), or if the cache would refuse a write, the script raises
+    `StaleCache` before writing events, and the caller drops the cache and runs
+    the batch again without it. The cache is
+    not updated here: the caller does that once the transaction commits.
     """
-    ids = sorted({r.session_id for r in requests if isinstance(r, Create | Append | SetStatus)})
+    ids = sorted(
+        {
+            r.session_id
+            for r in requests
+            if isinstance(r, Create | Append | SetStatus)
+            and (cache is None or r.session_id not in cache)
+        }
+    )
     known: dict[str, tuple[int, str]] = {}
+    if cache is not None:
+        for r in requests:
+            if (entry := cache.get(r.session_id)) is not None:
+                known[r.session_id] = entry
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
         marks = ",".join("?" * len(chunk))
@@ -98,23 +132,50 @@ def write_batch(requests: list[Request], *, now: float, location: str) -> Script
         )
         leases.update((row[0], (row[1], row[2])) for row in rows)
     result = plan(requests, known, now=now, location=location, leases=leases)
+    if cache is not None and any(
+        error is not None and isinstance(r, Append | SetStatus) and r.session_id in cache
+        for r, error in zip(requests, result.errors, strict=True)
+    ):
+        # Refused by what the cache says: make sure with the file's rows.
+        raise StaleCache(f"a cached session in {location} refused a write", location=location)
     if result.created:
-        yield many(INSERT_SESSION, result.created)
-    if result.events:
-        yield many(INSERT_EVENT, result.events)
-    if result.snapshots:
-        yield many(INSERT_SNAPSHOT, result.snapshots)
+        yield _rows(INSERT_SESSION, result.created)
     if result.updated:
-        updates = [(last, status, now, sid) for sid, (last, status) in result.updated.items()]
-        yield many(UPDATE_SESSION, updates)
+        if cache is None:
+            updates = [(last, status, now, sid) for sid, (last, status) in result.updated.items()]
+            yield _rows(UPDATE_SESSION, updates)
+        else:
+            # Created in this batch: inserted above with ``(0, status)``.
+            created = {row[0]: (0, row[2]) for row in result.created}
+            guarded = [
+                (last, status, now, sid, *(known.get(sid) or created[sid]))
+                for sid, (last, status) in result.updated.items()
+            ]
+            changed = yield _rows(UPDATE_SESSION_GUARDED, guarded, count=True)
+            if changed[0][0] != len(guarded):
+                raise StaleCache(
+                    f"a session in {location} was written by another process", location=location
+                )
+    if result.events:
+        yield _rows(INSERT_EVENT, result.events)
+    if result.snapshots:
+        yield _rows(INSERT_SNAPSHOT, result.snapshots)
     if result.leases:
         taken = [(sid, *lease) for sid, lease in result.leases.items() if lease is not None]
         dropped = [(sid,) for sid, lease in result.leases.items() if lease is None]
         if taken:
-            yield many(UPSERT_LEASE, taken)
+            yield _rows(UPSERT_LEASE, taken)
         if dropped:
-            yield many(DELETE_LEASE, dropped)
+            yield _rows(DELETE_LEASE, dropped)
     return result
+
+
+def _rows(text: str, rows: list[Any], *, count: bool = False) -> Statement:
+    # One row: a plain statement (no ``executemany`` set-up). ``count``: the rows
+    # are ``[(rowcount,)]`` (a guarded update's matches).
+    if len(rows) == 1:
+        return (text, rows[0], ROWCOUNT if count else False)
+    return (text, rows, ROWCOUNT_MANY if count else True)
 
 
 def record(session_id: str) -> Script[tuple[Any, ...]]:

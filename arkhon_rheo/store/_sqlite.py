@@ -16,9 +16,10 @@ from ..protocols._faults import current_injector
 from . import _sql as sql
 from ._base import StoreBase, StoreState, inject_store_fault
 from ._codec import decode_event, decode_record, loads
-from ._driver import DriverName, open_driver
+from ._driver import DriverName, ThreadDriver, open_driver
 from ._plan import Acquire, Flush, Release, Request, SetStatus, plan
 from ._schema import inspect_file, prepare
+from ._thread_writer import ThreadWriter
 from ._writer import Ticket, Writer, log_unacknowledged
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup, TaskStatus
 
     from ..protocols import StoredEvent
+    from ._driver import Driver, Script
 
 __all__ = ["SQLiteStore"]
 
@@ -57,10 +59,12 @@ class SQLiteStore(StoreBase):
       write refused later is logged and raised by the session's next ``append``
       or ``set_status``. Reads commit queued writes first (read your writes).
 
-    The SQL runs on stdlib `sqlite3` on one connection, each transaction in one
-    `anyio.to_thread.run_sync` call, on asyncio and trio alike. ``driver="aiosqlite"``
-    runs it on aiosqlite instead (asyncio only; one await per statement, so it is
-    slower for small transactions: more thread hops).
+    The SQL runs on stdlib `sqlite3` on one connection owned by one dedicated
+    thread (`._thread_writer`), on asyncio and trio alike: it batches the queued
+    writes by itself, commits each batch in one transaction while the event loop
+    builds the next, and wakes the batch's callers with one call back into the
+    loop. ``driver="aiosqlite"`` runs it on aiosqlite instead, with a writer task
+    (`._writer`; asyncio only; one await per statement, so it is slower).
 
     Opening a file that is not SQLite, another application's SQLite database, a
     store of another schema version or a damaged one raises `StoreCorrupt` and
@@ -110,7 +114,7 @@ class SQLiteStore(StoreBase):
         self._max_pending = max_pending
         self._busy_timeout = busy_timeout
         self._driver_name: DriverName = driver
-        self._writer: Writer | None = None
+        self._writer: Writer | ThreadWriter | None = None
         self._task_group: TaskGroup | None = None
         #: Async mode: the last event number queued per session.
         self._tails: dict[str, int] = {}
@@ -141,25 +145,51 @@ class SQLiteStore(StoreBase):
             except BaseException:
                 self._state = StoreState.CLOSED
                 raise
-            try:
-                await db.run(prepare(path, new=new, synchronous=_SYNCHRONOUS[self._durability]))
-            except BaseException:
-                self._state = StoreState.CLOSED
-                await db.close()
-                raise
-        self._writer = Writer(
+            script = prepare(path, new=new, synchronous=_SYNCHRONOUS[self._durability])
+            if isinstance(db, ThreadDriver):
+                await self._open_thread_writer(db, script)
+            else:
+                await self._open_task_writer(db, script)
+        if isinstance(self._writer, Writer):
+            self._task_group = anyio.create_task_group()
+            await self._task_group.__aenter__()
+            await self._task_group.start(self._run_writer, self._writer)
+        self._state = StoreState.OPEN
+        return self
+
+    async def _open_thread_writer(self, db: ThreadDriver, script: Script[None]) -> None:
+        writer = ThreadWriter(
             db,
-            location=path,
+            location=self._location,
             clock=self._clock,
             batch_max=self._batch_max,
             max_pending=self._max_pending,
             on_unacknowledged_error=self._defer,
         )
-        self._task_group = anyio.create_task_group()
-        await self._task_group.__aenter__()
-        await self._task_group.start(self._run_writer, self._writer)
-        self._state = StoreState.OPEN
-        return self
+        try:
+            await writer.run_script(script)
+        except BaseException:
+            self._state = StoreState.CLOSED
+            await writer.aclose()
+            raise
+        self._writer = writer
+
+    async def _open_task_writer(self, db: Driver, script: Script[None]) -> None:
+        # aiosqlite: the group-commit writer task of `._writer` (one await per statement).
+        try:
+            await db.run(script)
+        except BaseException:
+            self._state = StoreState.CLOSED
+            await db.close()
+            raise
+        self._writer = Writer(
+            db,
+            location=self._location,
+            clock=self._clock,
+            batch_max=self._batch_max,
+            max_pending=self._max_pending,
+            on_unacknowledged_error=self._defer,
+        )
 
     @staticmethod
     async def _run_writer(
@@ -179,10 +209,15 @@ class SQLiteStore(StoreBase):
         """Commit everything queued, stop the writer and close the file."""
         if self._state is not StoreState.OPEN:
             return
-        assert self._task_group is not None
-        assert self._writer is not None
+        writer = self._writer
+        assert writer is not None
         self._state = StoreState.CLOSED
-        self._writer.close()
+        if isinstance(writer, ThreadWriter):
+            # The thread commits what is queued, then closes the connection.
+            await writer.aclose()
+            return
+        assert self._task_group is not None
+        writer.close()
         try:
             # The body's own exception is not the writer's business: it propagates
             # as it is, never wrapped in an ExceptionGroup.
@@ -190,8 +225,8 @@ class SQLiteStore(StoreBase):
         finally:
             # A read may still run on the connection: close once it is done.
             with anyio.CancelScope(shield=True):
-                async with self._writer.lock:
-                    await self._writer.db.close()
+                async with writer.lock:
+                    await writer.db.close()
 
     # -- writing ---------------------------------------------------------------
 
@@ -304,10 +339,11 @@ class SQLiteStore(StoreBase):
 
     # -- reading ---------------------------------------------------------------
 
-    async def _reading(self) -> Writer:
+    async def _reading(self) -> Writer | ThreadWriter:
         self._check_open()
         assert self._writer is not None
-        if self._durability is Durability.ASYNC:
+        if self._durability is Durability.ASYNC and isinstance(self._writer, Writer):
+            # (The thread writer runs reads behind the writes queued before them.)
             await self._flush()
         return self._writer
 

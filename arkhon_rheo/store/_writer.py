@@ -1,4 +1,6 @@
-"""The group-commit writer: one task per store, many sessions' writes per transaction.
+"""The group-commit writer task (aiosqlite driver): many sessions' writes per transaction.
+
+The thread driver uses `._thread_writer` instead; both share `Ticket`.
 
 Callers queue `Ticket`s with `Writer.submit`. The writer takes everything queued
 (up to ``batch_max``), checks the lot against the sessions' rows inside one
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 
     from ._driver import Driver, Script
 
-__all__ = ["Ticket", "Writer"]
+__all__ = ["Ticket", "Writer", "copy_error", "log_unacknowledged"]
 
 T = TypeVar("T")
 logger = get_logger("arkhon_rheo.store")
@@ -54,6 +56,9 @@ class Ticket:
             waits for).
         finished: Whether it has been committed or refused.
         error: Why it was refused, or ``None``.
+        committed: Whether its transaction committed it (thread writer).
+        abandoned: Whether its caller stopped waiting (cancelled) before it was
+            done: a refusal is then logged (thread writer).
     """
 
     request: Request
@@ -61,6 +66,8 @@ class Ticket:
     done: anyio.Event | None = None
     finished: bool = False
     error: Exception | None = None
+    committed: bool = False
+    abandoned: bool = False
 
     @property
     def events(self) -> int:
@@ -68,7 +75,8 @@ class Ticket:
         return len(self.request.rows) if isinstance(self.request, Append) else 0
 
 
-def _copy(exc: StoreError) -> StoreError:
+def copy_error(exc: StoreError) -> StoreError:
+    """A copy of ``exc`` (its cause), so each caller of a failed batch gets its own."""
     # One failed transaction fails each caller with its own exception object.
     cls = StoreCorrupt if isinstance(exc, StoreCorrupt) else StoreError
     error = cls(str(exc), location=exc.location)
@@ -233,7 +241,7 @@ class Writer:
                 if not isinstance(exc, StoreError):
                     error.__cause__ = exc
                 for ticket in batch:
-                    ticket.error = _copy(error)
+                    ticket.error = copy_error(error)
             else:
                 for ticket, refused in zip(batch, result.errors, strict=True):
                     ticket.error = refused
