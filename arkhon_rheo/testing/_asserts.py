@@ -57,7 +57,7 @@ async def assert_nothing_lost(
     for result in results:
         handle = system.session(result.session_id)
         stored = {event.seq: event for event in await system.history(machine, result.session_id)}
-        for event in handle.history:
+        for event in await handle.history():
             kept = stored.get(event.seq)
             if kept is None or kept.patch != event.patch or kept.to_state != event.to_state:
                 lost.append(f"{result.session_id}#{event.seq}")
