@@ -1278,13 +1278,22 @@ class AgentSystem:
     def forget(self, session_id: str) -> None:
         """Drop an ended session's record (log, state, handle) to free its memory.
 
-        A long-running service that starts sessions without end should forget
-        them once their results are read; handles already held keep working.
+        Ended sessions are released on their own beyond ``keep_ended`` (with a
+        store, at once): forget the ones kept sooner; handles already held keep
+        working. With a store, forgetting a session no longer held here (its
+        record is in the store) does nothing.
 
         Raises:
-            SessionNotFound: If no session has that id.
+            SessionNotFound: Without a store, if no session here has that id.
             SessionError: If the session is still running; cancel it first.
         """
+        if (
+            self._store is not None
+            and session_id not in self._sessions
+            and session_id not in self._held
+        ):
+            self._links.pop(session_id, None)
+            return  # released already: the store holds its record
         handle = self.session(session_id)
         if not handle.done:
             raise SessionError(
