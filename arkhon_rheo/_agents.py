@@ -6,9 +6,12 @@ sessions in a SQLite file.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import itertools
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
@@ -79,6 +82,9 @@ S = TypeVar("S", bound=AgentState)
 #: The SQLite file an `AgentSystem` keeps its sessions in by default.
 DEFAULT_PATH = "arkhon-rheo.db"
 
+#: Ended sessions an `AgentSystem` without a store keeps in memory by default.
+DEFAULT_KEEP_ENDED = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class SessionResult(Generic[S]):
@@ -111,7 +117,7 @@ class SessionResult(Generic[S]):
 class SessionHandle(Generic[S]):
     """A caller's handle on a running (or ended) session."""
 
-    __slots__ = ("_ref", "_session")
+    __slots__ = ("__weakref__", "_ref", "_session")
 
     def __init__(self, session: Session, ref: ActorRef[Any, Any]) -> None:
         self._session = session
@@ -127,10 +133,21 @@ class SessionHandle(Generic[S]):
         """The state as last committed."""
         return self._session.state  # type: ignore[return-value]
 
-    @property
-    def history(self) -> Sequence[TransitionEvent]:
-        """The events committed so far, in order."""
-        return tuple(self._session.log)
+    async def history(self) -> tuple[TransitionEvent, ...]:
+        """The events this run of the session committed so far, in order.
+
+        With a store the store is the log: they are read from it (the session
+        keeps none in memory), so read them while the system's store is open.
+        A resumed session's run starts after its resume event; the whole stored
+        history is `AgentSystem.history`. Without a store they are kept in memory.
+
+        Raises:
+            StoreError: If the store cannot be read (it was closed, say).
+        """
+        session = self._session
+        if session.keep_log:
+            return tuple(session.log)
+        return tuple(await _stored_events(session))
 
     @property
     def done(self) -> bool:
@@ -161,10 +178,19 @@ class SessionHandle(Generic[S]):
     async def events(self) -> AsyncIterator[TransitionEvent]:
         """Yield every event of the session from the first, live, until it ends.
 
-        Consuming slowly never slows the session: events are kept in its log and
-        each iterator reads at its own pace.
+        Consuming slowly never slows the session: each iterator reads at its own
+        pace. Without a store it reads the session's log in place; with one, the
+        events before it started come from the store and the later ones are
+        handed to it as they commit (kept for it until read).
         """
         session = self._session
+        if not session.keep_log:
+            with session.partials.subscribe(
+                catch_up=lambda: _stored_events(session), partials=False
+            ) as stream:
+                async for event in stream:
+                    yield event
+            return
         position = 0
         while True:
             log = session.log
@@ -202,7 +228,10 @@ class SessionHandle(Generic[S]):
         Raises:
             ConfigurationError: If ``capacity`` is not a positive integer.
         """
-        return self._session.partials.subscribe(capacity, log=self._session.log)
+        session = self._session
+        if session.keep_log:
+            return session.partials.subscribe(capacity, log=session.log)
+        return session.partials.subscribe(capacity, catch_up=lambda: _stored_events(session))
 
     def cancel(self) -> None:
         """Cancel the session now; its state stays as last committed."""
@@ -211,6 +240,15 @@ class SessionHandle(Generic[S]):
     def __repr__(self) -> str:
         status = self._session.exit_reason.value if self._session.exit_reason else "running"
         return f"<SessionHandle {self.session_id!r} {status}>"
+
+
+async def _stored_events(session: Session) -> list[TransitionEvent]:
+    """The events ``session``'s run committed, read from its store."""
+    persistence = session.persistence
+    assert persistence is not None
+    codec = session.compiled.codec
+    stored = await persistence.store.history(session.session_id)
+    return [codec.decode_event(event) for event in stored if event.seq > session.base_seq]
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +318,12 @@ class AgentSystem:
         fault_plan: Faults to inject into every session this system starts or
             resumes (an `arkhon_rheo.testing.FaultPlan`), through the stage,
             tool, model and store seams; ``None`` (the default) injects nothing.
+        keep_ended: How many ended sessions the system keeps in memory, newest
+            (`session`, `sessions`, `statistics` see them); older ones are
+            released, oldest first. A session whose handle you hold stays
+            reachable through `session` until you drop it. ``None`` (the default)
+            keeps none with a store (the store is their record: read it with
+            `history`, `replay`, `resume`...) and the last 1,000 without one.
 
     Raises:
         ConfigurationError: If a bound is out of range.
@@ -304,6 +348,7 @@ class AgentSystem:
         durability: Durability = Durability.BATCHED,
         snapshot_every: int = 100,
         fault_plan: FaultInjector | None = None,
+        keep_ended: int | None = None,
     ) -> None:
         if not isinstance(stage_mode, StageMode):
             raise ConfigurationError(f"stage_mode must be a StageMode, got {stage_mode!r}")
@@ -338,7 +383,22 @@ class AgentSystem:
         self._actors = ActorSystem(
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
         )
+        if keep_ended is None:
+            keep_ended = 0 if store is not None else DEFAULT_KEEP_ENDED
+        elif isinstance(keep_ended, bool) or not isinstance(keep_ended, int) or keep_ended < 0:
+            raise ConfigurationError(
+                f"keep_ended must be a non-negative integer (ended sessions kept), "
+                f"got {keep_ended!r}"
+            )
+        self._keep_ended = keep_ended
+        # Running sessions, and the newest `keep_ended` ended ones, oldest first.
         self._sessions: dict[str, SessionHandle[Any]] = {}
+        # The ids of the ended sessions in `_sessions`, in the order they ended.
+        self._ended: collections.deque[str] = collections.deque()
+        # Released ended sessions whose handles someone still holds.
+        self._held: weakref.WeakValueDictionary[str, SessionHandle[Any]] = (
+            weakref.WeakValueDictionary()
+        )
         self._counter = itertools.count()
         self._claims = Claims(store, self._owner, self._lease_ttl)
         # Subgraphs: each child session's link to its parent step, by child id.
@@ -444,7 +504,7 @@ class AgentSystem:
             )
         if session_id is None:
             session_id = uuid.uuid4().hex[:12]
-        if session_id in self._sessions:
+        if session_id in self._sessions or session_id in self._held:
             raise SessionError(
                 f"session {session_id!r} exists already; pick another id", session_id=session_id
             )
@@ -559,7 +619,7 @@ class AgentSystem:
         event = await self._append_owned(
             machine, record, EventKind.RESUME, state, state, {}, info=info, status="running"
         )
-        self._sessions.pop(session_id, None)
+        self._drop(session_id)
         return await self._launch(
             machine, state, config, session_id, base_seq=event.seq, claim=claim, anchor_seq=anchor
         )
@@ -831,6 +891,7 @@ class AgentSystem:
             error=error,
         )
         session.log.append(event)
+        session.seq = event.seq
         session.state = decided
         if decision == "abort":
             session.failure = error
@@ -1116,6 +1177,8 @@ class AgentSystem:
         )
         session.gates_passed = gates_passed
         session.log.extend(history)  # an in-memory session's earlier events, kept on
+        session.seq += len(history)
+        session.on_close = self._closed
         try:
             # Shielded: the session starts whole (and the lease passes to it) or not at all.
             with anyio.CancelScope(shield=True):
@@ -1133,8 +1196,32 @@ class AgentSystem:
         if claim is not None:
             claim.hand_over()
         handle: SessionHandle[S] = SessionHandle(session, ref)
+        self._drop(session_id)  # a run before this one (a paused session decided here)
         self._sessions[session_id] = handle
+        if session.done.is_set():  # it ended before its handle existed
+            self._closed(session)
         return handle
+
+    def _closed(self, session: Session) -> None:
+        """A session ended: keep it among the newest `keep_ended`, or release it."""
+        session_id = session.session_id
+        handle = self._sessions.get(session_id)
+        if handle is None or handle._session is not session:
+            return  # a run replaced since (or its handle is not made yet)
+        if session.keep_log and session.exit_reason is ExitReason.PAUSED:
+            return  # without a store, nothing else holds it until it is decided
+        self._ended.append(session_id)
+        while len(self._ended) > self._keep_ended:
+            self._release(self._ended.popleft())
+
+    def _release(self, session_id: str) -> None:
+        """Stop holding an ended session: it lives on while someone holds its handle."""
+        handle = self._sessions.get(session_id)
+        if handle is None or not handle.done:
+            return  # forgotten, or running again (resumed) since
+        del self._sessions[session_id]
+        self._links.pop(session_id, None)
+        self._held[session_id] = handle
 
     def _check_running(self) -> None:
         if self._actors.state.value != "running":
@@ -1175,26 +1262,38 @@ class AgentSystem:
         return await handle.result()
 
     def session(self, session_id: str) -> SessionHandle[Any]:
-        """The handle of a session started here.
+        """The handle of a session started here: running, kept (see ``keep_ended``) or held.
+
+        An ended session the system released is found while its handle is held
+        somewhere; after that, its record is in the store (if there is one).
 
         Raises:
             SessionNotFound: If no session has that id.
         """
-        try:
-            return self._sessions[session_id]
-        except KeyError:
-            raise SessionNotFound(session_id=session_id) from None
+        handle = self._sessions.get(session_id) or self._held.get(session_id)
+        if handle is None:
+            raise SessionNotFound(session_id=session_id)
+        return handle
 
     def forget(self, session_id: str) -> None:
         """Drop an ended session's record (log, state, handle) to free its memory.
 
-        A long-running service that starts sessions without end should forget
-        them once their results are read; handles already held keep working.
+        Ended sessions are released on their own beyond ``keep_ended`` (with a
+        store, at once): forget the ones kept sooner; handles already held keep
+        working. With a store, forgetting a session no longer held here (its
+        record is in the store) does nothing.
 
         Raises:
-            SessionNotFound: If no session has that id.
+            SessionNotFound: Without a store, if no session here has that id.
             SessionError: If the session is still running; cancel it first.
         """
+        if (
+            self._store is not None
+            and session_id not in self._sessions
+            and session_id not in self._held
+        ):
+            self._links.pop(session_id, None)
+            return  # released already: the store holds its record
         handle = self.session(session_id)
         if not handle.done:
             raise SessionError(
@@ -1202,13 +1301,21 @@ class AgentSystem:
                 "result before forgetting it",
                 session_id=session_id,
             )
-        del self._sessions[session_id]
+        self._drop(session_id)
         self._links.pop(session_id, None)
 
-    def sessions(self) -> list[str]:
-        """The ids of the sessions this system holds (started or resumed, not forgotten).
+    def _drop(self, session_id: str) -> None:
+        """Stop holding ``session_id`` in any way (before it runs again, or to forget it)."""
+        if self._sessions.pop(session_id, None) is not None:
+            with contextlib.suppress(ValueError):
+                self._ended.remove(session_id)
+        self._held.pop(session_id, None)
 
-        Oldest first.
+    def sessions(self) -> list[str]:
+        """The ids of the sessions this system holds: running, and the ended ones it keeps.
+
+        Oldest first. Ended sessions are kept up to ``keep_ended`` (none by
+        default with a store, whose records keep them), not forgotten.
         """
         return list(self._sessions)
 

@@ -324,7 +324,7 @@ async def test_two_calls_on_one_session_here_one_wins(
         if stored:
             events = [e for sid in {"s", target} for e in await system.history(machine, sid)]
         else:
-            events = [e for handle in handles for e in handle.history]
+            events = [e for handle in handles for e in (await handle.history())]
         steps = Counter(e.stage for e in events if e.kind is EventKind.STEP)
     # Every stage ran once per committed step, bar the run a cancellation cut short.
     assert stages.calls == steps + stages.interrupted

@@ -70,12 +70,12 @@ async def test_a_session_rides_out_a_429_storm() -> None:
         async with client, AgentSystem(seed=1, backoff=backoff) as system:
             handle = await system.start(ask_machine(client), Chat(), session_id="storm")
             result = await handle.result()
+            (event,) = await handle.history()
     assert result.exit_reason is ExitReason.FINISHED, result.failure
     assert isinstance(result.state, Chat)
     assert result.state.answer == "42"
     assert result.retries == 3
     assert len(server.requests) == 4
-    (event,) = handle.history
     assert event.attempt == 4
     # What is recorded for replay is the request body: no headers, no key.
     recorded = json.dumps(event.info)

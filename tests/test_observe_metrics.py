@@ -35,7 +35,9 @@ async def _run(metrics: Metrics, path: Path) -> None:
     """One troubled session that finishes, one that pauses at its gate, on a SQLite file."""
     troubled()
     backoff = Backoff(base=0, cap=0, max_attempts=3)
-    async with AgentSystem(path=path / "m.db", backoff=backoff, listeners=[metrics]) as system:
+    async with AgentSystem(
+        path=path / "m.db", backoff=backoff, listeners=[metrics], keep_ended=10
+    ) as system:
         metrics.watch(system)
         assert (await system.run(flow_machine(), Flow(), session_id="ok")).ok
         await system.run(flow_machine(gate=True), Flow(), session_id="held")

@@ -172,7 +172,7 @@ async def test_without_a_store_a_pause_is_decided_in_memory() -> None:
             await system.decide(machine, "m2", "resume", value=True)
     assert done.ok
     assert (done.state.item, done.state.approved, done.state.shipped) == ("atlas", True, True)
-    history = handle.history
+    history = await handle.history()
     assert [event.kind for event in history] == [
         EventKind.STEP,
         EventKind.PAUSE,

@@ -296,7 +296,7 @@ async def run_session(
         with anyio.fail_after(120):
             initial = state if state is not None else ReActState(user_input=Q)
             result = await agents.run(machine, initial, session_id="s")
-        return result, agents.session("s").history
+        return result, (await agents.session("s").history())
 
 
 def flaky_act(failures: int = 1) -> Body:

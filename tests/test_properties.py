@@ -562,7 +562,7 @@ def run_script(
         async with agents:
             with anyio.fail_after(20):
                 result = await agents.run(machine, Agent(user_input="q"), session_id="s")
-            assert list(agents.session("s").history) == seen
+            assert list(await agents.session("s").history()) == seen
         return result, seen
 
     return anyio.run(main, backend=backend)

@@ -175,7 +175,7 @@ async def test_format_retries_run_out_as_a_classified_failure() -> None:
     async with AgentSystem(path=None, backoff=Backoff(base=0, cap=0)) as system:
         handle = await system.start(agent, ReactState(task="hi"))
         result = await handle.result()
-        failures = [e.error for e in handle.history if e.error is not None]
+        failures = [e.error for e in (await handle.history()) if e.error is not None]
     assert not result.ok  # restarted until the restart intensity escalated
     assert result.failure is not None
     assert result.failure.error_type == "RestartIntensityExceeded"

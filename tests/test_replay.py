@@ -112,7 +112,7 @@ async def test_replaying_the_log_reproduces_the_state(script: str) -> None:
         handle = await system.start(machine, initial, session_id="j")
         result = await handle.result()
     assert result.ok, result.failure
-    events = handle.history
+    events = await handle.history()
     assert replay(machine, initial, events) == result.state
     # Any prefix replays to the state committed at that point.
     middle = replay(machine, initial, events[:5])
@@ -126,10 +126,10 @@ async def test_events_survive_a_round_trip_through_json() -> None:
         handle = await system.start(machine, initial, session_id="j")
         result = await handle.result()
     codec = EventCodec(machine)
-    stored = [codec.encode_event(event) for event in handle.history]
+    stored = [codec.encode_event(event) for event in (await handle.history())]
     wire = json.loads(json.dumps([_plain(s) for s in stored]))
     decoded = [codec.decode_event(StoredEvent(**item)) for item in wire]
-    assert decoded == list(handle.history)
+    assert decoded == list(await handle.history())
     assert any(e.kind is EventKind.FAILURE for e in decoded)
     snapshot = json.loads(json.dumps(codec.encode_state(initial)))
     assert replay(machine, codec.decode_state(snapshot), decoded) == result.state

@@ -186,7 +186,9 @@ async def run(*proposals: Step) -> tuple[S, list[tuple[str, str, Any]]]:
     async with AgentSystem(path=None) as system:
         handle = await system.start(machine(), S(proposals=proposals))
         result = await handle.result()
-    trail = [(e.from_state.value, e.to_state.value, e.patch.values) for e in handle.history]
+    trail = [
+        (e.from_state.value, e.to_state.value, e.patch.values) for e in (await handle.history())
+    ]
     return result.state, trail
 
 

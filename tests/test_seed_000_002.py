@@ -37,8 +37,8 @@ CYCLE = ["Validate", "Action", "Observation", "Commit"]
 GOAL = {"goal": "How long does light take to reach the moon?"}
 
 
-def states(handle: SessionHandle[Any]) -> list[str]:
-    return ["Thought", *[event.to_state.value for event in handle.history]]
+async def states(handle: SessionHandle[Any]) -> list[str]:
+    return ["Thought", *[event.to_state.value for event in (await handle.history())]]
 
 
 async def run(script: list[Any], **options: Any) -> tuple[Any, list[str]]:
@@ -46,7 +46,7 @@ async def run(script: list[Any], **options: Any) -> tuple[Any, list[str]]:
     async with AgentSystem(path=None) as system:
         handle = await system.start(machine, ex.ReActState(metadata=GOAL))
         result = await handle.result()
-    return result, states(handle)
+    return result, await states(handle)
 
 
 async def test_the_demo_cycle_ends_on_final_answer() -> None:
@@ -94,7 +94,7 @@ async def test_the_retry_reason_is_in_metadata_and_in_the_next_prompt() -> None:
     async with AgentSystem(path=None) as system:
         handle = await system.start(machine, ex.ReActState(metadata=GOAL))
         result = await handle.result()
-    validate = handle.history[1]
+    validate = (await handle.history())[1]
     assert validate.patch.values["metadata"]["retry_reason"].startswith("unknown tool")
     assert validate.patch.values["metadata"]["rules"][-1]["rule"] == "known_tool"
     assert "refused: unknown tool 'web_browser'" in str(model.requests[1].messages[-1])
@@ -136,8 +136,8 @@ async def retry_four_times(system: AgentSystem, machine: Machine[Any]) -> Sessio
     handle = await system.start(machine, ex.ReActState(metadata=GOAL))
     result = await handle.result()
     assert result.exit_reason is ExitReason.PAUSED
-    assert states(handle) == ["Thought", *["Validate", "Thought"] * 4, "Thought"]
-    assert handle.history[-1].info == {"gate": "human_approval", "stage": "thought"}
+    assert await states(handle) == ["Thought", *["Validate", "Thought"] * 4, "Thought"]
+    assert (await handle.history())[-1].info == {"gate": "human_approval", "stage": "thought"}
     return handle
 
 
@@ -156,7 +156,7 @@ async def test_more_than_three_retries_pause_for_a_human_who_approves() -> None:
     assert ex.exit_of(result.state) is ex.Exit.GOAL_ACHIEVED
     assert result.state.metadata["user_feedback"] == {"step_4": "approved"}
     assert result.state.metadata["retry_count"] == 0
-    assert states(resumed)[-6:] == ["Thought", "Thought", *CYCLE, "END"][-6:]
+    assert (await states(resumed))[-6:] == ["Thought", "Thought", *CYCLE, "END"][-6:]
 
 
 async def test_a_human_can_set_the_terminated_flag_at_the_gate() -> None:
@@ -172,7 +172,7 @@ async def test_a_human_can_set_the_terminated_flag_at_the_gate() -> None:
     assert ex.exit_of(result.state) is ex.Exit.TERMINATED
     assert result.state.steps[-1].thought == "(terminated on request)"
     assert len(model.requests) == 4  # no model call after the flag
-    assert [e.to_state.value for e in resumed.history][-5:] == [*CYCLE, "END"]
+    assert [e.to_state.value for e in (await resumed.history())][-5:] == [*CYCLE, "END"]
 
 
 async def test_a_human_can_abort_at_the_gate() -> None:

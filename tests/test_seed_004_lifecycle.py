@@ -50,7 +50,7 @@ async def test_the_machine_runs_on_the_model_client_and_the_toolbox() -> None:
         handle = await system.start(ex.build_machine(model), ex.ReActState(user_input="6*7?"))
         result = await handle.result()
     assert result.state.observation.final_answer == "42"
-    assert [e.to_state for e in handle.history] == [
+    assert [e.to_state for e in (await handle.history())] == [
         L.THINKING,
         L.OBSERVING,
         L.THINKING,
@@ -58,7 +58,7 @@ async def test_the_machine_runs_on_the_model_client_and_the_toolbox() -> None:
         L.OBSERVING,
         L.FINISHED,
     ]
-    act = handle.history[4]
+    act = (await handle.history())[4]
     call = (act.info or {})["io"][0]
     assert call["kind"] == "tool:calculator"
     assert call["request"] == {"name": "calculator", "arguments": {"expression": "6*7+0"}}

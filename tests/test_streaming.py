@@ -146,7 +146,7 @@ async def test_a_live_consumer_sees_each_delta_before_the_commit_that_follows_it
                 seen.append(key(item))
                 if isinstance(item, Partial):
                     # The stage has not returned yet when its delta is read.
-                    assert len(handle.history) < item.seq
+                    assert len(await handle.history()) < item.seq
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(consume)

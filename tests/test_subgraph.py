@@ -137,11 +137,13 @@ async def test_a_child_machine_runs_as_a_stage_and_merges_through_declared_write
     control = Control()
     parent, _ = machines(control)
     path = None if where == "memory" else tmp_path / "s.db"
-    async with AgentSystem(path=path, stage_mode=mode) as system:
+    async with AgentSystem(path=path, stage_mode=mode, keep_ended=10) as system:
         result = await system.run(parent, Main(user="alice"), session_id="m1")
         child = system.session(CHILD)
         child_result = await child.result()
         assert system.sessions() == ["m1", CHILD]
+        parent_events = await system.session("m1").history()
+        child_events = await child.history()
     assert result.ok
     assert result.state.token == "token-for-alice"
     assert result.state.note == "hello alice"
@@ -149,12 +151,12 @@ async def test_a_child_machine_runs_as_a_stage_and_merges_through_declared_write
     assert child_result.state.token == "token-for-alice"
     assert (control.checks, control.issues) == (1, 1)
     # The parent's step records the child run; each child event names the parent step.
-    step = result_step(list(system.session("m1").history))
+    step = result_step(list(parent_events))
     assert step.writes == {"token"}
     (call,) = (step.info or {})["io"]
     assert call["kind"] == "subgraph:authenticate"
     assert call["response"]["session_id"] == CHILD
-    assert [(e.stage, (e.info or {})["parent"]) for e in child.history] == [
+    assert [(e.stage, (e.info or {})["parent"]) for e in child_events] == [
         ("check", LINK),
         ("issue", LINK),
     ]
@@ -184,7 +186,7 @@ async def test_a_failing_child_fails_the_parent_stage_with_a_classified_error(
 ) -> None:
     parent, _ = machines(Control())
     path = None if where == "memory" else tmp_path / "s.db"
-    async with AgentSystem(path=path) as system:
+    async with AgentSystem(path=path, keep_ended=10) as system:
         result = await system.run(parent, Main(user="mallory"), session_id="m1")
         child_result = await system.session(CHILD).result()
     assert child_result.exit_reason is ExitReason.FAILED
@@ -285,7 +287,7 @@ async def test_a_parent_resumed_after_its_child_ended_takes_the_stored_result(
         # The child ends while its parent is down: the parent never committed its result.
         assert (await (await system.resume(child, CHILD)).result()).ok
     assert control.issues == 1
-    async with AgentSystem(path=db) as system:
+    async with AgentSystem(path=db, keep_ended=10) as system:
         result = await (await system.resume(parent, "m1")).result()
         assert system.sessions() == ["m1"]  # no child ran in this system
     assert result.ok

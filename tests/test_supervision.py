@@ -227,7 +227,7 @@ async def test_a_session_runs_to_finished_with_audited_events() -> None:
     assert first.writes == frozenset({"steps"})
     assert first.patch == Patch().append("steps", "think")
     assert first.started_at <= first.finished_at
-    assert handle.history == tuple(seen)
+    assert (await handle.history()) == tuple(seen)
 
 
 async def test_transient_failures_are_retried_with_seeded_backoff() -> None:
@@ -240,7 +240,7 @@ async def test_transient_failures_are_retried_with_seeded_backoff() -> None:
     assert result.retries == 2
     assert result.restarts == 0
     assert probe.calls["act"] == 3
-    act_event = next(e for e in handle.history if e.stage == "act")
+    act_event = next(e for e in (await handle.history()) if e.stage == "act")
     assert act_event.attempt == 3
     assert probe.instances["act"] == 1  # retried on the same instance
 
@@ -254,7 +254,7 @@ async def test_exhausted_transient_escalates_to_a_restart_and_recorded_error() -
     assert result.ok
     assert result.restarts == 1
     assert probe.instances["act"] == 2
-    failures = [e for e in handle.history if e.kind is EventKind.FAILURE]
+    failures = [e for e in (await handle.history()) if e.kind is EventKind.FAILURE]
     assert len(failures) == 1
     record = failures[0].error
     assert record is not None
@@ -276,7 +276,7 @@ async def test_recoverable_restarts_the_stage_with_a_fresh_instance() -> None:
     assert result.ok
     assert result.restarts == 1
     assert probe.instances == {"load": 1, "think": 2, "act": 1, "observe": 1}
-    failure = next(e for e in handle.history if e.kind is EventKind.FAILURE)
+    failure = next(e for e in (await handle.history()) if e.kind is EventKind.FAILURE)
     assert failure.from_state is failure.to_state is L.THINKING
     assert failure.writes == frozenset({"last_error"})
     assert result.state.last_error is not None
@@ -290,7 +290,7 @@ async def test_recoverable_follows_the_error_route() -> None:
         handle = await system.start(machine, LoopState())
         result = await handle.result()
     assert result.ok
-    failure = next(e for e in handle.history if e.kind is EventKind.FAILURE)
+    failure = next(e for e in (await handle.history()) if e.kind is EventKind.FAILURE)
     assert (failure.from_state, failure.to_state) == (L.ACTING, L.OBSERVING)
     assert "act" not in result.state.steps
     assert result.state.last_error is not None

@@ -74,7 +74,7 @@ async def run(machine: Machine[S], state: S) -> tuple[SessionResult[S], list[enu
     async with AgentSystem(path=None) as system:
         handle = await system.start(machine, state)
         result = await handle.result()
-    return result, [event.to_state for event in handle.history]
+    return result, [event.to_state for event in (await handle.history())]
 
 
 async def test_the_transition_invariant_holds_on_the_edge_it_names() -> None:

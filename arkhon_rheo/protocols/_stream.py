@@ -40,11 +40,15 @@ from anyio.lowlevel import checkpoint_if_cancelled
 from .._errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Awaitable, Callable, Sequence
     from contextvars import Token
     from types import TracebackType
+    from typing import TypeAlias
 
     from ._events import TransitionEvent
+
+    #: Returns the events a session committed so far (read from its store).
+    CatchUp: TypeAlias = Callable[[], Awaitable[Sequence[TransitionEvent]]]
 
 __all__ = [
     "Partial",
@@ -163,6 +167,8 @@ class StageScope:
             return
         item = None  # built once, for the first subscriber with room
         for subscriber in subscribers:
+            if not subscriber._partials:
+                continue  # it follows the events only
             buffer = subscriber._buffer
             if len(buffer) >= subscriber._capacity:  # full: drop the newest, for it only
                 subscriber._pending += 1
@@ -197,9 +203,20 @@ class PartialHub:
         return StageScope(self, stage, seq, attempt)
 
     def subscribe(
-        self, capacity: int = DEFAULT_CAPACITY, *, log: Sequence[TransitionEvent] | None = None
+        self,
+        capacity: int = DEFAULT_CAPACITY,
+        *,
+        log: Sequence[TransitionEvent] | None = None,
+        catch_up: CatchUp | None = None,
+        partials: bool = True,
     ) -> SessionStream[Any]:
-        """A new subscription; with ``log``, the session's events come in it too.
+        """A new subscription; with ``log`` or ``catch_up``, the session's events come in it too.
+
+        ``log`` is the session's event log, kept in memory and read in place.
+        ``catch_up`` is for a session whose log is in its store: it returns the
+        events committed so far (awaited on the first receive), and the events
+        committed from now on are handed to the subscription as they commit
+        (`publish_event`). Without ``partials`` it follows the events only.
 
         Raises:
             ConfigurationError: If ``capacity`` is not a positive integer.
@@ -208,7 +225,9 @@ class PartialHub:
             raise ConfigurationError(
                 f"capacity must be a positive integer (partial items buffered), got {capacity!r}"
             )
-        stream: SessionStream[Any] = SessionStream(self, capacity, log)
+        stream: SessionStream[Any] = SessionStream(
+            self, capacity, log, catch_up=catch_up, partials=partials
+        )
         if self.closed:
             stream._open = False
         else:
@@ -218,6 +237,14 @@ class PartialHub:
     def unsubscribe(self, stream: SessionStream[Any]) -> None:
         """Stop delivering to ``stream`` (nothing if it is not subscribed)."""
         self.subscribers = tuple(s for s in self.subscribers if s is not stream)
+
+    def publish_event(self, event: TransitionEvent) -> None:
+        """Hand a just-committed event to the subscriptions fed live (see ``catch_up``)."""
+        for subscriber in self.subscribers:
+            live = subscriber._live
+            if live is not None:
+                live.append(event)
+                subscriber._wake()
 
     def wake(self) -> None:
         """Tell the subscriptions that follow the events that one was committed."""
@@ -250,10 +277,13 @@ class SessionStream(Generic[T]):
     __slots__ = (
         "_buffer",
         "_capacity",
+        "_catch_up",
         "_dropped",
         "_hub",
+        "_live",
         "_log",
         "_open",
+        "_partials",
         "_pending",
         "_position",
         "_received",
@@ -261,11 +291,23 @@ class SessionStream(Generic[T]):
     )
 
     def __init__(
-        self, hub: PartialHub, capacity: int, log: Sequence[TransitionEvent] | None
+        self,
+        hub: PartialHub,
+        capacity: int,
+        log: Sequence[TransitionEvent] | None,
+        *,
+        catch_up: CatchUp | None = None,
+        partials: bool = True,
     ) -> None:
         self._hub = hub
         self._capacity = capacity
         self._log = log
+        self._partials = partials
+        #: Fed live: the events committed since it subscribed, not read yet; the
+        #: events before come from ``catch_up`` on the first receive.
+        self._live: deque[TransitionEvent] | None = None if catch_up is None else deque()
+        self._catch_up = catch_up
+        #: Read in place: the index in ``log``; fed live: the last event number read.
         self._position = 0
         self._buffer: deque[Partial] = deque()
         self._open = True
@@ -299,6 +341,18 @@ class SessionStream(Generic[T]):
             if not buffer or buffer[0].seq > event.seq:
                 self._position += 1
                 return event  # type: ignore[return-value]
+        live = self._live
+        if live is not None:
+            if self._catch_up is not None:
+                raise anyio.WouldBlock  # the earlier events are still to be read
+            while live and live[0].seq <= self._position:
+                live.popleft()  # read in the catch-up already
+            if live:
+                event = live[0]
+                if not buffer or buffer[0].seq > event.seq:
+                    live.popleft()
+                    self._position = event.seq
+                    return event  # type: ignore[return-value]
         if buffer:
             self._received += 1
             return buffer.popleft()  # type: ignore[return-value]
@@ -313,6 +367,8 @@ class SessionStream(Generic[T]):
             anyio.EndOfStream: Once the session ended and everything has been read.
         """
         await checkpoint_if_cancelled()
+        if self._catch_up is not None:
+            await self._read_earlier(self._catch_up)
         while True:
             try:
                 return self.receive_nowait()
@@ -320,6 +376,16 @@ class SessionStream(Generic[T]):
                 if self._waiter is None:
                     self._waiter = anyio.Event()
                 await self._waiter.wait()
+
+    async def _read_earlier(self, catch_up: CatchUp) -> None:
+        """Put the events committed before it subscribed ahead of those fed since."""
+        earlier = await catch_up()
+        live = self._live
+        if live is None or self._catch_up is not catch_up:
+            return  # closed (or caught up by another receiver) meanwhile
+        self._catch_up = None
+        first = live[0].seq if live else None
+        live.extendleft(reversed([e for e in earlier if first is None or e.seq < first]))
 
     def __aiter__(self) -> SessionStream[T]:
         return self
@@ -336,6 +402,8 @@ class SessionStream(Generic[T]):
         self._open = False
         self._buffer.clear()
         self._log = None
+        self._live = None
+        self._catch_up = None
         self._wake()
 
     async def aclose(self) -> None:

@@ -179,15 +179,18 @@ class Session:
         "exit_reason",
         "failure",
         "gates_passed",
+        "keep_log",
         "link",
         "listeners",
         "log",
         "machine",
+        "on_close",
         "partials",
         "persistence",
         "restarts",
         "retries",
         "seed",
+        "seq",
         "session_id",
         "state",
         "steps",
@@ -226,7 +229,15 @@ class Session:
         self.seed = seed
         self._rng: random.Random | None = None
         self.listeners = tuple(listeners)
+        #: Without a store, the session keeps its events here (its only record);
+        #: with one, the store is the log and this stays empty: memory per session
+        #: does not grow with its history (live subscribers are fed as it commits).
+        self.keep_log = persistence is None
         self.log: list[TransitionEvent] = []
+        #: The number of the last event committed (or, before any, ``base_seq``).
+        self.seq = base_seq
+        #: Called once with the session when it has ended (the system releases it).
+        self.on_close: Callable[[Session], None] | None = None
         self.steps = 0
         self.retries = 0
         self.restarts = 0
@@ -242,7 +253,11 @@ class Session:
         if self.link is not None:
             event = linked(event, self.link)
         self.state = state
-        self.log.append(event)
+        self.seq = event.seq
+        if self.keep_log:
+            self.log.append(event)
+        else:
+            self.partials.publish_event(event)
         if _logger.is_enabled(logging.INFO):  # no fields built unless someone listens
             _log_commit(event)
         for listener in self.listeners:
@@ -262,6 +277,12 @@ class Session:
         self.done.set()
         self.partials.close()
         self._notify()
+        on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            try:
+                on_close(self)
+            except Exception as exc:  # a bookkeeping failure must not break the session's end
+                _log("error", "session_release_failed", session_id=self.session_id, error=repr(exc))
 
     def _notify(self) -> None:
         self.partials.wake()
@@ -286,7 +307,7 @@ class Session:
         return self._rng
 
     def next_seq(self) -> int:
-        return self.base_seq + len(self.log) + 1
+        return self.seq + 1
 
     def step_seq(self) -> int:
         """The number naming the step about to run, the same across a crash and its resume.
@@ -294,7 +315,7 @@ class Session:
         It is `next_seq`, except for the first step after a resume (whose own
         event is no step): then it is the number that step had before the crash.
         """
-        if self.log or self.anchor_seq is None:
+        if self.seq > self.base_seq or self.anchor_seq is None:
             return self.next_seq()
         return self.anchor_seq + 1
 

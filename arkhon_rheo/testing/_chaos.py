@@ -26,9 +26,10 @@ from ..supervision import ExitReason
 from ._faults import FaultKind, FaultPlan
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     from .._agents import SessionHandle, SessionResult
+    from ..protocols import TransitionEvent
 
 __all__ = ["ChaosReport", "chaos_run", "fault_class"]
 
@@ -246,7 +247,8 @@ async def _run(
                 await close()
         result = await handle.result()
         results.append(result)
-        violations.extend(_violations(machine, handle, result, check))
+        history = await handle.history()
+        violations.extend(_violations(machine, history, result, check))
         if verify_replay and handle.session_id not in hung:
             report = await system.replay(machine, handle.session_id)
             if not report.ok:
@@ -287,7 +289,7 @@ async def _run(
 
 def _violations(
     machine: Machine[S],
-    handle: SessionHandle[S],
+    history: Sequence[TransitionEvent],
     result: SessionResult[S],
     check: Callable[[SessionResult[S]], str | None] | None,
 ) -> list[str]:
@@ -311,7 +313,7 @@ def _violations(
                 continue
             if not holds:
                 found.append(f"{sid}: invariant {condition.name} does not hold at the end")
-    seqs = [event.seq for event in handle.history]
+    seqs = [event.seq for event in history]
     if seqs != list(range(seqs[0], seqs[0] + len(seqs))) if seqs else False:
         found.append(f"{sid}: event numbers have gaps or repeats: {seqs}")
     if check is not None:
