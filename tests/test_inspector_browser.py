@@ -25,6 +25,10 @@ pytest.importorskip("starlette", reason="the inspector extra is not installed")
 pytest.importorskip("hypercorn", reason="the inspector extra is not installed")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
 
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -33,6 +37,16 @@ from .inspector_fixture import populate  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+
+def _wait(browser: Any, seconds: float = 10) -> Any:
+    """Wait for a condition, through pages that reload or re-render meanwhile."""
+    return WebDriverWait(
+        browser,
+        seconds,
+        ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+    )
+
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,21 +159,27 @@ def test_the_views_in_a_browser(served: dict[str, Any], browser: Any) -> None:
     _shot(browser, "sessions")
 
     browser.get(f"{base}/sessions/{ids['finished']}")
-    assert browser.find_element(By.CSS_SELECTOR, "#event-2 .failure").text.startswith(
-        "Recoverable recoverable"
+    _wait(browser).until(
+        lambda b: b.find_element(By.CSS_SELECTOR, "#event-2 .failure").text.startswith(
+            "Recoverable recoverable"
+        )
     )
     taken = browser.find_elements(By.CSS_SELECTOR, "svg.graph .move.taken")
     assert len(taken) == 3  # INITIALIZED→ACTING→OBSERVING→FINISHED
-    browser.find_element(By.CSS_SELECTOR, "#event-1 details.calls summary").click()
-    assert "look up <flaky printer>" in browser.find_element(By.CSS_SELECTOR, "#event-1").text
+    _wait(browser).until(
+        lambda b: b.find_element(By.CSS_SELECTOR, "#event-1 details.calls summary").click() is None
+    )
+    _wait(browser).until(
+        lambda b: "look up <flaky printer>" in b.find_element(By.CSS_SELECTOR, "#event-1").text
+    )
     _shot(browser, "session-timeline")
 
     browser.get(f"{base}/sessions/{ids['finished']}/replay")
-    assert "replays to the committed states" in browser.find_element(By.ID, "replay").text
-    browser.find_element(By.CSS_SELECTOR, "#reexecute-form button").click()
-    WebDriverWait(browser, 10).until(
-        lambda b: "re-executed" in b.find_element(By.ID, "replay").text
+    _wait(browser).until(
+        lambda b: "replays to the committed states" in b.find_element(By.ID, "replay").text
     )
+    browser.find_element(By.CSS_SELECTOR, "#reexecute-form button").click()
+    _wait(browser).until(lambda b: "re-executed" in b.find_element(By.ID, "replay").text)
     _shot(browser, "replay")
 
 
@@ -174,7 +194,7 @@ def test_deciding_a_paused_session_in_a_browser(served: dict[str, Any], browser:
     field.clear()
     field.send_keys('"urgent"')
     browser.find_element(By.CSS_SELECTOR, "#edit-form button").click()
-    error = WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "error"))
+    error = _wait(browser).until(lambda b: b.find_element(By.ID, "error"))
     assert "InvalidPatch" in error.text
     assert browser.find_element(By.NAME, "field.priority").get_attribute("value") == '"urgent"'
     _shot(browser, "edit-refused")
@@ -185,17 +205,15 @@ def test_deciding_a_paused_session_in_a_browser(served: dict[str, Any], browser:
     browser.execute_script("window.open(arguments[0], 'decide')", f"{base}/sessions/{paused}")
     list_tab, decide_tab = browser.window_handles
     browser.switch_to.window(decide_tab)
-    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "resume-form"))
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "resume-form"))
     _shot(browser, "paused-session")
     browser.find_element(By.CSS_SELECTOR, "#resume-form button").click()
-    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "done"))
-    WebDriverWait(browser, 15).until(lambda b: b.find_element(By.ID, "status").text == "finished")
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "done"))
+    _wait(browser, 15).until(lambda b: b.find_element(By.ID, "status").text == "finished")
     browser.close()
     browser.switch_to.window(list_tab)
     cell = f'tr[data-session="{paused}"] [data-field="status"]'
-    WebDriverWait(browser, 15).until(
-        lambda b: b.find_element(By.CSS_SELECTOR, cell).text == "finished"
-    )
+    _wait(browser, 15).until(lambda b: b.find_element(By.CSS_SELECTOR, cell).text == "finished")
     record, history = _stored(path, paused)
     assert record.status == "finished"
     assert [event.kind for event in history][-2:] == ["decision", "step"]
