@@ -41,7 +41,7 @@ from .._errors import StoreCorrupt, StoreError
 from .._log import get_logger
 from ._plan import Plan, Request, plan
 from ._sql import StaleCache, transaction, write_batch
-from ._writer import copy_error, log_unacknowledged
+from ._writer import batch_error, copy_error, log_unacknowledged
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -294,15 +294,7 @@ class ThreadWriter:
                 for ticket in tickets:
                     self._commit([ticket], now)
                 return
-            error = (
-                exc
-                if isinstance(exc, StoreError)
-                else StoreError(
-                    f"writing to {self._location} failed: {exc!r}", location=self._location
-                )
-            )
-            if not isinstance(exc, StoreError):
-                error.__cause__ = exc
+            error = batch_error(exc, self._location)
             for ticket in tickets:
                 ticket.error = copy_error(error)
         else:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from ._driver import Driver, Script
 
-__all__ = ["Ticket", "Writer", "copy_error", "log_unacknowledged"]
+__all__ = ["Ticket", "Writer", "batch_error", "copy_error", "log_unacknowledged"]
 
 T = TypeVar("T")
 logger = get_logger("arkhon_rheo.store")
@@ -80,6 +80,15 @@ def copy_error(exc: StoreError) -> StoreError:
     # One failed transaction fails each caller with its own exception object.
     cls = StoreCorrupt if isinstance(exc, StoreCorrupt) else StoreError
     error = cls(str(exc), location=exc.location)
+    error.__cause__ = exc
+    return error
+
+
+def batch_error(exc: Exception, location: str) -> StoreError:
+    """The error a failed batch's callers get: ``exc`` if a `StoreError`, else one wrapping it."""
+    if isinstance(exc, StoreError):
+        return exc
+    error = StoreError(f"writing to {location} failed: {exc!r}", location=location)
     error.__cause__ = exc
     return error
 
@@ -231,15 +240,7 @@ class Writer:
                     for ticket in batch:
                         await self._commit([ticket])
                     return
-                error = (
-                    exc
-                    if isinstance(exc, StoreError)
-                    else StoreError(
-                        f"writing to {self._location} failed: {exc!r}", location=self._location
-                    )
-                )
-                if not isinstance(exc, StoreError):
-                    error.__cause__ = exc
+                error = batch_error(exc, self._location)
                 for ticket in batch:
                     ticket.error = copy_error(error)
             else:
