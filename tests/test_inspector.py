@@ -377,15 +377,16 @@ def test_without_the_extra_the_error_names_what_to_install(
 def test_the_module_entry_refuses_bad_arguments(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from arkhon_rheo.inspector.__main__ import load_machine, main
+    from arkhon_rheo.inspector.__main__ import main
+    from arkhon_rheo.protocols._spec import load_machine
 
     assert load_machine("tests.inspector_fixture:desk") is desk
     for spec, expected in [
-        ("nocolon", "MODULE:ATTR"),
+        ("nocolon", "'module:attr'"),
         ("no_such_module_xyz:m", "cannot import"),
         ("tests.inspector_fixture:nothing", "has no attribute"),
         ("tests.inspector_fixture:TOKEN_IS_NOT_HERE", "has no attribute"),
-        ("tests.inspector_fixture:Reply", "is not a Machine"),
+        ("tests.inspector_fixture:Reply", "must name a Machine"),
     ]:
         with pytest.raises(ConfigurationError, match=expected):
             load_machine(spec)

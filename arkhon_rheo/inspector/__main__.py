@@ -3,48 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
-from .._errors import ArkhonError, ConfigurationError
-from ..protocols import Machine
+from .._errors import ArkhonError
+from ..protocols._spec import load_machine
 from ._serve import serve
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["load_machine", "main"]
-
-
-def load_machine(spec: str) -> Machine[Any]:
-    """The machine named by ``MODULE:ATTR`` (an attribute, or a function that returns one).
-
-    Raises:
-        ConfigurationError: If the spec is malformed, the module or attribute is
-            missing, or it is not a machine.
-    """
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigurationError(f"a machine is given as MODULE:ATTR, got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r} for {spec!r}: {exc}") from exc
-    try:
-        value = getattr(module, attr)
-    except AttributeError:
-        raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if callable(value) and not isinstance(value, Machine | type):
-        try:
-            value = value()
-        except Exception as exc:
-            raise ConfigurationError(f"{spec!r} failed to make a machine: {exc!r}") from exc
-    if not isinstance(value, Machine):
-        raise ConfigurationError(f"{spec!r} is not a Machine (nor makes one): {value!r}")
-    return value
+__all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         machines = [load_machine(spec) for spec in args.machine]
+        if not Path(args.store).is_file():  # not found (3), as the command line says
+            print(f"error: no store file at {args.store!r}", file=sys.stderr)
+            return 3
 
         async def run() -> None:
             await serve(
@@ -80,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         anyio.run(run, backend=args.backend)
     except ArkhonError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 3 if "no store file" in str(exc) else 2
+        return 2
     except KeyboardInterrupt:
         return 0
     return 0

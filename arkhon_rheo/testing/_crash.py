@@ -39,8 +39,8 @@ import anyio
 from .._agents import AgentSystem
 from .._errors import ArkhonError, ConfigurationError
 from ..protocols import Durability
+from ..protocols._spec import load_machine, load_state_factory
 from ..store import SQLiteStore
-from ._spec import load_machine, load_state_factory
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -28,8 +28,8 @@ import anyio
 
 from .._agents import AgentSystem
 from ..protocols import Durability
+from ..protocols._spec import load_machine, load_state_factory
 from ..store import SQLiteStore
-from ._spec import load_machine, load_state_factory
 
 if TYPE_CHECKING:
     from .._agents import SessionHandle

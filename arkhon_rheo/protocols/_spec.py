@@ -6,7 +6,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
-from ..protocols import AgentState, Machine
+from ._machine import Machine
+from ._state import AgentState
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -50,8 +51,11 @@ def load_machine(spec: str) -> Machine[Any]:
         ConfigurationError: If it is neither.
     """
     value = resolve(spec, "machine")
-    if not isinstance(value, Machine) and callable(value):
-        value = value()
+    if callable(value) and not isinstance(value, Machine | type):
+        try:
+            value = value()
+        except Exception as exc:
+            raise ConfigurationError(f"{spec!r} failed to make a machine: {exc!r}") from exc
     if not isinstance(value, Machine):
         raise ConfigurationError(
             f"{spec!r} must name a Machine or a function returning one, got {value!r}"
