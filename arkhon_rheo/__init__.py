@@ -6,10 +6,6 @@ effects (no logging set-up, no event loop, no threads).
 
 from __future__ import annotations
 
-from ._agents import AgentStatistics as AgentStatistics
-from ._agents import AgentSystem as AgentSystem
-from ._agents import SessionHandle as SessionHandle
-from ._agents import SessionResult as SessionResult
 from ._errors import ActorError as ActorError
 from ._errors import ActorStopped as ActorStopped
 from ._errors import ArkhonError as ArkhonError
@@ -90,6 +86,11 @@ from .supervision import RestartIntensity as RestartIntensity
 from .supervision import RestartStrategy as RestartStrategy
 from .supervision import RestartWindow as RestartWindow
 from .supervision import StageMode as StageMode
+from .system import AgentStatistics as AgentStatistics
+from .system import AgentSystem as AgentSystem
+from .system import SessionHandle as SessionHandle
+from .system import SessionResult as SessionResult
+from .system import StoredSession as StoredSession
 
 __version__ = "0.1.0"
 
@@ -155,6 +156,7 @@ __all__ = [
     "StateView",
     "StoreCorrupt",
     "StoreError",
+    "StoredSession",
     "SubgraphFailed",
     "SubgraphStage",
     "SystemNotRunning",

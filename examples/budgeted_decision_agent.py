@@ -707,7 +707,9 @@ async def main() -> None:
                 assert final is not None, name
                 assert final.value == name, (name, final)
             offline = build_machine(ScriptedModel([]))  # no model at all
-            replays = [await system.replay(offline, name, reexecute=True) for name in SCENARIOS]
+            replays = [
+                await system.stored(offline, name).replay(reexecute=True) for name in SCENARIOS
+            ]
     ok = sum(report.ok for report in replays)
     print(
         f"replay: {ok}/{len(replays)} sessions re-executed on their recorded calls, "

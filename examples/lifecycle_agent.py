@@ -200,13 +200,13 @@ async def run(model: ModelClient) -> None:
                 f"{event.to_state.value:<9} wrote {sorted(event.writes)}"
             )
         result = await handle.result()
-        stored = await system.history(machine, handle.session_id)
+        stored = await system.stored(machine, handle.session_id).history()
         assert system.store is not None
         records = await system.store.sessions()
         # Check the stored log: fold it, and run every stage again on the recorded
         # model and tool calls, with a model that has nothing left to say.
         offline = build_machine(ScriptedModel([]))
-        report = await system.replay(offline, handle.session_id, reexecute=True)
+        report = await system.stored(offline, handle.session_id).replay(reexecute=True)
     answer = result.state.observation.final_answer if result.state.observation else None
     print(f"exit: {result.exit_reason.value}, iteration {result.state.iteration}, answer {answer}")
     print(f"stored history of session {handle.session_id} in arkhon-rheo.db:")

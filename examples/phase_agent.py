@@ -453,7 +453,7 @@ async def run_scenario(
     result = await system.run(
         machine, PhaseState(task=task), session_id=f"{scenario}-{policy.value}"
     )
-    events = await system.history(machine, result.session_id)
+    events = await system.stored(machine, result.session_id).history()
     path = [e.to_state.value for e in events if e.kind is EventKind.STEP]
     print(f"{scenario} ({policy.value}): {' -> '.join(['init', *path])}")
     for line in trace(events):
@@ -463,9 +463,9 @@ async def run_scenario(
     exit = state.exit.value if state.exit else result.exit_reason.value
     print(f"  exit: {exit}{reason}; answer: {state.answer}")
     print(f"  transitions: {dict(state.track.transitions)}")
-    report = await system.replay(
-        build_machine(ScriptedModel([]), policy=policy), result.session_id, reexecute=True
-    )
+    report = await system.stored(
+        build_machine(ScriptedModel([]), policy=policy), result.session_id
+    ).replay(reexecute=True)
     print(f"  replay without the model: {'ok' if report.ok else report.divergence}")
 
 

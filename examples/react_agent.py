@@ -44,7 +44,7 @@ async def run(model: ModelClient) -> None:
     session_id = f"react-{uuid.uuid4().hex[:8]}"
     async with AgentSystem() as system:  # sessions kept in ./arkhon-rheo.db
         result = await system.run(agent, ReactState(task=TASK), session_id=session_id)
-        for event in await system.history(agent, session_id):
+        for event in await system.stored(agent, session_id).history():
             calls = ", ".join(call["kind"] for call in (event.info or {}).get("io", []))
             print(
                 f"  #{event.seq} {event.stage}: {event.from_state.name} -> {event.to_state.name}"
@@ -60,7 +60,7 @@ async def run(model: ModelClient) -> None:
             f"{state.tool_calls} tool calls"
         )
         print(f"exit: {result.exit_reason.value} ({state.exit.value if state.exit else None})")
-        report = await system.replay(agent, session_id, reexecute=True)
+        report = await system.stored(agent, session_id).replay(reexecute=True)
         print(
             f"replay: {'ok' if report.ok else report.divergence}; "
             f"{report.reexecuted} stages re-executed on their recorded calls, without the model"

@@ -118,14 +118,14 @@ async def main() -> None:
         async with AgentSystem(path=Path(folder) / "sessions.db") as system:
             ok = await system.run(main_machine, MainState(user="alice"), session_id="s1")
             print(f"s1: {ok.exit_reason.value} in {ok.state.lifecycle.name}: {ok.state.answer}")
-            for event in await system.history(main_machine, "s1", children=True):
+            for event in await system.stored(main_machine, "s1").history(children=True):
                 parent = (event.info or {}).get("parent")
                 indent = "    " if parent else "  "
                 print(
                     f"{indent}{event.session_id} #{event.seq} {event.stage}: "
                     f"{event.from_state.name} -> {event.to_state.name}"
                 )
-            report = await system.replay(main_machine, "s1", reexecute=True)
+            report = await system.stored(main_machine, "s1").replay(reexecute=True)
             verdict = "ok" if report.ok else report.divergence
             print(f"replay: {verdict}; {report.reexecuted} stages re-executed, the child's run")
             print("  answered from the step's record, not run again")

@@ -10,10 +10,10 @@ run (``terminal_violation``, logged); Action runs the tool
 ``terminated`` flag, or a total cost over the limit (``COST_LIMIT``) end the
 run; otherwise back to Thought. More than 3 retries pause the session before
 Thought at the ``human_approval`` gate (durably, with a store) until
-``system.decide(...)``; `rollback_to_step` returns a stopped session to the
-Thought after an earlier step. Extended state lives in ``metadata`` under the
-seed's keys: goal, retry_count, total_cost, tool_history, summary,
-user_feedback (and retry_reason, exit_reason).
+``system.stored(machine, id).approve()`` (or ``abort()``); `rollback_to_step`
+returns a stopped session to the Thought after an earlier step. Extended
+state lives in ``metadata`` under the seed's keys: goal, retry_count,
+total_cost, tool_history, summary, user_feedback (and retry_reason, exit_reason).
 
 The model is a `ScriptedModel` by default, or the OpenAI-compatible server at
 ``OPENAI_BASE_URL`` when that is set. Run it with
@@ -384,11 +384,11 @@ async def rollback_to_step(
     Raises:
         ConfigurationError: If ``step_id`` is not a step whose commit led back to Thought.
     """
-    for event in await system.history(machine, session_id):
+    for event in await system.stored(machine, session_id).history():
         if event.stage == "commit" and event.to_state is Node.THOUGHT:
             committed = event.patch.values["steps"]
             if committed[-1].id == step_id:
-                return await system.rollback(machine, session_id, event.seq)
+                return await system.stored(machine, session_id).rollback(event.seq)
     raise ConfigurationError(
         f"invalid step_id {step_id}: no commit of that step led back to Thought"
     )
@@ -458,8 +458,8 @@ async def run_demo(model: ModelClient, offline: ModelClient | None, goal: str) -
             result = await handle.result()
             report = None
             if offline is not None:  # replay the stored log without the model
-                report = await system.replay(
-                    build_machine(offline), result.session_id, reexecute=True
+                report = await system.stored(build_machine(offline), result.session_id).replay(
+                    reexecute=True
                 )
         state = result.state
         reason = exit_of(state)

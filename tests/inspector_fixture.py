@@ -126,7 +126,7 @@ async def populate(path: str) -> dict[str, str]:
         paused = await system.run(desk, Ticket(question="reset my password"))
         ids["paused"] = paused.session_id
         decided = await system.run(desk, Ticket(question="flaky printer"))
-        handle = await system.decide(desk, decided.session_id, "resume", value=True)
+        handle = await system.stored(desk, decided.session_id).approve(True)
         assert handle is not None
         ids["finished"] = (await handle.result()).session_id
         failed = await system.run(desk, Ticket(question="fatal disk"))

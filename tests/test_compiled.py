@@ -72,8 +72,8 @@ async def test_a_dropped_machine_and_its_forgotten_sessions_are_garbage_collecte
             result = await system.run(machine, Order())
             assert result.exit_reason is ExitReason.FINISHED
             if stored:  # the store's operations build the codec, hasher and fingerprint too
-                assert len(await system.history(machine, result.session_id)) == 2
-                assert (await system.replay(machine, result.session_id)).ok
+                assert len(await system.stored(machine, result.session_id).history()) == 2
+                assert (await system.stored(machine, result.session_id).replay()).ok
             system.forget(result.session_id)
             dropped.append(weakref.ref(machine))
             del machine, result

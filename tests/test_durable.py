@@ -129,7 +129,7 @@ async def test_every_commit_is_in_the_store(make_store: Any) -> None:
     async with make_store() as store, AgentSystem(store=store, snapshot_every=4) as system:
         handle = await system.start(machine, Notes(), session_id="n1")
         result = await handle.result()
-        history = await system.history(machine, "n1")
+        history = await system.stored(machine, "n1").history()
         records = await store.sessions()
         # The store is the log: the handle reads it (while the store is open).
         assert history == list(await handle.history())
@@ -154,7 +154,7 @@ async def test_a_session_resumes_from_its_last_commit_after_a_crash(make_store: 
         async with AgentSystem(store=store, snapshot_every=3) as system:
             handle = await system.resume(machine2, "n2")
             result = await handle.result()
-            history = await system.history(machine2, "n2")
+            history = await system.stored(machine2, "n2").history()
     assert result.ok
     assert second.acts >= 1  # the stage that was running ran again
     assert [e.seq for e in history] == list(range(1, len(history) + 1))
@@ -203,9 +203,9 @@ async def test_rollback_is_an_appended_event_and_the_session_goes_on(make_store:
     machine = notes_machine(Control())
     async with make_store() as store, AgentSystem(store=store) as system:
         done = await system.run(machine, Notes(), session_id="r1")
-        before = await system.history(machine, "r1")
-        event = await system.rollback(machine, "r1", 4)
-        after = await system.history(machine, "r1")
+        before = await system.stored(machine, "r1").history()
+        event = await system.stored(machine, "r1").rollback(4)
+        after = await system.stored(machine, "r1").history()
         assert after[:-1] == before  # append-only: nothing rewritten
         assert after[-1] == event
         assert event.kind is EventKind.ROLLBACK
@@ -216,7 +216,7 @@ async def test_rollback_is_an_appended_event_and_the_session_goes_on(make_store:
         handle = await system.resume(machine, "r1")
         again = await handle.result()
         with pytest.raises(ConfigurationError, match="between 0"):
-            await system.rollback(machine, "r1", 10_000)
+            await system.stored(machine, "r1").rollback(10_000)
     assert done.ok
     assert again.ok
     assert list(again.state.notes) == list(done.state.notes)
@@ -226,13 +226,13 @@ async def test_fork_starts_a_child_from_any_point(make_store: Any) -> None:
     machine = notes_machine(Control())
     async with make_store() as store, AgentSystem(store=store) as system:
         await system.run(machine, Notes(), session_id="parent")
-        child = await system.fork(machine, "parent", at_seq=5, new_id="child")
+        child = await system.stored(machine, "parent").fork(at_seq=5, new_id="child")
         records = {r.session_id: r for r in await store.sessions()}
-        handle = await system.resume(machine, child)
+        handle = await child.resume()
         result = await handle.result()
-        parent_history = await system.history(machine, "parent")
+        parent_history = await system.stored(machine, "parent").history()
         with pytest.raises(SessionError):
-            await system.fork(machine, "parent", new_id="child")
+            await system.stored(machine, "parent").fork(new_id="child")
     assert records["child"].parent == "parent"
     assert result.ok
     assert result.state.session_id == "child"
@@ -255,7 +255,7 @@ async def test_a_session_has_one_owner_at_a_time(make_store: Any) -> None:
             with pytest.raises(SessionLocked, match="'owned'"):
                 await second.resume(machine, "owned")
             with pytest.raises(SessionLocked):
-                await second.rollback(machine, "owned", 1)
+                await second.stored(machine, "owned").rollback(1)
         # The first system ended the session cleanly and let go of it.
         async with AgentSystem(store=store) as third:
             handle = await third.resume(notes_machine(Control()), "owned")

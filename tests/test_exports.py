@@ -24,6 +24,7 @@ PUBLIC_NAMESPACES = [
     "arkhon_rheo.rules",
     "arkhon_rheo.store",
     "arkhon_rheo.supervision",
+    "arkhon_rheo.system",
     "arkhon_rheo.tools",
     "arkhon_rheo.testing",
     "arkhon_rheo.testing.pytest_plugin",

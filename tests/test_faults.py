@@ -219,7 +219,7 @@ async def test_a_store_write_failure_refuses_the_commit(
         AgentSystem(**options, fault_plan=plan) as system,
     ):
         result = await system.run(job_machine(), Job(n=1), session_id="s")
-        stored = await system.history(job_machine(), "s")
+        stored = await system.stored(job_machine(), "s").history()
     assert result.exit_reason is ExitReason.FAILED
     assert result.failure is not None
     assert result.failure.error_type == "StoreError"

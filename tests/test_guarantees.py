@@ -126,7 +126,7 @@ async def test_a_stage_cannot_change_a_list_field_in_place() -> None:
     machine = one_stage_machine(immutable, sneak)
     async with MemoryStore() as store, AgentSystem(store=store) as agents:
         result = await agents.run(machine, immutable(f=(1,)), session_id="s")
-        report = await agents.replay(machine, "s")
+        report = await agents.stored(machine, "s").replay()
     assert result.state.f == (1,)
     assert report.ok
     assert report.state == result.state
@@ -306,8 +306,8 @@ def test_machine_refuses_every_mutable_type_and_immutable_ones_cannot_be_mutated
     async def main() -> None:
         async with MemoryStore() as store, AgentSystem(store=store) as agents:
             result = await agents.run(machine, initial, session_id="s")
-            report = await agents.replay(machine, "s")
-            events = await agents.history(machine, "s")
+            report = await agents.stored(machine, "s").replay()
+            events = await agents.stored(machine, "s").history()
         assert done == []
         moved = {"lifecycle": L.INITIALIZED, "session_id": ""}
         assert result.state.model_copy(update=moved) == initial
@@ -417,8 +417,8 @@ async def test_a_patch_with_a_history_of_wrong_items_is_invalid_and_never_stored
     machine: Machine[Counts] = one_stage_machine(Counts, fill)
     async with AgentSystem() as agents:  # SQLite, in the test's own directory
         result = await agents.run(machine, Counts(), session_id="s")
-        events = await agents.history(machine, "s")
-        report = await agents.replay(machine, "s")
+        events = await agents.stored(machine, "s").history()
+        report = await agents.stored(machine, "s").replay()
     refused, committed = events
     assert refused.kind is EventKind.FAILURE
     assert refused.error is not None

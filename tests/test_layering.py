@@ -24,12 +24,14 @@ ALLOWED: dict[str, set[str]] = {
     "tools": {"protocols"},
     "react": {"protocols", "models", "tools"},
     "models": {"protocols"},
-    "testing": {"protocols", "models", "supervision", "store", "_agents"},
+    "testing": {"protocols", "models", "supervision", "store", "system"},
     "graphs": {"protocols", "supervision"},
     "rules": {"protocols"},
-    # The command line sits on top: it drives AgentSystem (``_agents``) and reads the store.
+    # The agent system: sessions under supervision, kept in a store, subgraphs run.
+    "system": {"protocols", "actors", "supervision", "store", "graphs"},
+    # The command line sits on top: it drives AgentSystem (``system``) and reads the store.
     "cli": {
-        "_agents",
+        "system",
         "protocols",
         "supervision",
         "store",
@@ -40,9 +42,9 @@ ALLOWED: dict[str, set[str]] = {
         "inspector",
     },
     # The inspector sits on top: the agent system, the store and what they build on.
-    "inspector": {"protocols", "supervision", "_agents"},
+    "inspector": {"protocols", "supervision", "system"},
     # Metrics read the AgentSystem's statistics (its type only, for annotations).
-    "observe": {"protocols", "_agents"},
+    "observe": {"protocols", "system"},
 }
 
 

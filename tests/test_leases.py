@@ -296,10 +296,10 @@ async def test_two_calls_on_one_session_here_one_wins(
         target = "f" if "fork" in race else "s"
         calls: dict[str, Callable[[], Awaitable[Any]]] = {
             "resume": lambda: system.resume(machine, "s"),
-            "rollback": lambda: system.rollback(machine, "s", 1),
-            "decide": lambda: system.decide(machine, "s", "resume"),
+            "rollback": lambda: system.stored(machine, "s").rollback(1),
+            "decide": lambda: system.stored(machine, "s").approve(),
             "start": lambda: system.start(machine, Tally(), session_id=target),
-            "fork": lambda: system.fork(machine, "s", new_id=target),
+            "fork": lambda: system.stored(machine, "s").fork(new_id=target),
         }
         outcomes: list[object] = []
 
@@ -322,7 +322,9 @@ async def test_two_calls_on_one_session_here_one_wins(
         for handle in handles:
             await handle.result()
         if stored:
-            events = [e for sid in {"s", target} for e in await system.history(machine, sid)]
+            events = [
+                e for sid in {"s", target} for e in await system.stored(machine, sid).history()
+            ]
         else:
             events = [e for handle in handles for e in (await handle.history())]
         steps = Counter(e.stage for e in events if e.kind is EventKind.STEP)
@@ -360,11 +362,11 @@ async def test_a_cancelled_operation_gives_its_lease_up_once(
                 elif op == "resume":
                     await system.resume(machine, "s")
                 elif op == "decide":
-                    await system.decide(machine, "s", "resume")
+                    await system.stored(machine, "s").approve()
                 elif op == "rollback":
-                    await system.rollback(machine, "s", 1)
+                    await system.stored(machine, "s").rollback(1)
                 else:
-                    await system.fork(machine, "s", new_id="f")
+                    await system.stored(machine, "s").fork(new_id="f")
             store.disarm()
             completed = store.calls < at
 
@@ -381,7 +383,7 @@ async def test_a_cancelled_operation_gives_its_lease_up_once(
             # The session is free here: no claim outlived the call.
             for sid in ("s", "f"):
                 with pytest.raises((ConfigurationError, SessionNotFound)):
-                    await system.rollback(machine, sid, 10**6)
+                    await system.stored(machine, sid).rollback(10**6)
             assert store.acquired == store.released, (at, store.acquired, store.released)
         if completed:
             assert not scope.cancel_called

@@ -79,11 +79,11 @@ def build(
 Operation = Callable[[AgentSystem, Machine[Any]], Awaitable[object]]
 OPERATIONS: dict[str, Operation] = {
     "resume": lambda system, machine: system.resume(machine, "forked"),
-    "history": lambda system, machine: system.history(machine, "paused"),
-    "replay": lambda system, machine: system.replay(machine, "paused"),
-    "rollback": lambda system, machine: system.rollback(machine, "paused", 0),
-    "fork": lambda system, machine: system.fork(machine, "paused"),
-    "decide": lambda system, machine: system.decide(machine, "paused", "resume"),
+    "history": lambda system, machine: system.stored(machine, "paused").history(),
+    "replay": lambda system, machine: system.stored(machine, "paused").replay(),
+    "rollback": lambda system, machine: system.stored(machine, "paused").rollback(0),
+    "fork": lambda system, machine: system.stored(machine, "paused").fork(),
+    "decide": lambda system, machine: system.stored(machine, "paused").approve(),
 }
 
 
@@ -91,7 +91,7 @@ async def _stored_sessions(system: AgentSystem, machine: Machine[Any]) -> None:
     """A session paused at its gate, and a fork of it that resume would run."""
     result = await system.run(machine, machine.state_type(), session_id="paused")
     assert result.exit_reason is ExitReason.PAUSED
-    await system.fork(machine, "paused", at_seq=1, new_id="forked")
+    await system.stored(machine, "paused").fork(at_seq=1, new_id="forked")
 
 
 @pytest.mark.parametrize("operation", list(OPERATIONS))
@@ -105,8 +105,8 @@ async def test_unnamed_machines_of_other_state_types_are_told_apart(operation: s
             await OPERATIONS[operation](system, invoice)
         assert "Pass the machine it was started with" in str(info.value)
         # Nothing was written, and the right machine still reads it.
-        assert len(await system.history(order, "paused")) == 2
-        assert (await system.replay(order, "paused")).ok
+        assert len(await system.stored(order, "paused").history()) == 2
+        assert (await system.stored(order, "paused").replay()).ok
 
 
 @pytest.mark.parametrize("operation", list(OPERATIONS))
@@ -134,8 +134,8 @@ async def test_the_same_machine_built_again_reads_its_sessions(tmp_path: Path) -
         await _stored_sessions(system, build(Order, "item", "book"))
     async with AgentSystem(path=path) as system:  # another process builds it anew
         machine = build(Order, "item", "book")
-        assert (await system.replay(machine, "paused")).ok
-        handle = await system.decide(machine, "paused", "resume")
+        assert (await system.stored(machine, "paused").replay()).ok
+        handle = await system.stored(machine, "paused").approve()
         assert handle is not None
         assert (await handle.result()).ok
 
@@ -157,9 +157,9 @@ async def test_a_store_of_an_older_version_is_upgraded_and_its_sessions_accepted
         db.execute(f"PRAGMA user_version = {version}")
     db.close()
     async with AgentSystem(path=path) as system:
-        assert (await system.replay(machine, "paused")).ok
+        assert (await system.stored(machine, "paused").replay()).ok
         assert (await system.store.record("paused")).fingerprint is None  # type: ignore[union-attr]
-        handle = await system.decide(machine, "paused", "resume")
+        handle = await system.stored(machine, "paused").approve()
         assert handle is not None
         assert (await handle.result()).ok
         await system.run(machine, Order(), session_id="new")

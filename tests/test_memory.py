@@ -98,7 +98,7 @@ async def test_with_a_store_a_live_session_keeps_no_log_and_history_reads_the_st
         await hold.parked.wait()
         assert handle._session.log == []  # flat: 30 commits, none kept in memory
         assert seqs(await handle.history()) == list(range(1, 31))
-        assert await handle.history() == tuple(await system.history(machine, "s1"))
+        assert await handle.history() == tuple(await system.stored(machine, "s1").history())
         hold.release.set()
         result = await handle.result()
         assert result.ok
@@ -168,7 +168,7 @@ async def test_with_a_store_an_ended_session_is_released_and_stays_in_the_store(
         with pytest.raises(SessionNotFound):
             system.session("r1")
         system.forget("r1")  # released already: nothing to do
-        stored = await system.history(machine, "r1")
+        stored = await system.stored(machine, "r1").history()
         assert [record.status for record in await system.store.sessions()] == ["finished"]  # type: ignore[union-attr]
     assert result.ok
     assert seqs(stored) == [1, 2, 3, 4, 5]
@@ -209,7 +209,7 @@ async def test_a_paused_session_without_a_store_is_kept_until_decided() -> None:
     async with AgentSystem(path=None, keep_ended=0) as system:
         await system.run(gated, Count(), session_id="g1")
         assert system.sessions() == ["g1"]  # paused: nothing else records it
-        handle = await system.decide(gated, "g1", "resume")
+        handle = await system.stored(gated, "g1").approve()
         assert handle is not None
         result = await handle.result()
         assert result.ok

@@ -74,11 +74,11 @@ async def test_a_pause_survives_a_restart_and_resumes_with_a_validated_value(
     # A new process: the pause is still there.
     async with AgentSystem(path=path) as system:
         with pytest.raises(InvalidPatch, match="approved"):
-            await system.decide(machine, "o1", "resume", value={"not": "a bool"})
-        handle = await system.decide(machine, "o1", "resume", value=True)
+            await system.stored(machine, "o1").approve({"not": "a bool"})
+        handle = await system.stored(machine, "o1").approve(True)
         assert handle is not None
         done = await handle.result()
-        history = await system.history(machine, "o1")
+        history = await system.stored(machine, "o1").history()
     assert done.ok
     assert done.state.shipped is True
     kinds = [event.kind for event in history]
@@ -92,18 +92,16 @@ async def test_abort_and_edit_a_paused_session() -> None:
     async with AgentSystem() as system:
         await system.run(machine, Order(item="lamp"), session_id="o2")
         with pytest.raises(UndeclaredWrite):
-            await system.decide(machine, "o2", "edit", edit={"lifecycle": L.FINISHED})
+            await system.stored(machine, "o2").edit({"lifecycle": L.FINISHED})
         with pytest.raises(InvariantViolation):
-            await system.decide(machine, "o2", "edit", edit={"item": ""})
-        assert await system.decide(machine, "o2", "edit", edit={"item": "desk lamp"}) is None
+            await system.stored(machine, "o2").edit({"item": ""})
+        await system.stored(machine, "o2").edit({"item": "desk lamp"})
         with pytest.raises(ConfigurationError, match="takes no resume value"):
-            await system.decide(machine, "o2", "resume", value=1)
-        with pytest.raises(ConfigurationError, match="decision must be"):
-            await system.decide(machine, "o2", "maybe")
-        assert await system.decide(machine, "o2", "abort") is None
+            await system.stored(machine, "o2").approve(1)
+        await system.stored(machine, "o2").abort()
         with pytest.raises(SessionError, match="not paused"):
-            await system.decide(machine, "o2", "resume")
-        history = await system.history(machine, "o2")
+            await system.stored(machine, "o2").approve()
+        history = await system.stored(machine, "o2").history()
     state = replay(machine, Order(item="lamp", session_id="o2"), history)
     assert isinstance(state, Order)
     assert state.item == "desk lamp"
@@ -118,7 +116,7 @@ async def test_every_n_steps_and_predicate_gates() -> None:
     async with AgentSystem() as system:
         first = await system.run(every, Order(item="pen"), session_id="o3")
         second = await system.run(when, Order(item="pen"), session_id="o4")
-        handle = await system.decide(when, "o4", "resume")
+        handle = await system.stored(when, "o4").approve()
         assert handle is not None
         third = await handle.result()
     assert first.exit_reason is ExitReason.PAUSED
@@ -133,15 +131,13 @@ async def test_without_a_store_a_pause_is_decided_in_memory() -> None:
         paused = await system.run(machine, Order(item="book"), session_id="m1")
         assert paused.exit_reason is ExitReason.PAUSED
         with pytest.raises(InvalidPatch, match="approved"):
-            await system.decide(machine, "m1", "resume", value={"not": "a bool"})
+            await system.stored(machine, "m1").approve({"not": "a bool"})
         with pytest.raises(UndeclaredWrite):
-            await system.decide(machine, "m1", "edit", edit={"lifecycle": L.FINISHED})
+            await system.stored(machine, "m1").edit({"lifecycle": L.FINISHED})
         with pytest.raises(InvariantViolation):
-            await system.decide(machine, "m1", "edit", edit={"item": ""})
-        with pytest.raises(ConfigurationError, match="decision must be"):
-            await system.decide(machine, "m1", "maybe")
+            await system.stored(machine, "m1").edit({"item": ""})
         with pytest.raises(ConfigurationError, match="runs machine 'order', not 'other'"):
-            await system.decide(
+            await system.stored(
                 Machine(
                     name="other",
                     state_type=Order,
@@ -152,24 +148,23 @@ async def test_without_a_store_a_pause_is_decided_in_memory() -> None:
                     stages=machine.stages,
                 ),
                 "m1",
-                "resume",
-            )
+            ).approve()
         with pytest.raises(SessionNotFound):
-            await system.decide(machine, "nobody", "resume")
+            await system.stored(machine, "nobody").approve()
         assert system.session("m1").state == paused.state  # refused: nothing changed
-        assert await system.decide(machine, "m1", "edit", edit={"item": "atlas"}) is None
+        await system.stored(machine, "m1").edit({"item": "atlas"})
         assert (await system.session("m1").result()).exit_reason is ExitReason.PAUSED
-        handle = await system.decide(machine, "m1", "resume", value=True)
+        handle = await system.stored(machine, "m1").approve(True)
         assert handle is not None
         done = await handle.result()
         with pytest.raises(SessionError, match="not paused"):
-            await system.decide(machine, "m1", "resume")
+            await system.stored(machine, "m1").approve()
 
         await system.run(machine, Order(item="lamp"), session_id="m2")
-        assert await system.decide(machine, "m2", "abort") is None
+        await system.stored(machine, "m2").abort()
         aborted = await system.session("m2").result()
         with pytest.raises(SessionError, match="not paused"):
-            await system.decide(machine, "m2", "resume", value=True)
+            await system.stored(machine, "m2").approve(True)
     assert done.ok
     assert (done.state.item, done.state.approved, done.state.shipped) == ("atlas", True, True)
     history = await handle.history()
@@ -205,7 +200,7 @@ async def test_an_in_memory_pause_takes_one_resume_only() -> None:
 
     async def resume() -> None:
         try:
-            handle = await system.decide(machine, "m3", "resume")
+            handle = await system.stored(machine, "m3").approve()
         except SessionError:
             outcomes.append("refused")
         else:

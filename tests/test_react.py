@@ -239,8 +239,8 @@ async def test_a_human_stop_at_a_gate_ends_the_agent(tmp_path: Path) -> None:
     async with AgentSystem(path=tmp_path / "a.db") as system:
         result = await system.run(agent, ReactState(task="1+1"), session_id="s")
         assert result.exit_reason.value == "paused"
-        await system.decide(agent, "s", "edit", edit={"stop": True})
-        handle = await system.decide(agent, "s", "resume")
+        await system.stored(agent, "s").edit({"stop": True})
+        handle = await system.stored(agent, "s").approve()
         assert handle is not None
         result = await handle.result()
     assert result.state.exit is AgentExit.STOPPED
@@ -270,7 +270,7 @@ async def test_a_finished_agent_replays_without_the_model(tmp_path: Path) -> Non
         result = await system.run(agent, ReactState(task="sums"), session_id="s")
         assert result.ok
         asked = len(model.requests)
-        report = await system.replay(agent, "s", reexecute=True)
+        report = await system.stored(agent, "s").replay(reexecute=True)
     assert report.ok, report.divergence
     assert report.state == result.state
     assert len(model.requests) == asked  # the model was not asked again
@@ -302,8 +302,8 @@ async def test_a_resumed_agent_reruns_the_tool_call_it_was_stopped_in(tmp_path: 
     async with AgentSystem(path=db) as system:
         handle = await system.resume(agent, "s")
         result = await handle.result()
-        events = await system.history(agent, "s")
-        report = await system.replay(agent, "s")
+        events = await system.stored(agent, "s").history()
+        report = await system.stored(agent, "s").replay()
     assert result.state.answer == "40"
     assert runs == [4, 4]  # the step in flight ran again
     assert [e.kind.value for e in events].count("resume") == 1
@@ -363,7 +363,7 @@ async def test_the_prompt_cache_answers_a_repeated_prompt_and_stays_replay_safe(
     async with AgentSystem(path=tmp_path / "a.db") as system:
         first = await system.run(agent, ReactState(task="same"), session_id="a")
         second = await system.run(agent, ReactState(task="same"), session_id="b")
-        report = await system.replay(agent, "b", reexecute=True)
+        report = await system.stored(agent, "b").replay(reexecute=True)
     assert (first.state.answer, second.state.answer) == ("cached answer", "cached answer")
     assert len(model.requests) == 1
     assert (cache.hits, cache.misses) == (1, 1)
@@ -382,7 +382,7 @@ async def test_streamed_replies_reach_subscribers_and_replay(tmp_path: Path) -> 
                 assert isinstance(partial.data, ReplyDelta)
                 pieces.append(partial.data.text)
         result = await handle.result()
-        report = await system.replay(agent, "s", reexecute=True)
+        report = await system.stored(agent, "s").replay(reexecute=True)
     assert result.state.answer == "The answer is 42."
     assert "".join(pieces) in ("The answer is 42.", "answer is 42.", "is 42.", "")
     assert report.ok

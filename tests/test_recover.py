@@ -21,9 +21,9 @@ import anyio
 import pytest
 
 from arkhon_rheo import AgentSystem, SessionLocked
-from arkhon_rheo._owner import Owner, is_dead
 from arkhon_rheo.protocols import EventKind
 from arkhon_rheo.store import MemoryStore, SQLiteStore
+from arkhon_rheo.system._owner import Owner, is_dead
 
 from .recover_child import job_machine
 
@@ -94,8 +94,8 @@ async def test_a_killed_owners_sessions_are_resumed_at_once(
             result = await done.result()
             assert result.ok
             assert result.state.notes == ("load", "work")
-        history = await system.history(machine, "a")
-        report = await system.replay(machine, "a")
+        history = await system.stored(machine, "a").history()
+        report = await system.stored(machine, "a").replay()
     assert [event.kind for event in history] == [EventKind.STEP, EventKind.RESUME, EventKind.STEP]
     resume = history[1]
     assert resume.info is not None

@@ -64,7 +64,7 @@ async def run_and_replay(body: Any, **system: Any) -> tuple[Box, Any]:
     async with AgentSystem(**system) as agents:
         result = await agents.run(machine, Box(), session_id="b1")
         assert result.exit_reason is ExitReason.FINISHED, result.failure
-        report = await agents.replay(machine, "b1", reexecute=True)
+        report = await agents.stored(machine, "b1").replay(reexecute=True)
     assert isinstance(result.state, Box)
     return result.state, report
 
@@ -128,7 +128,7 @@ async def test_a_call_cut_short_by_the_stages_own_timeout_is_recorded_and_replay
     assert state.out == ("fallback",)
     assert report.ok, report.divergence
     async with AgentSystem() as agents:
-        (event,) = await agents.history(one_stage(body), "b1")
+        (event,) = await agents.stored(one_stage(body), "b1").history()
     assert event.info == {
         "io": [{"kind": "model", "request": {"prompt": "hello"}, "cancelled": True}]
     }
@@ -161,7 +161,7 @@ async def test_a_task_left_running_by_a_stage_does_not_record_into_its_event() -
             await handle.result()
             release.set()
             await anyio.wait_all_tasks_blocked()
-            stored = await agents.history(machine, "b1")
+            stored = await agents.stored(machine, "b1").history()
             (first, *_) = await handle.history()
         expected = {"io": [{"kind": "tool:telemetry", "request": {"step": 0}, "response": None}]}
         assert first.info == expected
@@ -244,11 +244,11 @@ async def test_a_running_session_replays_as_it_was_when_the_replay_began() -> No
         handle = await agents.start(machine, Count(), session_id="c1")
         reports = []
         while not handle.done:
-            reports.append(await agents.replay(machine, "c1"))
+            reports.append(await agents.stored(machine, "c1").replay())
             if len(reports) == 3:
                 gate.set()
             await anyio.lowlevel.checkpoint()
-        reports.append(await agents.replay(machine, "c1"))
+        reports.append(await agents.stored(machine, "c1").replay())
     assert all(report.ok for report in reports), [r.divergence for r in reports if not r.ok]
     assert reports[-1].events == 60
     assert reports[-1].state.n == 60
@@ -267,7 +267,7 @@ async def main():
             result = await agents.run(set_machine(), Box(), session_id="s1")
             print(result.exit_reason.value, sorted(result.state.tags) == sorted(WORDS))
         else:
-            report = await agents.replay(set_machine(), "s1", reexecute=True)
+            report = await agents.stored(set_machine(), "s1").replay(reexecute=True)
             print("ok" if report.ok else report.divergence, report.checked)
 
 WORDS = [f"word-{{i}}" for i in range(40)]
@@ -327,12 +327,12 @@ async def test_a_store_of_schema_version_1_is_upgraded_in_place() -> None:
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
         db.execute("PRAGMA user_version = 1")
     async with AgentSystem() as agents:
-        report = await agents.replay(machine, "old")
+        report = await agents.stored(machine, "old").replay()
         assert report.ok
         assert report.events == 1
         assert report.checked == 0  # stored without a digest: folded only
         await agents.run(machine, Box(), session_id="new")
-        assert (await agents.replay(machine, "new")).checked == 1
+        assert (await agents.stored(machine, "new").replay()).checked == 1
     with sqlite3.connect("arkhon-rheo.db") as db:
         assert db.execute("PRAGMA user_version").fetchone() == (3,)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())

@@ -157,7 +157,7 @@ def db(path: str = "arkhon-rheo.db") -> sqlite3.Connection:
 async def test_the_calls_of_each_step_are_recorded_in_its_event() -> None:
     await recorded_run()
     async with AgentSystem() as agents:
-        history = await agents.history(offline_machine(), "r1")
+        history = await agents.stored(offline_machine(), "r1").history()
     think, act = history[1], history[2]
     assert think.stage == "think"
     assert think.info == {
@@ -189,9 +189,9 @@ async def test_a_clean_log_replays_to_the_stored_state_without_a_model() -> None
     state = await recorded_run(snapshot_every=3)
     machine = offline_machine()
     async with AgentSystem(snapshot_every=3) as agents:
-        report = await agents.replay(machine, "r1")
-        again = await agents.replay(machine, "r1", reexecute=True)
-        history = await agents.history(machine, "r1")
+        report = await agents.stored(machine, "r1").replay()
+        again = await agents.stored(machine, "r1").replay(reexecute=True)
+        history = await agents.stored(machine, "r1").history()
     assert report.ok, report.divergence
     assert report.events == len(history) == 7
     assert report.state == state
@@ -206,14 +206,17 @@ async def test_rollbacks_decisions_and_forks_replay_too() -> None:
     async with AgentSystem(snapshot_every=2) as agents:
         first = await agents.run(machine, Research(), session_id="g1")
         assert first.exit_reason is ExitReason.PAUSED
-        await agents.decide(machine, "g1", "edit", edit={"note": "edited by a human"})
-        handle = await agents.decide(machine, "g1", "resume")
+        await agents.stored(machine, "g1").edit({"note": "edited by a human"})
+        handle = await agents.stored(machine, "g1").approve()
         assert handle is not None
         second = await handle.result()
         assert second.exit_reason is ExitReason.PAUSED  # the gate guards every act
-        await agents.rollback(machine, "g1", 2)
-        fork = await agents.fork(machine, "g1", at_seq=4)
-        reports = [await agents.replay(machine, sid, reexecute=True) for sid in ("g1", fork)]
+        await agents.stored(machine, "g1").rollback(2)
+        fork = await agents.stored(machine, "g1").fork(at_seq=4)
+        reports = [
+            await agents.stored(machine, sid).replay(reexecute=True)
+            for sid in ("g1", fork.session_id)
+        ]
     assert all(report.ok for report in reports), [r.divergence for r in reports]
     assert reports[0].state.note == "begun"  # rolled back past the edit
     assert reports[1].events == 0
@@ -228,7 +231,7 @@ async def test_a_changed_event_is_named_as_the_first_divergence() -> None:
         data["append"]["thoughts"] = ["a thought nobody had"]
         conn.execute("UPDATE events SET patch = ? WHERE seq = 5", (json.dumps(data),))
     async with AgentSystem() as agents:
-        report = await agents.replay(offline_machine(), "r1")
+        report = await agents.stored(offline_machine(), "r1").replay()
     assert report.divergence is not None
     assert report.divergence.seq == 5
     assert "differs from the state committed by this event" in report.divergence.reason
@@ -244,7 +247,7 @@ async def test_a_damaged_snapshot_is_reported_at_its_event() -> None:
         data["note"] = "tampered"
         conn.execute("UPDATE snapshots SET state = ? WHERE seq = ?", (json.dumps(data), seq))
     async with AgentSystem() as agents:
-        report = await agents.replay(offline_machine(), "r1")
+        report = await agents.stored(offline_machine(), "r1").replay()
     assert seq == 6
     assert report.divergence is not None
     assert report.divergence.seq == 7  # the session's last event: the state a resume would use
@@ -266,7 +269,7 @@ async def test_other_damage_is_reported_at_the_event(sql: str, seq: int, reason:
     with db() as conn:
         conn.execute(sql)
     async with AgentSystem() as agents:
-        report = await agents.replay(offline_machine(), "r1")
+        report = await agents.stored(offline_machine(), "r1").replay()
     assert report.divergence is not None
     assert report.divergence.seq == seq
     assert reason in report.divergence.reason
@@ -286,8 +289,8 @@ async def test_reexecution_names_the_first_step_whose_stage_changed(
 ) -> None:
     await recorded_run()
     async with AgentSystem() as agents:
-        folded = await agents.replay(offline_machine(**changes), "r1")
-        report = await agents.replay(offline_machine(**changes), "r1", reexecute=True)
+        folded = await agents.stored(offline_machine(**changes), "r1").replay()
+        report = await agents.stored(offline_machine(**changes), "r1").replay(reexecute=True)
     assert folded.ok  # the log itself is intact; only the code changed
     assert report.divergence is not None
     assert report.divergence.seq == seq
@@ -407,7 +410,7 @@ async def test_replay_refuses_what_it_cannot_do() -> None:
     await recorded_run()
     async with AgentSystem() as agents:
         with pytest.raises(SessionNotFound):
-            await agents.replay(offline_machine(), "nope")
+            await agents.stored(offline_machine(), "nope").replay()
         other = Machine(
             name="other",
             state_type=Research,
@@ -418,7 +421,7 @@ async def test_replay_refuses_what_it_cannot_do() -> None:
             stages={L.INITIALIZED: research_machine(Model(), Tools()).stages[L.INITIALIZED]},
         )
         with pytest.raises(ConfigurationError, match="runs machine 'research'"):
-            await agents.replay(other, "r1")
+            await agents.stored(other, "r1").replay()
     async with AgentSystem(path=None) as agents:
         with pytest.raises(ConfigurationError, match="without a store"):
-            await agents.replay(offline_machine(), "r1")
+            await agents.stored(offline_machine(), "r1").replay()

@@ -142,7 +142,7 @@ async def test_a_streaming_stage_replays_from_its_stored_event() -> None:
     async with AgentSystem() as agents:  # ./arkhon-rheo.db in the test's tmp_path
         result = await agents.run(machine, Box(), session_id="s1")
         assert result.exit_reason is ExitReason.FINISHED, result.failure
-        report = await agents.replay(machine, "s1", reexecute=True)
+        report = await agents.stored(machine, "s1").replay(reexecute=True)
     assert isinstance(result.state, Box)
     assert result.state.out == ("Hello",)
     assert report.ok, report.divergence

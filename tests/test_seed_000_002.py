@@ -150,7 +150,7 @@ async def test_more_than_three_retries_pause_for_a_human_who_approves() -> None:
     async with AgentSystem(path=None) as system:
         handle = await retry_four_times(system, machine)
         assert handle.state.metadata["retry_count"] == 4
-        resumed = await system.decide(machine, handle.session_id, "resume", value="approved")
+        resumed = await system.stored(machine, handle.session_id).approve("approved")
         assert resumed is not None
         result = await resumed.result()
     assert ex.exit_of(result.state) is ex.Exit.GOAL_ACHIEVED
@@ -165,8 +165,8 @@ async def test_a_human_can_set_the_terminated_flag_at_the_gate() -> None:
     machine = ex.build_machine(model)
     async with AgentSystem(path=None) as system:
         handle = await retry_four_times(system, machine)
-        await system.decide(machine, handle.session_id, "edit", edit={"terminated": True})
-        resumed = await system.decide(machine, handle.session_id, "resume", value="approved")
+        await system.stored(machine, handle.session_id).edit({"terminated": True})
+        resumed = await system.stored(machine, handle.session_id).approve("approved")
         assert resumed is not None
         result = await resumed.result()
     assert ex.exit_of(result.state) is ex.Exit.TERMINATED
@@ -180,7 +180,7 @@ async def test_a_human_can_abort_at_the_gate() -> None:
     machine = ex.build_machine(ScriptedModel([BAD] * 4))
     async with AgentSystem(path=None) as system:
         handle = await retry_four_times(system, machine)
-        assert await system.decide(machine, handle.session_id, "abort") is None
+        await system.stored(machine, handle.session_id).abort()
         assert handle.state.lifecycle is ex.Node.FAILED
 
 
@@ -236,8 +236,10 @@ async def test_a_durable_run_survives_a_stop_mid_way_and_replays_without_the_mod
         second = ex.build_machine(ScriptedModel(script[2:]))  # only the last answer is left
         handle = await system.resume(second, "d")
         result = await handle.result()
-        report = await system.replay(ex.build_machine(ScriptedModel([])), "d", reexecute=True)
-        history = await system.history(second, "d")
+        report = await system.stored(ex.build_machine(ScriptedModel([])), "d").replay(
+            reexecute=True
+        )
+        history = await system.stored(second, "d").history()
     assert ex.exit_of(result.state) is ex.Exit.GOAL_ACHIEVED
     path = ["Thought", *[e.to_state.value for e in history if e.stage != "(resume)"]]
     assert [e.kind.value for e in history].count("resume") == 1

@@ -77,7 +77,7 @@ async def run(state: Any, script: list[str], tools: Toolbox | None = None) -> Ru
     async with MemoryStore() as store, AgentSystem(store=store) as system:
         handle = await system.start(machine, state, session_id="s")
         result = await handle.result()
-        events = list(await system.history(machine, "s"))
+        events = list(await system.stored(machine, "s").history())
     assert result.ok, result.failure
     assert model.script == []  # every scripted decision was asked for
     return Run(result, events, model)
@@ -415,9 +415,9 @@ async def test_a_stopped_run_resumes_and_replays_without_the_model(tmp_path: Pat
     async with AgentSystem(path=db) as system:
         handle = await system.resume(machine, "s")
         result = await handle.result()
-        events = await system.history(machine, "s")
+        events = await system.stored(machine, "s").history()
         offline = seed.build_machine(ScriptedModel([]), tools)
-        report = await system.replay(offline, "s", reexecute=True)
+        report = await system.stored(offline, "s").replay(reexecute=True)
     assert result.ok
     assert result.state.final_exit_reason is Exit.COMPLETE
     assert runs == ["https://example.org/paris"] * 2  # the step in flight reran

@@ -250,10 +250,10 @@ async def run(
     machine = phase_agent.build_machine(model, policy=policy, **extra)
     async with AgentSystem(path=path) as system:
         result = await system.run(machine, phase_agent.PhaseState(task=task), session_id="s")
-        events = await system.history(machine, "s") if path is not None else []
+        events = await system.stored(machine, "s").history() if path is not None else []
         if path is not None:
             offline = phase_agent.build_machine(ScriptedModel([]), policy=policy, **extra)
-            report = await system.replay(offline, "s", reexecute=True)
+            report = await system.stored(offline, "s").replay(reexecute=True)
             assert report.ok, report.divergence
             assert report.state == result.state
     states = [P.INIT, *(e.to_state for e in events if e.kind is EventKind.STEP)]
@@ -394,7 +394,7 @@ async def test_each_policy_handles_stuck_in_search(
 async def _states(path: Path, policy: StuckPolicy) -> list[enum.Enum]:
     machine = phase_agent.build_machine(ScriptedModel([]), policy=policy)
     async with AgentSystem(path=path) as system:
-        events = await system.history(machine, "s")
+        events = await system.stored(machine, "s").history()
     return [P.INIT, *(e.to_state for e in events if e.kind is EventKind.STEP)]
 
 
@@ -562,9 +562,9 @@ async def test_a_run_stopped_midway_resumes_and_replays_without_the_model(
     async with AgentSystem(path=db) as system:
         handle = await system.resume(machine, "s")
         result = await handle.result()
-        events = await system.history(machine, "s")
+        events = await system.stored(machine, "s").history()
         offline = phase_agent.build_machine(ScriptedModel([]))
-        report = await system.replay(offline, "s", reexecute=True)
+        report = await system.stored(offline, "s").replay(reexecute=True)
     assert result.ok
     assert result.state.exit is phase_agent.PhaseExit.STUCK_SUMMARY
     assert [e.kind for e in events].count(EventKind.RESUME) == 1

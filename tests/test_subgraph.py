@@ -227,9 +227,9 @@ async def test_history_links_child_events_to_the_parent_step(tmp_path: Path) -> 
     parent, child = machines(Control())
     async with AgentSystem(path=tmp_path / "s.db") as system:
         await system.run(parent, Main(user="alice"), session_id="m1")
-        flat = await system.history(parent, "m1")
-        tree = await system.history(parent, "m1", children=True)
-        child_events = await system.history(child, CHILD)
+        flat = await system.stored(parent, "m1").history()
+        tree = await system.stored(parent, "m1").history(children=True)
+        child_events = await system.stored(child, CHILD).history()
     assert [(e.session_id, e.seq) for e in flat] == [("m1", 1), ("m1", 2)]
     assert [(e.session_id, e.seq, e.stage) for e in tree] == [
         ("m1", 1, "greet"),
@@ -256,9 +256,9 @@ async def test_a_resumed_parent_continues_its_child_in_flight(tmp_path: Path) ->
         result = await handle.result()
         runs = (control.checks, control.issues)
         ids = [record.session_id for record in await system.store.sessions()]
-        child_events = await system.history(child, CHILD)
-        report = await system.replay(parent, "m1")
-        reexecuted = await system.replay(parent, "m1", reexecute=True)
+        child_events = await system.stored(child, CHILD).history()
+        report = await system.stored(parent, "m1").replay()
+        reexecuted = await system.stored(parent, "m1").replay(reexecute=True)
         after_replay = (control.checks, control.issues)
     assert result.ok
     assert result.state.token == "token-for-alice"
@@ -348,7 +348,7 @@ async def test_subgraphs_nest(tmp_path: Path) -> None:
     )
     async with AgentSystem(path=tmp_path / "s.db") as system:
         result = await system.run(outer, Outer(user="bob"), session_id="o1")
-        tree = await system.history(outer, "o1", children=True)
+        tree = await system.stored(outer, "o1").history(children=True)
     assert result.ok
     assert result.state.token == "token-for-bob"
     assert [(e.session_id, e.stage) for e in tree] == [

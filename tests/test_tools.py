@@ -441,7 +441,7 @@ async def test_a_transient_tool_failure_is_retried_by_the_supervisor() -> None:
     async with AgentSystem(seed=5, backoff=backoff) as agents:
         result = await agents.run(machine, Desk(), session_id="desk-1")
         assert result.exit_reason is ExitReason.FINISHED, result.failure
-        report = await agents.replay(machine, "desk-1", reexecute=True)
+        report = await agents.stored(machine, "desk-1").replay(reexecute=True)
     assert result.state.answer == "value of k"
     assert result.retries == 2
     assert attempts == [1, 2, 3]

@@ -118,7 +118,7 @@ class Cell(Generic[M, R]):
         self.termination: Termination | None = None
         self.restarts = 0
         self.escalated: BaseException | None = None  # see ActorContext.escalate
-        self.ref: ActorRef[M, R] = ActorRef(self)
+        self.ref: ActorRef[M, R] = ActorRef._of(self)
 
     # -- called from other tasks -------------------------------------------------
 

@@ -61,8 +61,17 @@ class ActorRef(Generic[M, R]):
 
     __slots__ = ("__weakref__", "_cell")
 
-    def __init__(self, cell: Cell[M, R]) -> None:
-        self._cell = cell
+    _cell: Cell[M, R]
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("ActorRef has no public constructor: ActorSystem.spawn() returns one")
+
+    @classmethod
+    def _of(cls, cell: Cell[M, R]) -> ActorRef[M, R]:
+        """The reference to the actor in ``cell`` (the cell's only way to make it)."""
+        ref: ActorRef[M, R] = object.__new__(cls)
+        ref._cell = cell
+        return ref
 
     @property
     def name(self) -> str:

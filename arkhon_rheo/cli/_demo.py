@@ -34,10 +34,10 @@ import anyio
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .._agents import AgentSystem
 from ..protocols import Gate, ModelReply, ToolCall, ToolMessage, UserMessage
 from ..react import ReactState, react_agent
 from ..supervision import Backoff
+from ..system import AgentSystem
 from ..testing import FaultPlan, ScriptedModel
 from ..tools import Toolbox, tool
 from ._common import console, print_json
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
 
-    from .._agents import SessionResult
     from ..protocols import Machine, Message, ToolSpec
+    from ..system import SessionResult
     from ..testing import FaultCall, FaultRule, Step
 
 __all__ = ["demo", "demo_agent", "demo_plan"]

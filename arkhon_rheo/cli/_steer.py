@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from rich.table import Table
 
-from .._agents import AgentSystem
 from ..supervision import ExitReason
+from ..system import AgentSystem
 from ._common import (
     CommandError,
     Exit,
@@ -30,8 +30,8 @@ from ._common import (
 if TYPE_CHECKING:
     import argparse
 
-    from .._agents import SessionHandle, SessionResult
     from ..protocols import AgentState, Machine, TransitionEvent
+    from ..system import SessionHandle, SessionResult
 
 __all__ = ["decide", "fork", "replay", "resume", "rollback", "run"]
 
@@ -163,10 +163,14 @@ def decide(args: argparse.Namespace) -> Exit:
 
     async def go() -> SessionResult[Any] | None:
         async with _system(existing_store(args.store)) as system:
-            handle = await system.decide(
-                machine, args.session, args.decision, value=value, edit=edit or None
-            )
-            return await _wait(handle)
+            stored = system.stored(machine, args.session)
+            if args.decision == "resume":
+                return await _wait(await stored.approve(value))
+            if args.decision == "abort":
+                await stored.abort()
+            else:
+                await stored.edit(edit)
+            return None
 
     result = args.run(go)
     if result is not None:
@@ -202,7 +206,7 @@ def rollback(args: argparse.Namespace) -> Exit:
 
     async def go() -> TransitionEvent:
         async with _system(existing_store(args.store)) as system:
-            return await system.rollback(machine, args.session, args.seq)
+            return await system.stored(machine, args.session).rollback(args.seq)
 
     event = args.run(go)
     if args.json:
@@ -222,7 +226,8 @@ def fork(args: argparse.Namespace) -> Exit:
 
     async def go() -> str:
         async with _system(existing_store(args.store)) as system:
-            return await system.fork(machine, args.session, at_seq=args.at, new_id=args.new_id)
+            stored = system.stored(machine, args.session)
+            return (await stored.fork(at_seq=args.at, new_id=args.new_id)).session_id
 
     new_id = args.run(go)
     if args.json:
@@ -242,7 +247,7 @@ def replay(args: argparse.Namespace) -> Exit:
 
     async def go() -> Any:
         async with _system(existing_store(args.store)) as system:
-            return await system.replay(machine, args.session, reexecute=args.reexecute)
+            return await system.stored(machine, args.session).replay(reexecute=args.reexecute)
 
     report = args.run(go)
     divergence = report.divergence

@@ -21,9 +21,9 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .._agents import AgentSystem
 from .._errors import ArkhonError, SessionNotFound
 from ..supervision._fingerprint import differences, fingerprint
+from ..system import AgentSystem
 from ._data import LIVE, load_timeline, summarize
 from ._graph import graph_of
 
@@ -231,7 +231,13 @@ class _Inspector:
             value, edit = self._decision_input(fields, decision, session_id)
             edit = await self._changed(session_id, machine, edit)
             assert self.system is not None
-            await self.system.decide(machine, session_id, decision, value=value, edit=edit)
+            stored = self.system.stored(machine, session_id)
+            if decision == "resume":
+                await stored.approve(value)
+            elif decision == "abort":
+                await stored.abort()
+            else:
+                await stored.edit(edit or {})
         except (ArkhonError, _BadInput) as exc:
             message = f"{type(exc).__name__}: {exc}" if isinstance(exc, ArkhonError) else str(exc)
             return await self._session_page(
@@ -289,7 +295,7 @@ class _Inspector:
             )
         assert self.system is not None
         try:
-            report = await self.system.replay(machine, session_id, reexecute=reexecute)
+            report = await self.system.stored(machine, session_id).replay(reexecute=reexecute)
         except ArkhonError as exc:
             return await self._session_page(
                 request, session_id, status=422, error=f"{type(exc).__name__}: {exc}"

@@ -50,8 +50,8 @@ from ..protocols import ErrorClass, EventKind
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._agents import AgentSystem
     from ..protocols import TransitionEvent
+    from ..system import AgentSystem
 
 __all__ = ["METRICS", "Histogram", "MetricFamily", "Metrics", "Sample"]
 

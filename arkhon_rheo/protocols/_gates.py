@@ -19,7 +19,7 @@ class Gate:
 
     Build one with `Gate.before`, `Gate.every` or `Gate.when`. A paused session
     waits in its store (without one, in its system's memory) for
-    `AgentSystem.decide`: resume (optionally with a value written to ``field``,
+    `StoredSession.approve` (optionally with a value written to ``field``,
     validated like any patch), abort, or a human edit.
 
     Attributes:

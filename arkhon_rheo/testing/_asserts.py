@@ -12,8 +12,8 @@ from ..supervision import ExitReason
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from .._agents import AgentSystem, SessionResult
     from ..protocols import Machine
+    from ..system import AgentSystem, SessionResult
     from ._chaos import ChaosReport
 
 __all__ = [
@@ -60,10 +60,10 @@ async def assert_nothing_lost(
     lost: list[str] = []
     for result in results:
         sid = result.session_id
-        seqs = [event.seq for event in await system.history(machine, sid)]
+        seqs = [event.seq for event in await system.stored(machine, sid).history()]
         if seqs != list(range(1, len(seqs) + 1)):
             lost.append(f"{sid}: stored events {seqs} have gaps or repeats")
-        folded = (await system.replay(machine, sid)).state
+        folded = (await system.stored(machine, sid).replay()).state
         if folded != result.state:
             lost.append(f"{sid}: the stored events fold to {folded!r}, not {result.state!r}")
     assert not lost, "committed events missing or changed in the store: " + ", ".join(lost)
@@ -79,7 +79,7 @@ async def assert_replay_verifies(
     """Each session's stored log replays to the states it recorded."""
     diverged = []
     for session_id in session_ids:
-        report = await system.replay(machine, session_id, reexecute=reexecute)
+        report = await system.stored(machine, session_id).replay(reexecute=reexecute)
         if not report.ok:
             diverged.append(f"{session_id}: {report.divergence}")
     assert not diverged, "replay diverged: " + "; ".join(diverged)

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from .._agents import AgentSystem
 from .._errors import ConfigurationError
 from ..protocols import AgentState, Machine
 from ..supervision import ExitReason
+from ..system import AgentSystem
 from ._faults import FaultKind, FaultPlan
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from .._agents import SessionHandle, SessionResult
     from ..protocols import TransitionEvent
+    from ..system import SessionHandle, SessionResult
 
 __all__ = ["ChaosReport", "chaos_run", "fault_class"]
 
@@ -250,7 +250,7 @@ async def _run(
         history = await handle.history()
         violations.extend(_violations(machine, history, result, check))
         if verify_replay and handle.session_id not in hung:
-            report = await system.replay(machine, handle.session_id)
+            report = await system.stored(machine, handle.session_id).replay()
             if not report.ok:
                 violations.append(f"{handle.session_id}: replay diverged: {report.divergence}")
 

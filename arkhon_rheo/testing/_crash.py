@@ -11,7 +11,7 @@ every acknowledged commit is stored, and ``PRAGMA integrity_check`` says
 ``ok``. A fresh child resumes the orphaned sessions (and starts a new one, so
 there is always work to kill), and so on. After the last kill a child runs
 undisturbed until every session has ended, and each session's log is replayed
-(`AgentSystem.replay`) against what was committed.
+(`StoredSession.replay`) against what was committed.
 
 POSIX only (it relies on SIGKILL). It is synchronous: call it from a plain
 (non-async) test; it runs its own event loops.
@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._agents import AgentSystem
 from .._errors import ArkhonError, ConfigurationError
 from ..protocols import Durability
 from ..protocols._spec import load_machine, load_state_factory
 from ..store import SQLiteStore
+from ..system import AgentSystem
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -319,7 +319,7 @@ async def _replay_all(
         replays: dict[str, ReplayReport[Any]] = {}
         unfinished: list[str] = []
         for record in await store.sessions():
-            report = await system.replay(machine, record.session_id)
+            report = await system.stored(machine, record.session_id).replay()
             replays[record.session_id] = report
             if not machine.is_terminal(report.state.lifecycle):
                 unfinished.append(record.session_id)

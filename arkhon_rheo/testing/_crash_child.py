@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._agents import AgentSystem
 from ..protocols import Durability
 from ..protocols._spec import load_machine, load_state_factory
 from ..store import SQLiteStore
+from ..system import AgentSystem
 
 if TYPE_CHECKING:
-    from .._agents import SessionHandle
     from ..protocols import TransitionEvent
+    from ..system import SessionHandle
 
 __all__ = ["planned"]
 

@@ -33,8 +33,8 @@ if typing.TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
     from pathlib import Path
 
-    from .._agents import AgentSystem
     from ..store import SQLiteStore
+    from ..system import AgentSystem
     from . import FaultPlan, ScriptedModel, Step
 
 
@@ -93,7 +93,7 @@ async def _arkhon_system(
     arkhon_store: SQLiteStore, fault_plan: FaultPlan
 ) -> AsyncIterator[AgentSystem]:
     """A running `AgentSystem` on ``arkhon_store`` with ``fault_plan`` installed, seeded."""
-    from .._agents import AgentSystem
+    from ..system import AgentSystem
 
     async with AgentSystem(store=arkhon_store, fault_plan=fault_plan, seed=0) as system:
         yield system

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._errors import SessionNotFound
-from .graphs import ChildOutcome, SubgraphStage
-from .protocols import EventKind
-from .supervision import ExitReason
+from .._errors import SessionNotFound
+from ..graphs import ChildOutcome, SubgraphStage
+from ..protocols import EventKind
+from ..supervision import ExitReason
+from ..supervision._journal import Journal
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ._agents import AgentSystem, SessionHandle
-    from .protocols import AgentState, Machine, TransitionEvent
+    from ..protocols import AgentState, Machine, TransitionEvent
+    from ._handle import SessionHandle
+    from ._system import AgentSystem
 
 __all__ = ["ChildHost", "linked_history"]
 
@@ -70,7 +72,7 @@ class ChildHost:
         system = self._system
         if system.store is not None:
             try:
-                stored, record = await system._state_at(machine, session_id, None)
+                stored, record = await Journal(system.store, machine, session_id).state()
             except SessionNotFound:
                 pass
             else:
@@ -103,7 +105,7 @@ async def linked_history(
     seq (the step that committed its result, or the failure it caused); a child
     still in flight comes last. Grandchildren are spliced the same way.
     """
-    events = await system.history(machine, session_id)
+    events = await system.stored(machine, session_id).history()
     subgraphs = _subgraphs(machine)
     if not subgraphs:
         return events

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._errors import SessionError, SessionLocked
+from .._errors import SessionError, SessionLocked
 from ._owner import is_dead
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from .protocols import Store
+    from ..protocols import Store
 
 __all__ = ["Claim", "Claims"]
 

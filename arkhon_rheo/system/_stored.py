@@ -1,0 +1,435 @@
+"""`StoredSession`: a session as its store keeps it, and what a caller may do with it.
+
+Read it (`record`, `state`, `history`), check it (`replay`), branch it (`fork`,
+`rollback`), run it again (`resume`) and answer the gate it is paused at
+(`approve`, `abort`, `edit`). Each write happens under the session's lease and
+the agent system's claim on it, so nothing else drives or changes it meanwhile.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from .._errors import ConfigurationError, SessionError, StoreCorrupt
+from ..protocols import (
+    SUPERVISOR_FIELDS,
+    AgentState,
+    ErrorClass,
+    EventKind,
+    FailureRecord,
+    Machine,
+    Patch,
+)
+from ..supervision import ExitReason
+from ..supervision._compiled import compiled
+from ..supervision._journal import Journal, out_of_band_event
+from ..supervision._replay import ReplayReport, verify
+from ._children import linked_history
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ..protocols import SessionRecord, TransitionEvent
+    from ._handle import SessionHandle
+    from ._system import AgentSystem
+
+__all__ = ["StoredSession", "new_stored"]
+
+S = TypeVar("S", bound=AgentState)
+
+
+class StoredSession(Generic[S]):
+    """A session of ``machine`` kept by an `AgentSystem`'s store (`AgentSystem.stored`).
+
+    Making one reads nothing: each method reads the store then, and checks the
+    session was stored by this machine (`ConfigurationError` otherwise).
+    Without a store only the gate operations work, on a session paused in the
+    system's memory.
+
+    Attributes:
+        machine: The session's machine.
+        session_id: The session.
+    """
+
+    __slots__ = ("_system", "machine", "session_id")
+
+    _system: AgentSystem
+    machine: Machine[S]
+    session_id: str
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            "StoredSession has no public constructor: use AgentSystem.stored(machine, id)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<StoredSession {self.session_id!r} of {self.machine.name!r}>"
+
+    def _journal(self, purpose: str) -> Journal:
+        return Journal(self._system._require_store(purpose), self.machine, self.session_id)
+
+    async def record(self) -> SessionRecord:
+        """The session's record: its status, last event number, parent, owner...
+
+        Raises:
+            ConfigurationError: Without a store, or if the machine is not the session's.
+            SessionNotFound: If the store has no such session.
+        """
+        return await self._journal("read a session").record()
+
+    async def state(self, at_seq: int | None = None) -> S:
+        """The state after event ``at_seq`` (the last by default), as stored.
+
+        Raises:
+            ConfigurationError: Without a store, if the machine is not the
+                session's, or if ``at_seq`` is out of range.
+            SessionNotFound: If the store has no such session.
+        """
+        state, _ = await self._journal("read a session").state(at_seq)
+        return cast("S", state)
+
+    async def history(self, *, children: bool = False) -> list[TransitionEvent]:
+        """Every event of the session, from the store, in order, with patches and timings.
+
+        With ``children``, the events of the child sessions its subgraph stages
+        ran (see `subgraph`) come too, each child's right before the parent's
+        event for that step (a child still running last); a child's events
+        carry ``info["parent"]``: the parent session, stage and event number.
+
+        Raises:
+            ConfigurationError: Without a store, or if the machine is not the session's.
+            SessionNotFound: If the store has no such session.
+        """
+        if children:
+            return await linked_history(self._system, self.machine, self.session_id)
+        journal = self._journal("read a session's history")
+        await journal.record()
+        return await journal.history()
+
+    async def replay(self, *, reexecute: bool = False) -> ReplayReport[S]:
+        """Fold the session's whole log from its start and check it against what was committed.
+
+        Each event's replayed state is compared with the digest the event was
+        stored with, and the end result with the stored state a resume would
+        run from; the first event that does not fit is reported with the
+        reason. A session running meanwhile is checked as it was when the replay
+        began. With ``reexecute``, every step's stage also runs again, on a fresh
+        instance and the replayed state, its model and tool calls answered from
+        the calls the event recorded (see `record_call`): it must make the same
+        calls, propose the same patch and choose the same next state. Nothing is
+        written; stage code runs, but the model and the tools are not called in
+        so far as the stages call them through `record_call`.
+
+        Returns:
+            The report: ``report.ok``, or ``report.divergence`` (the event number
+            and what differed), and the replayed state.
+
+        Raises:
+            ConfigurationError: Without a store, or if the machine is not the session's.
+            SessionNotFound: If the store has no such session.
+            StoreCorrupt: If the session's first snapshot does not decode.
+        """
+        journal = self._journal("replay a session")
+        parts = compiled(self.machine)
+        codec, store = parts.codec, journal.store
+        loaded = await journal.load()
+        last = loaded.record.last_seq
+        # A running session may commit between these reads: it is checked as it
+        # was when the replay began (its record, snapshot and events up to last).
+        stored_events = [e for e in await store.history(self.session_id) if e.seq <= last]
+        _, first = await store.snapshot_at(self.session_id, 0)
+        events: list[tuple[TransitionEvent | str, int | None]] = []
+        for stored in stored_events:
+            try:
+                events.append((codec.decode_event(stored), stored.digest))
+            except StoreCorrupt as exc:
+                events.append((f"the stored event does not decode: {exc}", None))
+        current: AgentState | str
+        try:
+            current = journal.current(loaded)
+        except StoreCorrupt as exc:
+            current = f"the stored state does not decode: {exc}"
+        report = await verify(
+            self.machine,
+            codec,
+            parts.hasher,
+            parts.validator,
+            session_id=self.session_id,
+            initial=codec.decode_state(first),
+            events=events,
+            stored=(last, current),
+            reexecute=reexecute,
+        )
+        return cast("ReplayReport[S]", report)
+
+    async def fork(
+        self, *, at_seq: int | None = None, new_id: str | None = None
+    ) -> StoredSession[S]:
+        """Start a new stored session from this one's state after event ``at_seq`` (the last).
+
+        The fork's first snapshot is that state, its parent is this session;
+        this one is untouched. Resume the fork to run it.
+
+        Returns:
+            The fork.
+
+        Raises:
+            ConfigurationError: Without a store, or if ``at_seq`` is out of range.
+            SessionNotFound: If the store has no such session.
+            SessionError: If ``new_id`` is taken (or another call here is starting it).
+        """
+        source = self._journal("fork a session")
+        new_id = new_id or uuid.uuid4().hex[:12]
+        system = self._system
+        async with system._claim(new_id):
+            state, _ = await source.state(at_seq)
+            state = state.model_copy(update={"session_id": new_id})
+            fork = Journal(source.store, self.machine, new_id)
+            await fork.create(state, parent=self.session_id, status="forked")
+        return new_stored(system, self.machine, new_id)
+
+    async def rollback(self, to_seq: int) -> TransitionEvent:
+        """Return the stopped session's state to what it was after event ``to_seq``.
+
+        The audit log stays append-only: the rollback is a new event whose patch
+        sets every field to its value at ``to_seq`` and whose ``info`` records
+        ``rolled_back_from`` and ``rolled_back_to``. Resume the session to go on.
+
+        Returns:
+            The rollback event.
+
+        Raises:
+            ConfigurationError: Without a store, or if ``to_seq`` is out of range.
+            SessionNotFound: If the store has no such session.
+            SessionError: If the session is running here, or another call here is
+                starting or changing it.
+            SessionLocked: If another system drives it.
+        """
+        journal = self._journal("roll a session back")
+        async with self._system._claim(self.session_id) as claim:
+            await claim.lease()  # nobody drives it
+            current, record = await journal.state(None)
+            target, _ = await journal.state(to_seq)
+            fields = {
+                name: getattr(target, name)
+                for name in self.machine.state_type.model_fields
+                if name != "session_id"
+            }
+            return await journal.append(
+                record,
+                EventKind.ROLLBACK,
+                current,
+                target,
+                fields,
+                info={"rolled_back_from": record.last_seq, "rolled_back_to": to_seq},
+                status="rolled_back",
+            )
+
+    async def resume(self, *, max_steps: int | None = None) -> SessionHandle[S]:
+        """Continue the session from its last commit (see `AgentSystem.resume`)."""
+        return await self._system.resume(self.machine, self.session_id, max_steps=max_steps)
+
+    async def approve(self, value: Any = None) -> SessionHandle[S]:
+        """Let the session paused at a gate go on, writing ``value`` to the gate's field.
+
+        The value is validated like any patch (the gate's ``field`` is its only
+        write) and the invariants checked before anything is written. With a
+        store the decision is stored and works across processes; without one it
+        applies to the paused session this system holds in memory.
+
+        Args:
+            value: The value for a gate with a ``field``; a gate without one takes none.
+
+        Returns:
+            The running session's handle.
+
+        Raises:
+            SessionNotFound: If there is no such session.
+            SessionError: If it is not paused (or runs here, or another call here
+                is starting or changing it).
+            ConfigurationError: If the gate takes no value but one was given, or
+                the machine is not the session's.
+            InvalidPatch: If the value fails validation (the session stays paused).
+            InvariantViolation: If the resulting state breaks an invariant.
+        """
+        handle = await self._decide("resume", value=value)
+        assert handle is not None
+        return handle
+
+    async def abort(self) -> None:
+        """End the session paused at a gate: it moves to the machine's failed state.
+
+        Raises:
+            SessionNotFound: If there is no such session.
+            SessionError: If it is not paused (or runs here, or another call here
+                is starting or changing it).
+        """
+        await self._decide("abort")
+
+    async def edit(self, fields: Mapping[str, Any]) -> None:
+        """Change fields of the session paused at a gate; it stays paused.
+
+        Args:
+            fields: New values by field name; validated like a patch that may
+                write any field but the supervisor's.
+
+        Raises:
+            SessionNotFound: If there is no such session.
+            SessionError: If it is not paused (or runs here, or another call here
+                is starting or changing it).
+            InvalidPatch: If a value fails validation (nothing is written).
+            UndeclaredWrite: If a field is one only the supervisor writes.
+            InvariantViolation: If the edited state breaks an invariant.
+        """
+        await self._decide("edit", edit=fields)
+
+    async def _decide(
+        self, decision: str, *, value: Any = None, edit: Mapping[str, Any] | None = None
+    ) -> SessionHandle[S] | None:
+        system = self._system
+        system._check_running()
+        store = system.store
+        if store is None:
+            async with system._claim(self.session_id):
+                return await self._decide_in_memory(decision, value, edit)
+        journal = Journal(store, self.machine, self.session_id)
+        async with system._claim(self.session_id) as claim:
+            await journal.exists()  # SessionNotFound before any lease
+            await claim.lease()
+            loaded = await journal.load()
+            record = loaded.record
+            if record.status != "paused":
+                raise _not_paused(self.session_id, record.status)
+            state = journal.current(loaded)
+            pause = await journal.last_event(loaded)
+            gate = ((pause.info if pause else None) or {}).get("gate")
+            updates, kind, error = _decision(self.machine, state, gate, decision, value, edit)
+            decided = state.model_copy(update=updates)
+            status = {"resume": "running", "abort": "aborted"}.get(decision, "paused")
+            event = await journal.append(
+                record,
+                kind,
+                state,
+                decided,
+                updates,
+                info={"decision": decision, "gate": gate},
+                status=status,
+                error=error,
+            )
+            if decision != "resume":
+                return None
+            return await system._launch(
+                self.machine,
+                cast("S", decided),
+                system._config,
+                self.session_id,
+                base_seq=event.seq,
+                gates_passed=True,
+                claim=claim,
+            )
+
+    async def _decide_in_memory(
+        self, decision: str, value: Any, edit: Mapping[str, Any] | None
+    ) -> SessionHandle[S] | None:
+        """A decision on a session paused here without a store."""
+        system, session_id = self._system, self.session_id
+        session = system.session(session_id)._session
+        if session.machine.name != self.machine.name:
+            raise ConfigurationError(
+                f"session {session_id!r} runs machine {session.machine.name!r}, "
+                f"not {self.machine.name!r}"
+            )
+        reason = session.exit_reason
+        if reason is not ExitReason.PAUSED:
+            raise _not_paused(session_id, "running" if reason is None else reason.value)
+        state = session.state
+        gate = (session.log[-1].info or {}).get("gate")
+        updates, kind, error = _decision(self.machine, state, gate, decision, value, edit)
+        decided = state.model_copy(update=updates)
+        event = out_of_band_event(
+            session_id,
+            session.next_seq(),
+            kind,
+            state,
+            decided,
+            updates,
+            {"decision": decision, "gate": gate},
+            error,
+        )
+        session.log.append(event)
+        session.seq = event.seq
+        session.state = decided
+        if decision == "abort":
+            session.failure = error
+            session.exit_reason = ExitReason.FAILED
+        if decision != "resume":
+            return None
+        return await system._launch(
+            self.machine,
+            cast("S", decided),
+            system._config,
+            session_id,
+            base_seq=session.base_seq,
+            gates_passed=True,
+            history=session.log,
+        )
+
+
+def new_stored(system: AgentSystem, machine: Machine[S], session_id: str) -> StoredSession[S]:
+    """``session_id`` of ``machine`` as ``system`` stores it (the system's only way to make one)."""
+    if not isinstance(machine, Machine):
+        raise ConfigurationError(
+            f"stored() takes the machine first, then the session id: got {machine!r}"
+        )
+    if not isinstance(session_id, str) or not session_id:
+        raise ConfigurationError(f"a session id is a non-empty string, got {session_id!r}")
+    stored: StoredSession[S] = object.__new__(StoredSession)
+    stored._system = system
+    stored.machine = machine
+    stored.session_id = session_id
+    return stored
+
+
+def _decision(
+    machine: Machine[Any],
+    state: AgentState,
+    gate_name: str | None,
+    decision: str,
+    value: Any,
+    edit: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], EventKind, FailureRecord | None]:
+    """Check a human decision on ``state``; return its updates, event kind and error."""
+    if decision == "abort":
+        failure = FailureRecord(
+            error_type="Aborted",
+            message=f"aborted by a human at gate {gate_name!r}",
+            error_class=ErrorClass.FATAL,
+            lifecycle=state.lifecycle.name,
+            exit_reason="aborted",
+        )
+        return {"last_error": failure, "lifecycle": machine.failed}, EventKind.FAILURE, failure
+    if decision == "resume":
+        gate = next((g for g in machine.gates if g.name == gate_name), None)
+        if gate is None or gate.field is None:
+            if value is not None:
+                raise ConfigurationError(f"gate {gate_name!r} takes no resume value")
+            fields: dict[str, Any] = {}
+        else:
+            fields = {gate.field: value}
+        writes = frozenset(fields)
+    else:
+        fields = dict(edit or {})
+        writes = frozenset(machine.state_type.model_fields) - SUPERVISOR_FIELDS
+    validator = compiled(machine).validator
+    updates, _ = validator.validate(state, Patch.of(fields), stage="(human)", writes=writes)
+    validator.check_invariants(state.model_copy(update=updates), state.lifecycle, stage="(human)")
+    return updates, EventKind.DECISION, None
+
+
+def _not_paused(session_id: str, status: str) -> SessionError:
+    return SessionError(
+        f"session {session_id!r} is not paused (it is {status}); "
+        "only a session waiting at a gate takes a decision",
+        session_id=session_id,
+    )

@@ -1,0 +1,714 @@
+"""`AgentSystem`: the main entry point, supervising every session one_for_one.
+
+It keeps the system's lifecycle, its leases and the launching of sessions; the
+operations on stored sessions are `StoredSession`'s, a session's store record
+is its `Journal`'s. It sits above both `supervision` and `store`, since by
+default it keeps its sessions in a SQLite file.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import uuid
+import weakref
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import anyio
+
+from .._errors import (
+    ConfigurationError,
+    SessionError,
+    SessionLocked,
+    SessionNotFound,
+    StoreError,
+    SystemNotRunning,
+)
+from ..actors import ActorSystem
+from ..graphs._host import session_scope
+from ..protocols import AgentState, Durability, EventKind, Machine
+from ..protocols._faults import installed
+from ..store import SQLiteStore
+from ..supervision._compiled import compiled
+from ..supervision._journal import Journal
+from ..supervision._session import (
+    EventListener,
+    ExitReason,
+    Session,
+    SessionConfig,
+    SessionSupervisor,
+    StageMode,
+)
+from ._children import ChildHost
+from ._claims import Claims
+from ._handle import SessionHandle, SessionResult, new_handle
+from ._owner import Owner, is_dead
+from ._stored import StoredSession, new_stored
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+    from contextlib import AbstractAsyncContextManager
+    from types import TracebackType
+
+    from anyio.abc import TaskGroup
+
+    from ..protocols import SessionRecord, Store, TransitionEvent
+    from ..protocols._faults import FaultInjector
+    from ..supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
+    from ._claims import Claim
+
+__all__ = ["AgentStatistics", "AgentSystem"]
+
+S = TypeVar("S", bound=AgentState)
+
+#: The SQLite file an `AgentSystem` keeps its sessions in by default.
+DEFAULT_PATH = "arkhon-rheo.db"
+
+#: Ended sessions an `AgentSystem` without a store keeps in memory by default.
+DEFAULT_KEEP_ENDED = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatistics:
+    """A snapshot of an agent system's counters.
+
+    Attributes:
+        sessions: Sessions this system holds: started or resumed here and not
+            yet forgotten (`AgentSystem.forget`), ended ones included.
+        running: Sessions not ended yet.
+        actors: Actors alive (supervisors and stage actors).
+        dead_letters: Messages that reached no actor.
+        statuses: Those sessions by status: ``"running"`` or their `ExitReason`
+            value (``"finished"``, ``"failed"``, ``"paused"``...), only those present.
+        queued: Messages waiting now in the mailboxes of their supervisors.
+    """
+
+    sessions: int
+    running: int
+    actors: int
+    dead_letters: int
+    statuses: Mapping[str, int] = field(default_factory=dict)
+    queued: int = 0
+
+
+class AgentSystem:
+    """Runs agent sessions, each under its own supervisor actor, inside your event loop.
+
+    Use it as an async context manager on asyncio or trio. Sessions are
+    supervised one_for_one: one session's crash or fatal error never touches
+    another. Leaving the block cancels sessions still running.
+
+    Only ``Exception`` is classified. A stage's ``BaseException`` other than
+    cancellation (``KeyboardInterrupt``, ``SystemExit``, a subclass of your own)
+    ends its session as `ExitReason.CRASHED` (stored as ``"crashed"``, so
+    `resume` continues from the last commit), in either stage mode, then
+    cancels the block and every other session, and leaves the block in a
+    ``BaseExceptionGroup`` (catch it with ``except*``).
+
+    Args:
+        max_steps: The default step budget of a session.
+        classifier: Maps failures to transient, recoverable or fatal.
+        backoff: Retries of transient failures.
+        restart_strategy: Which stage actors restart on a recoverable failure.
+        restart_intensity: Restarts allowed within a window before escalating.
+        mailbox_capacity: The mailbox bound of session actors.
+        stage_mode: Where stages run: `StageMode.INLINE` (in the supervisor's task,
+            the default) or `StageMode.TASK` (each in its own actor).
+        seed: Seeds each session's RNG (backoff jitter), for exact tests.
+        listeners: Called with every committed event of every session.
+        shutdown_timeout: Seconds the actors may take to stop on exit.
+        store: Where sessions are recorded: every commit is stored before it
+            becomes authoritative, and `resume` rebuilds a session from it. A
+            store passed here is yours: enter it (``async with``) before the
+            system and leave it after.
+        path: Without ``store``, the SQLite file the system opens (and closes)
+            itself: the embedded default, ``arkhon-rheo.db`` in the working
+            directory. ``path=None`` (and no store) keeps sessions in memory only.
+        durability: The durability mode of that file (see `Durability`).
+        lease_ttl: With a store, each running session is leased to this system
+            for this many seconds, renewed every third of it: a second system
+            (in this process or another on the same file) cannot drive it. If
+            this process dies, a system on the same host takes its leases over
+            at once (see `orphans` and `recover`); elsewhere they run out.
+        snapshot_every: With a store, a snapshot every this many events (loading
+            a session is its latest snapshot plus the events after it).
+        fault_plan: Faults to inject into every session this system starts or
+            resumes (an `arkhon_rheo.testing.FaultPlan`), through the stage,
+            tool, model and store seams; ``None`` (the default) injects nothing.
+        keep_ended: How many ended sessions the system keeps in memory, newest
+            (`session`, `sessions`, `statistics` see them); older ones are
+            released, oldest first. A session whose handle you hold stays
+            reachable through `session` until you drop it. ``None`` (the default)
+            keeps none with a store (the store is their record: read it with
+            `history`, `replay`, `resume`...) and the last 1,000 without one.
+
+    Raises:
+        ConfigurationError: If a bound is out of range.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_steps: int = 100,
+        classifier: Classifier | None = None,
+        backoff: Backoff | None = None,
+        restart_strategy: RestartStrategy | None = None,
+        restart_intensity: RestartIntensity | None = None,
+        mailbox_capacity: int = 16,
+        stage_mode: StageMode = StageMode.INLINE,
+        seed: int | None = None,
+        listeners: Iterable[EventListener] = (),
+        shutdown_timeout: float = 5.0,
+        store: Store | None = None,
+        lease_ttl: float = 30.0,
+        path: str | os.PathLike[str] | None = DEFAULT_PATH,
+        durability: Durability = Durability.BATCHED,
+        snapshot_every: int = 100,
+        fault_plan: FaultInjector | None = None,
+        keep_ended: int | None = None,
+    ) -> None:
+        if not isinstance(stage_mode, StageMode):
+            raise ConfigurationError(f"stage_mode must be a StageMode, got {stage_mode!r}")
+        config = SessionConfig(
+            max_steps=max_steps, mailbox_capacity=mailbox_capacity, stage_mode=stage_mode
+        )
+        overrides: dict[str, Any] = {
+            "classifier": classifier,
+            "backoff": backoff,
+            "restart_strategy": restart_strategy,
+            "restart_intensity": restart_intensity,
+        }
+        self._config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
+        _check_budget(max_steps)
+        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
+            raise ConfigurationError(f"snapshot_every must be an integer, got {snapshot_every!r}")
+        if snapshot_every < 1:
+            raise ConfigurationError(f"snapshot_every must be at least 1, got {snapshot_every}")
+        self._seed = seed
+        if not (isinstance(lease_ttl, int | float) and lease_ttl > 0):
+            raise ConfigurationError(f"lease_ttl must be positive seconds, got {lease_ttl!r}")
+        self._lease_ttl = float(lease_ttl)
+        self._identity = Owner.current()
+        self._owner = str(self._identity)
+        self._exit = contextlib.AsyncExitStack()
+        self._owned_store: SQLiteStore | None = None
+        if store is None and path is not None:
+            store = self._owned_store = SQLiteStore(path, durability=durability)
+        self._store = store
+        self._snapshot_every = snapshot_every
+        self._listeners = tuple(listeners)
+        self._actors = ActorSystem(
+            name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
+        )
+        if keep_ended is None:
+            keep_ended = 0 if store is not None else DEFAULT_KEEP_ENDED
+        elif isinstance(keep_ended, bool) or not isinstance(keep_ended, int) or keep_ended < 0:
+            raise ConfigurationError(
+                f"keep_ended must be a non-negative integer (ended sessions kept), "
+                f"got {keep_ended!r}"
+            )
+        self._keep_ended = keep_ended
+        # Running sessions, and the newest `keep_ended` ended ones, oldest first.
+        self._sessions: dict[str, SessionHandle[Any]] = {}
+        # The ids of the ended sessions in `_sessions`, in the order they ended.
+        self._ended: collections.deque[str] = collections.deque()
+        # Released ended sessions whose handles someone still holds.
+        self._held: weakref.WeakValueDictionary[str, SessionHandle[Any]] = (
+            weakref.WeakValueDictionary()
+        )
+        self._counter = itertools.count()
+        self._claims = Claims(store, self._owner, self._lease_ttl)
+        # Subgraphs: each child session's link to its parent step, by child id.
+        self._links: dict[str, dict[str, Any]] = {}
+        self._children = ChildHost(self)
+        self._faults = fault_plan
+
+    async def __aenter__(self) -> AgentSystem:
+        async with contextlib.AsyncExitStack() as stack:
+            if self._owned_store is not None:
+                await stack.enter_async_context(self._owned_store)
+            await stack.enter_async_context(self._actors)
+            if self._store is not None:
+                renewer = anyio.create_task_group()
+                await renewer.__aenter__()
+                stack.push_async_exit(_stopper(renewer))
+                renewer.start_soon(self._renew_leases)
+            # Leaving the block cancels the sessions still running first.
+            stack.callback(self._cancel_running)
+            self._exit = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        # Each part is left in any case (the actors' task group above all, or the
+        # host's cancel scopes are corrupted), in the reverse order of entering.
+        return await self._exit.__aexit__(exc_type, exc, tb)
+
+    def _cancel_running(self) -> None:
+        for handle in self._sessions.values():
+            if not handle.done:
+                handle.cancel()
+
+    async def _renew_leases(self) -> None:
+        """Renew the lease of every running session; a session that lost its own stops."""
+        store = self._store
+        assert store is not None
+        while True:
+            await anyio.sleep(self._lease_ttl / 3)
+            for session_id, handle in list(self._sessions.items()):
+                if handle.done:
+                    continue
+                try:
+                    await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
+                except SessionLocked:
+                    handle.cancel()  # another owner took over: never write beside it
+                except StoreError:
+                    pass  # a transient store failure; the next round tries again
+
+    @property
+    def store(self) -> Store | None:
+        """Where sessions are recorded (``None``: in memory only)."""
+        return self._store
+
+    async def start(
+        self,
+        machine: Machine[S],
+        state: S,
+        *,
+        session_id: str | None = None,
+        max_steps: int | None = None,
+    ) -> SessionHandle[S]:
+        """Start a session of ``machine`` from ``state`` and return its handle.
+
+        Args:
+            machine: The machine to run.
+            state: The initial state; its lifecycle must be the machine's initial
+                state and it must satisfy that state's invariants.
+            session_id: The id; a fresh one is made by default.
+            max_steps: The step budget; the system's default otherwise.
+
+        Returns:
+            The session's handle; the session runs on its own.
+
+        Raises:
+            SystemNotRunning: Outside the ``async with`` block.
+            SessionError: If the id is taken, or another call here is starting it.
+            ConfigurationError: If the state does not fit the machine.
+            InvariantViolation: If the initial state breaks an invariant.
+        """
+        if not isinstance(state, machine.state_type):
+            raise ConfigurationError(
+                f"machine {machine.name!r} runs on {machine.state_type.__name__}, "
+                f"got {type(state).__name__}"
+            )
+        if state.lifecycle is not machine.initial:
+            raise ConfigurationError(
+                f"a session of {machine.name!r} starts in {machine.initial!r}, "
+                f"but the state is in {state.lifecycle!r}"
+            )
+        if session_id is None:
+            session_id = uuid.uuid4().hex[:12]
+        if session_id in self._sessions or session_id in self._held:
+            raise SessionError(
+                f"session {session_id!r} exists already; pick another id", session_id=session_id
+            )
+        config = self._config
+        if max_steps is not None:
+            _check_budget(max_steps)
+            config = replace(config, max_steps=max_steps)
+        validator = compiled(machine).validator
+        if state.session_id != session_id:
+            state = state.model_copy(update={"session_id": session_id})
+        validator.check_invariants(state, machine.initial, stage="(start)")
+        self._check_running()
+        async with self._claim(session_id) as claim:
+            if self._store is not None:
+                await Journal(self._store, machine, session_id).create(state)
+                await claim.lease()
+            return await self._launch(machine, state, config, session_id, base_seq=0, claim=claim)
+
+    async def resume(
+        self, machine: Machine[S], session_id: str, *, max_steps: int | None = None
+    ) -> SessionHandle[S]:
+        """Rebuild a session from the store and continue it from its last commit.
+
+        A stage that was running when its process died runs again: stages run at
+        least once, commits exactly once (event numbers are unique per session).
+
+        Args:
+            machine: The session's machine (the same one it was started with).
+            session_id: The session to resume.
+            max_steps: The step budget for this run; the system's default otherwise.
+
+        Returns:
+            The session's handle; it runs on its own from its last committed state.
+
+        Raises:
+            ConfigurationError: If the system has no store, or ``machine`` is not
+                the session's machine.
+            SessionNotFound: If the store has no such session.
+            SessionError: If the session is running here already (or another call
+                here is starting or changing it), or has ended.
+            StoreCorrupt: If what is stored does not decode.
+        """
+        store = self._require_store("resume a session")
+        self._check_running()
+        journal = Journal(store, machine, session_id)
+        async with self._claim(session_id) as claim:
+            await journal.exists()  # SessionNotFound before any lease
+            taken_over = await claim.lease()
+            return await self._resume_owned(journal, max_steps, taken_over, claim)
+
+    async def _resume_owned(
+        self, journal: Journal, max_steps: int | None, taken_over: str | None, claim: Claim
+    ) -> SessionHandle[S]:
+        machine = cast("Machine[S]", journal.machine)
+        session_id = journal.session_id
+        loaded = await journal.load()  # now that nobody else can write
+        if loaded.record.status == "paused":
+            raise SessionError(
+                f"session {session_id!r} is paused at a gate; answer it with "
+                "approve(), abort() or edit() on system.stored(machine, id)",
+                session_id=session_id,
+            )
+        state = cast("S", journal.current(loaded))
+        if machine.is_terminal(state.lifecycle):
+            ended = "failed" if state.lifecycle is machine.failed else "finished"
+            if loaded.record.status not in (ended, "max_steps", "cancelled", "crashed"):
+                await journal.set_status(ended)  # repair a record a crash left behind
+            raise SessionError(
+                f"session {session_id!r} has ended in {state.lifecycle.name}; "
+                "fork it or roll it back to go on",
+                session_id=session_id,
+            )
+        config = self._config
+        if max_steps is not None:
+            _check_budget(max_steps)
+            config = replace(config, max_steps=max_steps)
+        record = loaded.record
+        stage = machine.stages.get(state.lifecycle)
+        anchor = await journal.last_seq(excluding=EventKind.RESUME)
+        info = {
+            "resumed_by": self._identity.describe(),
+            "from_seq": record.last_seq,
+            "previous_status": record.status,
+            "taken_over": taken_over,
+            # Still "running": its driver stopped without a word, in (or just
+            # before) this state's stage, which runs again from its start.
+            "rerun": stage.name if stage is not None and record.status == "running" else None,
+        }
+        event = await journal.append(
+            record, EventKind.RESUME, state, state, {}, info=info, status="running"
+        )
+        self._drop(session_id)
+        return await self._launch(
+            machine, state, config, session_id, base_seq=event.seq, claim=claim, anchor_seq=anchor
+        )
+
+    async def orphans(self, machine: Machine[Any] | None = None) -> list[SessionRecord]:
+        """The stored sessions left "running" by a driver that is gone, oldest first.
+
+        A session is orphaned when its status is still ``"running"`` and nobody
+        drives it: it runs nowhere in this system, and its lease has run out or
+        is held by a dead process on this host. Sessions leased to a live owner,
+        or to one on another host whose lease has not run out, are left out.
+
+        Args:
+            machine: Only the sessions of this machine (by name); all by default.
+
+        Returns:
+            Their records; `recover` resumes them.
+
+        Raises:
+            ConfigurationError: Without a store.
+        """
+        store = self._require_store("find orphaned sessions")
+        held = {lease.session_id: lease.owner for lease in await store.leases()}
+        found = []
+        for record in await store.sessions():
+            if record.status != "running" or (machine and record.machine != machine.name):
+                continue
+            handle = self._sessions.get(record.session_id)
+            if handle is not None and not handle.done:
+                continue
+            owner = held.get(record.session_id)
+            if owner is None or is_dead(owner):
+                found.append(record)
+        return found
+
+    async def recover(self, machine: Machine[S]) -> list[SessionHandle[S]]:
+        """Resume every orphaned session of ``machine`` (see `orphans`); for start-up.
+
+        Each is resumed as by `resume` (its history records who resumed it and
+        the stage that runs again). A session another system takes meanwhile,
+        or that turns out to have ended, is skipped.
+
+        Returns:
+            The handles of the sessions resumed, oldest first.
+
+        Raises:
+            ConfigurationError: Without a store, or if a session of that name was
+                stored by a machine that differs from ``machine`` (nothing is
+                resumed then).
+            SystemNotRunning: Outside the ``async with`` block.
+        """
+        self._check_running()
+        orphans = await self.orphans(machine)
+        for record in orphans:
+            Journal(self._require_store("recover"), machine, record.session_id).check(record)
+        handles = []
+        for record in orphans:
+            try:
+                handles.append(await self.resume(machine, record.session_id))
+            except (SessionLocked, SessionError):
+                continue  # taken by another system, or ended: not an orphan any more
+        return handles
+
+    def stored(self, machine: Machine[S], session_id: str) -> StoredSession[S]:
+        """Session ``session_id`` of ``machine`` as the store keeps it.
+
+        Nothing is read until you call one of its methods: `StoredSession.history`,
+        `replay`, `fork`, `rollback`, `resume`, and the answers to a gate:
+        `approve`, `abort`, `edit` (these also work without a store, on a
+        session paused in this system's memory).
+
+        Raises:
+            ConfigurationError: If ``machine`` is not a `Machine` or the id is empty.
+        """
+        return new_stored(self, machine, session_id)
+
+    def _check_not_running(self, session_id: str) -> None:
+        handle = self._sessions.get(session_id)
+        if handle is not None and not handle.done:
+            raise SessionError(
+                f"session {session_id!r} is running here; cancel it (or wait for it) first",
+                session_id=session_id,
+            )
+
+    def _claim(self, session_id: str) -> AbstractAsyncContextManager[Claim]:
+        """Hold ``session_id`` for one operation: not running here, and no other call on it.
+
+        Entering reserves the id before any await; leaving gives up the lease the
+        operation took (unless a launched session took it over) and frees the id.
+
+        Raises:
+            SessionError: If the session runs here, or another call here holds it.
+        """
+        self._check_not_running(session_id)
+        return self._claims.hold(session_id)
+
+    async def _launch(
+        self,
+        machine: Machine[S],
+        state: S,
+        config: SessionConfig,
+        session_id: str,
+        *,
+        base_seq: int,
+        gates_passed: bool = False,
+        claim: Claim | None = None,
+        history: Sequence[TransitionEvent] = (),
+        anchor_seq: int | None = None,
+    ) -> SessionHandle[S]:
+        """Spawn the session's supervisor; it takes over ``claim``'s lease, if any."""
+        seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
+        link = self._links.get(session_id)
+        persistence = None
+        if self._store is not None:
+            persistence = Journal(self._store, machine, session_id).persistence(
+                state, snapshot_every=self._snapshot_every, owner=self._owner, link=link
+            )
+        session = Session(
+            session_id,
+            machine,
+            state,
+            config,
+            validator=compiled(machine).validator,
+            seed=seed,
+            listeners=self._listeners,
+            persistence=persistence,
+            base_seq=base_seq,
+            link=link,
+            anchor_seq=anchor_seq,
+        )
+        session.gates_passed = gates_passed
+        session.log.extend(history)  # an in-memory session's earlier events, kept on
+        session.seq += len(history)
+        session.on_close = self._closed
+        try:
+            # Shielded: the session starts whole (and the lease passes to it) or not at all.
+            with anyio.CancelScope(shield=True):
+                with (
+                    session_scope(self._children, session),  # subgraph stages find us
+                    installed(self._faults),  # its tasks inherit the fault plan, if any
+                ):
+                    ref = await self._actors.spawn(
+                        SessionSupervisor, session, name=f"{session_id}/supervisor"
+                    )
+        except BaseException:
+            if claim is not None and session.done.is_set():
+                claim.hand_over()  # its supervisor ran and stopped: it gave the lease up
+            raise
+        if claim is not None:
+            claim.hand_over()
+        handle: SessionHandle[S] = new_handle(session, ref)
+        self._drop(session_id)  # a run before this one (a paused session decided here)
+        self._sessions[session_id] = handle
+        if session.done.is_set():  # it ended before its handle existed
+            self._closed(session)
+        return handle
+
+    def _closed(self, session: Session) -> None:
+        """A session ended: keep it among the newest `keep_ended`, or release it."""
+        session_id = session.session_id
+        handle = self._sessions.get(session_id)
+        if handle is None or handle._session is not session:
+            return  # a run replaced since (or its handle is not made yet)
+        if session.keep_log and session.exit_reason is ExitReason.PAUSED:
+            return  # without a store, nothing else holds it until it is decided
+        self._ended.append(session_id)
+        while len(self._ended) > self._keep_ended:
+            self._release(self._ended.popleft())
+
+    def _release(self, session_id: str) -> None:
+        """Stop holding an ended session: it lives on while someone holds its handle."""
+        handle = self._sessions.get(session_id)
+        if handle is None or not handle.done:
+            return  # forgotten, or running again (resumed) since
+        del self._sessions[session_id]
+        self._links.pop(session_id, None)
+        self._held[session_id] = handle
+
+    def _check_running(self) -> None:
+        if self._actors.state.value != "running":
+            raise SystemNotRunning(
+                f"cannot start a session: the agent system is {self._actors.state.value}; "
+                "start sessions inside its `async with` block"
+            )
+
+    def _require_store(self, purpose: str) -> Store:
+        if self._store is None:
+            raise ConfigurationError(
+                f"cannot {purpose} without a store: pass store=... to AgentSystem"
+            )
+        return self._store
+
+    async def run(
+        self,
+        machine: Machine[S],
+        state: S,
+        *,
+        session_id: str | None = None,
+        max_steps: int | None = None,
+    ) -> SessionResult[S]:
+        """Start a session and wait for its result (see `start`)."""
+        handle = await self.start(machine, state, session_id=session_id, max_steps=max_steps)
+        return await handle.result()
+
+    def session(self, session_id: str) -> SessionHandle[Any]:
+        """The handle of a session started here: running, kept (see ``keep_ended``) or held.
+
+        An ended session the system released is found while its handle is held
+        somewhere; after that, its record is in the store (if there is one).
+
+        Raises:
+            SessionNotFound: If no session has that id.
+        """
+        handle = self._sessions.get(session_id) or self._held.get(session_id)
+        if handle is None:
+            raise SessionNotFound(session_id=session_id)
+        return handle
+
+    def forget(self, session_id: str) -> None:
+        """Drop an ended session's record (log, state, handle) to free its memory.
+
+        Ended sessions are released on their own beyond ``keep_ended`` (with a
+        store, at once): forget the ones kept sooner; handles already held keep
+        working. With a store, forgetting a session no longer held here (its
+        record is in the store) does nothing.
+
+        Raises:
+            SessionNotFound: Without a store, if no session here has that id.
+            SessionError: If the session is still running; cancel it first.
+        """
+        if (
+            self._store is not None
+            and session_id not in self._sessions
+            and session_id not in self._held
+        ):
+            self._links.pop(session_id, None)
+            return  # released already: the store holds its record
+        handle = self.session(session_id)
+        if not handle.done:
+            raise SessionError(
+                f"session {session_id!r} is still running; cancel it or wait for its "
+                "result before forgetting it",
+                session_id=session_id,
+            )
+        self._drop(session_id)
+        self._links.pop(session_id, None)
+
+    def _drop(self, session_id: str) -> None:
+        """Stop holding ``session_id`` in any way (before it runs again, or to forget it)."""
+        if self._sessions.pop(session_id, None) is not None:
+            with contextlib.suppress(ValueError):
+                self._ended.remove(session_id)
+        self._held.pop(session_id, None)
+
+    def sessions(self) -> list[str]:
+        """The ids of the sessions this system holds: running, and the ended ones it keeps.
+
+        Oldest first. Ended sessions are kept up to ``keep_ended`` (none by
+        default with a store, whose records keep them), not forgotten.
+        """
+        return list(self._sessions)
+
+    def statistics(self) -> AgentStatistics:
+        """Return a snapshot of the system's counters."""
+        actors = self._actors.statistics()
+        statuses: dict[str, int] = {}
+        queued = 0
+        for handle in self._sessions.values():
+            reason = handle._session.exit_reason
+            status = "running" if reason is None or not handle.done else reason.value
+            statuses[status] = statuses.get(status, 0) + 1
+            if not handle.done:
+                queued += handle._ref.statistics().queued
+        return AgentStatistics(
+            sessions=len(self._sessions),
+            running=statuses.get("running", 0),
+            actors=actors.alive,
+            dead_letters=actors.dead_letters,
+            statuses=statuses,
+            queued=queued,
+        )
+
+
+def _check_budget(max_steps: int) -> None:
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ConfigurationError(
+            f"max_steps must be a positive integer, got {max_steps!r}: every session needs "
+            "a bound on its steps"
+        )
+
+
+def _stopper(
+    group: TaskGroup,
+) -> Callable[
+    [type[BaseException] | None, BaseException | None, TracebackType | None], Awaitable[bool]
+]:
+    """An exit callback that cancels ``group`` and leaves it, whatever the block raised."""
+
+    async def stop(*_: object) -> bool:
+        group.cancel_scope.cancel()
+        await group.__aexit__(None, None, None)
+        return False
+
+    return stop
