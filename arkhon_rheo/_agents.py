@@ -49,15 +49,9 @@ from .supervision._codec import replay
 from .supervision._compiled import compiled
 from .supervision._fingerprint import differences
 from .supervision._persist import Persistence
+from .supervision._record import EventListener, ExitReason, Session, SessionConfig, StageMode
 from .supervision._replay import ReplayReport, verify
-from .supervision._session import (
-    EventListener,
-    ExitReason,
-    Session,
-    SessionConfig,
-    SessionSupervisor,
-    StageMode,
-)
+from .supervision._supervisor import SessionSupervisor
 
 if TYPE_CHECKING:
     import os

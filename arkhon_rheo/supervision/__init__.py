@@ -15,11 +15,11 @@ from ._policy import Classifier as Classifier
 from ._policy import RestartIntensity as RestartIntensity
 from ._policy import RestartStrategy as RestartStrategy
 from ._policy import RestartWindow as RestartWindow
+from ._record import ExitReason as ExitReason
+from ._record import SessionConfig as SessionConfig
+from ._record import StageMode as StageMode
 from ._replay import Divergence as Divergence
 from ._replay import ReplayReport as ReplayReport
-from ._session import ExitReason as ExitReason
-from ._session import SessionConfig as SessionConfig
-from ._session import StageMode as StageMode
 from ._validate import PatchValidator as PatchValidator
 
 __all__ = [

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..protocols import AgentState, CallPlayback, EventKind, StateView, TransitionEvent
 from ._codec import apply_event
-from ._session import run_stage
+from ._stages import run_stage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
