@@ -45,13 +45,13 @@ from .protocols import (
 from .protocols._faults import installed
 from .protocols._stream import DEFAULT_CAPACITY
 from .store import SQLiteStore
-from .supervision._codec import replay
 from .supervision._compiled import compiled
 from .supervision._fingerprint import differences
+from .supervision._fold import fold as replay
 from .supervision._persist import Persistence
 from .supervision._record import EventListener, ExitReason, Session, SessionConfig, StageMode
-from .supervision._replay import ReplayReport, verify
 from .supervision._supervisor import SessionSupervisor
+from .supervision._verify import ReplayReport, verify
 
 if TYPE_CHECKING:
     import os

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from .._exports import publish
 from ._codec import EventCodec as EventCodec
-from ._codec import apply_event as apply_event
-from ._codec import replay as replay
 from ._digest import StateHasher as StateHasher
+from ._fold import apply_event as apply_event
+from ._fold import fold as fold
 from ._policy import Backoff as Backoff
 from ._policy import Classifier as Classifier
 from ._policy import RestartIntensity as RestartIntensity
@@ -18,9 +18,9 @@ from ._policy import RestartWindow as RestartWindow
 from ._record import ExitReason as ExitReason
 from ._record import SessionConfig as SessionConfig
 from ._record import StageMode as StageMode
-from ._replay import Divergence as Divergence
-from ._replay import ReplayReport as ReplayReport
 from ._validate import PatchValidator as PatchValidator
+from ._verify import Divergence as Divergence
+from ._verify import ReplayReport as ReplayReport
 
 __all__ = [
     "Backoff",
@@ -37,7 +37,7 @@ __all__ = [
     "StageMode",
     "StateHasher",
     "apply_event",
-    "replay",
+    "fold",
 ]
 
 publish(__name__, __all__, globals())

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..protocols import AgentState, CallPlayback, EventKind, StateView, TransitionEvent
-from ._codec import apply_event
+from ._fold import apply_event
 from ._stages import run_stage
 
 if TYPE_CHECKING:
