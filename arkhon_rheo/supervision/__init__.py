@@ -1,5 +1,9 @@
 """Session supervision: patch validation, failure classification, restart policy.
 
+Also the fold of a session's events (`fold`, `apply_event`), the check of a
+stored log (`ReplayReport`), and the recorder and playback of a stage's calls
+(`CallRecorder`, `CallPlayback`).
+
 Built on `arkhon_rheo.actors` and `arkhon_rheo.protocols` only.
 """
 
@@ -18,12 +22,16 @@ from ._policy import RestartWindow as RestartWindow
 from ._record import ExitReason as ExitReason
 from ._record import SessionConfig as SessionConfig
 from ._record import StageMode as StageMode
+from ._recording import CallPlayback as CallPlayback
+from ._recording import CallRecorder as CallRecorder
 from ._validate import PatchValidator as PatchValidator
 from ._verify import Divergence as Divergence
 from ._verify import ReplayReport as ReplayReport
 
 __all__ = [
     "Backoff",
+    "CallPlayback",
+    "CallRecorder",
     "Classifier",
     "Divergence",
     "EventCodec",

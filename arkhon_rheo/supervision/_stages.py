@@ -22,8 +22,9 @@ from ..actors import Actor, ActorRef
 from ..protocols._faults import current_injector, enter_session
 
 if TYPE_CHECKING:
-    from ..protocols import CallRecorder, Patch, Stage, StateView
+    from ..protocols import Patch, Stage, StateView
     from ..protocols._stream import StageScope
+    from ._recording import CallRecorder
 
 __all__ = ["Escaped", "StageActor", "StageSlot", "is_cancellation", "run_stage"]
 

@@ -24,10 +24,11 @@ from .. import _tracing
 from .._errors import ArkhonError, IllegalTransition, PreconditionFailed
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
-from ..protocols import CallRecorder, ErrorClass, EventKind, Patch, StateView
+from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ._failures import FailureHandler
 from ._fold import step_moves
 from ._record import ExitReason, StageMode, failure_record
+from ._recording import CallRecorder
 from ._stages import Escaped, StageActor, _InlineSlot, _TaskSlot, is_cancellation
 from ._validate import _label, check_edge, check_invariants
 

@@ -21,8 +21,9 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..protocols import AgentState, CallPlayback, EventKind, StateView, TransitionEvent
+from ..protocols import AgentState, EventKind, StateView, TransitionEvent
 from ._fold import apply_event
+from ._recording import CallPlayback
 from ._stages import run_stage
 
 if TYPE_CHECKING:
