@@ -78,6 +78,8 @@ from .protocols import stage as stage
 from .store import MemoryStore as MemoryStore
 from .store import SQLiteStore as SQLiteStore
 from .supervision import Backoff as Backoff
+from .supervision import CallPlayback as CallPlayback
+from .supervision import CallRecorder as CallRecorder
 from .supervision import Classifier as Classifier
 from .supervision import Divergence as Divergence
 from .supervision import ExitReason as ExitReason
@@ -106,6 +108,8 @@ __all__ = [
     "ArkhonError",
     "AskTimeout",
     "Backoff",
+    "CallPlayback",
+    "CallRecorder",
     "Classifier",
     "Condition",
     "ConfigurationError",

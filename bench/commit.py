@@ -82,7 +82,8 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.protocols._faults import current_injector
 from arkhon_rheo.supervision import PatchValidator, SessionConfig, StageMode
-from arkhon_rheo.supervision._session import Session, SessionSupervisor
+from arkhon_rheo.supervision._record import Session
+from arkhon_rheo.supervision._supervisor import SessionSupervisor
 from arkhon_rheo.testing import FaultPlan
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ import pytest
 from arkhon_rheo import AgentState, Lifecycle, Patch
 from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import SQLiteStore
-from arkhon_rheo.supervision import EventCodec, StateHasher, apply_event, replay
+from arkhon_rheo.supervision import EventCodec, StateHasher, apply_event, fold
 from arkhon_rheo.testing import CrashReport, crash_loop
 
 from .crash_child import ROUNDS, SNAPSHOT_EVERY, Crash, crash_machine, expected_trace
@@ -85,7 +85,7 @@ async def _verify(crashes: Crashes, db: Path) -> None:
             assert start_seq == 0, where
             initial = codec.decode_state(start)
             assert initial == Crash(session_id=session_id), where
-            full = replay(machine, initial, decoded)
+            full = fold(machine, initial, decoded)
             state: AgentState = initial
             digest = hasher.start(initial)
             for stored_event, event in zip(events, decoded, strict=True):
@@ -100,12 +100,12 @@ async def _verify(crashes: Crashes, db: Path) -> None:
                 range(loaded.snapshot_seq + 1, n + 1)
             ), where
             tail = [codec.decode_event(event) for event in loaded.events]
-            stored = replay(machine, codec.decode_state(loaded.snapshot), tail)
+            stored = fold(machine, codec.decode_state(loaded.snapshot), tail)
             assert stored == full, f"{where}: the stored state differs from the replay of its log"
             for k in range(SNAPSHOT_EVERY, n + 1, SNAPSHOT_EVERY):
                 seq, snapshot = await store.snapshot_at(session_id, k)
                 assert 0 <= seq <= k, where
-                assert codec.decode_state(snapshot) == replay(machine, initial, decoded[:seq]), (
+                assert codec.decode_state(snapshot) == fold(machine, initial, decoded[:seq]), (
                     f"{where}: the snapshot at #{seq} differs from the replay up to it"
                 )
 

@@ -23,7 +23,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import MemoryStore, SQLiteStore
-from arkhon_rheo.supervision import EventCodec, replay
+from arkhon_rheo.supervision import EventCodec, fold
 
 from .helpers import on_virtual_clock
 
@@ -159,7 +159,7 @@ async def test_a_session_resumes_from_its_last_commit_after_a_crash(make_store: 
     assert second.acts >= 1  # the stage that was running ran again
     assert [e.seq for e in history] == list(range(1, len(history) + 1))
     assert history[: len(committed)] == [EventCodec(machine2).decode_event(e) for e in committed]
-    assert replay(machine2, Notes(session_id="n2"), history) == result.state
+    assert fold(machine2, Notes(session_id="n2"), history) == result.state
     assert list(result.state.notes).count("observe") == 3
 
 
@@ -210,8 +210,8 @@ async def test_rollback_is_an_appended_event_and_the_session_goes_on(make_store:
         assert after[-1] == event
         assert event.kind is EventKind.ROLLBACK
         assert event.info == {"rolled_back_from": len(before), "rolled_back_to": 4}
-        rolled = replay(machine, Notes(session_id="r1"), after)
-        assert rolled == replay(machine, Notes(session_id="r1"), before[:4])
+        rolled = fold(machine, Notes(session_id="r1"), after)
+        assert rolled == fold(machine, Notes(session_id="r1"), before[:4])
         assert rolled.lifecycle is L.THINKING
         handle = await system.resume(machine, "r1")
         again = await handle.result()
@@ -237,7 +237,7 @@ async def test_fork_starts_a_child_from_any_point(make_store: Any) -> None:
     assert result.ok
     assert result.state.session_id == "child"
     # The fork began with the parent's first five commits and went its own way.
-    at_five = replay(machine, Notes(session_id="parent"), parent_history[:5])
+    at_five = fold(machine, Notes(session_id="parent"), parent_history[:5])
     assert isinstance(at_five, Notes)
     assert list(result.state.notes)[:5] == list(at_five.notes)
     assert len(parent_history) == 10  # load, then three rounds of think/act/observe

@@ -24,7 +24,7 @@ from arkhon_rheo import (
     stage,
 )
 from arkhon_rheo.protocols import EventKind, Gate
-from arkhon_rheo.supervision import replay
+from arkhon_rheo.supervision import fold
 
 pytestmark = pytest.mark.anyio
 
@@ -84,7 +84,7 @@ async def test_a_pause_survives_a_restart_and_resumes_with_a_validated_value(
     kinds = [event.kind for event in history]
     assert kinds == [EventKind.STEP, EventKind.PAUSE, EventKind.DECISION, EventKind.STEP]
     assert history[1].info == {"gate": "before ship", "stage": "ship"}
-    assert replay(machine, Order(item="book", session_id="o1"), history) == done.state
+    assert fold(machine, Order(item="book", session_id="o1"), history) == done.state
 
 
 async def test_abort_and_edit_a_paused_session() -> None:
@@ -102,7 +102,7 @@ async def test_abort_and_edit_a_paused_session() -> None:
         with pytest.raises(SessionError, match="not paused"):
             await system.stored(machine, "o2").approve()
         history = await system.stored(machine, "o2").history()
-    state = replay(machine, Order(item="lamp", session_id="o2"), history)
+    state = fold(machine, Order(item="lamp", session_id="o2"), history)
     assert isinstance(state, Order)
     assert state.item == "desk lamp"
     assert state.lifecycle is L.FAILED
@@ -177,7 +177,7 @@ async def test_without_a_store_a_pause_is_decided_in_memory() -> None:
     ]
     assert [event.seq for event in history] == [1, 2, 3, 4, 5]
     assert history[3].info == {"decision": "resume", "gate": "before ship"}
-    assert replay(machine, Order(item="book", session_id="m1"), history) == done.state
+    assert fold(machine, Order(item="book", session_id="m1"), history) == done.state
     assert aborted.exit_reason is ExitReason.FAILED
     assert aborted.state.lifecycle is L.FAILED
     assert aborted.failure is not None

@@ -23,7 +23,7 @@ from arkhon_rheo import (
     stage,
 )
 from arkhon_rheo.protocols import EventKind, StoredEvent
-from arkhon_rheo.supervision import Backoff, EventCodec, replay
+from arkhon_rheo.supervision import Backoff, EventCodec, fold
 
 pytestmark = pytest.mark.anyio
 
@@ -113,9 +113,9 @@ async def test_replaying_the_log_reproduces_the_state(script: str) -> None:
         result = await handle.result()
     assert result.ok, result.failure
     events = await handle.history()
-    assert replay(machine, initial, events) == result.state
+    assert fold(machine, initial, events) == result.state
     # Any prefix replays to the state committed at that point.
-    middle = replay(machine, initial, events[:5])
+    middle = fold(machine, initial, events[:5])
     assert middle.lifecycle is events[4].to_state
 
 
@@ -132,7 +132,7 @@ async def test_events_survive_a_round_trip_through_json() -> None:
     assert decoded == list(await handle.history())
     assert any(e.kind is EventKind.FAILURE for e in decoded)
     snapshot = json.loads(json.dumps(codec.encode_state(initial)))
-    assert replay(machine, codec.decode_state(snapshot), decoded) == result.state
+    assert fold(machine, codec.decode_state(snapshot), decoded) == result.state
 
 
 def test_an_unserializable_value_is_refused_with_the_field_named() -> None:

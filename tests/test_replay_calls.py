@@ -28,8 +28,7 @@ from arkhon_rheo import (
     recorded,
     stage,
 )
-from arkhon_rheo.protocols import CallPlayback, CallRecorder
-from arkhon_rheo.supervision import StageMode
+from arkhon_rheo.supervision import CallPlayback, CallRecorder, StageMode
 
 pytestmark = pytest.mark.anyio
 

@@ -28,7 +28,8 @@ from arkhon_rheo import (
     recorded,
     stage,
 )
-from arkhon_rheo.protocols import CallPlayback, CallRecorder, EventKind, Gate
+from arkhon_rheo.protocols import EventKind, Gate
+from arkhon_rheo.supervision import CallPlayback, CallRecorder
 
 pytestmark = pytest.mark.anyio
 

@@ -22,13 +22,8 @@ from arkhon_rheo import (
     record_stream,
     stage,
 )
-from arkhon_rheo.protocols import (
-    AssistantMessage,
-    CallPlayback,
-    CallRecorder,
-    ModelReply,
-    ReplyDelta,
-)
+from arkhon_rheo.protocols import AssistantMessage, ModelReply, ReplyDelta
+from arkhon_rheo.supervision import CallPlayback, CallRecorder
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

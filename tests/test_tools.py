@@ -25,8 +25,8 @@ from arkhon_rheo import (
     Transient,
     stage,
 )
-from arkhon_rheo.protocols import CallPlayback, CallRecorder, ToolCall, ToolMessage, ToolRunner
-from arkhon_rheo.supervision import Backoff
+from arkhon_rheo.protocols import ToolCall, ToolMessage, ToolRunner
+from arkhon_rheo.supervision import Backoff, CallPlayback, CallRecorder
 from arkhon_rheo.tools import Tool, Toolbox, ToolError, tool
 
 L = Lifecycle

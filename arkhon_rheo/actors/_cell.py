@@ -29,12 +29,6 @@ R = TypeVar("R")
 _logger = get_logger("arkhon_rheo.actors")
 
 
-def _log(level: str, event: str, **fields: Any) -> None:
-    """Log without ever letting a logging failure break the runtime."""
-    with contextlib.suppress(Exception):  # a broken log pipeline must not break the runtime
-        getattr(_logger, level)(event, **fields)
-
-
 class ActorState(enum.Enum):
     """Where an actor is in its life."""
 
@@ -160,8 +154,7 @@ class Cell(Generic[M, R]):
     def dead_letter(self, message: object) -> None:
         self.rx._count_dead_letter()
         self._system._count_dead_letter()
-        _log(
-            "warning",
+        _logger.warning(
             "dead_letter",
             actor=self.name,
             state=self.state.value,
@@ -248,7 +241,7 @@ class Cell(Generic[M, R]):
                 if directive is not Directive.RESTART:
                     return TerminationKind.CRASHED, exc, actor
                 self.restarts += 1
-                _log("warning", "actor_restarted", actor=self.name, error=repr(exc))
+                _logger.warning("actor_restarted", actor=self.name, error=repr(exc))
                 actor = self._new_actor()
                 await actor.on_restart(exc)
             except BaseException:
@@ -275,21 +268,20 @@ class Cell(Generic[M, R]):
                     ActorStopped(actor=self.name, detail=f"{kind.value} before replying")
                 )
             self._system._count_dead_letter()
-            _log(
-                "warning",
+            _logger.warning(
                 "dead_letter",
                 actor=self.name,
                 state="stopped",
                 message_type=type(item).__name__,
             )
         if kind is TerminationKind.CRASHED:
-            _log("error", "actor_crashed", actor=self.name, error=repr(error))
+            _logger.error("actor_crashed", actor=self.name, error=repr(error))
         try:
             if actor is not None:
                 with anyio.move_on_after(self._system.shutdown_timeout):
                     await actor.on_stop(termination)
         except Exception as exc:
-            _log("error", "actor_on_stop_failed", actor=self.name, error=repr(exc))
+            _logger.error("actor_on_stop_failed", actor=self.name, error=repr(exc))
         finally:
             self._system._forget(self)
             self._ended = True

@@ -1,11 +1,12 @@
 """Data contracts and interfaces shared by every layer.
 
 The agent state and its failure record, the patch a stage proposes, the stage
-contract with its read-only view, the machine, the transition event, and the
-recording of a stage's model and tool calls, the partial output a stage emits
-while it runs (`emit`, `Partial`, `SessionStream`), and the chat contract (messages,
-replies, tool specs, the model-client protocol). This
-layer imports nothing from the rest of the package.
+contract with its read-only view, the machine, the transition event, the entry
+points that record a stage's model and tool calls (`record_call`,
+`record_stream`, `recorded`), the partial output a stage emits while it runs
+(`emit`, `Partial`, `SessionStream`), and the chat contract (messages,
+replies, tool specs, the model-client protocol). This layer imports nothing
+from the rest of the package.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from ._events import TransitionEvent as TransitionEvent
 from ._frozen import FrozenMap as FrozenMap
 from ._gates import Gate as Gate
 from ._history import History as History
-from ._io import CallPlayback as CallPlayback
-from ._io import CallRecorder as CallRecorder
 from ._io import record_call as record_call
 from ._io import record_stream as record_stream
 from ._io import recorded as recorded
@@ -63,8 +62,6 @@ __all__ = [
     "SUPERVISOR_FIELDS",
     "AgentState",
     "AssistantMessage",
-    "CallPlayback",
-    "CallRecorder",
     "Condition",
     "Durability",
     "ErrorClass",

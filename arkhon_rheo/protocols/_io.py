@@ -21,6 +21,11 @@ that came before it; a replay streams the chunks back. Records are
 in the order the calls started. A call made while another recorded call runs
 (a recorded tool that uses a recorded model) belongs to the outer call and is
 not recorded on its own.
+
+This module holds the entry points and the contract of what answers them
+(`Recorder`, found through the `RECORDER` context variable); the recorder and
+the playback that the supervisor installs around a stage live in
+``arkhon_rheo.supervision`` (`CallRecorder`, `CallPlayback`).
 """
 
 from __future__ import annotations
@@ -29,349 +34,77 @@ import contextlib
 import functools
 import inspect
 import json
-import sys
 import typing
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-import anyio
-from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .._errors import ConfigurationError, RecordedCallFailed, ReplayDiverged, UnrecordableCall
-from ._canonical import json_data, may_hold_sets
+from .._errors import ConfigurationError, UnrecordableCall
+from ._canonical import json_data
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
-__all__ = ["CallPlayback", "CallRecorder", "record_call", "record_stream", "recorded"]
+__all__ = [
+    "RECORDER",
+    "Recorder",
+    "aclose_iterator",
+    "check_json",
+    "record_call",
+    "record_stream",
+    "recorded",
+]
 
 T = TypeVar("T")
 F = TypeVar("F", bound="Callable[..., Awaitable[Any]]")
 
-_RECORDER: ContextVar[CallRecorder | None] = ContextVar("arkhon_rheo_call_recorder", default=None)
-_check_json = json.JSONEncoder(allow_nan=False).encode
+
+class Recorder(Protocol):
+    """What answers the recorded calls of one stage invocation.
+
+    Attributes:
+        closed: Whether it records nothing more (the stage returned): calls
+            made then go straight through.
+    """
+
+    closed: bool
+
+    async def call(
+        self, kind: str, request: Any, call: Callable[[], Awaitable[Any]], returns: Any
+    ) -> Any:
+        """Answer one call of ``kind`` asking ``request`` (``request`` is JSON data)."""
+        ...
+
+    def stream(
+        self, kind: str, request: Any, call: Callable[[], AsyncIterator[Any]], returns: Any
+    ) -> AsyncGenerator[Any, None]:
+        """Answer one streamed call of ``kind`` asking ``request``, chunk by chunk."""
+        ...
 
 
-@functools.lru_cache(maxsize=256)
-def _adapter(returns: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(returns)
+#: The recorder of the stage invocation running in this context, if any.
+RECORDER: ContextVar[Recorder | None] = ContextVar("arkhon_rheo_call_recorder", default=None)
 
-
-@functools.lru_cache(maxsize=256)
-def _dumper(returns: Any) -> Callable[[Any], Any]:
-    """How a response of type ``returns`` becomes JSON data (sets sorted, if it may hold any)."""
-    adapter = _adapter(returns)
-    if may_hold_sets(returns):
-        return lambda value: json_data(adapter.dump_python(value))
-    return functools.partial(adapter.dump_python, mode="json")
+#: Turns JSON data into text; NaN and infinities are refused.
+check_json = json.JSONEncoder(allow_nan=False).encode
 
 
 def _jsonable(kind: str, what: str, value: Any) -> Any:
     """``value`` as plain JSON data (sets sorted), or `UnrecordableCall`."""
     try:
         data = json_data(value)
-        _check_json(data)  # NaN and infinities are refused here, not at the store
+        check_json(data)  # NaN and infinities are refused here, not at the store
     except (PydanticSerializationError, ValueError, TypeError) as exc:
         raise UnrecordableCall(kind=kind, what=what, reason=str(exc)) from exc
     return data
 
 
-class CallRecorder:
-    """Records the calls of one stage invocation (the supervisor makes one per run).
-
-    Used as a context manager around the stage. Once it is left, it records
-    nothing more: a task the stage left running calls straight through.
-
-    Attributes:
-        calls: The records, in the order the calls started.
-    """
-
-    __slots__ = ("_after", "_done", "_token", "calls", "closed", "session_id")
-
-    def __init__(self, session_id: str = "") -> None:
-        self.session_id = session_id
-        self.calls: list[dict[str, Any]] = []
-        self.closed = False
-        self._done: dict[int, int] = {}  # id(record) -> its place in completion order
-        self._after: dict[int, int] = {}  # id(record) -> calls finished when it started
-
-    def __enter__(self) -> Self:
-        self._token = _RECORDER.set(self)
-        self.closed = False
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _RECORDER.reset(self._token)
-        self.closed = True
-
-    def finished(self) -> list[dict[str, Any]]:
-        """The records of the calls that finished while the stage ran.
-
-        A call that overlapped others (concurrent calls) keeps its place in
-        completion order as ``"done"`` and how many calls had finished when it
-        started as ``"after"``, so a replay can answer the calls in the order
-        they finished.
-        """
-        records = []
-        for index, record in enumerate(self.calls):
-            done = self._done.get(id(record))
-            if done is None:
-                continue  # still running when the stage returned: not part of its step
-            after = self._after[id(record)]
-            if done != index or after != index:
-                record = {**record, "done": done, "after": after}
-            records.append(record)
-        return records
-
-    def _finish(self, record: dict[str, Any]) -> None:
-        self._done[id(record)] = len(self._done)
-
-    async def call(
-        self, kind: str, request: Any, call: Callable[[], Awaitable[Any]], returns: Any
-    ) -> Any:
-        """Make the call and record it (a call that raises is recorded, then re-raised)."""
-        if self.closed:
-            return await call()
-        record: dict[str, Any] = {"kind": kind, "request": request}
-        self.calls.append(record)  # its place is where it started
-        self._after[id(record)] = len(self._done)
-        token = _RECORDER.set(None)  # calls made inside this one are part of it
-        try:
-            response = await call()
-        except anyio.get_cancelled_exc_class():
-            record["cancelled"] = True
-            self._finish(record)
-            raise
-        except Exception as exc:
-            record["error"] = _error(exc)
-            self._finish(record)
-            raise
-        finally:
-            _RECORDER.reset(token)
-        adapter = _adapter(returns)
-        try:
-            dumped = _dumper(returns)(response)
-            _check_json(dumped)
-        except (PydanticSerializationError, ValueError, TypeError) as exc:
-            raise UnrecordableCall(kind=kind, what="response", reason=str(exc)) from exc
-        record["response"] = dumped
-        self._finish(record)
-        return adapter.validate_python(dumped)  # what a replay will return, exactly
-
-    async def stream(
-        self, kind: str, request: Any, call: Callable[[], AsyncIterator[Any]], returns: Any
-    ) -> AsyncGenerator[Any, None]:
-        """Stream the call's chunks through, recording each (see `record_stream`)."""
-        iterator = aiter(call())
-        if self.closed:
-            try:
-                async for chunk in iterator:
-                    yield chunk
-            finally:
-                await _aclose(iterator)
-            return
-        chunks: list[Any] = []
-        record: dict[str, Any] = {"kind": kind, "request": request, "stream": True}
-        record["chunks"] = chunks
-        self.calls.append(record)
-        self._after[id(record)] = len(self._done)
-        adapter = _adapter(returns)
-        try:
-            while True:
-                # Calls made while the stream produces a chunk are part of it; the
-                # stage's own calls between chunks are not, so no token spans a yield.
-                token = _RECORDER.set(None)
-                try:
-                    chunk = await anext(iterator)
-                except StopAsyncIteration:
-                    break
-                finally:
-                    _RECORDER.reset(token)
-                try:
-                    dumped = json_data(adapter.dump_python(chunk))
-                    _check_json(dumped)
-                except (PydanticSerializationError, ValueError, TypeError) as exc:
-                    raise UnrecordableCall(kind=kind, what="response", reason=str(exc)) from exc
-                chunks.append(dumped)
-                yield adapter.validate_python(dumped)  # what a replay will yield, exactly
-        except anyio.get_cancelled_exc_class():
-            record["cancelled"] = True
-            raise
-        except Exception as exc:
-            record["error"] = _error(exc)
-            raise
-        finally:
-            # Finished, failed, or left early by the stage (its chunks so far stand).
-            self._finish(record)
-            await _aclose(iterator)
-
-
-async def _aclose(iterator: AsyncIterator[Any]) -> None:
+async def aclose_iterator(iterator: AsyncIterator[Any]) -> None:
+    """Close ``iterator`` if it can be closed (an async generator can)."""
     aclose = getattr(iterator, "aclose", None)
     if aclose is not None:
         await aclose()
-
-
-def _error(exc: Exception) -> dict[str, Any]:
-    cls = type(exc)
-    try:
-        args = json_data(exc.args)
-        _check_json(args)
-    except (PydanticSerializationError, ValueError, TypeError):
-        args = [str(exc)]
-    return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(exc), "args": args}
-
-
-class CallPlayback(CallRecorder):
-    """Answers a re-executed stage's calls from a recorded run's records.
-
-    Each call is matched with the first unused record of the same kind and
-    request, and answered once the calls that finished while it ran in the
-    recorded run have been answered: calls made concurrently finish in the
-    order they did. A call with no such record, or one that waits more than
-    ``wait`` seconds for those (a call that never comes), raises
-    `ReplayDiverged` in the stage and is remembered in `diverged` (a stage
-    that swallows the error still diverged).
-
-    Args:
-        records: The calls the recorded run made, in order.
-        session_id: The session, for error messages.
-        wait: How long a call may wait for the calls that finished before it.
-    """
-
-    __slots__ = ("_answered", "_changed", "_used", "_wait", "diverged", "records")
-
-    def __init__(
-        self, records: Sequence[dict[str, Any]], session_id: str = "", *, wait: float = 10.0
-    ) -> None:
-        super().__init__(session_id)
-        self.records = records
-        self._used = [False] * len(records)
-        self._wait = wait
-        self._answered: set[int] = set()  # completion places of the calls answered
-        self._changed: anyio.Event | None = None
-        self.diverged: ReplayDiverged | None = None
-
-    @property
-    def position(self) -> int:
-        """How many recorded calls were matched."""
-        return sum(self._used)
-
-    def _diverge(self, kind: str, reason: str) -> ReplayDiverged:
-        error = ReplayDiverged(session_id=self.session_id, kind=kind, reason=reason)
-        if self.diverged is None:
-            self.diverged = error
-        return error
-
-    async def call(
-        self, kind: str, request: Any, call: Callable[[], Awaitable[Any]], returns: Any
-    ) -> Any:
-        """Return (or raise) what the recorded call did; never calls out."""
-        record = await self._answer(kind, request, stream=False)
-        if record.get("cancelled"):
-            await anyio.sleep_forever()  # until the stage's own timeout fires, as it did
-        if "error" in record:
-            raise _rebuild(kind, record["error"])
-        return self._validate(kind, record.get("response"), returns)
-
-    async def stream(
-        self, kind: str, request: Any, call: Callable[[], AsyncIterator[Any]], returns: Any
-    ) -> AsyncGenerator[Any, None]:
-        """Yield the recorded chunks, then end (or raise) as the recorded stream did."""
-        record = await self._answer(kind, request, stream=True)
-        for chunk in record.get("chunks", []):
-            yield self._validate(kind, chunk, returns)
-        if record.get("cancelled"):
-            await anyio.sleep_forever()
-        if "error" in record:
-            raise _rebuild(kind, record["error"])
-
-    def _validate(self, kind: str, data: Any, returns: Any) -> Any:
-        try:
-            return _adapter(returns).validate_python(data)
-        except ValidationError as exc:
-            raise self._diverge(
-                kind, f"the recorded response no longer validates as {returns!r}: {exc}"
-            ) from exc
-
-    async def _answer(self, kind: str, request: Any, *, stream: bool) -> dict[str, Any]:
-        """The record answering this call, once the calls that finished before it are answered.
-
-        Raises:
-            ReplayDiverged: No unused record matches, or it waits for calls never made.
-        """
-        if self.closed:
-            raise self._diverge(kind, "it was made after the stage returned")
-        pending = [i for i, used in enumerate(self._used) if not used]
-        for index in pending:
-            record = self.records[index]
-            if (
-                record.get("kind") == kind
-                and record.get("request") == request
-                and bool(record.get("stream")) == stream
-            ):
-                break
-        else:
-            number = self.position + 1
-            if not pending:
-                reason = (
-                    f"call #{number} was not made in the recorded run ({len(self.records)} were)"
-                )
-            else:
-                expected = self.records[pending[0]]
-                reason = (
-                    f"call #{number} asked {request!r}; the recorded run's next "
-                    f"{expected.get('kind')!r} call asked {expected.get('request')!r}"
-                )
-            raise self._diverge(kind, reason)
-        self._used[index] = True
-        done = int(record.get("done", index))
-        first = set(range(int(record.get("after", index)), done))  # finished while it ran
-        with anyio.move_on_after(self._wait):
-            while not first <= self._answered:
-                if self._changed is None:
-                    self._changed = anyio.Event()
-                await self._changed.wait()
-        if not first <= self._answered:
-            raise self._diverge(
-                kind,
-                f"call #{index + 1} waited for {len(first - self._answered)} calls that "
-                "finished while it ran in the recorded run, and were not made",
-            )
-        self._answered.add(done)
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
-        return record
-
-    def unused(self) -> int:
-        """How many recorded calls the re-executed stage did not make."""
-        return len(self.records) - self.position
-
-
-def _rebuild(kind: str, error: dict[str, Any]) -> Exception:
-    """The recorded exception as its own class (if that is loaded), else a stand-in.
-
-    The instance is made without running the class's ``__init__`` (SDK errors
-    often want more than a message), with the recorded ``args``; attributes
-    its ``__init__`` would have set are missing.
-    """
-    name = str(error.get("type", "Exception"))
-    message = str(error.get("message", ""))
-    module_name, _, qualname = name.rpartition(".")
-    found: Any = sys.modules.get(module_name)
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-    if isinstance(found, type) and issubclass(found, Exception):
-        try:
-            rebuilt = found.__new__(found)
-            rebuilt.args = tuple(error.get("args", [message]))
-        except Exception:  # a class that cannot be made this way
-            pass
-        else:
-            return rebuilt
-    return RecordedCallFailed(kind=kind, error_type=name, message=message)
 
 
 async def record_call(
@@ -402,7 +135,7 @@ async def record_call(
         UnrecordableCall: The request or the response cannot be kept as JSON.
         ReplayDiverged: In a replay, no recorded call matches this one.
     """
-    recorder = _RECORDER.get()
+    recorder = RECORDER.get()
     if recorder is None or recorder.closed:
         return await call()
     jsonable = _jsonable(kind, "request", request)
@@ -441,14 +174,14 @@ async def record_stream(
         UnrecordableCall: The request or a chunk cannot be kept as JSON.
         ReplayDiverged: In a replay, no recorded streamed call matches this one.
     """
-    recorder = _RECORDER.get()
+    recorder = RECORDER.get()
     if recorder is None or recorder.closed:
         iterator = aiter(call())
         try:
             async for chunk in iterator:
                 yield chunk
         finally:
-            await _aclose(iterator)
+            await aclose_iterator(iterator)
         return
     jsonable = _jsonable(kind, "request", request)
     chunks = recorder.stream(kind, jsonable, call, returns)
@@ -497,7 +230,7 @@ def recorded(kind: str, *, returns: Any = None) -> Callable[[F], F]:
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             response = resolve()
-            if _RECORDER.get() is None:
+            if RECORDER.get() is None:
                 return await fn(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()

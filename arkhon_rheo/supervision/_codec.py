@@ -1,10 +1,8 @@
-"""From states and events to the plain JSON data a store keeps, and back; and replay.
+"""From states and events to the plain JSON data a store keeps, and back.
 
 Every value is turned into JSON through the adapter of its own field, so what
-comes back is validated exactly like a patch. Replaying a session's events on
-its initial state gives the state the supervisor committed, because both use
-`apply_event`: the supervisor's derived changes (the lifecycle move, the
-iteration count, a stage's own failure record) follow from the event alone.
+comes back is validated exactly like a patch (and folds, with `apply_event`,
+to the state the supervisor committed).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from ..protocols import (
     AgentState,
     EventKind,
     FailureRecord,
-    History,
     Machine,
     Patch,
     StoredEvent,
@@ -29,9 +26,8 @@ from ._validate import _item_type
 
 if TYPE_CHECKING:
     import enum
-    from collections.abc import Container, Iterable
 
-__all__ = ["EventCodec", "apply_event", "replay", "step_moves"]
+__all__ = ["EventCodec"]
 
 _NAMES_MAX = 1024
 
@@ -207,59 +203,3 @@ class EventCodec:
 
     def _state(self, name: str) -> enum.Enum:
         return self._lifecycle[name]
-
-
-def apply_event(machine: Machine[Any], state: AgentState, event: TransitionEvent) -> AgentState:
-    """The state after ``event``: its patch, plus the moves the supervisor derives.
-
-    The patch's values must already be validated (they are, in events the
-    supervisor made and in events a codec decoded).
-    """
-    updates: dict[str, Any] = dict(event.patch.values)
-    for name, items in event.patch.appends.items():
-        current = getattr(state, name)
-        updates[name] = (
-            current.append(*items)
-            if isinstance(current, History)
-            else (
-                *current,
-                *items,
-            )
-        )
-    if event.kind is EventKind.STEP:
-        updates.update(
-            step_moves(machine, state, event.from_state, event.to_state, event.error, updates)
-        )
-    return state.model_copy(update=updates)
-
-
-def step_moves(
-    machine: Machine[Any],
-    state: AgentState,
-    from_state: enum.Enum,
-    to_state: enum.Enum,
-    error: FailureRecord | None,
-    written: Container[str],
-) -> dict[str, Any]:
-    """What the supervisor itself changes on a step, besides the stage's patch.
-
-    The lifecycle moves; entering the loop state from another counts an
-    iteration; a stage that chose the failed state leaves its record in
-    ``last_error`` unless it wrote that field itself. The supervisor and
-    `apply_event` both use this, so a replay cannot drift from a commit.
-    """
-    moves: dict[str, Any] = {"lifecycle": to_state}
-    if to_state is machine.loop_state and from_state is not to_state:
-        moves["iteration"] = state.iteration + 1
-    if error is not None and "last_error" not in written:
-        moves["last_error"] = error
-    return moves
-
-
-def replay(
-    machine: Machine[Any], state: AgentState, events: Iterable[TransitionEvent]
-) -> AgentState:
-    """Apply ``events`` in order to ``state`` (a snapshot) and return the result."""
-    for event in events:
-        state = apply_event(machine, state, event)
-    return state

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
 from ..protocols import EventKind, Patch, TransitionEvent
-from ._codec import replay
 from ._compiled import compiled
 from ._fingerprint import differences
+from ._fold import fold
 from ._persist import Persistence
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class Journal:
     def current(self, loaded: LoadedSession) -> AgentState:
         """The state ``loaded`` ends in: its snapshot with the events after it folded in."""
         codec = self._compiled.codec
-        return replay(
+        return fold(
             self.machine,
             codec.decode_state(loaded.snapshot),
             [codec.decode_event(event) for event in loaded.events],
@@ -117,7 +117,7 @@ class Journal:
             for event in await self.store.history(self.session_id)
             if snapshot_seq < event.seq <= seq
         ]
-        return replay(self.machine, codec.decode_state(snapshot), events), loaded.record
+        return fold(self.machine, codec.decode_state(snapshot), events), loaded.record
 
     async def history(self, *, after: int = 0) -> list[TransitionEvent]:
         """The session's events after event ``after``, decoded, in order."""

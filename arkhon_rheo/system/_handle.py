@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from ..actors import ActorRef
     from ..protocols import Partial, SessionStream
-    from ..supervision._session import Session
+    from ..supervision._record import Session
 
 __all__ = ["SessionHandle", "SessionResult", "new_handle"]
 

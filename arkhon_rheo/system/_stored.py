@@ -24,7 +24,7 @@ from ..protocols import (
 from ..supervision import ExitReason
 from ..supervision._compiled import compiled
 from ..supervision._journal import Journal, out_of_band_event
-from ..supervision._replay import ReplayReport, verify
+from ..supervision._verify import ReplayReport, verify
 from ._children import linked_history
 
 if TYPE_CHECKING:

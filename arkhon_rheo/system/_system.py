@@ -33,14 +33,14 @@ from ..protocols._faults import installed
 from ..store import SQLiteStore
 from ..supervision._compiled import compiled
 from ..supervision._journal import Journal
-from ..supervision._session import (
+from ..supervision._record import (
     EventListener,
     ExitReason,
     Session,
     SessionConfig,
-    SessionSupervisor,
     StageMode,
 )
+from ..supervision._supervisor import SessionSupervisor
 from ._children import ChildHost
 from ._claims import Claims
 from ._handle import SessionHandle, SessionResult, new_handle

@@ -21,9 +21,10 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..protocols import AgentState, CallPlayback, EventKind, StateView, TransitionEvent
-from ._codec import apply_event
-from ._session import run_stage
+from ..protocols import AgentState, EventKind, StateView, TransitionEvent
+from ._fold import apply_event
+from ._recording import CallPlayback
+from ._stages import run_stage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -1,0 +1,342 @@
+"""The record of one session: its configuration, its state, its log, how it ended.
+
+`Session` is shared by the session's supervisor (`SessionSupervisor`), which
+commits to it, and its handle, which reads it and waits on it. The helpers
+here build the two records a session writes besides its state: its events
+(`Session.event`) and its failure records (`failure_record`).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._log import get_logger
+from ..protocols import ErrorClass, FailureRecord, TransitionEvent
+from ..protocols._stream import PartialHub
+from ._compiled import compiled
+from ._persist import linked
+from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
+from ._validate import _label
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from ..protocols import AgentState, EventKind, Machine, Patch
+    from ._compiled import CompiledMachine
+    from ._persist import Persistence
+    from ._validate import PatchValidator
+
+__all__ = [
+    "EventListener",
+    "ExitReason",
+    "Session",
+    "SessionConfig",
+    "StageMode",
+    "failure_record",
+]
+
+_logger = get_logger("arkhon_rheo.supervision")
+
+#: Called with every committed event; a listener's failure is logged, never raised.
+EventListener = Callable[[TransitionEvent], None]
+
+#: The read and write sets of an event that reads or writes nothing.
+_NOTHING: frozenset[str] = frozenset()
+
+
+def _log_commit(event: TransitionEvent) -> None:
+    """Log one committed event at info level (the caller checked that level is on)."""
+    _logger.info(
+        "transition_committed",
+        session_id=event.session_id,
+        seq=event.seq,
+        kind=event.kind.value,
+        stage=event.stage,
+        from_state=_label(event.from_state),
+        to_state=_label(event.to_state),
+        writes=sorted(event.writes),
+        attempt=event.attempt,
+    )
+
+
+class ExitReason(enum.Enum):
+    """Why a session ended."""
+
+    #: It reached a terminal state other than the failed one.
+    FINISHED = "finished"
+    #: A fatal error moved it to the failed state.
+    FAILED = "failed"
+    #: It used up its step budget and was moved to the failed state.
+    MAX_STEPS = "max_steps"
+    #: It was cancelled; its state is the last one committed.
+    CANCELLED = "cancelled"
+    #: A ``BaseException`` other than cancellation ended it (a stage's
+    #: ``KeyboardInterrupt``, ``SystemExit`` or your own subclass; it then leaves the
+    #: `AgentSystem` block), or the supervisor itself crashed (a bug). Its state is
+    #: the last one committed, and `AgentSystem.resume` continues from there.
+    CRASHED = "crashed"
+    #: It reached a gate and waits, durably, for a human decision.
+    PAUSED = "paused"
+
+
+class StageMode(enum.Enum):
+    """Where a session's stages run.
+
+    Both give each stage its own instance and deadline scope, restart it with a
+    fresh instance, and supervise it the same way.
+    """
+
+    #: Each stage is a child of the supervisor that runs in the supervisor's own
+    #: task: no task or mailbox of its own, so a step costs no message round trip
+    #: and an idle session a few kilobytes. The default.
+    INLINE = "inline"
+    #: Each stage runs in its own long-lived actor (its own task and mailbox) and
+    #: the supervisor asks it for each patch: stages are isolated in their own
+    #: tasks (task-local context, their own cancellation) at the cost of a
+    #: round trip per step and an actor per stage.
+    TASK = "task"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """How a session is supervised.
+
+    Attributes:
+        max_steps: The most stage steps before the session is stopped (exit reason
+            ``max_steps``); every session has one, so no loop is unbounded.
+        classifier: Maps failures to transient, recoverable or fatal.
+        backoff: Retries of transient failures.
+        restart_strategy: Which stage actors restart on a recoverable failure.
+        restart_intensity: How many restarts within how long escalate to fatal.
+        mailbox_capacity: The mailbox bound of the session's actors.
+        stage_mode: Where stages run: in the supervisor's task, or each in its own actor.
+    """
+
+    max_steps: int = 100
+    classifier: Classifier = field(default_factory=Classifier)
+    backoff: Backoff = field(default_factory=Backoff)
+    restart_strategy: RestartStrategy = RestartStrategy.ONE_FOR_ONE
+    restart_intensity: RestartIntensity = field(default_factory=RestartIntensity)
+    mailbox_capacity: int = 16
+    stage_mode: StageMode = StageMode.INLINE
+
+
+class Session:
+    """The record of one session, shared by its supervisor and its handle."""
+
+    __slots__ = (
+        "__weakref__",
+        "_changed",
+        "_rng",
+        "anchor_seq",
+        "base_seq",
+        "compiled",
+        "config",
+        "done",
+        "exit_reason",
+        "failure",
+        "gates_passed",
+        "keep_log",
+        "link",
+        "listeners",
+        "log",
+        "machine",
+        "on_close",
+        "partials",
+        "persistence",
+        "restarts",
+        "retries",
+        "seed",
+        "seq",
+        "session_id",
+        "state",
+        "steps",
+        "validator",
+    )
+
+    def __init__(
+        self,
+        session_id: str,
+        machine: Machine[Any],
+        state: AgentState,
+        config: SessionConfig,
+        *,
+        validator: PatchValidator | None = None,
+        seed: str | None,
+        listeners: Sequence[EventListener] = (),
+        persistence: Persistence | None = None,
+        base_seq: int = 0,
+        link: Mapping[str, Any] | None = None,
+        anchor_seq: int | None = None,
+    ) -> None:
+        self.session_id = session_id
+        #: After a resume: the number of the last event that was not a resume.
+        self.anchor_seq = anchor_seq
+        #: A child session's link to its parent step, stamped on each of its events.
+        self.link = link
+        self.persistence = persistence
+        self.base_seq = base_seq
+        self.gates_passed = False
+        self.machine = machine
+        #: The machine's compiled form (validator, codec, per-state plans), shared.
+        self.compiled: CompiledMachine = compiled(machine)
+        self.state = state
+        self.config = config
+        self.validator = self.compiled.validator if validator is None else validator
+        self.seed = seed
+        self._rng: random.Random | None = None
+        self.listeners = tuple(listeners)
+        #: Without a store, the session keeps its events here (its only record);
+        #: with one, the store is the log and this stays empty: memory per session
+        #: does not grow with its history (live subscribers are fed as it commits).
+        self.keep_log = persistence is None
+        self.log: list[TransitionEvent] = []
+        #: The number of the last event committed (or, before any, ``base_seq``).
+        self.seq = base_seq
+        #: Called once with the session when it has ended (the system releases it).
+        self.on_close: Callable[[Session], None] | None = None
+        self.steps = 0
+        self.retries = 0
+        self.restarts = 0
+        self.done = anyio.Event()
+        self.exit_reason: ExitReason | None = None
+        self.failure: FailureRecord | None = None
+        self._changed: anyio.Event | None = None
+        #: Subscribers of the partial output its stages `emit` (see `SessionStream`).
+        self.partials = PartialHub(session_id)
+
+    def commit(self, state: AgentState, event: TransitionEvent) -> None:
+        """Make ``state`` authoritative and publish ``event``; listeners never block it."""
+        if self.link is not None:
+            event = linked(event, self.link)
+        self.state = state
+        self.seq = event.seq
+        if self.keep_log:
+            self.log.append(event)
+        else:
+            self.partials.publish_event(event)
+        if _logger.is_enabled(logging.INFO):  # no fields built unless someone listens
+            _log_commit(event)
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception as exc:  # audit or sink failure must not break the answer path
+                _logger.error("event_listener_failed", session_id=self.session_id, error=repr(exc))
+        self._notify()
+
+    def finish(self, reason: ExitReason) -> None:
+        """Record how the session ended (the first reason recorded stands)."""
+        if self.exit_reason is None:
+            self.exit_reason = reason
+
+    def close(self) -> None:
+        """Mark the session ended, its actors gone, and wake everybody waiting on it."""
+        self.done.set()
+        self.partials.close()
+        self._notify()
+        on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            try:
+                on_close(self)
+            except Exception as exc:  # a bookkeeping failure must not break the session's end
+                _logger.error("session_release_failed", session_id=self.session_id, error=repr(exc))
+
+    def _notify(self) -> None:
+        self.partials.wake()
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
+
+    async def wait_changed(self) -> None:
+        """Wait for the next commit or for the end of the session."""
+        if self.done.is_set():
+            return
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+    @property
+    def rng(self) -> random.Random:
+        """The session's RNG (backoff jitter), made on first use: ~2.5 KB saved per session."""
+        if self._rng is None:
+            self._rng = random.Random(self.seed)
+        return self._rng
+
+    def next_seq(self) -> int:
+        """The number the next event will have."""
+        return self.seq + 1
+
+    def event(
+        self,
+        kind: EventKind,
+        stage: str | None,
+        from_state: enum.Enum,
+        to_state: enum.Enum,
+        patch: Patch,
+        writes: frozenset[str],
+        attempt: int,
+        *,
+        reads: frozenset[str] = _NOTHING,
+        started_at: float | None = None,
+        error: FailureRecord | None = None,
+        info: Mapping[str, Any] | None = None,
+    ) -> TransitionEvent:
+        """The session's next event, finished now (and started now, without ``started_at``)."""
+        now = time.time()
+        return TransitionEvent(
+            self.session_id,
+            self.seq + 1,
+            kind,
+            stage,
+            from_state,
+            to_state,
+            reads,
+            writes,
+            patch,
+            attempt,
+            now if started_at is None else started_at,
+            now,
+            error,
+            info,
+        )
+
+    def step_seq(self) -> int:
+        """The number naming the step about to run, the same across a crash and its resume.
+
+        It is `next_seq`, except for the first step after a resume (whose own
+        event is no step): then it is the number that step had before the crash.
+        """
+        if self.seq > self.base_seq or self.anchor_seq is None:
+            return self.next_seq()
+        return self.anchor_seq + 1
+
+
+def failure_record(
+    error_type: str,
+    message: str,
+    error_class: ErrorClass,
+    *,
+    stage: str | None,
+    lifecycle: enum.Enum,
+    attempt: int = 1,
+    reason: ExitReason | None = None,
+) -> FailureRecord:
+    """The record of a failure of ``stage`` in ``lifecycle`` (``reason``: it ended the session)."""
+    return FailureRecord(
+        error_type=error_type,
+        message=message,
+        error_class=error_class,
+        stage=stage,
+        lifecycle=_label(lifecycle),
+        attempt=attempt,
+        exit_reason=None if reason is None else reason.value,
+    )

@@ -1,0 +1,190 @@
+"""Stage hosting: how a session's stages run, and how their outcomes come back.
+
+`run_stage` runs one stage invocation and returns its patch or its error (and
+a ``BaseException`` other than cancellation as `Escaped`); it is also the seam
+of fault injection. A supervisor hosts each stage in a slot: `_InlineSlot`
+runs it in the supervisor's own task (`StageMode.INLINE`), `_TaskSlot` in its
+own `StageActor` (`StageMode.TASK`). Replay verification runs stages through
+`run_stage` too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import structlog
+
+from .._errors import StageTimeout
+from ..actors import Actor, ActorRef
+from ..protocols._faults import current_injector, enter_session
+
+if TYPE_CHECKING:
+    from ..protocols import Patch, Stage, StateView
+    from ..protocols._stream import StageScope
+    from ._recording import CallRecorder
+
+__all__ = ["Escaped", "StageActor", "StageSlot", "is_cancellation", "run_stage"]
+
+
+class Escaped:
+    """A ``BaseException`` other than cancellation that a stage raised.
+
+    It is never classified: `run_stage` hands it over to the supervisor (across
+    tasks in `StageMode.TASK`), which re-raises it in its own task.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is the backend's cancellation, or a group holding one."""
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(cancelled) is not None
+    return isinstance(exc, cancelled)
+
+
+async def run_stage(
+    stage: Stage[Any],
+    view: StateView[Any],
+    deadline: float | None,
+    recorder: CallRecorder,
+    partials: StageScope | None = None,
+) -> Any:
+    """Run ``stage`` on ``view`` within ``deadline``; return its patch or its error.
+
+    The calls it makes through `record_call` go to ``recorder``, what it emits
+    to ``partials`` (nowhere without it). Errors are returned, not raised: the
+    supervisor classifies them. Any other ``BaseException`` is returned as
+    `Escaped`, for the supervisor to re-raise. Cancellation (or a group holding
+    one) is never caught.
+    """
+    try:
+        with recorder, partials if partials is not None else _NO_SCOPE:
+            if deadline is None:
+                if current_injector() is not None:
+                    await _inject(stage.name, recorder.session_id)
+                return await stage.execute(view)
+            with anyio.move_on_after(deadline) as scope:
+                if current_injector() is not None:
+                    await _inject(stage.name, recorder.session_id)
+                return await stage.execute(view)
+        if scope.cancelled_caught:
+            return StageTimeout(stage=stage.name, deadline=deadline)
+        raise AssertionError("unreachable")  # pragma: no cover
+    except Exception as exc:  # classified by the supervisor, never here
+        return exc
+    except BaseException as exc:
+        if is_cancellation(exc):
+            raise
+        return Escaped(exc)  # not classified: re-raised by the supervisor
+
+
+_NO_SCOPE = contextlib.nullcontext()
+
+
+async def _inject(stage: str, session_id: str) -> None:
+    """The stage seam of fault injection: act out the installed plan's fault, if any."""
+    injector = current_injector()
+    if injector is not None:
+        enter_session(session_id)
+        await injector.inject(f"stage:{stage}", session_id, {"stage": stage})
+
+
+class _Invoke:
+    """Run the stage on this view."""
+
+    __slots__ = ("deadline", "recorder", "scope", "view")
+
+    def __init__(
+        self,
+        view: StateView[Any],
+        deadline: float | None,
+        recorder: CallRecorder,
+        scope: StageScope | None = None,
+    ) -> None:
+        self.view = view
+        self.deadline = deadline
+        self.recorder = recorder
+        self.scope = scope
+
+
+class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
+    """Runs one stage instance; answers each invocation with its patch or its error.
+
+    It never crashes on a stage error: the supervisor decides what the error
+    means and restarts this actor (a fresh stage instance) when it must. A
+    ``BaseException`` from the stage comes back as `Escaped`, for the supervisor
+    to raise as in `StageMode.INLINE`.
+    """
+
+    def __init__(self, stage: Stage[Any], session_id: str) -> None:
+        self.stage = stage
+        self.session_id = session_id
+
+    async def on_start(self) -> None:
+        # Bound in this actor's own task: every log line of the stage names both.
+        structlog.contextvars.bind_contextvars(session_id=self.session_id, stage=self.stage.name)
+
+    async def receive(self, message: _Invoke) -> Patch | Exception | Escaped:
+        outcome: Patch | Exception | Escaped = await run_stage(
+            self.stage, message.view, message.deadline, message.recorder, message.scope
+        )
+        return outcome
+
+
+class _TaskSlot:
+    """A stage hosted by its own `StageActor`."""
+
+    __slots__ = ("ref", "stage")
+
+    def __init__(
+        self, ref: ActorRef[_Invoke, Patch | Exception | Escaped], stage: Stage[Any]
+    ) -> None:
+        self.ref = ref
+        self.stage = stage
+
+    async def invoke(
+        self,
+        view: StateView[Any],
+        deadline: float | None,
+        recorder: CallRecorder,
+        scope: StageScope | None = None,
+    ) -> Any:
+        return await self.ref.ask(_Invoke(view, deadline, recorder, scope), timeout=math.inf)
+
+    async def stop(self) -> None:
+        self.ref.cancel()
+        await self.ref.wait_terminated()
+
+
+class _InlineSlot:
+    """A stage hosted in its supervisor's task."""
+
+    __slots__ = ("stage",)
+
+    def __init__(self, stage: Stage[Any]) -> None:
+        self.stage = stage
+
+    async def invoke(
+        self,
+        view: StateView[Any],
+        deadline: float | None,
+        recorder: CallRecorder,
+        scope: StageScope | None = None,
+    ) -> Any:
+        structlog.contextvars.bind_contextvars(stage=self.stage.name)
+        return await run_stage(self.stage, view, deadline, recorder, scope)
+
+    async def stop(self) -> None:
+        """Nothing runs between invocations, so there is nothing to stop."""
+
+
+#: Where a supervisor hosts one stage.
+StageSlot = _TaskSlot | _InlineSlot

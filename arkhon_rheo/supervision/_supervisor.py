@@ -1,0 +1,427 @@
+"""The supervisor actor: it owns one session's state and drives its machine.
+
+Each step it checks the current state's invariants and the stage's
+preconditions, asks the stage for a patch computed from a read-only view,
+validates the patch, asks the stage's ``next`` for the move, checks the move
+and the target state's invariants, and commits: the new version becomes
+authoritative and a `TransitionEvent` is appended to the session's log and
+offered to its listeners. What a failed step does is `FailureHandler`'s
+(``_failures.py``); where stages run, ``_stages.py``'s.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import structlog
+from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
+
+from .. import _tracing
+from .._errors import ArkhonError, IllegalTransition, PreconditionFailed
+from .._log import get_logger
+from ..actors import Actor, Termination, TerminationKind
+from ..protocols import ErrorClass, EventKind, Patch, StateView
+from ._failures import FailureHandler
+from ._fold import step_moves
+from ._record import ExitReason, StageMode, failure_record
+from ._recording import CallRecorder
+from ._stages import Escaped, StageActor, _InlineSlot, _TaskSlot, is_cancellation
+from ._validate import _label, check_edge, check_invariants
+
+if TYPE_CHECKING:
+    from ..protocols import AgentState, Stage
+    from ._compiled import StatePlan
+    from ._record import Session
+    from ._stages import StageSlot
+
+__all__ = ["SessionSupervisor"]
+
+_logger = get_logger("arkhon_rheo.supervision")
+
+#: How long a stopping session may wait to store its status and give up its lease.
+_STATUS_TIMEOUT = 10.0
+
+
+class _Step:
+    """Run the next step (the supervisor sends this to itself)."""
+
+    __slots__ = ()
+
+
+_STEP = _Step()
+
+#: Steps a supervisor runs back to back before yielding to other tasks.
+_STEPS_PER_YIELD = 4
+
+
+class SessionSupervisor(Actor[_Step, None]):
+    """The actor that owns one session's state and drives its machine.
+
+    A ``BaseException`` other than cancellation raised by a stage (or by any other
+    user code it runs: ``next``, a condition, a gate) is never classified: the
+    supervisor escalates it (`ActorContext.escalate`), so the session ends
+    `ExitReason.CRASHED`, its status is stored, its handle's waiters wake, and
+    the exception leaves the `AgentSystem` block in a ``BaseExceptionGroup``.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        # A stage class may serve several states: it is one stage (one instance, one
+        # actor), started and restarted once, in the order it first appears.
+        self.order: list[str] = list(
+            dict.fromkeys(stage.name for stage in session.machine.stages.values())
+        )
+        self.stage_types: dict[str, type[Stage[Any]]] = {
+            stage.name: stage for stage in session.machine.stages.values()
+        }
+        self.stages: dict[str, StageSlot] = {}
+        #: What a failed step does (retry, restart, record, fail).
+        self.failures = FailureHandler(session)
+        self.started = 0.0
+        #: The session's trace span (`None` without OpenTelemetry).
+        self.span: Any = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        session = self.session
+        structlog.contextvars.bind_contextvars(session_id=session.session_id)
+        self.started = time.monotonic()
+        self.span = _tracing.start_session(session.session_id, session.machine.name)
+        if _logger.is_enabled(logging.INFO):
+            _logger.info(
+                "session_started",
+                session_id=session.session_id,
+                machine=session.machine.name,
+                lifecycle=_label(session.state.lifecycle),
+                resumed=session.base_seq > 0,
+            )
+        for name in self.order:
+            await self._spawn_stage(name)
+        self.context.ref.tell_nowait(_STEP)
+
+    async def on_stop(self, termination: Termination) -> None:
+        session = self.session
+        try:
+            for slot in self.stages.values():
+                await slot.stop()
+        finally:
+            try:
+                self._conclude(termination)
+                self._log_end()
+                if session.persistence is not None and session.exit_reason is not None:
+                    # Even when the system is being cancelled: the status is stored and
+                    # the lease given up (bounded, should the store hang).
+                    with anyio.move_on_after(_STATUS_TIMEOUT, shield=True):
+                        await self._store_status(session.exit_reason.value)
+            finally:
+                session.close()
+
+    async def _store_status(self, status: str) -> None:
+        persistence = self.session.persistence
+        assert persistence is not None
+        try:
+            # "finished" and "failed" went with the final commit, in its transaction.
+            if status not in (ExitReason.FINISHED.value, ExitReason.FAILED.value):
+                await persistence.store.set_status(self.session.session_id, status)
+            if persistence.owner is not None:
+                await persistence.store.release(self.session.session_id, persistence.owner)
+        except Exception as exc:  # the outcome is known in memory; the record catches up on resume
+            _logger.error("status_not_stored", session_id=self.session.session_id, error=repr(exc))
+
+    def _log_end(self) -> None:
+        session = self.session
+        reason = None if session.exit_reason is None else session.exit_reason.value
+        _tracing.end_session(self.span, reason, session.steps, session.failure)
+        if _logger.is_enabled(logging.INFO):
+            _logger.info(
+                "session_ended",
+                session_id=session.session_id,
+                exit_reason=reason,
+                lifecycle=_label(session.state.lifecycle),
+                steps=session.steps,
+                retries=session.retries,
+                restarts=session.restarts,
+                duration=round(time.monotonic() - self.started, 6),
+            )
+
+    def _conclude(self, termination: Termination) -> None:
+        session = self.session
+        if termination.kind is TerminationKind.CANCELLED:
+            session.finish(ExitReason.CANCELLED)
+        elif termination.kind is TerminationKind.CRASHED:
+            error = termination.error
+            lifecycle = session.state.lifecycle
+            stage = session.machine.stages.get(lifecycle)
+            session.failure = failure_record(
+                type(error).__name__,
+                str(error),
+                ErrorClass.FATAL,  # a record of the crash, not a classification
+                stage=None if stage is None else stage.name,
+                lifecycle=lifecycle,
+                reason=ExitReason.CRASHED,
+            )
+            _logger.error("session_crashed", session_id=session.session_id, error=repr(error))
+            session.finish(ExitReason.CRASHED)
+        else:
+            session.finish(session.exit_reason or ExitReason.FINISHED)
+
+    async def _spawn_stage(self, name: str) -> None:
+        stage = self.stage_types[name]()
+        if self.session.config.stage_mode is StageMode.INLINE:
+            self.stages[name] = _InlineSlot(stage)
+            return
+        actor = StageActor(stage, self.session.session_id)
+        ref = await self.context.system.spawn(
+            lambda: actor,
+            name=f"{self.session.session_id}/{name}",
+            mailbox_capacity=self.session.config.mailbox_capacity,
+        )
+        self.stages[name] = _TaskSlot(ref, stage)
+
+    # -- the step ----------------------------------------------------------------
+
+    async def receive(self, message: _Step) -> None:
+        # Steps run back to back while nothing else waits in the mailbox, yielding
+        # to the event loop every few steps (cancellation is checked at each one).
+        context = self.context
+        budget = _STEPS_PER_YIELD
+        try:
+            while not await self._step():
+                if context.pending:
+                    context.ref.tell_nowait(_STEP)  # let the waiting messages go first
+                    return
+                budget -= 1
+                if budget:
+                    await checkpoint_if_cancelled()
+                else:
+                    budget = _STEPS_PER_YIELD
+                    await checkpoint()
+        except Exception:
+            raise  # a supervisor bug: this session crashes, nothing else
+        except BaseException as exc:
+            if is_cancellation(exc):
+                raise
+            context.escalate(exc)  # never classified: it must stop the program
+        context.stop()
+
+    async def _step(self) -> bool:
+        """Run one step; return true once the session has ended."""
+        session = self.session
+        machine = session.machine
+        state = session.state
+        lifecycle = state.lifecycle
+        plan = session.compiled.plan(lifecycle)
+        if plan.terminal:
+            reason = ExitReason.FAILED if plan.failed else ExitReason.FINISHED
+            session.finish(session.exit_reason or reason)
+            return True
+        stage_type = plan.stage_type
+        if stage_type is None:  # a state the machine does not know
+            stage_type = machine.stages[lifecycle]
+        name = stage_type.name
+        if session.steps >= session.config.max_steps:
+            await self.failures.fail(
+                "BudgetExhausted",
+                f"the session used its {session.config.max_steps} steps without finishing",
+                stage=name,
+                attempt=1,
+                error_class=ErrorClass.FATAL,
+                reason=ExitReason.MAX_STEPS,
+            )
+            return True
+        if machine.gates and await self._pause_at_gate(state, name):
+            return True
+        started = time.time()
+        try:
+            if plan.invariants:
+                check_invariants(plan.invariants, state, lifecycle, stage=name)
+            for condition in plan.preconditions:
+                try:
+                    holds = condition.holds(state)
+                except Exception as exc:
+                    raise PreconditionFailed(
+                        stage=name, condition=f"{condition.name} (the check raised {exc!r})"
+                    ) from exc
+                if not holds:
+                    raise PreconditionFailed(stage=name, condition=condition.name)
+        except ArkhonError as refused:
+            return await self.failures.failed(refused, name, 1, self._restart)
+
+        attempt = 1
+        deadline = plan.deadline
+        while True:
+            slot = self.stages[name]
+            view: StateView[Any] = StateView(state, plan.reads, name)
+            recorder = CallRecorder(session.session_id)
+            seq = session.next_seq()
+            scope = session.partials.scope(name, seq, attempt)
+            with _tracing.step(self.span, name, seq, attempt) as span:
+                outcome = await slot.invoke(view, deadline, recorder, scope)
+                _tracing.step_outcome(span, outcome)
+            if isinstance(outcome, Escaped):
+                raise outcome.error
+            failure = (
+                outcome
+                if isinstance(outcome, Exception)
+                else await self._commit(
+                    state, outcome, slot.stage, started, attempt, recorder.finished(), plan
+                )
+            )
+            if failure is None:
+                session.steps += 1
+                return session.compiled.plan(session.state.lifecycle).terminal and self._ended()
+            error_class = await self.failures.retry(failure, name, attempt)
+            if error_class is None:  # retried after its backoff
+                attempt += 1
+                continue
+            return await self.failures.failed(failure, name, attempt, self._restart, error_class)
+
+    def _ended(self) -> bool:
+        session = self.session
+        lifecycle = session.state.lifecycle
+        failed = lifecycle is session.machine.failed
+        session.finish(ExitReason.FAILED if failed else ExitReason.FINISHED)
+        return True
+
+    async def _pause_at_gate(self, state: AgentState, stage: str) -> bool:
+        """Pause, durably, if a gate guards this step; return true if it did."""
+        session = self.session
+        if session.gates_passed:
+            session.gates_passed = False  # the step a human just let through
+            return False
+        commits = session.next_seq() - 1
+        for gate in session.machine.gates:
+            try:
+                triggered = gate.triggers(state, stage, commits)
+            except Exception as exc:
+                _logger.error("gate_check_failed", session_id=session.session_id, error=repr(exc))
+                triggered = True  # a broken gate pauses rather than lets through
+            if not triggered:
+                continue
+            lifecycle = state.lifecycle
+            event = session.event(
+                EventKind.PAUSE,
+                stage,
+                lifecycle,
+                lifecycle,
+                Patch(),
+                frozenset(),
+                0,
+                info={"gate": gate.name, "stage": stage},
+            )
+            if session.persistence is not None:
+                await session.persistence.record(event, state, status="paused")
+            session.commit(state, event)
+            session.finish(ExitReason.PAUSED)
+            _logger.info(
+                "session_paused", session_id=session.session_id, gate=gate.name, stage=stage
+            )
+            return True
+        return False
+
+    async def _commit(
+        self,
+        state: AgentState,
+        patch: Patch,
+        stage: Stage[Any],
+        started: float,
+        attempt: int,
+        calls: list[dict[str, Any]] | None = None,
+        plan: StatePlan | None = None,
+    ) -> Exception | None:
+        """Validate and commit one stage's patch; return the refusal instead of raising.
+
+        ``plan`` is the compiled plan of ``state``'s lifecycle, when the caller has it.
+        """
+        session = self.session
+        machine = session.machine
+        name = stage.name
+        lifecycle = state.lifecycle
+        if plan is None:
+            plan = session.compiled.plan(lifecycle)
+        try:
+            updates, patch, written = session.validator._validated(
+                state, patch, stage=name, writes=stage.writes
+            )
+            candidate = session.compiled.copy_with(state, updates)
+            target = stage.next(candidate)
+            # Identity, not equality: a str-valued enum's member of another enum, or a
+            # bare string, may compare equal to an allowed state without being one.
+            # The plan's targets are keyed by the identity of the allowed states.
+            to = plan.targets.get(id(target))
+            if to is None:
+                allowed = plan.allowed
+                raise IllegalTransition(
+                    stage=name,
+                    from_state=_label(lifecycle),
+                    to_state=_label(target) if isinstance(target, enum.Enum) else repr(target),
+                    allowed=[_label(s) for s in allowed],
+                )
+            record = None
+            if to.failed:
+                # The stage's own decision to fail: still a structured record.
+                record = failure_record(
+                    "StageChoseFailure",
+                    f"stage {name!r} moved the session to {_label(target)!r}",
+                    ErrorClass.FATAL,
+                    stage=name,
+                    lifecycle=lifecycle,
+                    attempt=attempt,
+                    reason=ExitReason.FAILED,
+                )
+            moved = step_moves(machine, state, lifecycle, target, record, updates)
+            # The candidate is still private to this call: set the moves on it
+            # rather than copying the state a second time.
+            candidate.__dict__.update(moved)
+            candidate.__pydantic_fields_set__.update(moved)
+            if record is None:
+                if to.invariants:
+                    check_invariants(to.invariants, candidate, target, stage=name)
+                edge = plan.edge_checks.get(id(target))
+                if edge is not None:
+                    check_edge(edge, state, candidate, stage=name)
+        except Exception as exc:
+            return exc
+        event = session.event(
+            EventKind.STEP,
+            name,
+            lifecycle,
+            target,
+            patch,
+            written,
+            attempt,
+            reads=stage.reads,
+            started_at=started,
+            error=record,
+            info={"io": calls} if calls else None,
+        )
+        if session.persistence is not None:
+            try:  # write-ahead: the store has it before it becomes authoritative
+                await session.persistence.record(event, candidate)
+            except Exception as exc:
+                return exc
+        if record is not None:
+            session.failure = record
+        session.commit(candidate, event)
+        return None
+
+    async def _restart(self, failed: str) -> None:
+        """Restart the stages the restart strategy names when ``failed`` failed."""
+        session = self.session
+        names = session.config.restart_strategy.affected(self.order, failed)
+        for name in reversed(names):
+            await self.stages.pop(name).stop()
+        for name in names:
+            await self._spawn_stage(name)
+        session.restarts += 1
+        _logger.warning(
+            "stages_restarted",
+            session_id=session.session_id,
+            stages=names,
+            strategy=session.config.restart_strategy.value,
+        )
