@@ -198,7 +198,7 @@ async def test_without_a_store_the_newest_keep_ended_sessions_are_kept() -> None
 
 async def test_without_a_store_the_default_keeps_a_thousand_ended_sessions() -> None:
     async with AgentSystem(path=None) as system:
-        assert system._keep_ended == 1000
+        assert system._registry.keep == 1000
     async with AgentSystem(path=None, keep_ended=0) as system:
         await system.run(counting(), Count(), session_id="z")
         assert system.sessions() == []

@@ -21,7 +21,9 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .._errors import StoreCorrupt
 from ..protocols import AgentState, EventKind, StateView, TransitionEvent
+from ._compiled import compiled
 from ._fold import apply_event
 from ._recording import CallPlayback
 from ._stages import run_stage
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from ..protocols import Machine, Stage
     from ._codec import EventCodec
     from ._digest import StateHasher
+    from ._journal import Journal
     from ._validate import PatchValidator
 
 __all__ = ["Divergence", "ReplayReport", "verify"]
@@ -238,3 +241,44 @@ async def verify(
             )
         )
     return report(None)
+
+
+async def verify_stored(journal: Journal, *, reexecute: bool = False) -> ReplayReport[Any]:
+    """Fold a stored session's whole log from its start and check it (see `verify`).
+
+    A session running meanwhile is checked as it was when the reads began:
+    its record, its first snapshot and its events up to the record's last.
+
+    Raises:
+        ConfigurationError: If the journal's machine is not the session's.
+        SessionNotFound: If the store has no such session.
+        StoreCorrupt: If the session's first snapshot does not decode.
+    """
+    parts = compiled(journal.machine)
+    codec, store, session_id = parts.codec, journal.store, journal.session_id
+    loaded = await journal.load()
+    last = loaded.record.last_seq
+    stored_events = [e for e in await store.history(session_id) if e.seq <= last]
+    _, first = await store.snapshot_at(session_id, 0)
+    events: list[tuple[TransitionEvent | str, int | None]] = []
+    for stored in stored_events:
+        try:
+            events.append((codec.decode_event(stored), stored.digest))
+        except StoreCorrupt as exc:
+            events.append((f"the stored event does not decode: {exc}", None))
+    current: AgentState | str
+    try:
+        current = journal.current(loaded)
+    except StoreCorrupt as exc:
+        current = f"the stored state does not decode: {exc}"
+    return await verify(
+        journal.machine,
+        codec,
+        parts.hasher,
+        parts.validator,
+        session_id=session_id,
+        initial=codec.decode_state(first),
+        events=events,
+        stored=(last, current),
+        reexecute=reexecute,
+    )

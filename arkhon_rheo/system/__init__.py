@@ -11,8 +11,8 @@ from __future__ import annotations
 from .._exports import publish
 from ._handle import SessionHandle as SessionHandle
 from ._handle import SessionResult as SessionResult
+from ._registry import AgentStatistics as AgentStatistics
 from ._stored import StoredSession as StoredSession
-from ._system import AgentStatistics as AgentStatistics
 from ._system import AgentSystem as AgentSystem
 
 __all__ = [

@@ -47,8 +47,8 @@ class ChildHost:
     ) -> ChildOutcome:
         """Run the child ``session_id`` to its end (see `SubgraphHost.run_child`)."""
         system = self._system
-        system._links[session_id] = dict(link)
-        handle: SessionHandle[Any] | None = system._sessions.get(session_id)
+        system._registry.links[session_id] = dict(link)
+        handle: SessionHandle[Any] | None = system._registry.get(session_id)
         if handle is not None and handle.done and handle._session.exit_reason in _INTERRUPTED:
             if system.store is None:
                 system.forget(session_id)  # nothing to resume from: start it afresh

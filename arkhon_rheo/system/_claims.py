@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._errors import SessionError, SessionLocked
+from .._errors import SessionError, SessionLocked, StoreError
 from ._owner import is_dead
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from ..protocols import Store
+    from ._registry import Registry
 
 __all__ = ["Claim", "Claims"]
 
@@ -104,6 +105,39 @@ class Claims:
 
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._busy
+
+    @asynccontextmanager
+    async def renewing(self, registry: Registry) -> AsyncIterator[None]:
+        """Renew the lease of every session running in ``registry`` while the block runs.
+
+        Every third of the lease's time to live; a session whose lease another
+        owner took is cancelled (it never writes beside that owner), and a
+        transient store failure waits for the next round. Leaving the block
+        stops the renewals, whatever the block raised.
+        """
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        group.start_soon(self._renew, registry)
+        try:
+            yield
+        finally:
+            group.cancel_scope.cancel()
+            await group.__aexit__(None, None, None)
+
+    async def _renew(self, registry: Registry) -> None:
+        store = self.store
+        assert store is not None
+        while True:
+            await anyio.sleep(self.ttl / 3)
+            for handle in registry:
+                if handle.done:
+                    continue
+                try:
+                    await store.acquire(handle.session_id, self.owner, ttl=self.ttl)
+                except SessionLocked:
+                    handle.cancel()  # another owner took over: never write beside it
+                except StoreError:
+                    pass  # a transient store failure; the next round tries again
 
     @asynccontextmanager
     async def hold(self, session_id: str) -> AsyncIterator[Claim]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from .._errors import ConfigurationError, SessionError, StoreCorrupt
+from .._errors import ConfigurationError, SessionError
 from ..protocols import (
     SUPERVISOR_FIELDS,
     AgentState,
@@ -24,7 +24,7 @@ from ..protocols import (
 from ..supervision import ExitReason
 from ..supervision._compiled import compiled
 from ..supervision._journal import Journal, out_of_band_event
-from ..supervision._verify import ReplayReport, verify
+from ..supervision._verify import ReplayReport, verify_stored
 from ._children import linked_history
 
 if TYPE_CHECKING:
@@ -130,37 +130,7 @@ class StoredSession(Generic[S]):
             SessionNotFound: If the store has no such session.
             StoreCorrupt: If the session's first snapshot does not decode.
         """
-        journal = self._journal("replay a session")
-        parts = compiled(self.machine)
-        codec, store = parts.codec, journal.store
-        loaded = await journal.load()
-        last = loaded.record.last_seq
-        # A running session may commit between these reads: it is checked as it
-        # was when the replay began (its record, snapshot and events up to last).
-        stored_events = [e for e in await store.history(self.session_id) if e.seq <= last]
-        _, first = await store.snapshot_at(self.session_id, 0)
-        events: list[tuple[TransitionEvent | str, int | None]] = []
-        for stored in stored_events:
-            try:
-                events.append((codec.decode_event(stored), stored.digest))
-            except StoreCorrupt as exc:
-                events.append((f"the stored event does not decode: {exc}", None))
-        current: AgentState | str
-        try:
-            current = journal.current(loaded)
-        except StoreCorrupt as exc:
-            current = f"the stored state does not decode: {exc}"
-        report = await verify(
-            self.machine,
-            codec,
-            parts.hasher,
-            parts.validator,
-            session_id=self.session_id,
-            initial=codec.decode_state(first),
-            events=events,
-            stored=(last, current),
-            reexecute=reexecute,
-        )
+        report = await verify_stored(self._journal("replay a session"), reexecute=reexecute)
         return cast("ReplayReport[S]", report)
 
     async def fork(
@@ -227,8 +197,76 @@ class StoredSession(Generic[S]):
             )
 
     async def resume(self, *, max_steps: int | None = None) -> SessionHandle[S]:
-        """Continue the session from its last commit (see `AgentSystem.resume`)."""
-        return await self._system.resume(self.machine, self.session_id, max_steps=max_steps)
+        """Rebuild the session from the store and continue it from its last commit.
+
+        A stage that was running when its process died runs again: stages run at
+        least once, commits exactly once (event numbers are unique per session).
+        The resume is recorded as a `RESUME` event that changes no state.
+
+        Args:
+            max_steps: The step budget for this run; the system's default otherwise.
+
+        Returns:
+            The session's handle; it runs on its own from its last committed state.
+
+        Raises:
+            ConfigurationError: Without a store, or if the machine is not the session's.
+            SessionNotFound: If the store has no such session.
+            SessionError: If the session is running here already (or another call
+                here is starting or changing it), is paused at a gate, or has ended.
+            SessionLocked: If a live owner elsewhere drives it.
+            StoreCorrupt: If what is stored does not decode.
+        """
+        system = self._system
+        journal = self._journal("resume a session")
+        system._check_running()
+        config = system._config_for(max_steps)
+        async with system._claim(self.session_id) as claim:
+            await journal.exists()  # SessionNotFound before any lease
+            taken_over = await claim.lease()
+            loaded = await journal.load()  # again, now that nobody else can write
+            record = loaded.record
+            if record.status == "paused":
+                raise SessionError(
+                    f"session {self.session_id!r} is paused at a gate; answer it with "
+                    "approve(), abort() or edit() on system.stored(machine, id)",
+                    session_id=self.session_id,
+                )
+            state = cast("S", journal.current(loaded))
+            machine = self.machine
+            if machine.is_terminal(state.lifecycle):
+                ended = "failed" if state.lifecycle is machine.failed else "finished"
+                if record.status not in (ended, "max_steps", "cancelled", "crashed"):
+                    await journal.set_status(ended)  # repair a record a crash left behind
+                raise SessionError(
+                    f"session {self.session_id!r} has ended in {state.lifecycle.name}; "
+                    "fork it or roll it back to go on",
+                    session_id=self.session_id,
+                )
+            stage = machine.stages.get(state.lifecycle)
+            info = {
+                "resumed_by": system._identity.describe(),
+                "from_seq": record.last_seq,
+                "previous_status": record.status,
+                "taken_over": taken_over,
+                # Still "running": its driver stopped without a word, in (or just
+                # before) this state's stage, which runs again from its start.
+                "rerun": stage.name if stage is not None and record.status == "running" else None,
+            }
+            anchor = await journal.last_seq(excluding=EventKind.RESUME)
+            event = await journal.append(
+                record, EventKind.RESUME, state, state, {}, info=info, status="running"
+            )
+            system._registry.drop(self.session_id)
+            return await system._launch(
+                machine,
+                state,
+                config,
+                self.session_id,
+                base_seq=event.seq,
+                claim=claim,
+                anchor_seq=anchor,
+            )
 
     async def approve(self, value: Any = None) -> SessionHandle[S]:
         """Let the session paused at a gate go on, writing ``value`` to the gate's field.

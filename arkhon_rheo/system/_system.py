@@ -8,13 +8,11 @@ default it keeps its sessions in a SQLite file.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import itertools
 import uuid
-import weakref
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -23,19 +21,17 @@ from .._errors import (
     SessionError,
     SessionLocked,
     SessionNotFound,
-    StoreError,
     SystemNotRunning,
 )
 from ..actors import ActorSystem
 from ..graphs._host import session_scope
-from ..protocols import AgentState, Durability, EventKind, Machine
+from ..protocols import AgentState, Durability, Machine
 from ..protocols._faults import installed
 from ..store import SQLiteStore
 from ..supervision._compiled import compiled
 from ..supervision._journal import Journal
 from ..supervision._record import (
     EventListener,
-    ExitReason,
     Session,
     SessionConfig,
     StageMode,
@@ -45,22 +41,21 @@ from ._children import ChildHost
 from ._claims import Claims
 from ._handle import SessionHandle, SessionResult, new_handle
 from ._owner import Owner, is_dead
+from ._registry import AgentStatistics, Registry
 from ._stored import StoredSession, new_stored
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Sequence
     from contextlib import AbstractAsyncContextManager
     from types import TracebackType
-
-    from anyio.abc import TaskGroup
 
     from ..protocols import SessionRecord, Store, TransitionEvent
     from ..protocols._faults import FaultInjector
     from ..supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
     from ._claims import Claim
 
-__all__ = ["AgentStatistics", "AgentSystem"]
+__all__ = ["AgentSystem"]
 
 S = TypeVar("S", bound=AgentState)
 
@@ -69,29 +64,6 @@ DEFAULT_PATH = "arkhon-rheo.db"
 
 #: Ended sessions an `AgentSystem` without a store keeps in memory by default.
 DEFAULT_KEEP_ENDED = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class AgentStatistics:
-    """A snapshot of an agent system's counters.
-
-    Attributes:
-        sessions: Sessions this system holds: started or resumed here and not
-            yet forgotten (`AgentSystem.forget`), ended ones included.
-        running: Sessions not ended yet.
-        actors: Actors alive (supervisors and stage actors).
-        dead_letters: Messages that reached no actor.
-        statuses: Those sessions by status: ``"running"`` or their `ExitReason`
-            value (``"finished"``, ``"failed"``, ``"paused"``...), only those present.
-        queued: Messages waiting now in the mailboxes of their supervisors.
-    """
-
-    sessions: int
-    running: int
-    actors: int
-    dead_letters: int
-    statuses: Mapping[str, int] = field(default_factory=dict)
-    queued: int = 0
 
 
 class AgentSystem:
@@ -210,19 +182,9 @@ class AgentSystem:
                 f"keep_ended must be a non-negative integer (ended sessions kept), "
                 f"got {keep_ended!r}"
             )
-        self._keep_ended = keep_ended
-        # Running sessions, and the newest `keep_ended` ended ones, oldest first.
-        self._sessions: dict[str, SessionHandle[Any]] = {}
-        # The ids of the ended sessions in `_sessions`, in the order they ended.
-        self._ended: collections.deque[str] = collections.deque()
-        # Released ended sessions whose handles someone still holds.
-        self._held: weakref.WeakValueDictionary[str, SessionHandle[Any]] = (
-            weakref.WeakValueDictionary()
-        )
+        self._registry = Registry(keep_ended)
         self._counter = itertools.count()
         self._claims = Claims(store, self._owner, self._lease_ttl)
-        # Subgraphs: each child session's link to its parent step, by child id.
-        self._links: dict[str, dict[str, Any]] = {}
         self._children = ChildHost(self)
         self._faults = fault_plan
 
@@ -232,10 +194,7 @@ class AgentSystem:
                 await stack.enter_async_context(self._owned_store)
             await stack.enter_async_context(self._actors)
             if self._store is not None:
-                renewer = anyio.create_task_group()
-                await renewer.__aenter__()
-                stack.push_async_exit(_stopper(renewer))
-                renewer.start_soon(self._renew_leases)
+                await stack.enter_async_context(self._claims.renewing(self._registry))
             # Leaving the block cancels the sessions still running first.
             stack.callback(self._cancel_running)
             self._exit = stack.pop_all()
@@ -252,25 +211,9 @@ class AgentSystem:
         return await self._exit.__aexit__(exc_type, exc, tb)
 
     def _cancel_running(self) -> None:
-        for handle in self._sessions.values():
+        for handle in self._registry:
             if not handle.done:
                 handle.cancel()
-
-    async def _renew_leases(self) -> None:
-        """Renew the lease of every running session; a session that lost its own stops."""
-        store = self._store
-        assert store is not None
-        while True:
-            await anyio.sleep(self._lease_ttl / 3)
-            for session_id, handle in list(self._sessions.items()):
-                if handle.done:
-                    continue
-                try:
-                    await store.acquire(session_id, self._owner, ttl=self._lease_ttl)
-                except SessionLocked:
-                    handle.cancel()  # another owner took over: never write beside it
-                except StoreError:
-                    pass  # a transient store failure; the next round tries again
 
     @property
     def store(self) -> Store | None:
@@ -315,14 +258,11 @@ class AgentSystem:
             )
         if session_id is None:
             session_id = uuid.uuid4().hex[:12]
-        if session_id in self._sessions or session_id in self._held:
+        if session_id in self._registry:
             raise SessionError(
                 f"session {session_id!r} exists already; pick another id", session_id=session_id
             )
-        config = self._config
-        if max_steps is not None:
-            _check_budget(max_steps)
-            config = replace(config, max_steps=max_steps)
+        config = self._config_for(max_steps)
         validator = compiled(machine).validator
         if state.session_id != session_id:
             state = state.model_copy(update={"session_id": session_id})
@@ -339,8 +279,9 @@ class AgentSystem:
     ) -> SessionHandle[S]:
         """Rebuild a session from the store and continue it from its last commit.
 
-        A stage that was running when its process died runs again: stages run at
-        least once, commits exactly once (event numbers are unique per session).
+        The same as ``system.stored(machine, session_id).resume(max_steps=...)``
+        (see `StoredSession.resume`). A stage that was running when its process
+        died runs again: stages run at least once, commits exactly once.
 
         Args:
             machine: The session's machine (the same one it was started with).
@@ -358,59 +299,7 @@ class AgentSystem:
                 here is starting or changing it), or has ended.
             StoreCorrupt: If what is stored does not decode.
         """
-        store = self._require_store("resume a session")
-        self._check_running()
-        journal = Journal(store, machine, session_id)
-        async with self._claim(session_id) as claim:
-            await journal.exists()  # SessionNotFound before any lease
-            taken_over = await claim.lease()
-            return await self._resume_owned(journal, max_steps, taken_over, claim)
-
-    async def _resume_owned(
-        self, journal: Journal, max_steps: int | None, taken_over: str | None, claim: Claim
-    ) -> SessionHandle[S]:
-        machine = cast("Machine[S]", journal.machine)
-        session_id = journal.session_id
-        loaded = await journal.load()  # now that nobody else can write
-        if loaded.record.status == "paused":
-            raise SessionError(
-                f"session {session_id!r} is paused at a gate; answer it with "
-                "approve(), abort() or edit() on system.stored(machine, id)",
-                session_id=session_id,
-            )
-        state = cast("S", journal.current(loaded))
-        if machine.is_terminal(state.lifecycle):
-            ended = "failed" if state.lifecycle is machine.failed else "finished"
-            if loaded.record.status not in (ended, "max_steps", "cancelled", "crashed"):
-                await journal.set_status(ended)  # repair a record a crash left behind
-            raise SessionError(
-                f"session {session_id!r} has ended in {state.lifecycle.name}; "
-                "fork it or roll it back to go on",
-                session_id=session_id,
-            )
-        config = self._config
-        if max_steps is not None:
-            _check_budget(max_steps)
-            config = replace(config, max_steps=max_steps)
-        record = loaded.record
-        stage = machine.stages.get(state.lifecycle)
-        anchor = await journal.last_seq(excluding=EventKind.RESUME)
-        info = {
-            "resumed_by": self._identity.describe(),
-            "from_seq": record.last_seq,
-            "previous_status": record.status,
-            "taken_over": taken_over,
-            # Still "running": its driver stopped without a word, in (or just
-            # before) this state's stage, which runs again from its start.
-            "rerun": stage.name if stage is not None and record.status == "running" else None,
-        }
-        event = await journal.append(
-            record, EventKind.RESUME, state, state, {}, info=info, status="running"
-        )
-        self._drop(session_id)
-        return await self._launch(
-            machine, state, config, session_id, base_seq=event.seq, claim=claim, anchor_seq=anchor
-        )
+        return await self.stored(machine, session_id).resume(max_steps=max_steps)
 
     async def orphans(self, machine: Machine[Any] | None = None) -> list[SessionRecord]:
         """The stored sessions left "running" by a driver that is gone, oldest first.
@@ -435,8 +324,7 @@ class AgentSystem:
         for record in await store.sessions():
             if record.status != "running" or (machine and record.machine != machine.name):
                 continue
-            handle = self._sessions.get(record.session_id)
-            if handle is not None and not handle.done:
+            if self._registry.running(record.session_id):
                 continue
             owner = held.get(record.session_id)
             if owner is None or is_dead(owner):
@@ -485,8 +373,7 @@ class AgentSystem:
         return new_stored(self, machine, session_id)
 
     def _check_not_running(self, session_id: str) -> None:
-        handle = self._sessions.get(session_id)
-        if handle is not None and not handle.done:
+        if self._registry.running(session_id):
             raise SessionError(
                 f"session {session_id!r} is running here; cancel it (or wait for it) first",
                 session_id=session_id,
@@ -504,6 +391,13 @@ class AgentSystem:
         self._check_not_running(session_id)
         return self._claims.hold(session_id)
 
+    def _config_for(self, max_steps: int | None) -> SessionConfig:
+        """The sessions' configuration, with ``max_steps`` if one is given (checked)."""
+        if max_steps is None:
+            return self._config
+        _check_budget(max_steps)
+        return replace(self._config, max_steps=max_steps)
+
     async def _launch(
         self,
         machine: Machine[S],
@@ -519,7 +413,7 @@ class AgentSystem:
     ) -> SessionHandle[S]:
         """Spawn the session's supervisor; it takes over ``claim``'s lease, if any."""
         seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
-        link = self._links.get(session_id)
+        link = self._registry.links.get(session_id)
         persistence = None
         if self._store is not None:
             persistence = Journal(self._store, machine, session_id).persistence(
@@ -541,7 +435,7 @@ class AgentSystem:
         session.gates_passed = gates_passed
         session.log.extend(history)  # an in-memory session's earlier events, kept on
         session.seq += len(history)
-        session.on_close = self._closed
+        session.on_close = self._registry.closed
         try:
             # Shielded: the session starts whole (and the lease passes to it) or not at all.
             with anyio.CancelScope(shield=True):
@@ -559,32 +453,8 @@ class AgentSystem:
         if claim is not None:
             claim.hand_over()
         handle: SessionHandle[S] = new_handle(session, ref)
-        self._drop(session_id)  # a run before this one (a paused session decided here)
-        self._sessions[session_id] = handle
-        if session.done.is_set():  # it ended before its handle existed
-            self._closed(session)
+        self._registry.add(handle)  # replaces a run before this one (a pause decided here)
         return handle
-
-    def _closed(self, session: Session) -> None:
-        """A session ended: keep it among the newest `keep_ended`, or release it."""
-        session_id = session.session_id
-        handle = self._sessions.get(session_id)
-        if handle is None or handle._session is not session:
-            return  # a run replaced since (or its handle is not made yet)
-        if session.keep_log and session.exit_reason is ExitReason.PAUSED:
-            return  # without a store, nothing else holds it until it is decided
-        self._ended.append(session_id)
-        while len(self._ended) > self._keep_ended:
-            self._release(self._ended.popleft())
-
-    def _release(self, session_id: str) -> None:
-        """Stop holding an ended session: it lives on while someone holds its handle."""
-        handle = self._sessions.get(session_id)
-        if handle is None or not handle.done:
-            return  # forgotten, or running again (resumed) since
-        del self._sessions[session_id]
-        self._links.pop(session_id, None)
-        self._held[session_id] = handle
 
     def _check_running(self) -> None:
         if self._actors.state.value != "running":
@@ -621,7 +491,7 @@ class AgentSystem:
         Raises:
             SessionNotFound: If no session has that id.
         """
-        handle = self._sessions.get(session_id) or self._held.get(session_id)
+        handle = self._registry.find(session_id)
         if handle is None:
             raise SessionNotFound(session_id=session_id)
         return handle
@@ -638,12 +508,8 @@ class AgentSystem:
             SessionNotFound: Without a store, if no session here has that id.
             SessionError: If the session is still running; cancel it first.
         """
-        if (
-            self._store is not None
-            and session_id not in self._sessions
-            and session_id not in self._held
-        ):
-            self._links.pop(session_id, None)
+        if self._store is not None and session_id not in self._registry:
+            self._registry.links.pop(session_id, None)
             return  # released already: the store holds its record
         handle = self.session(session_id)
         if not handle.done:
@@ -652,15 +518,7 @@ class AgentSystem:
                 "result before forgetting it",
                 session_id=session_id,
             )
-        self._drop(session_id)
-        self._links.pop(session_id, None)
-
-    def _drop(self, session_id: str) -> None:
-        """Stop holding ``session_id`` in any way (before it runs again, or to forget it)."""
-        if self._sessions.pop(session_id, None) is not None:
-            with contextlib.suppress(ValueError):
-                self._ended.remove(session_id)
-        self._held.pop(session_id, None)
+        self._registry.forget(session_id)
 
     def sessions(self) -> list[str]:
         """The ids of the sessions this system holds: running, and the ended ones it keeps.
@@ -668,27 +526,11 @@ class AgentSystem:
         Oldest first. Ended sessions are kept up to ``keep_ended`` (none by
         default with a store, whose records keep them), not forgotten.
         """
-        return list(self._sessions)
+        return self._registry.ids()
 
     def statistics(self) -> AgentStatistics:
         """Return a snapshot of the system's counters."""
-        actors = self._actors.statistics()
-        statuses: dict[str, int] = {}
-        queued = 0
-        for handle in self._sessions.values():
-            reason = handle._session.exit_reason
-            status = "running" if reason is None or not handle.done else reason.value
-            statuses[status] = statuses.get(status, 0) + 1
-            if not handle.done:
-                queued += handle._ref.statistics().queued
-        return AgentStatistics(
-            sessions=len(self._sessions),
-            running=statuses.get("running", 0),
-            actors=actors.alive,
-            dead_letters=actors.dead_letters,
-            statuses=statuses,
-            queued=queued,
-        )
+        return self._registry.statistics(self._actors.statistics())
 
 
 def _check_budget(max_steps: int) -> None:
@@ -697,18 +539,3 @@ def _check_budget(max_steps: int) -> None:
             f"max_steps must be a positive integer, got {max_steps!r}: every session needs "
             "a bound on its steps"
         )
-
-
-def _stopper(
-    group: TaskGroup,
-) -> Callable[
-    [type[BaseException] | None, BaseException | None, TracebackType | None], Awaitable[bool]
-]:
-    """An exit callback that cancels ``group`` and leaves it, whatever the block raised."""
-
-    async def stop(*_: object) -> bool:
-        group.cancel_scope.cancel()
-        await group.__aexit__(None, None, None)
-        return False
-
-    return stop
