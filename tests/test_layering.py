@@ -2,9 +2,12 @@
 
 protocols imports nothing of the package; actors only protocols; supervision
 only those two; models only protocols; graphs (subgraphs) protocols and
-supervision; rules only protocols; testing sits on top (its crash harness runs
-`AgentSystem` on the store). Every layer may use the leaf modules ``_errors``,
-``_exports``, ``_log``, ``_redact`` and ``_tracing``.
+supervision; rules only protocols; system (the `AgentSystem`) sits above
+supervision, store and graphs; testing, cli and the inspector on top. Every
+layer may use the leaf modules ``_errors``, ``_exports``, ``_log``, ``_redact``
+and ``_tracing``. A subpackage's private modules are its own: another layer
+imports its public namespace or its ``_seams`` module (the insides the layers
+above may use, listed in one place).
 """
 
 from __future__ import annotations
@@ -84,9 +87,64 @@ def test_layer_imports_only_what_lies_below(layer: str) -> None:
         assert not forbidden, f"{path.name} in {layer}/ imports {sorted(forbidden)}"
 
 
+def _leaf_files(leaf: str) -> list[Path]:
+    """A leaf's source: one module, or a package's modules (``_errors`` is one)."""
+    package = PACKAGE / leaf
+    return sorted(package.rglob("*.py")) if package.is_dir() else [PACKAGE / f"{leaf}.py"]
+
+
 def test_leaf_modules_import_nothing_of_the_package_but_leaves() -> None:
     for leaf in LEAVES:
-        assert _imported_subpackages(PACKAGE / f"{leaf}.py") <= LEAVES - {leaf}
+        for path in _leaf_files(leaf):
+            assert _imported_subpackages(path) <= LEAVES, path
+
+
+def _private_reaches(path: Path, source: str | None = None) -> list[str]:
+    """The private modules of *other* subpackages that ``path`` imports (`_seams` aside).
+
+    A subpackage's private modules are its own: another subpackage imports its
+    public namespace, or its ``_seams`` module, which lists the insides the
+    layers above may use. Dunder modules (``__main__``) are entry points.
+    """
+    tree = ast.parse(path.read_text() if source is None else source, filename=str(path))
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    own = parts[1] if len(parts) > 2 else None
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = list(parts[: len(parts) - node.level])
+            module = [*base, *(node.module.split(".") if node.module else [])]
+        else:
+            module = (node.module or "").split(".")
+        if module[0] != "arkhon_rheo" or len(module) < 3 or module[1] in (own, *LEAVES):
+            continue
+        inside = module[2:]
+        private = [p for p in inside if p.startswith("_") and not p.startswith("__")]
+        if private and inside != ["_seams"]:
+            found.append(".".join(module))
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_no_layer_reaches_into_another_subpackages_private_modules(layer: str) -> None:
+    for path in sorted((PACKAGE / layer).rglob("*.py")):
+        reaches = _private_reaches(path)
+        assert not reaches, f"{path.relative_to(PACKAGE)} imports private {reaches}"
+
+
+def test_the_private_module_checker_sees_a_reach() -> None:
+    # The system layer imports supervision only through its public namespace and seams...
+    module = PACKAGE / "system" / "_system.py"
+    assert _private_reaches(module) == []
+    # ...and the checker would notice a reach past them, relative or absolute.
+    reach = "from ..supervision._journal import Journal\n"
+    assert _private_reaches(module, reach) == ["arkhon_rheo.supervision._journal"]
+    absolute = "from arkhon_rheo.protocols._faults import installed\n"
+    assert _private_reaches(module, absolute) == ["arkhon_rheo.protocols._faults"]
+    own = "from ._journal import Journal\n"  # its own private modules are its own
+    assert _private_reaches(PACKAGE / "supervision" / "_record.py", own) == []
 
 
 def test_the_checker_sees_a_violation() -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._errors import ArkhonError
-from ..protocols._spec import load_machine
+from ..protocols._seams import load_machine
 from ._serve import serve
 
 if TYPE_CHECKING:

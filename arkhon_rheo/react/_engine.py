@@ -51,7 +51,7 @@ from ..protocols import (
     record_call,
     record_stream,
 )
-from ..protocols._faults import current_injector, current_session
+from ..protocols._seams import current_injector, current_session
 from ._budget import Budget, Used
 from ._context import PromptCache, trim_messages
 from ._state import AgentExit, ReactState

@@ -23,7 +23,7 @@ from pydantic_core import PydanticSerializationError
 
 from .._errors import ConfigurationError, Fatal
 from .._log import get_logger
-from ..protocols._canonical import json_data
+from ..protocols._seams import json_data
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

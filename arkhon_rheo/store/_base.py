@@ -6,7 +6,7 @@ import enum
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, StoreError
-from ..protocols._faults import current_injector
+from ..protocols._seams import current_injector
 from ._codec import dumps, encode_events
 from ._plan import Append, Create
 

@@ -10,7 +10,7 @@ import anyio.lowlevel
 
 from .._errors import ConfigurationError, SessionLocked, SessionNotFound
 from ..protocols import LeaseRecord, LoadedSession, SessionRecord, StoreStatistics
-from ..protocols._faults import current_injector
+from ..protocols._seams import current_injector
 from ._base import StoreBase, StoreState, inject_store_fault
 from ._codec import EventRow, SessionRow, decode_event, decode_record, loads
 from ._plan import Request, SetStatus, plan

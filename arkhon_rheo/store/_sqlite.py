@@ -12,7 +12,7 @@ import anyio.to_thread
 
 from .._errors import ConfigurationError, StoreError
 from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord, StoreStatistics
-from ..protocols._faults import current_injector
+from ..protocols._seams import current_injector
 from . import _sql as sql
 from ._base import StoreBase, StoreState, inject_store_fault
 from ._codec import decode_event, decode_record, loads

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
-from ..protocols._canonical import canonical, may_hold_sets
+from ..protocols._seams import canonical, may_hold_sets
 from ._validate import _item_type
 
 if TYPE_CHECKING:

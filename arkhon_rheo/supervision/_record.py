@@ -20,7 +20,7 @@ import anyio
 
 from .._log import get_logger
 from ..protocols import ErrorClass, FailureRecord, TransitionEvent
-from ..protocols._stream import PartialHub
+from ..protocols._seams import PartialHub
 from ._compiled import compiled
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy

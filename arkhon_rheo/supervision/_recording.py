@@ -18,8 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from .._errors import RecordedCallFailed, ReplayDiverged, UnrecordableCall
-from ..protocols._canonical import json_data, may_hold_sets
-from ..protocols._io import RECORDER, aclose_iterator, check_json
+from ..protocols._seams import RECORDER, aclose_iterator, check_json, json_data, may_hold_sets
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence

@@ -19,11 +19,11 @@ import structlog
 
 from .._errors import StageTimeout
 from ..actors import Actor, ActorRef
-from ..protocols._faults import current_injector, enter_session
+from ..protocols._seams import current_injector, enter_session
 
 if TYPE_CHECKING:
     from ..protocols import Patch, Stage, StateView
-    from ..protocols._stream import StageScope
+    from ..protocols._seams import StageScope
     from ._recording import CallRecorder
 
 __all__ = ["Escaped", "StageActor", "StageSlot", "is_cancellation", "run_stage"]

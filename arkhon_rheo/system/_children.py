@@ -13,7 +13,7 @@ from .._errors import SessionNotFound
 from ..graphs import ChildOutcome, SubgraphStage
 from ..protocols import EventKind
 from ..supervision import ExitReason
-from ..supervision._journal import Journal
+from ..supervision._seams import Journal
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..protocols import AgentState, FailureRecord, TransitionEvent
-from ..protocols._stream import DEFAULT_CAPACITY
+from ..protocols._seams import DEFAULT_CAPACITY
 from ..supervision import ExitReason
 
 if TYPE_CHECKING:
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from ..actors import ActorRef
     from ..protocols import Partial, SessionStream
-    from ..supervision._record import Session
+    from ..supervision._seams import Session
 
 __all__ = ["SessionHandle", "SessionResult", "new_handle"]
 

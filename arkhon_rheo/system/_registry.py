@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
     from ..actors import SystemStatistics
-    from ..supervision._record import Session
+    from ..supervision._seams import Session
     from ._handle import SessionHandle
 
 __all__ = ["AgentStatistics", "Registry"]

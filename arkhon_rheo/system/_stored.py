@@ -21,10 +21,8 @@ from ..protocols import (
     Machine,
     Patch,
 )
-from ..supervision import ExitReason
-from ..supervision._compiled import compiled
-from ..supervision._journal import Journal, out_of_band_event
-from ..supervision._verify import ReplayReport, verify_stored
+from ..supervision import ExitReason, ReplayReport
+from ..supervision._seams import Journal, compiled, out_of_band_event, verify_stored
 from ._children import linked_history
 
 if TYPE_CHECKING:

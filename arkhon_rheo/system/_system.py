@@ -24,19 +24,12 @@ from .._errors import (
     SystemNotRunning,
 )
 from ..actors import ActorSystem
-from ..graphs._host import session_scope
+from ..graphs._seams import session_scope
 from ..protocols import AgentState, Durability, Machine
-from ..protocols._faults import installed
+from ..protocols._seams import installed
 from ..store import SQLiteStore
-from ..supervision._compiled import compiled
-from ..supervision._journal import Journal
-from ..supervision._record import (
-    EventListener,
-    Session,
-    SessionConfig,
-    StageMode,
-)
-from ..supervision._supervisor import SessionSupervisor
+from ..supervision import SessionConfig, StageMode
+from ..supervision._seams import EventListener, Journal, Session, SessionSupervisor, compiled
 from ._children import ChildHost
 from ._claims import Claims
 from ._handle import SessionHandle, SessionResult, new_handle
@@ -51,8 +44,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ..protocols import SessionRecord, Store, TransitionEvent
-    from ..protocols._faults import FaultInjector
-    from ..supervision._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
+    from ..protocols._seams import FaultInjector
+    from ..supervision import Backoff, Classifier, RestartIntensity, RestartStrategy
     from ._claims import Claim
 
 __all__ = ["AgentSystem"]

@@ -38,7 +38,7 @@ import anyio
 
 from .._errors import ArkhonError, ConfigurationError
 from ..protocols import Durability
-from ..protocols._spec import load_machine, load_state_factory
+from ..protocols._seams import load_machine, load_state_factory
 from ..store import SQLiteStore
 from ..system import AgentSystem
 

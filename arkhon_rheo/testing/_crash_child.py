@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..protocols import Durability
-from ..protocols._spec import load_machine, load_state_factory
+from ..protocols._seams import load_machine, load_state_factory
 from ..store import SQLiteStore
 from ..system import AgentSystem
 

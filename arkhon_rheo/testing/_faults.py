@@ -31,7 +31,7 @@ import anyio
 
 from .._errors import ConfigurationError, Fatal, Recoverable, StoreError, ToolTimeout, Transient
 from ..protocols import AssistantMessage, ModelReply, ToolCall
-from ..protocols._faults import install, uninstall
+from ..protocols._seams import install, uninstall
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping

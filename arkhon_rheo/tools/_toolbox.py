@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from .. import _tracing
 from .._errors import ArkhonError, ConfigurationError
 from ..protocols import ToolCall, ToolMessage, ToolSpec, record_call
-from ..protocols._faults import current_injector, current_session
+from ..protocols._seams import current_injector, current_session
 from ._tool import Tool, ToolError
 
 if TYPE_CHECKING:

@@ -1,0 +1,130 @@
+"""The whole exception tree of arkhon-rheo.
+
+Every error the library raises on purpose derives from one base, so callers can
+catch the lot with ``except ArkhonError``, or one branch at a time::
+
+    ArkhonError
+    ├── ConfigurationError        a value passed to a constructor or call is wrong
+    ├── SystemNotRunning          the actor system is not inside its ``async with``
+    ├── MailboxError              a mailbox could not take or give a message
+    │   ├── MailboxFull           no room, and the caller would not wait
+    │   └── MailboxClosed         the mailbox no longer accepts messages
+    ├── ActorError                an operation on an actor failed
+    │   ├── ActorStopped          the actor has terminated (or is draining)
+    │   └── AskTimeout            no reply arrived within the ask's timeout
+    ├── StageFailure              raised by stages to classify their own failure
+    │   ├── Transient             retry after a backoff
+    │   │   └── ToolTimeout       a tool ran past its timeout (a sandboxed one is killed)
+    │   ├── Recoverable           restart the stage, record the error, go on
+    │   │   └── SubgraphFailed    a subgraph's child session ended without finishing
+    │   └── Fatal                 fail the session
+    ├── ContractViolation         the supervisor refused what a stage did
+    │   ├── UndeclaredRead        read a field outside the read set
+    │   ├── ReadOnlyState         tried to change the state through its view
+    │   ├── UndeclaredWrite       patch writes a field outside the write set
+    │   ├── InvalidPatch          a written value fails its field's validation
+    │   ├── PreconditionFailed    the state does not meet a stage's precondition
+    │   ├── InvariantViolation    a state would break an invariant of its lifecycle
+    │   │   └── TransitionInvariantViolation  ...or of the transition that reaches it
+    │   └── IllegalTransition     the machine does not allow the chosen transition
+    ├── StageTimeout              a stage overran its state's deadline
+    ├── RestartIntensityExceeded  too many restarts in the window: escalates to fatal
+    ├── RecordedCallFailed        a recorded call failed; replayed, its class not rebuilt
+    ├── SessionError              a session could not be started or run
+    │   ├── SessionNotFound       no session has that id
+    │   └── ReplayDiverged        a re-executed stage called out unlike the recorded run
+    └── StoreError                the store failed, or refused what was asked
+        ├── StoreCorrupt          not our file, another schema version, or damaged
+        ├── DuplicateEvent        an event number is taken or out of order
+        ├── UnserializablePatch   a patch value cannot be stored (refused before commit)
+        ├── UnrecordableCall      a recorded call's request or response cannot be stored
+        └── SessionLocked         another owner holds the session's lease
+
+An exception raised by an actor's own handler during an ``ask`` is not wrapped:
+it is re-raised at the caller as it is, with a note naming the actor.
+
+Classification (`Transient`, `Recoverable`, `Fatal`) applies to ``Exception``
+only: cancellation is never classified and always propagates, and any other
+``BaseException`` a stage raises crashes its session and leaves the
+``AgentSystem`` block in a ``BaseExceptionGroup``.
+
+This module imports nothing from the package, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+from ._base import ActorError as ActorError
+from ._base import ActorStopped as ActorStopped
+from ._base import ArkhonError as ArkhonError
+from ._base import AskTimeout as AskTimeout
+from ._base import ConfigurationError as ConfigurationError
+from ._base import MailboxClosed as MailboxClosed
+from ._base import MailboxError as MailboxError
+from ._base import MailboxFull as MailboxFull
+from ._base import SystemNotRunning as SystemNotRunning
+from ._sessions import DuplicateEvent as DuplicateEvent
+from ._sessions import RecordedCallFailed as RecordedCallFailed
+from ._sessions import ReplayDiverged as ReplayDiverged
+from ._sessions import SessionError as SessionError
+from ._sessions import SessionLocked as SessionLocked
+from ._sessions import SessionNotFound as SessionNotFound
+from ._sessions import StoreCorrupt as StoreCorrupt
+from ._sessions import StoreError as StoreError
+from ._sessions import UnrecordableCall as UnrecordableCall
+from ._sessions import UnserializablePatch as UnserializablePatch
+from ._stages import ContractViolation as ContractViolation
+from ._stages import Fatal as Fatal
+from ._stages import IllegalTransition as IllegalTransition
+from ._stages import InvalidPatch as InvalidPatch
+from ._stages import InvariantViolation as InvariantViolation
+from ._stages import PreconditionFailed as PreconditionFailed
+from ._stages import ReadOnlyState as ReadOnlyState
+from ._stages import Recoverable as Recoverable
+from ._stages import RestartIntensityExceeded as RestartIntensityExceeded
+from ._stages import StageFailure as StageFailure
+from ._stages import StageTimeout as StageTimeout
+from ._stages import SubgraphFailed as SubgraphFailed
+from ._stages import ToolTimeout as ToolTimeout
+from ._stages import Transient as Transient
+from ._stages import TransitionInvariantViolation as TransitionInvariantViolation
+from ._stages import UndeclaredRead as UndeclaredRead
+from ._stages import UndeclaredWrite as UndeclaredWrite
+
+__all__ = [
+    "ActorError",
+    "ActorStopped",
+    "ArkhonError",
+    "AskTimeout",
+    "ConfigurationError",
+    "ContractViolation",
+    "DuplicateEvent",
+    "Fatal",
+    "IllegalTransition",
+    "InvalidPatch",
+    "InvariantViolation",
+    "MailboxClosed",
+    "MailboxError",
+    "MailboxFull",
+    "PreconditionFailed",
+    "ReadOnlyState",
+    "RecordedCallFailed",
+    "Recoverable",
+    "ReplayDiverged",
+    "RestartIntensityExceeded",
+    "SessionError",
+    "SessionLocked",
+    "SessionNotFound",
+    "StageFailure",
+    "StageTimeout",
+    "StoreCorrupt",
+    "StoreError",
+    "SubgraphFailed",
+    "SystemNotRunning",
+    "ToolTimeout",
+    "Transient",
+    "TransitionInvariantViolation",
+    "UndeclaredRead",
+    "UndeclaredWrite",
+    "UnrecordableCall",
+    "UnserializablePatch",
+]

@@ -1,0 +1,187 @@
+"""Sessions, replays and the store."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from ._base import ArkhonError
+
+__all__ = [
+    "DuplicateEvent",
+    "RecordedCallFailed",
+    "ReplayDiverged",
+    "SessionError",
+    "SessionLocked",
+    "SessionNotFound",
+    "StoreCorrupt",
+    "StoreError",
+    "UnrecordableCall",
+    "UnserializablePatch",
+]
+
+
+class SessionError(ArkhonError):
+    """A session could not be started, found or driven.
+
+    Attributes:
+        session_id: The session concerned.
+    """
+
+    def __init__(self, message: str, *, session_id: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class SessionNotFound(SessionError, KeyError):
+    """No session with that id exists here."""
+
+    def __init__(self, *, session_id: str) -> None:
+        super().__init__(
+            f"no session {session_id!r}; list the sessions to find its id",
+            session_id=session_id,
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ReplayDiverged(SessionError):
+    """A stage re-executed from the log called out differently from the recorded run.
+
+    Raised inside the stage at the call that differs, so it stops there; the
+    replay reports it as the first divergent event.
+
+    Attributes:
+        kind: The kind of call the stage made (``"model"``, ``"tool:search"``...).
+        reason: What differed.
+    """
+
+    def __init__(self, *, session_id: str, kind: str, reason: str) -> None:
+        super().__init__(
+            f"a re-executed stage of session {session_id!r} diverged at a {kind!r} call: "
+            f"{reason}; the stage does not repeat what the recorded run did",
+            session_id=session_id,
+        )
+        self.kind = kind
+        self.reason = reason
+
+
+class RecordedCallFailed(ArkhonError):
+    """A call that raised in the recorded run, raised again in a replay.
+
+    Replays raise the recorded exception's own class when it is importable and
+    takes a message; otherwise this, carrying its name and message.
+
+    Attributes:
+        kind: The kind of call.
+        error_type: The qualified name of the original exception's class.
+    """
+
+    def __init__(self, *, kind: str, error_type: str, message: str) -> None:
+        super().__init__(f"recorded {kind!r} call failed with {error_type}: {message}")
+        self.kind = kind
+        self.error_type = error_type
+
+
+class StoreError(ArkhonError):
+    """The store failed, or refused what was asked; nothing committed was lost.
+
+    Attributes:
+        location: Where the store lives (a file path, or ``":memory:"``).
+    """
+
+    def __init__(self, message: str, *, location: str = "") -> None:
+        super().__init__(message)
+        self.location = location
+
+
+class StoreCorrupt(StoreError):
+    """The file is not an arkhon-rheo store, has another schema version, or is damaged.
+
+    The file is never overwritten.
+    """
+
+
+class DuplicateEvent(StoreError):
+    """An event's number is already taken in its session, or is not the next one.
+
+    Attributes:
+        session_id: The session.
+        seq: The refused number.
+    """
+
+    def __init__(self, *, session_id: str, seq: int, expected: int, location: str = "") -> None:
+        super().__init__(
+            f"session {session_id!r} refused event #{seq}: the next number is #{expected} "
+            "(an event is committed exactly once)",
+            location=location,
+        )
+        self.session_id = session_id
+        self.seq = seq
+
+
+class UnserializablePatch(StoreError):
+    """A patch holds a value the store cannot keep; it was refused before commit.
+
+    Attributes:
+        field: The field whose value could not be serialized.
+    """
+
+    def __init__(self, *, stage: str | None, field: str, reason: str) -> None:
+        super().__init__(
+            f"stage {stage!r} wrote a value to {field!r} that cannot be stored: {reason}; "
+            "use JSON-friendly field types (pydantic models, str, numbers, lists)"
+        )
+        self.field = field
+
+
+class UnrecordableCall(StoreError):
+    """A recorded call's request or response cannot be kept as JSON; the stage fails.
+
+    Attributes:
+        kind: The kind of call.
+    """
+
+    def __init__(self, *, kind: str, what: str, reason: str) -> None:
+        super().__init__(
+            f"the {what} of a recorded {kind!r} call cannot be stored: {reason}; pass "
+            "JSON-friendly requests, and returns= the response's type so it can be dumped"
+        )
+        self.kind = kind
+
+
+class SessionLocked(StoreError):
+    """Another owner holds the session's lease: one driver per session at a time.
+
+    Attributes:
+        session_id: The session.
+        owner: Who holds it.
+        expires_at: When the lease runs out unless renewed (seconds since the epoch).
+    """
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        owner: str,
+        expires_at: float,
+        location: str = "",
+        now: float | None = None,
+    ) -> None:
+        until = datetime.fromtimestamp(expires_at, UTC).isoformat(timespec="seconds")
+        left = "" if now is None else f", in {max(0, math.ceil(expires_at - now))} s"
+        parts = owner.split("/")
+        who = f"{owner!r}"
+        if len(parts) >= 3 and parts[1].isdigit():
+            who = f"process {parts[1]} on host {parts[0]!r} (owner {owner!r})"
+        super().__init__(
+            f"session {session_id!r} is driven by {who}; its lease runs until "
+            f"{until.replace('+00:00', 'Z')}{left} unless renewed. Wait for that session to "
+            "end, or for the lease to run out if its process died on another host (an "
+            "AgentSystem takes over at once the lease of a dead process on its own host)",
+            location=location,
+        )
+        self.session_id = session_id
+        self.owner = owner
+        self.expires_at = expires_at

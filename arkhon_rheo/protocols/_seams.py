@@ -1,0 +1,29 @@
+"""What the layers above `protocols` use of its insides: the package's own seams, not API.
+
+A subpackage's private modules are its own; another subpackage imports only
+its public namespace or this module (the layering test holds every module to
+that). These are the running seams behind the contracts: the fault-injection
+hooks, the call recorder's context variable, the partial-output hub, the JSON
+canonical form and the ``module:attr`` loader.
+"""
+
+from __future__ import annotations
+
+from ._canonical import canonical as canonical
+from ._canonical import json_data as json_data
+from ._canonical import may_hold_sets as may_hold_sets
+from ._faults import FaultInjector as FaultInjector
+from ._faults import current_injector as current_injector
+from ._faults import current_session as current_session
+from ._faults import enter_session as enter_session
+from ._faults import install as install
+from ._faults import installed as installed
+from ._faults import uninstall as uninstall
+from ._io import RECORDER as RECORDER
+from ._io import aclose_iterator as aclose_iterator
+from ._io import check_json as check_json
+from ._spec import load_machine as load_machine
+from ._spec import load_state_factory as load_state_factory
+from ._stream import DEFAULT_CAPACITY as DEFAULT_CAPACITY
+from ._stream import PartialHub as PartialHub
+from ._stream import StageScope as StageScope
