@@ -10,7 +10,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Patch"]
 
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
+# Shared by every patch that assigns or appends nothing; never mutated.
+_EMPTY: dict[str, Any] = {}
 
 
 class Patch:
@@ -25,11 +26,14 @@ class Patch:
         **values: The fields to assign and their new values.
     """
 
+    # Plain dicts, read through fresh read-only views: a patch lives on in its
+    # event, and a dict of plain values is one object the cyclic GC need not
+    # track, where a kept mappingproxy is one more it scans on every collection.
     __slots__ = ("_appends", "_values")
 
     def __init__(self, **values: Any) -> None:
-        self._values: Mapping[str, Any] = MappingProxyType(values) if values else _EMPTY
-        self._appends: Mapping[str, tuple[Any, ...]] = _EMPTY
+        self._values: dict[str, Any] = values if values else _EMPTY
+        self._appends: dict[str, tuple[Any, ...]] = _EMPTY
 
     @classmethod
     def of(
@@ -38,18 +42,18 @@ class Patch:
         """Build a patch from mappings (field names need not be identifiers)."""
         patch = cls(**dict(values))
         if appends:
-            patch._appends = MappingProxyType({k: tuple(v) for k, v in appends.items()})
+            patch._appends = {k: tuple(v) for k, v in appends.items()}
         return patch
 
     @property
     def values(self) -> Mapping[str, Any]:
-        """The assignments, by field name."""
-        return self._values
+        """The assignments, by field name (a read-only view)."""
+        return MappingProxyType(self._values)
 
     @property
     def appends(self) -> Mapping[str, tuple[Any, ...]]:
-        """The items to append, by field name."""
-        return self._appends
+        """The items to append, by field name (a read-only view)."""
+        return MappingProxyType(self._appends)
 
     @property
     def fields(self) -> frozenset[str]:

@@ -56,6 +56,8 @@ class StatePlan:
         targets: The plan of each allowed target, by the target's ``id``.
         edge_checks: The transition invariants of each edge out of it that has
             any, by the target's ``id``.
+        written: The sets of fields its commits wrote, one shared object per
+            distinct set (see `shared_writes`).
     """
 
     __slots__ = (
@@ -72,6 +74,7 @@ class StatePlan:
         "targets",
         "terminal",
         "writes",
+        "written",
     )
 
     def __init__(self, machine: Machine[Any], state: enum.Enum) -> None:
@@ -91,9 +94,29 @@ class StatePlan:
         self.allowed: frozenset[enum.Enum] = machine.allowed(state)
         self.targets: dict[int, StatePlan] = {}
         self.edge_checks: dict[int, tuple[TransitionCondition[Any], ...]] = {}
+        self.written: dict[frozenset[str], frozenset[str]] = {}
         for target in self.allowed:
             if checks := machine.transition_invariants_of(state, target):
                 self.edge_checks[id(target)] = checks
+
+    def shared_writes(self, written: frozenset[str]) -> frozenset[str]:
+        """One object for each distinct set of fields this state's commits write.
+
+        An event keeps its write set for as long as its session's log lives; a
+        stage writes the same few sets again and again, so the events share
+        them instead of each keeping a set the cyclic GC scans. At most 64
+        distinct sets are kept; beyond them each event keeps its own.
+        """
+        shared = self.written.get(written)
+        if shared is not None:
+            return shared
+        if len(self.written) < _SHARED_WRITES:
+            self.written[written] = written
+        return written
+
+
+#: How many distinct write sets a state's plan shares (see `StatePlan.shared_writes`).
+_SHARED_WRITES = 64
 
 
 class CompiledMachine:

@@ -348,6 +348,7 @@ class SessionSupervisor(Actor[_Step, None]):
             updates, patch, written = session.validator._validated(
                 state, patch, stage=name, writes=stage.writes
             )
+            written = plan.shared_writes(written)
             candidate = session.compiled.copy_with(state, updates)
             target = stage.next(candidate)
             # Identity, not equality: a str-valued enum's member of another enum, or a
