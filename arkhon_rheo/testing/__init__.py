@@ -1,10 +1,11 @@
-"""Public test doubles and fault injection: scripted models, seeded fault plans.
+"""Public test doubles and fault injection: scripted models, stores, seeded fault plans.
 
 Like httpx's ``MockTransport``, the doubles implement the real interfaces, so
 the code under test runs unchanged; the library's own tests, examples and
 benches use them too: `reference_machine` (a small deterministic loop over
-`ReferenceState`), `ScriptedModel` and `EventCapture` (a listener that keeps
-every committed event).
+`ReferenceState`), `ScriptedModel`, `FaultyStore` (a store that fails the
+calls you name) and `EventCapture` (a listener that keeps every committed
+event).
 `crash_loop` kills your agent's process at random commits and checks that
 nothing it was told was stored is lost.
 """
@@ -30,6 +31,8 @@ from ._faults import FaultPlan as FaultPlan
 from ._faults import FaultRule as FaultRule
 from ._faults import FaultSchedule as FaultSchedule
 from ._faults import InjectedFault as InjectedFault
+from ._faulty_store import FaultyStore as FaultyStore
+from ._faulty_store import StoreCall as StoreCall
 from ._reference import ReferenceState as ReferenceState
 from ._reference import ReferenceStep as ReferenceStep
 from ._reference import reference_machine as reference_machine
@@ -51,6 +54,7 @@ __all__ = [
     "FaultPlan",
     "FaultRule",
     "FaultSchedule",
+    "FaultyStore",
     "InjectedFault",
     "LostCommit",
     "ReferenceState",
@@ -58,6 +62,7 @@ __all__ = [
     "ScriptedModel",
     "ScriptedRequest",
     "Step",
+    "StoreCall",
     "assert_all_ended",
     "assert_none_hung",
     "assert_nothing_lost",
