@@ -110,10 +110,19 @@ async def test_a_failed_load_fails_the_resume_and_leaves_the_session_as_it_was(
     faulty: Callable[[], FaultyStore],
 ) -> None:
     store = faulty()
+    parked = anyio.Event()
+
+    async def park(cycle: int) -> None:
+        parked.set()
+        await anyio.sleep_forever()
+
     async with store:
         async with AgentSystem(store=store) as system:
-            await system.start(MACHINE, ReferenceState(), session_id="s")
-        # Leaving the block cancelled it: stored as "cancelled", resumable.
+            await system.start(
+                reference_machine(before={"act": park}), ReferenceState(), session_id="s"
+            )
+            await parked.wait()
+        # Leaving the block cancelled it in its act: stored as "cancelled", resumable.
         store.fail("load")
         async with AgentSystem(store=store) as system:
             with pytest.raises(StoreError, match="load call 1 of session 's'"):

@@ -57,9 +57,11 @@ async def test_it_is_deterministic_and_its_stored_log_replays(tmp_path: Path) ->
 
 async def test_hooks_run_inside_their_stage_with_the_cycle() -> None:
     calls: list[tuple[str, int]] = []
+    subscribed = anyio.Event()
 
     def hook(name: str) -> Any:
         async def before(cycle: int) -> None:
+            await subscribed.wait()
             calls.append((name, cycle))
             emit(f"{name} {cycle}")
 
@@ -69,10 +71,20 @@ async def test_hooks_run_inside_their_stage_with_the_cycle() -> None:
     async with AgentSystem(path=None) as system:
         handle = await system.start(machine, ReferenceState(cycles=2), session_id="h")
         with handle.stream() as stream:
+            subscribed.set()
             items = [item async for item in stream]
-    assert calls == [(name, cycle) for cycle in (0, 1) for name in ("think", "act", "observe")]
-    partials = [item.data for item in items if isinstance(item, Partial)]
-    assert partials[-2:] == ["act 1", "observe 1"]  # each emitted from its own stage
+    expected = [(name, cycle) for cycle in (0, 1) for name in ("think", "act", "observe")]
+    assert calls == expected
+    # Each partial comes from its own stage, just before that stage's event.
+    labels = [
+        f"{item.stage}: {item.data}" if isinstance(item, Partial) else f"#{item.seq}"
+        for item in items
+    ]
+    assert labels == [
+        line
+        for seq, (name, cycle) in enumerate(expected, 1)
+        for line in (f"{name}: {name} {cycle}", f"#{seq}")
+    ]
 
 
 async def test_a_hook_that_raises_fails_its_stage_as_any_stage_error_does() -> None:
