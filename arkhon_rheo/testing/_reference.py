@@ -1,4 +1,4 @@
-"""`reference_machine`: the small think -> act -> observe loop the project tests and benches on.
+"""`reference_machine`: the small think -> act -> observe loop the project's tests and benches run.
 
 A session of it runs ``cycles`` cycles of three stages, each a commit, and
 then finishes; the state grows by one step a cycle. It does no I/O and draws
