@@ -1,48 +1,20 @@
-"""The workload both session benches run: a think -> act -> observe loop.
+"""The workload the session benches run: `arkhon_rheo.testing.reference_machine`.
 
-A module of the ``bench`` scripts (each run as ``python bench/NAME.py``, so this
+A think -> act -> observe loop over `ReferenceState` (its ``steps`` grow by one
+each cycle); see `arkhon_rheo.testing.reference_machine` for its stages. A
+module of the ``bench`` scripts (each run as ``python bench/NAME.py``, so this
 directory is on ``sys.path``); not part of the library.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import anyio
-from pydantic import Field
 
-from arkhon_rheo import (
-    AgentState,
-    ExitReason,
-    History,
-    Lifecycle,
-    Machine,
-    Patch,
-    StateView,
-    stage,
-)
+from arkhon_rheo import ExitReason, Machine
+from arkhon_rheo.testing import ReferenceState, reference_machine
 
-L = Lifecycle
 #: Cycles each session of a crowd runs.
 SESSION_CYCLES = 10
-
-
-class Step(NamedTuple):
-    """One tool call, appended to the history by the act stage (a JSON list when stored)."""
-
-    cycle: int
-    tool: str
-    output: str
-
-
-class LoopState(AgentState):
-    lifecycle: Lifecycle = L.THINKING
-    user_input: str = "what is 6 times 7?"
-    #: How many think/act/observe cycles the session runs before it finishes.
-    cycles: int = Field(default=SESSION_CYCLES, ge=1)
-    thought: str | None = None
-    observation: str | None = None
-    steps: History[Step] = History()
 
 
 class Gate:
@@ -59,7 +31,7 @@ class Gate:
         self.all_in = anyio.Event()
         self.open = anyio.Event()
 
-    async def wait(self) -> None:
+    async def wait(self, cycle: int = 0) -> None:
         if self.open.is_set():
             return
         self.arrived += 1
@@ -68,50 +40,12 @@ class Gate:
         await self.open.wait()
 
 
-def build_machine(gate: Gate | None = None, *, name: str = "bench-loop") -> Machine[LoopState]:
-    """THINKING -> ACTING -> OBSERVING -> THINKING ... -> FINISHED after ``cycles`` cycles."""
-
-    @stage(reads={"user_input", "iteration", "observation"}, writes={"thought"}, next=L.ACTING)
-    async def think(view: StateView[LoopState]) -> Patch:
-        if gate is not None:
-            await gate.wait()
-        return Patch(thought="use the calculator")
-
-    @stage(reads={"iteration", "thought"}, writes={"steps"}, next=L.OBSERVING)
-    async def act(view: StateView[LoopState]) -> Patch:
-        return Patch().append("steps", Step(cycle=view.iteration, tool="calc", output="42"))
-
-    @stage(
-        reads={"steps"},
-        writes={"observation"},
-        next=lambda s: L.FINISHED if s.iteration + 1 >= s.cycles else L.THINKING,
-    )
-    async def observe(view: StateView[LoopState]) -> Patch:
-        return Patch(observation=view.steps[-1].output)
-
-    return Machine(
-        name=name,
-        state_type=LoopState,
-        initial=L.THINKING,
-        terminal={L.FINISHED, L.FAILED},
-        failed=L.FAILED,
-        loop_state=L.THINKING,
-        transitions={
-            L.THINKING: {L.ACTING},
-            L.ACTING: {L.OBSERVING},
-            L.OBSERVING: {L.THINKING, L.FINISHED},
-        },
-        stages={L.THINKING: think, L.ACTING: act, L.OBSERVING: observe},
-        invariants={
-            None: [lambda s: s.user_input is not None],
-            L.ACTING: [lambda s: s.thought is not None],
-            L.OBSERVING: [lambda s: len(s.steps) > 0],
-            L.FINISHED: [lambda s: s.observation is not None],
-        },
-    )
+def build_machine(gate: Gate | None = None, *, name: str = "bench-loop") -> Machine[ReferenceState]:
+    """The reference machine; with ``gate``, each ``think`` passes it first."""
+    return reference_machine(name=name, before=None if gate is None else {"think": gate.wait})
 
 
-def check_finished(state: LoopState, exit_reason: ExitReason, cycles: int) -> None:
+def check_finished(state: ReferenceState, exit_reason: ExitReason, cycles: int) -> None:
     """A run that did not do the work it was timed for is a bug, not a figure."""
     if exit_reason is not ExitReason.FINISHED or len(state.steps) != cycles:
         raise RuntimeError(

@@ -2,8 +2,8 @@
 
 On each anyio backend (asyncio and trio), in one process and one run, it measures:
 
-(a) commit: the cost of one validated commit with a ``History[Step]`` field that
-    already holds 10 items, then 10,000 items. Two figures per length:
+(a) commit: the cost of one validated commit with a ``History[ReferenceStep]`` field
+    that already holds 10 items, then 10,000 items. Two figures per length:
     ``validate+copy+check`` is ``PatchValidator.updates`` + ``state.model_copy`` +
     the invariant check, called through the public pieces; ``_commit`` is the
     supervisor's own ``SessionSupervisor._commit`` (the same, plus the stage's
@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import structlog
-from _loop import SESSION_CYCLES, Gate, LoopState, Step, build_machine, check_finished
+from _loop import SESSION_CYCLES, Gate, build_machine, check_finished
 
 from arkhon_rheo import (
     Actor,
@@ -84,7 +84,7 @@ from arkhon_rheo.protocols._faults import current_injector
 from arkhon_rheo.supervision import PatchValidator, SessionConfig, StageMode
 from arkhon_rheo.supervision._record import Session
 from arkhon_rheo.supervision._supervisor import SessionSupervisor
-from arkhon_rheo.testing import FaultPlan
+from arkhon_rheo.testing import FaultPlan, ReferenceState, ReferenceStep
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterator
@@ -196,9 +196,9 @@ def commit_round(length: int) -> Callable[[int], dict[str, float]]:
     validator = PatchValidator(machine)
     act = machine.stages[L.ACTING]()
     name, writes = act.name, act.writes
-    items = [Step(cycle=i, tool="calc", output=str(i)) for i in range(length + SPREAD)]
+    items = [ReferenceStep(cycle=i, tool="calc", output=str(i)) for i in range(length + SPREAD)]
     bases = [
-        LoopState(
+        ReferenceState(
             lifecycle=L.ACTING,
             session_id="bench-commit",
             thought="use the calculator",
@@ -206,7 +206,7 @@ def commit_round(length: int) -> Callable[[int], dict[str, float]]:
         )
         for offset in range(SPREAD)
     ]
-    patch = Patch().append("steps", Step(cycle=0, tool="calc", output="42"))
+    patch = Patch().append("steps", ReferenceStep(cycle=0, tool="calc", output="42"))
     target = L.OBSERVING
     session = Session(
         "bench-commit",
@@ -320,7 +320,7 @@ async def one_session(
     ) as system:
         with gc_mode(enabled=True):
             start = time.perf_counter()
-            result = await system.run(machine, LoopState(cycles=cycles))
+            result = await system.run(machine, ReferenceState(cycles=cycles))
             elapsed = time.perf_counter() - start
     check_finished(result.state, result.exit_reason, cycles)
     return elapsed
@@ -418,16 +418,16 @@ class Crowd:
 
 
 async def start_gated(
-    system: AgentSystem, machine: Machine[LoopState], count: int
-) -> list[SessionHandle[LoopState]]:
-    state = LoopState(cycles=SESSION_CYCLES)
+    system: AgentSystem, machine: Machine[ReferenceState], count: int
+) -> list[SessionHandle[ReferenceState]]:
+    state = ReferenceState(cycles=SESSION_CYCLES)
     handles = [await system.start(machine, state) for _ in range(count)]
     for _ in range(3):  # let every session reach the gate
         await anyio.lowlevel.checkpoint()
     return handles
 
 
-async def finish_all(handles: list[SessionHandle[LoopState]]) -> None:
+async def finish_all(handles: list[SessionHandle[ReferenceState]]) -> None:
     for handle in handles:
         result = await handle.result()
         check_finished(result.state, result.exit_reason, SESSION_CYCLES)

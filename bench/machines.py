@@ -46,9 +46,10 @@ from pathlib import Path
 
 import anyio
 import structlog
-from _loop import LoopState, build_machine, check_finished
+from _loop import build_machine, check_finished
 
 from arkhon_rheo import AgentSystem
+from arkhon_rheo.testing import ReferenceState
 
 BACKENDS = ("asyncio", "trio")
 MODES = {"one": "one machine", "per": "a machine per session"}
@@ -71,7 +72,7 @@ async def run_sessions(mode: str, count: int) -> dict[str, float]:
     shared = build_machine()
     async with AgentSystem(path=None, max_steps=10) as system:
         # A first session outside the count: imports, adapters and caches warm up.
-        warm = await system.run(build_machine(), LoopState(cycles=1))
+        warm = await system.run(build_machine(), ReferenceState(cycles=1))
         system.forget(warm.session_id)
         del warm
         gc.collect()
@@ -81,7 +82,7 @@ async def run_sessions(mode: str, count: int) -> dict[str, float]:
         started = time.perf_counter()
         for _ in range(count):
             machine = shared if mode == "one" else build_machine()
-            result = await system.run(machine, LoopState(cycles=1))
+            result = await system.run(machine, ReferenceState(cycles=1))
             check_finished(result.state, result.exit_reason, 1)
             system.forget(result.session_id)
         elapsed = time.perf_counter() - started

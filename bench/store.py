@@ -75,7 +75,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import anyio
 import structlog
-from _loop import SESSION_CYCLES, Gate, LoopState, build_machine, check_finished
+from _loop import SESSION_CYCLES, Gate, build_machine, check_finished
 
 from arkhon_rheo import (
     AgentSystem,
@@ -83,6 +83,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.protocols import Durability
 from arkhon_rheo.store import SQLiteStore
+from arkhon_rheo.testing import ReferenceState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterator
@@ -181,10 +182,10 @@ async def crowd(
     ``at_gate`` is called once every session is parked, just before the clock starts.
     """
     machine = build_machine(gate, name="bench-store-loop")
-    handles: list[SessionHandle[LoopState]] = []
+    handles: list[SessionHandle[ReferenceState]] = []
 
     async def start(index: int) -> None:
-        handles.append(await system.start(machine, LoopState(cycles=cycles)))
+        handles.append(await system.start(machine, ReferenceState(cycles=cycles)))
 
     await start_all(count, start, gate)
     at_gate()

@@ -42,16 +42,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
-from _loop import LoopState, Step
 
-from arkhon_rheo import AgentSystem, Lifecycle, Machine, Patch, StateView, emit, stage
+from arkhon_rheo import AgentSystem, Machine, emit
 from arkhon_rheo.protocols._stream import PartialHub, SessionStream
+from arkhon_rheo.testing import ReferenceState, reference_machine
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 BACKENDS = ("asyncio", "trio")
-L = Lifecycle
 #: Deltas the think stage emits per step in (b).
 DELTAS = 20
 
@@ -148,44 +147,19 @@ def emit_cases(sizes: Sizes) -> None:
 # -- (b) session -----------------------------------------------------------------------
 
 
-def build_machine(deltas: int) -> Machine[LoopState]:
-    """THINKING (emits ``deltas`` deltas) -> ACTING -> OBSERVING -> THINKING ... -> FINISHED."""
+def build_machine(deltas: int) -> Machine[ReferenceState]:
+    """The reference machine; its think stage first emits ``deltas`` deltas."""
 
-    @stage(reads={"user_input", "iteration", "observation"}, writes={"thought"}, next=L.ACTING)
-    async def think(view: StateView[LoopState]) -> Patch:
+    async def emit_deltas(cycle: int) -> None:
         for n in range(deltas):
             emit(n)
-        return Patch(thought="use the calculator")
 
-    @stage(reads={"iteration", "thought"}, writes={"steps"}, next=L.OBSERVING)
-    async def act(view: StateView[LoopState]) -> Patch:
-        return Patch().append("steps", Step(cycle=view.iteration, tool="calc", output="42"))
-
-    @stage(
-        reads={"steps"},
-        writes={"observation"},
-        next=lambda s: L.FINISHED if s.iteration + 1 >= s.cycles else L.THINKING,
-    )
-    async def observe(view: StateView[LoopState]) -> Patch:
-        return Patch(observation=view.steps[-1].output)
-
-    return Machine(
-        name=f"stream-{deltas}",
-        state_type=LoopState,
-        initial=L.THINKING,
-        terminal={L.FINISHED, L.FAILED},
-        failed=L.FAILED,
-        loop_state=L.THINKING,
-        transitions={
-            L.THINKING: {L.ACTING},
-            L.ACTING: {L.OBSERVING},
-            L.OBSERVING: {L.THINKING, L.FINISHED},
-        },
-        stages={L.THINKING: think, L.ACTING: act, L.OBSERVING: observe},
+    return reference_machine(
+        name=f"stream-{deltas}", before={"think": emit_deltas} if deltas else None
     )
 
 
-async def one_session(machine: Machine[LoopState], cycles: int, subscriber: str) -> float:
+async def one_session(machine: Machine[ReferenceState], cycles: int, subscriber: str) -> float:
     """Seconds per cycle of one session; ``subscriber``: "none", "reading" or "stalled"."""
     async with AgentSystem(path=None, max_steps=3 * cycles + 1) as system:
 
@@ -195,7 +169,7 @@ async def one_session(machine: Machine[LoopState], cycles: int, subscriber: str)
 
         async with anyio.create_task_group() as tg:
             started = time.perf_counter()
-            handle = await system.start(machine, LoopState(cycles=cycles))
+            handle = await system.start(machine, ReferenceState(cycles=cycles))
             if subscriber == "reading":
                 tg.start_soon(consume, handle.partials())
             elif subscriber == "stalled":

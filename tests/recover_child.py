@@ -13,41 +13,21 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from arkhon_rheo import AgentState, AgentSystem, Lifecycle, Machine, Patch, StateView, stage
+from arkhon_rheo import AgentSystem, Machine
+from arkhon_rheo.testing import ReferenceState, reference_machine
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-L = Lifecycle
 
+def job_machine(block: Callable[[], Awaitable[None]] | None = None) -> Machine[ReferenceState]:
+    """The reference machine (each session here runs one cycle); ``act`` awaits ``block`` first."""
 
-class Job(AgentState):
-    lifecycle: Lifecycle = L.INITIALIZED
-    notes: tuple[str, ...] = ()
+    async def held(cycle: int) -> None:
+        assert block is not None
+        await block()
 
-
-def job_machine(block: Callable[[], Awaitable[None]] | None = None) -> Machine[Job]:
-    """Two steps, ``load`` then ``work``; ``work`` awaits ``block`` first, if given."""
-
-    @stage(reads=(), writes={"notes"}, next=L.ACTING, name="load")
-    async def load(view: StateView[Job]) -> Patch:
-        return Patch(notes=("load",))
-
-    @stage(reads={"notes"}, writes={"notes"}, next=L.FINISHED, name="work")
-    async def work(view: StateView[Job]) -> Patch:
-        if block is not None:
-            await block()
-        return Patch(notes=(*view.notes, "work"))
-
-    return Machine(
-        name="job",
-        state_type=Job,
-        initial=L.INITIALIZED,
-        terminal={L.FINISHED, L.FAILED},
-        failed=L.FAILED,
-        transitions={L.INITIALIZED: {L.ACTING}, L.ACTING: {L.FINISHED}},
-        stages={L.INITIALIZED: load, L.ACTING: work},
-    )
+    return reference_machine(name="job", before=None if block is None else {"act": held})
 
 
 async def drive(db: str, ids: list[str]) -> None:
@@ -64,7 +44,7 @@ async def drive(db: str, ids: list[str]) -> None:
     machine = job_machine(block)
     async with AgentSystem(path=db) as system:
         for session_id in ids:
-            await system.start(machine, Job(), session_id=session_id)
+            await system.start(machine, ReferenceState(cycles=1), session_id=session_id)
         await all_inside.wait()
         print("ready", flush=True)
         await anyio.sleep_forever()

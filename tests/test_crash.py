@@ -29,9 +29,10 @@ from arkhon_rheo import AgentState, Lifecycle, Patch
 from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import SQLiteStore
 from arkhon_rheo.supervision import EventCodec, StateHasher, apply_event, fold
-from arkhon_rheo.testing import CrashReport, crash_loop
+from arkhon_rheo.testing import CrashReport, ReferenceState, crash_loop
 
-from .crash_child import ROUNDS, SNAPSHOT_EVERY, Crash, crash_machine, expected_trace
+from .crash_child import ROUNDS, SNAPSHOT_EVERY, crash_machine, expected_trace, point
+from .crash_child import initial as fresh_state
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -62,7 +63,7 @@ class Crashes:
 
 async def _verify(crashes: Crashes, db: Path) -> None:
     """Check the file after a run, beyond what `crash_loop` checks itself."""
-    machine = crash_machine(ROUNDS)
+    machine = crash_machine()
     codec = EventCodec(machine)
     hasher = StateHasher(codec)
     trace = expected_trace(ROUNDS)
@@ -84,7 +85,7 @@ async def _verify(crashes: Crashes, db: Path) -> None:
             start_seq, start = await store.snapshot_at(session_id, 0)
             assert start_seq == 0, where
             initial = codec.decode_state(start)
-            assert initial == Crash(session_id=session_id), where
+            assert initial == fresh_state().model_copy(update={"session_id": session_id}), where
             full = fold(machine, initial, decoded)
             state: AgentState = initial
             digest = hasher.start(initial)
@@ -117,9 +118,9 @@ async def _verify(crashes: Crashes, db: Path) -> None:
                 assert resume.info is not None, where
                 assert resume.info["from_seq"] == resume.seq - 1, where
             steps = n - len(resumes)
-            assert isinstance(full, Crash)
+            assert isinstance(full, ReferenceState)
             assert steps < len(trace), f"{where}: {steps} steps, more than a full run has"
-            assert (tuple(full.notes), full.total, full.lifecycle) == trace[steps], where
+            assert point(full) == trace[steps], where
             if full.lifecycle is Lifecycle.FINISHED:
                 if record.status != "finished":
                     crashes.status_lag[session_id] = record.status
@@ -132,7 +133,7 @@ def run_crashes(tmp_path: Path, *, seed: int, backend: str, kills: int) -> Crash
     crashes = Crashes(seed)
     report = crash_loop(
         "tests.crash_child:machine",
-        "tests.crash_child:Crash",
+        "tests.crash_child:initial",
         path=tmp_path / "crash.db",
         kills=kills,
         sessions=INITIAL,

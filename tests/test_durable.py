@@ -12,7 +12,6 @@ from arkhon_rheo import (
     AgentSystem,
     ConfigurationError,
     ExitReason,
-    History,
     Lifecycle,
     Machine,
     Patch,
@@ -24,6 +23,7 @@ from arkhon_rheo import (
 from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.supervision import EventCodec, fold
+from arkhon_rheo.testing import ReferenceState, reference_machine
 
 from .helpers import on_virtual_clock
 
@@ -64,70 +64,51 @@ class _Reentrant:
         pass  # kept open: its data must outlive the first "process"
 
 
-class Notes(AgentState):
+class Control:
+    """Hooks for `reference_machine`: block forever in a given call of ``act``."""
+
+    def __init__(self, *, block_at: int | None = None) -> None:
+        self.block_at = block_at
+        self.acts = 0
+        self.blocked = anyio.Event()
+
+    async def act(self, cycle: int) -> None:
+        self.acts += 1
+        if self.acts == self.block_at:
+            self.blocked.set()
+            await anyio.sleep_forever()
+
+
+def notes_machine(control: Control) -> Machine[ReferenceState]:
+    return reference_machine(name="notes", before={"act": control.act})
+
+
+class Blob(AgentState):
     lifecycle: Lifecycle = L.INITIALIZED
-    notes: History[str] = History()
     #: Bytes that are not UTF-8 cannot be stored as JSON: the unserializable value.
     blob: bytes | None = None
 
 
-class Control:
-    """What the stages do: block forever at a given act call, or write garbage."""
-
-    def __init__(self, *, block_at: int | None = None, garbage: bool = False) -> None:
-        self.block_at = block_at
-        self.garbage = garbage
-        self.acts = 0
-        self.blocked = anyio.Event()
+@stage(reads=(), writes={"blob"}, next=L.FINISHED)
+async def garbage(view: StateView[Blob]) -> Patch:
+    return Patch(blob=b"\xff")
 
 
-def notes_machine(control: Control, rounds: int = 3) -> Machine[Notes]:
-    @stage(reads=(), writes={"notes"}, next=L.THINKING)
-    async def load(view: StateView[Notes]) -> Patch:
-        return Patch().append("notes", "load")
-
-    @stage(reads={"notes"}, writes={"notes"}, next=L.ACTING)
-    async def think(view: StateView[Notes]) -> Patch:
-        return Patch().append("notes", f"think {len(view.notes)}")
-
-    @stage(reads={"notes"}, writes={"notes", "blob"}, next=L.OBSERVING)
-    async def act(view: StateView[Notes]) -> Patch:
-        control.acts += 1
-        if control.acts == control.block_at:
-            control.blocked.set()
-            await anyio.sleep_forever()
-        if control.garbage:
-            return Patch(blob=b"\xff")
-        return Patch().append("notes", "act")
-
-    def after(state: Notes) -> Lifecycle:
-        return L.FINISHED if state.notes.count("observe") >= rounds else L.THINKING
-
-    @stage(reads={"notes"}, writes={"notes"}, next=after)
-    async def observe(view: StateView[Notes]) -> Patch:
-        return Patch().append("notes", "observe")
-
-    return Machine(
-        name="notes",
-        state_type=Notes,
-        initial=L.INITIALIZED,
-        terminal={L.FINISHED, L.FAILED},
-        failed=L.FAILED,
-        loop_state=L.THINKING,
-        transitions={
-            L.INITIALIZED: {L.THINKING},
-            L.THINKING: {L.ACTING},
-            L.ACTING: {L.OBSERVING},
-            L.OBSERVING: {L.THINKING, L.FINISHED},
-        },
-        stages={L.INITIALIZED: load, L.THINKING: think, L.ACTING: act, L.OBSERVING: observe},
-    )
+GARBAGE = Machine(
+    name="garbage",
+    state_type=Blob,
+    initial=L.INITIALIZED,
+    terminal={L.FINISHED, L.FAILED},
+    failed=L.FAILED,
+    transitions={L.INITIALIZED: {L.FINISHED}},
+    stages={L.INITIALIZED: garbage},
+)
 
 
 async def test_every_commit_is_in_the_store(make_store: Any) -> None:
     machine = notes_machine(Control())
     async with make_store() as store, AgentSystem(store=store, snapshot_every=4) as system:
-        handle = await system.start(machine, Notes(), session_id="n1")
+        handle = await system.start(machine, ReferenceState(), session_id="n1")
         result = await handle.result()
         history = await system.stored(machine, "n1").history()
         records = await store.sessions()
@@ -142,7 +123,7 @@ async def test_a_session_resumes_from_its_last_commit_after_a_crash(make_store: 
     first = Control(block_at=2)
     machine = notes_machine(first)
     async with make_store() as store, AgentSystem(store=store, snapshot_every=3) as system:
-        await system.start(machine, Notes(), session_id="n2")
+        await system.start(machine, ReferenceState(), session_id="n2")
         await first.blocked.wait()
         # Leaving the blocks cancels the session mid-stage and closes the store.
     async with make_store() as store:
@@ -159,20 +140,19 @@ async def test_a_session_resumes_from_its_last_commit_after_a_crash(make_store: 
     assert second.acts >= 1  # the stage that was running ran again
     assert [e.seq for e in history] == list(range(1, len(history) + 1))
     assert history[: len(committed)] == [EventCodec(machine2).decode_event(e) for e in committed]
-    assert fold(machine2, Notes(session_id="n2"), history) == result.state
-    assert list(result.state.notes).count("observe") == 3
+    assert fold(machine2, ReferenceState(session_id="n2"), history) == result.state
+    assert len(result.state.steps) == 3
 
 
 async def test_an_unserializable_patch_is_refused_before_commit(make_store: Any) -> None:
-    machine = notes_machine(Control(garbage=True))
     async with make_store() as store, AgentSystem(store=store) as system:
-        result = await system.run(machine, Notes(), session_id="n3")
+        result = await system.run(GARBAGE, Blob(), session_id="n3")
         stored = await store.history("n3")
     assert result.exit_reason is ExitReason.FAILED
     assert result.failure is not None
     assert result.failure.error_type == "UnserializablePatch"
     assert result.state.blob is None
-    assert all(event.stage != "act" or event.kind != "step" for event in stored)
+    assert [event.kind for event in stored] == ["failure"]
 
 
 async def test_resume_refuses_what_it_cannot_do(make_store: Any) -> None:
@@ -183,35 +163,26 @@ async def test_resume_refuses_what_it_cannot_do(make_store: Any) -> None:
     async with make_store() as store, AgentSystem(store=store) as system:
         with pytest.raises(SessionNotFound):
             await system.resume(machine, "nobody")
-        await system.run(machine, Notes(), session_id="done")
+        await system.run(machine, ReferenceState(), session_id="done")
         with pytest.raises(SessionError, match="has ended"):
             await system.resume(machine, "done")
-        other = Machine(
-            name="other",
-            state_type=Notes,
-            initial=L.INITIALIZED,
-            terminal={L.FINISHED, L.FAILED},
-            failed=L.FAILED,
-            transitions={L.INITIALIZED: {L.FINISHED}},
-            stages={L.INITIALIZED: machine.stages[L.INITIALIZED]},
-        )
         with pytest.raises(ConfigurationError, match="runs machine 'notes'"):
-            await system.resume(other, "done")
+            await system.resume(reference_machine(name="other"), "done")
 
 
 async def test_rollback_is_an_appended_event_and_the_session_goes_on(make_store: Any) -> None:
     machine = notes_machine(Control())
     async with make_store() as store, AgentSystem(store=store) as system:
-        done = await system.run(machine, Notes(), session_id="r1")
+        done = await system.run(machine, ReferenceState(), session_id="r1")
         before = await system.stored(machine, "r1").history()
-        event = await system.stored(machine, "r1").rollback(4)
+        event = await system.stored(machine, "r1").rollback(3)
         after = await system.stored(machine, "r1").history()
         assert after[:-1] == before  # append-only: nothing rewritten
         assert after[-1] == event
         assert event.kind is EventKind.ROLLBACK
-        assert event.info == {"rolled_back_from": len(before), "rolled_back_to": 4}
-        rolled = fold(machine, Notes(session_id="r1"), after)
-        assert rolled == fold(machine, Notes(session_id="r1"), before[:4])
+        assert event.info == {"rolled_back_from": len(before), "rolled_back_to": 3}
+        rolled = fold(machine, ReferenceState(session_id="r1"), after)
+        assert rolled == fold(machine, ReferenceState(session_id="r1"), before[:3])
         assert rolled.lifecycle is L.THINKING
         handle = await system.resume(machine, "r1")
         again = await handle.result()
@@ -219,13 +190,13 @@ async def test_rollback_is_an_appended_event_and_the_session_goes_on(make_store:
             await system.stored(machine, "r1").rollback(10_000)
     assert done.ok
     assert again.ok
-    assert list(again.state.notes) == list(done.state.notes)
+    assert list(again.state.steps) == list(done.state.steps)
 
 
 async def test_fork_starts_a_child_from_any_point(make_store: Any) -> None:
     machine = notes_machine(Control())
     async with make_store() as store, AgentSystem(store=store) as system:
-        await system.run(machine, Notes(), session_id="parent")
+        await system.run(machine, ReferenceState(), session_id="parent")
         child = await system.stored(machine, "parent").fork(at_seq=5, new_id="child")
         records = {r.session_id: r for r in await store.sessions()}
         handle = await child.resume()
@@ -237,10 +208,10 @@ async def test_fork_starts_a_child_from_any_point(make_store: Any) -> None:
     assert result.ok
     assert result.state.session_id == "child"
     # The fork began with the parent's first five commits and went its own way.
-    at_five = fold(machine, Notes(session_id="parent"), parent_history[:5])
-    assert isinstance(at_five, Notes)
-    assert list(result.state.notes)[:5] == list(at_five.notes)
-    assert len(parent_history) == 10  # load, then three rounds of think/act/observe
+    at_five = fold(machine, ReferenceState(session_id="parent"), parent_history[:5])
+    assert isinstance(at_five, ReferenceState)
+    assert list(result.state.steps)[:2] == list(at_five.steps)
+    assert len(parent_history) == 9  # three cycles of think/act/observe
 
 
 async def test_a_session_has_one_owner_at_a_time(make_store: Any) -> None:
@@ -250,7 +221,7 @@ async def test_a_session_has_one_owner_at_a_time(make_store: Any) -> None:
     machine = notes_machine(control)
     async with make_store() as store:
         async with AgentSystem(store=store) as first, AgentSystem(store=store) as second:
-            await first.start(machine, Notes(), session_id="owned")
+            await first.start(machine, ReferenceState(), session_id="owned")
             await control.blocked.wait()
             with pytest.raises(SessionLocked, match="'owned'"):
                 await second.resume(machine, "owned")
@@ -272,7 +243,7 @@ async def test_a_running_sessions_lease_is_renewed(autojump_clock: Any) -> None:
     machine = notes_machine(control)
     store = MemoryStore(clock=trio.current_time)
     async with store, AgentSystem(store=store, lease_ttl=3.0) as first:
-        await first.start(machine, Notes(), session_id="kept")
+        await first.start(machine, ReferenceState(), session_id="kept")
         await control.blocked.wait()
         await trio.sleep(30)  # ten lease lifetimes
         async with AgentSystem(store=store) as second:

@@ -16,23 +16,21 @@ import anyio
 import pytest
 
 from arkhon_rheo import (
-    AgentState,
     AgentSystem,
     ConfigurationError,
     Gate,
     Lifecycle,
     Machine,
-    Patch,
     SessionNotFound,
-    StateView,
     emit,
-    stage,
 )
 from arkhon_rheo.protocols import EventKind, Partial, TransitionEvent
+from arkhon_rheo.testing import ReferenceState, reference_machine
 
 from .helpers import run_bench_quick
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
 pytestmark = pytest.mark.anyio
@@ -40,48 +38,35 @@ pytestmark = pytest.mark.anyio
 L = Lifecycle
 
 
-class Count(AgentState):
-    lifecycle: Lifecycle = L.THINKING
-    count: int = 0
-    target: int = 5
-
-
 class Hold:
-    """Parks the session in its stage when it reaches ``at``, until released."""
+    """Hooks for `reference_machine`: park a session once ``at`` events are committed.
+
+    Each stage first emits ``"step <n>"``, ``n`` the event it will commit; the
+    step after event ``at`` then waits for ``release``.
+    """
 
     def __init__(self, at: int | None = None) -> None:
         self.at = at
         self.parked = anyio.Event()
         self.release = anyio.Event()
 
-    async def wait(self, count: int) -> None:
-        if count == self.at:
-            self.parked.set()
-            await self.release.wait()
+    def machine(self, gates: tuple[Gate, ...] = ()) -> Machine[ReferenceState]:
+        def hook(index: int) -> Callable[[int], Awaitable[None]]:
+            async def before(cycle: int) -> None:
+                done = 3 * cycle + index  # commits before this step: three a cycle
+                emit(f"step {done + 1}")
+                if done == self.at:
+                    self.parked.set()
+                    await self.release.wait()
+
+            return before
+
+        hooks = {"think": hook(0), "act": hook(1), "observe": hook(2)}
+        return reference_machine(name="count", before=hooks, gates=gates)
 
 
-def counting(hold: Hold | None = None, gates: tuple[Gate, ...] = ()) -> Machine[Count]:
-    @stage(
-        reads={"count", "target"},
-        writes={"count"},
-        next=lambda s: L.FINISHED if s.count >= s.target else L.THINKING,
-    )
-    async def tick(view: StateView[Count]) -> Patch:
-        emit(f"tick {view.count}")
-        if hold is not None:
-            await hold.wait(view.count)
-        return Patch(count=view.count + 1)
-
-    return Machine(
-        name="count",
-        state_type=Count,
-        initial=L.THINKING,
-        terminal={L.FINISHED, L.FAILED},
-        failed=L.FAILED,
-        transitions={L.THINKING: {L.THINKING, L.FINISHED}},
-        stages={L.THINKING: tick},
-        gates=gates,
-    )
+def looping(hold: Hold | None = None, gates: tuple[Gate, ...] = ()) -> Machine[ReferenceState]:
+    return (hold or Hold()).machine(gates)
 
 
 def seqs(events: tuple[TransitionEvent, ...] | list[TransitionEvent]) -> list[int]:
@@ -93,8 +78,8 @@ async def test_with_a_store_a_live_session_keeps_no_log_and_history_reads_the_st
 ) -> None:
     hold = Hold(at=30)
     async with AgentSystem(path=tmp_path / "s.db", max_steps=100) as system:
-        machine = counting(hold)
-        handle = await system.start(machine, Count(target=40), session_id="s1")
+        machine = looping(hold)
+        handle = await system.start(machine, ReferenceState(cycles=14), session_id="s1")
         await hold.parked.wait()
         assert handle._session.log == []  # flat: 30 commits, none kept in memory
         assert seqs(await handle.history()) == list(range(1, 31))
@@ -103,15 +88,15 @@ async def test_with_a_store_a_live_session_keeps_no_log_and_history_reads_the_st
         result = await handle.result()
         assert result.ok
         assert handle._session.log == []
-        assert seqs(await handle.history()) == list(range(1, 41))
+        assert seqs(await handle.history()) == list(range(1, 43))
 
 
 async def test_without_a_store_the_log_stays_in_memory() -> None:
     async with AgentSystem(path=None) as system:
-        handle = await system.start(counting(), Count(), session_id="m1")
+        handle = await system.start(looping(), ReferenceState(cycles=2), session_id="m1")
         await handle.result()
         history = await handle.history()
-    assert seqs(history) == [1, 2, 3, 4, 5]
+    assert seqs(history) == [1, 2, 3, 4, 5, 6]
     assert list(handle._session.log) == list(history)
 
 
@@ -122,7 +107,7 @@ async def test_events_joined_mid_run_catch_up_then_follow_live_without_gaps_or_r
     hold = Hold(at=3)
     path = tmp_path / "s.db" if stored else None
     async with AgentSystem(path=path) as system:
-        handle = await system.start(counting(hold), Count(target=8), session_id="e1")
+        handle = await system.start(looping(hold), ReferenceState(cycles=3), session_id="e1")
         await hold.parked.wait()  # three events committed before anyone listens
         seen: list[TransitionEvent] = []
 
@@ -134,7 +119,7 @@ async def test_events_joined_mid_run_catch_up_then_follow_live_without_gaps_or_r
 
         await follow()
         late = [event async for event in handle.events()]  # after the end: all, from the store
-    assert seqs(seen) == list(range(1, 9))
+    assert seqs(seen) == list(range(1, 10))
     assert seen == late
     assert seen[-1].to_state is L.FINISHED
 
@@ -146,22 +131,24 @@ async def test_stream_with_a_store_puts_each_steps_partials_before_its_event(
     hold = Hold(at=2)
     path = tmp_path / "s.db" if stored else None
     async with AgentSystem(path=path) as system:
-        handle = await system.start(counting(hold), Count(target=4), session_id="p1")
-        await hold.parked.wait()  # events 1 and 2 committed; step 3 emitted "tick 2"
+        handle = await system.start(looping(hold), ReferenceState(cycles=2), session_id="p1")
+        await hold.parked.wait()  # events 1 and 2 committed; step 3 emitted "step 3"
         with handle.stream() as stream:
             hold.release.set()
             items: list[TransitionEvent | Partial] = [item async for item in stream]
     labels = [f"p{item.seq}" if isinstance(item, Partial) else f"e{item.seq}" for item in items]
     # The partial of step 3 came before the subscription; 4's is delivered, before e4.
-    assert labels == ["e1", "e2", "e3", "p4", "e4"]
+    assert labels == ["e1", "e2", "e3", "p4", "e4", "p5", "e5", "p6", "e6"]
+    partials = [item.data for item in items if isinstance(item, Partial)]
+    assert partials == ["step 4", "step 5", "step 6"]
 
 
 async def test_with_a_store_an_ended_session_is_released_and_stays_in_the_store(
     tmp_path: Path,
 ) -> None:
-    machine = counting()
+    machine = looping()
     async with AgentSystem(path=tmp_path / "s.db") as system:
-        result = await system.run(machine, Count(), session_id="r1")
+        result = await system.run(machine, ReferenceState(), session_id="r1")
         gc.collect()
         assert system.sessions() == []
         assert system.statistics().sessions == 0
@@ -171,12 +158,12 @@ async def test_with_a_store_an_ended_session_is_released_and_stays_in_the_store(
         stored = await system.stored(machine, "r1").history()
         assert [record.status for record in await system.store.sessions()] == ["finished"]  # type: ignore[union-attr]
     assert result.ok
-    assert seqs(stored) == [1, 2, 3, 4, 5]
+    assert seqs(stored) == list(range(1, 10))
 
 
 async def test_a_released_session_is_found_while_its_handle_is_held(tmp_path: Path) -> None:
     async with AgentSystem(path=tmp_path / "s.db") as system:
-        handle = await system.start(counting(), Count(), session_id="h1")
+        handle = await system.start(looping(), ReferenceState(), session_id="h1")
         await handle.result()
         assert system.sessions() == []  # released...
         assert system.session("h1") is handle  # ...but found while held
@@ -189,7 +176,7 @@ async def test_a_released_session_is_found_while_its_handle_is_held(tmp_path: Pa
 async def test_without_a_store_the_newest_keep_ended_sessions_are_kept() -> None:
     async with AgentSystem(path=None, keep_ended=2) as system:
         for n in range(5):
-            await system.run(counting(), Count(), session_id=f"k{n}")
+            await system.run(looping(), ReferenceState(), session_id=f"k{n}")
         assert system.sessions() == ["k3", "k4"]
         assert (await system.session("k4").result()).ok
         with pytest.raises(SessionNotFound):
@@ -200,14 +187,14 @@ async def test_without_a_store_the_default_keeps_a_thousand_ended_sessions() -> 
     async with AgentSystem(path=None) as system:
         assert system._registry.keep == 1000
     async with AgentSystem(path=None, keep_ended=0) as system:
-        await system.run(counting(), Count(), session_id="z")
+        await system.run(looping(), ReferenceState(), session_id="z")
         assert system.sessions() == []
 
 
 async def test_a_paused_session_without_a_store_is_kept_until_decided() -> None:
-    gated = counting(gates=(Gate.when(lambda s: s.count == 2, name="check"),))
+    gated = looping(gates=(Gate.when(lambda s: len(s.steps) == 1 and not s.observation),))
     async with AgentSystem(path=None, keep_ended=0) as system:
-        await system.run(gated, Count(), session_id="g1")
+        await system.run(gated, ReferenceState(), session_id="g1")
         assert system.sessions() == ["g1"]  # paused: nothing else records it
         handle = await system.stored(gated, "g1").approve()
         assert handle is not None

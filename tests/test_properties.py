@@ -52,6 +52,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.protocols import SUPERVISOR_FIELDS, ErrorClass, EventKind, FailureRecord
 from arkhon_rheo.supervision import Backoff, PatchValidator, RestartIntensity
+from arkhon_rheo.testing import EventCapture
 
 # == patch validation =====================================================================
 
@@ -550,18 +551,19 @@ def run_script(
     machine = build_agent_machine(script)
 
     async def main() -> tuple[SessionResult[Agent], list[TransitionEvent]]:
-        seen: list[TransitionEvent] = []
+        capture = EventCapture()
         agents = AgentSystem(
             path=None,
             seed=seed,
             backoff=Backoff(base=0, cap=0, max_attempts=MAX_ATTEMPTS),
             restart_intensity=RestartIntensity(max_restarts=max_restarts, within=3600),
             max_steps=max_steps,
-            listeners=[seen.append],
+            listeners=[capture],
         )
         async with agents:
             with anyio.fail_after(20):
                 result = await agents.run(machine, Agent(user_input="q"), session_id="s")
+            seen = capture.events("s")
             assert list(await agents.session("s").history()) == seen
         return result, seen
 

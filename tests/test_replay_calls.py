@@ -29,6 +29,7 @@ from arkhon_rheo import (
     stage,
 )
 from arkhon_rheo.supervision import CallPlayback, CallRecorder, StageMode
+from arkhon_rheo.testing import ReferenceState, reference_machine
 
 pytestmark = pytest.mark.anyio
 
@@ -220,27 +221,13 @@ async def test_an_unresolvable_return_annotation_is_a_configuration_error_at_fir
 async def test_a_running_session_replays_as_it_was_when_the_replay_began() -> None:
     gate = anyio.Event()
 
-    class Count(AgentState):
-        lifecycle: Lifecycle = L.INITIALIZED
-        n: int = 0
-
-    @stage(reads={"n"}, writes={"n"}, next=lambda s: L.FINISHED if s.n >= 60 else L.THINKING)
-    async def tick(view: StateView[Count]) -> Patch:
-        if view.n == 30:
+    async def hold(cycle: int) -> None:
+        if cycle == 10:  # 30 events committed
             await gate.wait()
-        return Patch(n=view.n + 1)
 
-    machine = Machine(
-        name="count",
-        state_type=Count,
-        initial=L.INITIALIZED,
-        terminal={L.FINISHED, L.FAILED},
-        failed=L.FAILED,
-        transitions={L.INITIALIZED: {L.THINKING, L.FINISHED}, L.THINKING: {L.THINKING, L.FINISHED}},
-        stages={L.INITIALIZED: tick, L.THINKING: tick},
-    )
+    machine = reference_machine(before={"think": hold})
     async with AgentSystem(snapshot_every=7) as agents:
-        handle = await agents.start(machine, Count(), session_id="c1")
+        handle = await agents.start(machine, ReferenceState(cycles=20), session_id="c1")
         reports = []
         while not handle.done:
             reports.append(await agents.stored(machine, "c1").replay())
@@ -250,7 +237,7 @@ async def test_a_running_session_replays_as_it_was_when_the_replay_began() -> No
         reports.append(await agents.stored(machine, "c1").replay())
     assert all(report.ok for report in reports), [r.divergence for r in reports if not r.ok]
     assert reports[-1].events == 60
-    assert reports[-1].state.n == 60
+    assert len(reports[-1].state.steps) == 20
 
 
 SET_RECORD = """

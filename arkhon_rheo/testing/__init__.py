@@ -1,7 +1,11 @@
-"""Public test doubles and fault injection: scripted models, seeded fault plans.
+"""Public test doubles and fault injection: scripted models, stores, seeded fault plans.
 
 Like httpx's ``MockTransport``, the doubles implement the real interfaces, so
-the code under test runs unchanged; the library's own tests use them too.
+the code under test runs unchanged; the library's own tests, examples and
+benches use them too: `reference_machine` (a small deterministic loop over
+`ReferenceState`), `ScriptedModel`, `FaultyStore` (a store that fails the
+calls you name) and `EventCapture` (a listener that keeps every committed
+event).
 `crash_loop` kills your agent's process at random commits and checks that
 nothing it was told was stored is lost.
 """
@@ -13,6 +17,7 @@ from ._asserts import assert_all_ended as assert_all_ended
 from ._asserts import assert_none_hung as assert_none_hung
 from ._asserts import assert_nothing_lost as assert_nothing_lost
 from ._asserts import assert_replay_verifies as assert_replay_verifies
+from ._capture import EventCapture as EventCapture
 from ._chaos import ChaosReport as ChaosReport
 from ._chaos import chaos_run as chaos_run
 from ._chaos import fault_class as fault_class
@@ -26,6 +31,11 @@ from ._faults import FaultPlan as FaultPlan
 from ._faults import FaultRule as FaultRule
 from ._faults import FaultSchedule as FaultSchedule
 from ._faults import InjectedFault as InjectedFault
+from ._faulty_store import FaultyStore as FaultyStore
+from ._faulty_store import StoreCall as StoreCall
+from ._reference import ReferenceState as ReferenceState
+from ._reference import ReferenceStep as ReferenceStep
+from ._reference import reference_machine as reference_machine
 from ._scripted import Chunks as Chunks
 from ._scripted import Delay as Delay
 from ._scripted import ScriptedModel as ScriptedModel
@@ -38,16 +48,21 @@ __all__ = [
     "CrashReport",
     "CrashRunFailed",
     "Delay",
+    "EventCapture",
     "FaultCall",
     "FaultKind",
     "FaultPlan",
     "FaultRule",
     "FaultSchedule",
+    "FaultyStore",
     "InjectedFault",
     "LostCommit",
+    "ReferenceState",
+    "ReferenceStep",
     "ScriptedModel",
     "ScriptedRequest",
     "Step",
+    "StoreCall",
     "assert_all_ended",
     "assert_none_hung",
     "assert_nothing_lost",
@@ -55,6 +70,7 @@ __all__ = [
     "chaos_run",
     "crash_loop",
     "fault_class",
+    "reference_machine",
 ]
 
 publish(__name__, __all__, globals())
