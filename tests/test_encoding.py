@@ -33,6 +33,7 @@ from arkhon_rheo.protocols import EventKind, TransitionEvent
 from arkhon_rheo.protocols._encoded import EncodedPatch
 from arkhon_rheo.store import MemoryStore
 from arkhon_rheo.supervision import EventCodec, PatchValidator, StateHasher
+from arkhon_rheo.supervision._floats import may_hold_floats
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -305,3 +306,38 @@ def test_a_digest_over_the_encoded_bytes_is_the_digest_of_the_state() -> None:
     digest = hasher.start(state).after(event, after, hasher.encode(patch))
     assert digest.value == hasher.of(after)
     assert hasher.encode(patch).values["point"] == TypeAdapter(Point).dump_json(Point(x=3.0))
+
+
+class Plain(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    when: int | None = None
+
+
+class Money(enum.Enum):
+    HALF = 0.5
+
+
+@pytest.mark.parametrize(
+    ("annotation", "may"),
+    [
+        (str | None, False),
+        (frozenset[str], False),
+        (tuple[int, ...], False),
+        (Plain, False),
+        (Color, False),
+        (float, True),
+        (int | float, True),
+        (Point, True),
+        (Step, True),
+        (History[Step], True),
+        (Money, True),
+        (Any, True),
+        (list, True),  # a bare container may hold anything
+        (dict[str, Any], True),
+    ],
+    ids=repr,
+)
+def test_only_types_that_may_hold_a_float_are_checked_for_nan(annotation: Any, may: bool) -> None:
+    assert may_hold_floats(annotation) is may

@@ -723,3 +723,15 @@ async def test_a_large_snapshot_is_kept_compressed_and_reads_back_whole(
             (value,) = db.execute("SELECT state FROM snapshots").fetchone()
         assert isinstance(value, bytes)
         assert len(value) < len(json.dumps(state)) / 5
+
+
+async def test_snapshot_bytes_that_are_not_json_are_refused(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    async with make_store() as store:
+        with pytest.raises(StoreError, match="not JSON"):
+            await store.create_session("s", machine="m", snapshot=b"\xff{")
+        await store.create_session("s", machine="m", snapshot=b"{}")
+        with pytest.raises(StoreError, match="not JSON"):
+            await store.append("s", [event("s", 1)], snapshot=(1, b"{"))
+        assert await store.history("s") == ()

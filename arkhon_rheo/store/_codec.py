@@ -144,6 +144,12 @@ def encode_snapshot(state: Any, *, what: str, location: str = "") -> Snapshot:
         StoreError: The state is not JSON data.
     """
     if isinstance(state, bytes):
+        try:  # a snapshot is rare: make sure the bytes are JSON before they are kept
+            loads(state)
+        except ValueError as exc:
+            raise StoreError(
+                f"{what} cannot be stored: its bytes are not JSON ({exc})", location=location
+            ) from exc
         text = state
     else:
         text = dumps(state, what=what, location=location).encode()

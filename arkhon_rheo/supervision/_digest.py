@@ -27,11 +27,13 @@ import json
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Any
 
+from pydantic import PlainSerializer, WrapSerializer
 from pydantic_core import PydanticSerializationError, to_json
 
 from .._errors import UnserializablePatch
 from ..protocols._canonical import canonical, may_hold_sets
 from ..protocols._encoded import EncodedPatch
+from ._floats import may_hold_floats
 from ._validate import _item_type
 
 if TYPE_CHECKING:
@@ -48,9 +50,6 @@ _SIZE = 8
 _EMPTY = bytes(_SIZE)
 #: Fields the supervisor may change on any event without their being in its patch.
 _DERIVED = ("lifecycle", "iteration", "last_error")
-#: What a value's JSON holds when it may have had NaN or an infinity in it (pydantic
-#: writes those as ``null``, or as these constants when configured so).
-_SUSPECT = (b"null", b"NaN", b"Infinity")
 _REFUSED = (PydanticSerializationError, ValueError, TypeError, KeyError, RecursionError)
 
 
@@ -61,7 +60,7 @@ class StateHasher:
         codec: The codec of the machine whose state type applies.
     """
 
-    __slots__ = ("_codec", "_dumps", "_fields", "_items", "_members")
+    __slots__ = ("_codec", "_dumps", "_fields", "_floats", "_items", "_members")
 
     def __init__(self, codec: EventCodec) -> None:
         fields = codec.machine.state_type.model_fields
@@ -70,6 +69,13 @@ class StateHasher:
         self._members: dict[tuple[str, enum.Enum], bytes] = {}
         self._items: set[str] = set()
         self._dumps: dict[str, Callable[[Any], bytes]] = {}
+        #: Fields whose values may hold a float (and so a NaN, which JSON cannot hold).
+        self._floats = frozenset(
+            name
+            for name, info in fields.items()
+            if may_hold_floats(info.annotation)
+            or any(isinstance(meta, (PlainSerializer, WrapSerializer)) for meta in info.metadata)
+        )
         for name, info in fields.items():
             item = _item_type(info.annotation)
             if item is None:
@@ -142,7 +148,7 @@ class StateHasher:
         if isinstance(value, enum.Enum):
             return self._dumps[name](value)
         dumped = self._dumps[name](value)
-        if value is not None and any(token in dumped for token in _SUSPECT):
+        if name in self._floats and value is not None and _suspect(dumped):
             # ``null`` may stand for a NaN: make sure with the exact encoder, which refuses one.
             data = self._codec.adapter(name, item=item).serializer.to_python(value, mode="json")
             json.dumps(data, allow_nan=False)
@@ -169,6 +175,14 @@ class StateHasher:
     def of(self, state: AgentState) -> int:
         """The digest of ``state`` as a signed 64-bit integer."""
         return self.start(state).value
+
+
+def _suspect(dumped: bytes) -> bool:
+    """Whether JSON may hold a NaN or an infinity.
+
+    pydantic writes those as ``null`` (or as these constants, when configured so).
+    """
+    return b"null" in dumped or b"NaN" in dumped or b"Infinity" in dumped
 
 
 def _canonical_json(adapter: TypeAdapter[Any], value: Any) -> bytes:
