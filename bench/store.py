@@ -11,7 +11,10 @@ In one process and one run, against files in a temporary directory, it measures:
     running the same three-node graph for as many cycles, with its
     ``durability="sync"`` (each checkpoint written before the next step, as our
     ``sync``) and with its default ``"async"``. Target: ours in ``sync`` at least
-    7x faster per cycle than LangGraph's checkpointer.
+    7x faster per cycle than LangGraph's checkpointer. Next to ours in ``sync``:
+    the floor, the same event rows written by plain `sqlite3` (WAL,
+    ``synchronous=FULL``, the session's row updated in each) in as many
+    transactions as ours committed, on the same file system. Target: within 1.3x.
 (2) sessions: N concurrent sessions x 10 cycles, N = 100 and 1,000 (``--quick``:
     10 and 100), in ``sync`` and ``batched`` mode, against (a) and (b) doing the
     same. All N are started first and park at a gate in their first stage (the
@@ -60,6 +63,7 @@ import functools
 import gc
 import importlib
 import io
+import itertools
 import logging
 import operator
 import platform
@@ -139,6 +143,9 @@ class Run:
     largest: int = 0
     #: Bytes of the database, ``-wal`` and ``-shm`` files once closed.
     size: int = 0
+    #: With ``capture``: the event rows ours wrote, and the events table's SQL.
+    rows: tuple[tuple[Any, ...], ...] = ()
+    schema: str = ""
 
     @property
     def total(self) -> int:
@@ -204,8 +211,12 @@ async def ours(
     *,
     driver: DriverName = "auto",
     batch_max: int = 1024,
+    capture: bool = False,
 ) -> Run:
-    """N of our sessions x ``cycles``, each commit durable in a fresh `SQLiteStore`."""
+    """N of our sessions x ``cycles``, each commit durable in a fresh `SQLiteStore`.
+
+    With ``capture``, the run also returns the event rows it wrote (for `floor`).
+    """
     gate = Gate(count)
     with tempfile.TemporaryDirectory(prefix="arkhon-bench-") as tmp:
         directory = Path(tmp)
@@ -219,6 +230,7 @@ async def ours(
             )
             before, after = statistics[-1], store.statistics()
         size = file_bytes(directory)
+        rows, schema = read_events(directory / "sessions.db") if capture else ((), "")
     return Run(
         count,
         cycles,
@@ -227,6 +239,53 @@ async def ours(
         appended=after.appended - before.appended,
         largest=after.largest_batch,
         size=size,
+        rows=rows,
+        schema=schema,
+    )
+
+
+def read_events(path: Path) -> tuple[tuple[tuple[Any, ...], ...], str]:
+    """The event rows of the store file at ``path``, and its events table's SQL."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        (schema,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()
+        rows = tuple(db.execute("SELECT * FROM events ORDER BY 1, 2"))
+    return rows, schema
+
+
+def floor(run: Run) -> Run:
+    """The same event rows as ``run``, written by plain `sqlite3` in as many fsynced transactions.
+
+    WAL and ``synchronous=FULL`` (as ours in ``sync``), in a new file in the same
+    temporary directory (the same file system); each transaction inserts its
+    share of the rows (in order) and updates the session's row, as ours does.
+    """
+    count = max(run.transactions, 1)
+    rows = run.rows
+    with (
+        tempfile.TemporaryDirectory(prefix="arkhon-bench-floor-") as tmp,
+        contextlib.closing(sqlite3.connect(Path(tmp) / "floor.db", isolation_level=None)) as db,
+    ):
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute(run.schema)
+        db.execute("CREATE TABLE sessions (id INTEGER PRIMARY KEY, last_seq INTEGER, updated REAL)")
+        db.execute("INSERT INTO sessions VALUES (1, 0, 0.0)")
+        insert = f"INSERT INTO events VALUES ({', '.join('?' * len(rows[0]))})"
+        bounds = [len(rows) * i // count for i in range(count + 1)]
+        started = time.perf_counter()
+        for start, end in itertools.pairwise(bounds):
+            db.execute("BEGIN IMMEDIATE")
+            for row in rows[start:end]:
+                db.execute(insert, row)
+            db.execute(
+                "UPDATE sessions SET last_seq = ?, updated = ? WHERE id = 1",
+                (end, time.time()),
+            )
+            db.execute("COMMIT")
+        seconds = time.perf_counter() - started
+    largest = max(b - a for a, b in itertools.pairwise(bounds))
+    return Run(
+        run.sessions, run.cycles, seconds, transactions=count, appended=len(rows), largest=largest
     )
 
 
@@ -341,6 +400,10 @@ async def best(
     return min(runs, key=lambda run: run.seconds)
 
 
+def seconds_of(run: Run) -> float:
+    return run.seconds
+
+
 def per_tx(run: Run) -> str:
     if not run.transactions:
         return ""
@@ -372,6 +435,14 @@ async def report_one(sizes: Sizes, backend: str, modules: tuple[Any, Any] | None
                 speed = run.seconds / runs[durability, "auto"].seconds
                 extra = f"   auto/aiosqlite speed {speed:4.2f}x"
             line(f"ours {durability.value:<7} driver={driver} ({name})", run, extra)
+            if durability is SYNC and driver == "auto":
+                captured = await ours(1, cycles, SYNC, capture=True)
+                bottom = min((floor(captured) for _ in range(sizes.repeat)), key=seconds_of)
+                line(
+                    "floor: plain sqlite3, same rows and fsynced tx",
+                    bottom,
+                    f"   ours sync/floor {run.us / bottom.us:5.2f}x   (target <= 1.3x)",
+                )
     memory = await best(sizes.repeat, in_memory, 1, cycles)
     line("ours, no store (runtime alone)", memory)
     if backend != "asyncio":

@@ -50,6 +50,8 @@ def test_store_bench_quick_run_prints_every_figure_on_both_backends(
             "(1) one session",
             "ours sync    driver=auto",
             "ours batched driver=auto",
+            "floor: plain sqlite3, same rows and fsynced tx",
+            "ours sync/floor",
             "ours, no store (runtime alone)",
             "(2) sessions N=10,",
             "(2) sessions N=100,",

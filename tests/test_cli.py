@@ -312,7 +312,8 @@ def test_replay_reports_a_divergence_with_status_1(store: str) -> None:
     sid = sessions(store, "finished")[0]
     with contextlib.closing(sqlite3.connect(store)) as db, db:
         db.execute(
-            "UPDATE events SET patch = ? WHERE session_id = ? AND seq = 6",
+            "UPDATE events SET patch = ? "
+            "WHERE session = (SELECT n FROM sessions WHERE id = ?) AND seq = 6",
             ('{"set": {"answer": "tampered"}}', sid),
         )
     code, out, _ = run("replay", sid, "-m", MACHINE, "--store", store)

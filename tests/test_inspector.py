@@ -263,7 +263,8 @@ async def test_replay_verification_highlights_the_first_divergence(
     # Damage event 3's patch in the file: the replay must point at it.
     with sqlite3.connect(store_path) as db:
         db.execute(
-            "UPDATE events SET patch = ? WHERE session_id = ? AND seq = 3",
+            "UPDATE events SET patch = ? "
+            "WHERE session = (SELECT n FROM sessions WHERE id = ?) AND seq = 3",
             (json.dumps({"set": {"notes": ["forged"]}}), ids["finished"]),
         )
     bad = await client.get(f"/sessions/{ids['finished']}/replay")

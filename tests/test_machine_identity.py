@@ -21,6 +21,9 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.protocols import Gate
 from arkhon_rheo.store import MemoryStore, SQLiteStore
+from arkhon_rheo.store._schema import SCHEMA_VERSION
+
+from .store_rows import write_schema_3
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -148,7 +151,8 @@ async def test_a_store_of_an_older_version_is_upgraded_and_its_sessions_accepted
     machine = build(Order, "item", "book")
     async with AgentSystem(path=path) as system:
         await _stored_sessions(system, machine)
-    with sqlite3.connect(path, isolation_level=None) as db:  # as that version left it
+    write_schema_3(path)  # rows laid out as before version 4...
+    with sqlite3.connect(path, isolation_level=None) as db:  # ...then as that version left it
         db.execute("ALTER TABLE sessions DROP COLUMN fingerprint")
         if version == 1:
             db.execute("ALTER TABLE events DROP COLUMN digest")
@@ -165,7 +169,7 @@ async def test_a_store_of_an_older_version_is_upgraded_and_its_sessions_accepted
         await system.run(machine, Order(), session_id="new")
         assert (await system.store.record("new")).fingerprint is not None  # type: ignore[union-attr]
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (3,)
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
     db.close()
-    assert meta["schema_version"] == "3"
+    assert meta["schema_version"] == str(SCHEMA_VERSION)

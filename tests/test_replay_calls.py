@@ -28,6 +28,7 @@ from arkhon_rheo import (
     recorded,
     stage,
 )
+from arkhon_rheo.store._schema import SCHEMA_VERSION
 from arkhon_rheo.supervision import CallPlayback, CallRecorder, StageMode
 from arkhon_rheo.testing import ReferenceState, reference_machine
 
@@ -307,7 +308,11 @@ async def test_a_store_of_schema_version_1_is_upgraded_in_place() -> None:
     machine = one_stage(body)
     async with AgentSystem() as agents:
         await agents.run(machine, Box(), session_id="old")
-    with sqlite3.connect("arkhon-rheo.db", isolation_level=None) as db:  # as version 1 left it
+    # (Imported here: a subprocess test imports this module on its own, outside the package.)
+    from .store_rows import write_schema_3
+
+    write_schema_3("arkhon-rheo.db")  # rows laid out as before version 4...
+    with sqlite3.connect("arkhon-rheo.db", isolation_level=None) as db:  # ...as version 1 left it
         db.execute("ALTER TABLE events DROP COLUMN digest")
         db.execute("ALTER TABLE sessions DROP COLUMN fingerprint")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
@@ -320,9 +325,9 @@ async def test_a_store_of_schema_version_1_is_upgraded_in_place() -> None:
         await agents.run(machine, Box(), session_id="new")
         assert (await agents.stored(machine, "new").replay()).checked == 1
     with sqlite3.connect("arkhon-rheo.db") as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (3,)
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        assert meta["schema_version"] == "3"
+        assert meta["schema_version"] == str(SCHEMA_VERSION)
 
 
 async def test_a_call_waiting_for_a_concurrent_call_that_never_comes_diverges() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pydantic import BaseModel
@@ -30,6 +30,11 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.protocols import EventKind, Gate
 from arkhon_rheo.supervision import CallPlayback, CallRecorder
+
+from .store_rows import event_patch, set_event, snapshot_state
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 pytestmark = pytest.mark.anyio
 
@@ -227,10 +232,9 @@ async def test_rollbacks_decisions_and_forks_replay_too() -> None:
 async def test_a_changed_event_is_named_as_the_first_divergence() -> None:
     await recorded_run(snapshot_every=100)
     with db() as conn:
-        (patch,) = conn.execute("SELECT patch FROM events WHERE seq = 5").fetchone()
-        data = json.loads(patch)
+        data = event_patch(conn, None, 5)
         data["append"]["thoughts"] = ["a thought nobody had"]
-        conn.execute("UPDATE events SET patch = ? WHERE seq = 5", (json.dumps(data),))
+        set_event(conn, None, 5, patch=data)
     async with AgentSystem() as agents:
         report = await agents.stored(offline_machine(), "r1").replay()
     assert report.divergence is not None
@@ -244,7 +248,7 @@ async def test_a_damaged_snapshot_is_reported_at_its_event() -> None:
     await recorded_run(snapshot_every=3)
     with db() as conn:
         seq, state = conn.execute("SELECT seq, state FROM snapshots ORDER BY seq DESC").fetchone()
-        data = json.loads(state)
+        data = snapshot_state(state)
         data["note"] = "tampered"
         conn.execute("UPDATE snapshots SET state = ? WHERE seq = ?", (json.dumps(data), seq))
     async with AgentSystem() as agents:
@@ -256,19 +260,26 @@ async def test_a_damaged_snapshot_is_reported_at_its_event() -> None:
     assert report.events == 7
 
 
+def _run(sql: str) -> Callable[[sqlite3.Connection], object]:
+    return lambda conn: conn.execute(sql)
+
+
 @pytest.mark.parametrize(
-    ("sql", "seq", "reason"),
+    ("damage", "seq", "reason"),
     [
-        ('UPDATE events SET patch = \'{"set": {"note": 7}}\' WHERE seq = 3', 3, "does not decode"),
-        ("DELETE FROM events WHERE seq = 4", 4, "skips from #3 to #5"),
-        ("UPDATE events SET from_state = 'OBSERVING' WHERE seq = 2", 2, "starts in OBSERVING"),
-        ("UPDATE events SET digest = 12345 WHERE seq = 6", 6, "stored 0x3039"),
+        (lambda conn: set_event(conn, None, 3, patch={"set": {"note": 7}}), 3, "does not decode"),
+        (_run("DELETE FROM events WHERE seq = 4"), 4, "skips from #3 to #5"),
+        (lambda conn: set_event(conn, None, 2, from_state="OBSERVING"), 2, "starts in OBSERVING"),
+        (_run("UPDATE events SET digest = 12345 WHERE seq = 6"), 6, "stored 0x3039"),
     ],
+    ids=["patch", "gap", "from_state", "digest"],
 )
-async def test_other_damage_is_reported_at_the_event(sql: str, seq: int, reason: str) -> None:
+async def test_other_damage_is_reported_at_the_event(
+    damage: Callable[[sqlite3.Connection], object], seq: int, reason: str
+) -> None:
     await recorded_run()
     with db() as conn:
-        conn.execute(sql)
+        damage(conn)
     async with AgentSystem() as agents:
         report = await agents.stored(offline_machine(), "r1").replay()
     assert report.divergence is not None

@@ -8,7 +8,9 @@ aiosqlite (asyncio only: skipped on trio). Files that must be refused are in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
 import sqlite3
 import time
@@ -29,6 +31,7 @@ from arkhon_rheo import (
     UnserializablePatch,
 )
 from arkhon_rheo.protocols import Durability, Store, StoredEvent
+from arkhon_rheo.protocols._encoded import EncodedPatch
 from arkhon_rheo.store import MemoryStore, SQLiteStore, StoreState
 
 if TYPE_CHECKING:
@@ -656,3 +659,79 @@ async def test_a_native_asyncio_cancel_abandons_the_wait_never_the_transaction(
         assert store.statistics().pending == 0
         assert [e.seq for e in await store.history("t")] == [1]
         assert [e.seq for e in await store.history("s")] == [1]  # committed, unacknowledged
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {},
+        {"set": {"a": 1, "b": [1, {"c": None}]}},
+        {"append": {"x": [1, 2], "y": [[3]]}},
+        {"set": {"a": "ü"}, "append": {"b": [2]}},
+        {"append": {"b": [2]}, "set": {"a": 1}},  # the other key order: kept whole
+        {"set": {}},
+        {"append": {"x": 1}},
+        {"other": 1},
+        [1, 2],
+        "text",
+        None,
+    ],
+    ids=repr,
+)
+async def test_a_patch_of_any_form_reads_back_as_stored(
+    make_store: Callable[..., AnyStore], patch: Any
+) -> None:
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        await store.append("s", [event("s", 1, patch=patch)])
+        (stored,) = await store.history("s")
+        loaded = await store.load("s")
+    assert stored == loaded.events[0] == event("s", 1, patch=patch)
+    assert json.dumps(stored.patch) == json.dumps(patch)  # key order too
+
+
+async def test_an_encoded_patch_reads_back_as_its_json_data(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    encoded = EncodedPatch(
+        {"answer": b'"42"', "point": b'{"x":1.5,"y":null}'},
+        {"messages": [b'{"role":"tool"}', b"[1,2]"]},
+    )
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot=b'{"n":0}')
+        await store.append("s", [event("s", 1, patch=encoded)], snapshot=(1, b'{"n":1}'))
+        (stored,) = await store.history("s")
+        loaded = await store.load("s")
+    assert stored.patch == encoded.data()
+    assert stored.patch == {
+        "set": {"answer": "42", "point": {"x": 1.5, "y": None}},
+        "append": {"messages": [{"role": "tool"}, [1, 2]]},
+    }
+    assert (loaded.snapshot_seq, loaded.snapshot, loaded.events) == (1, {"n": 1}, ())
+
+
+async def test_a_large_snapshot_is_kept_compressed_and_reads_back_whole(
+    make_store: Callable[..., AnyStore], kind: Kind, tmp_path: Path
+) -> None:
+    state = {"notes": [{"n": i, "text": "the same words again"} for i in range(200)]}
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot=state)
+        assert (await store.load("s")).snapshot == state
+        assert await store.snapshot_at("s", 0) == (0, state)
+    if kind.sqlite:
+        with contextlib.closing(sqlite3.connect(tmp_path / "store.db")) as db:
+            (value,) = db.execute("SELECT state FROM snapshots").fetchone()
+        assert isinstance(value, bytes)
+        assert len(value) < len(json.dumps(state)) / 5
+
+
+async def test_snapshot_bytes_that_are_not_json_are_refused(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    async with make_store() as store:
+        with pytest.raises(StoreError, match="not JSON"):
+            await store.create_session("s", machine="m", snapshot=b"\xff{")
+        await store.create_session("s", machine="m", snapshot=b"{}")
+        with pytest.raises(StoreError, match="not JSON"):
+            await store.append("s", [event("s", 1)], snapshot=(1, b"{"))
+        assert await store.history("s") == ()

@@ -15,6 +15,8 @@ from arkhon_rheo.protocols import StoredEvent
 from arkhon_rheo.store import SQLiteStore, StoreState
 from arkhon_rheo.store._schema import APPLICATION_ID, SCHEMA_VERSION
 
+from .store_rows import insert_event
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
@@ -208,24 +210,7 @@ async def test_a_lease_holds_across_processes(tmp_path: Path) -> None:
 def insert_rogue_event(path: Path, session_id: str) -> None:
     """Write an event behind the store's back, without moving the session's last_seq."""
     with sqlite3.connect(path, timeout=5) as db:
-        row = (
-            session_id,
-            1,
-            "step",
-            None,
-            "A",
-            "B",
-            "[]",
-            "[]",
-            "{}",
-            1,
-            0.0,
-            0.0,
-            None,
-            None,
-            None,
-        )
-        db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+        insert_event(db, session_id, 1)
     db.close()
 
 

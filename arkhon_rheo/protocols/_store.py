@@ -2,10 +2,15 @@
 
 A store is event-sourced: each session has an initial snapshot, an
 append-only log of committed events (numbered from 1, a duplicate number is
-refused), and a snapshot every K events. Loading a session is its latest
+refused), and snapshots along the way. Loading a session is its latest
 snapshot plus the events after it. Everything a store holds is plain JSON
 data (``dict``/``list``/``str``/numbers/``bool``/``None``); turning states
 and patches into that data, and back, is the supervisor's job.
+
+A store whose class sets ``takes_encoded = True`` (the package's own) is
+handed what the supervisor encoded already, to keep as it is: an event's
+patch as an ``EncodedPatch`` (each value's JSON bytes) and a snapshot's state
+as JSON ``bytes``; it reads them back as plain JSON data like any other.
 """
 
 from __future__ import annotations
@@ -57,7 +62,8 @@ class StoredEvent:
         to_state: The lifecycle state after.
         reads: The stage's read set.
         writes: The fields written.
-        patch: ``{"set": {field: json}, "append": {field: [json, ...]}}``.
+        patch: ``{"set": {field: json}, "append": {field: [json, ...]}}`` (given to a
+            store that takes encoded patches as an ``EncodedPatch``).
         attempt: Which attempt succeeded.
         started_at: Wall-clock start, seconds since the epoch.
         finished_at: Wall-clock commit time.

@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, StoreError
 from ..protocols._seams import current_injector
-from ._codec import dumps, encode_events
+from ._codec import dumps, encode_events, encode_snapshot
 from ._plan import Append, Create
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ..protocols import StoredEvent
+    from ._codec import Snapshot
 
 __all__ = ["StoreBase", "StoreState", "inject_store_fault"]
 
@@ -30,7 +31,14 @@ class StoreState(enum.Enum):
 
 
 class StoreBase:
-    """The lifecycle checks and request encoding common to every store."""
+    """The lifecycle checks and request encoding common to every store.
+
+    Both stores take the supervisor's encoded patches (`EncodedPatch`) and
+    snapshots given as JSON bytes as they are (see `._codec`).
+    """
+
+    #: Patches may come as `EncodedPatch`, snapshots as JSON bytes.
+    takes_encoded = True
 
     def __init__(self, location: str, clock: Callable[[], float]) -> None:
         if not callable(clock):
@@ -84,7 +92,7 @@ class StoreBase:
         fingerprint: Any = None,
     ) -> Create:
         self._check_open()
-        text = dumps(
+        text = encode_snapshot(
             snapshot,
             what=f"the initial snapshot of session {session_id!r}",
             location=self._location,
@@ -107,11 +115,11 @@ class StoreBase:
     ) -> Append:
         self._check_open()
         rows = encode_events(session_id, events, self._location)
-        encoded: tuple[int, str] | None = None
+        encoded: tuple[int, Snapshot] | None = None
         if snapshot is not None:
             seq, state = snapshot
             what = f"the snapshot of session {session_id!r} after event #{seq}"
-            encoded = (seq, dumps(state, what=what, location=self._location))
+            encoded = (seq, encode_snapshot(state, what=what, location=self._location))
         return Append(session_id, rows, encoded, status)
 
 

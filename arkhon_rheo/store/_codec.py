@@ -1,45 +1,61 @@
-"""Rows: how events, snapshots and session records become compact JSON text and back.
+"""Rows: how events, snapshots and session records become compact rows and back.
 
 Both stores keep exactly these rows (the in-memory one in dicts, the SQLite one
-in tables), so they return identical data: JSON columns are text written with
+in tables), so they return identical data: JSON columns are written with
 ``separators=(",", ":")`` and no NaN, so what is loaded equals what was stored.
 Encoding happens in the caller's task, before anything is queued: a value that
 cannot be stored is refused there and never reaches a transaction.
+
+An event row is compact (schema version 4). What repeats from event to event
+(the kind, stage, lifecycle states, read and write sets, and the names of the
+fields its patch writes) is its *shape*, a short JSON array kept once per
+store (the SQLite store interns it in its ``shapes`` table: a row holds its
+number); the row's patch is then the JSON array of the patch's values in the
+shape's order, e.g. ``["42"]`` for ``{"set": {"observation": "42"}}``. The
+supervisor's patches come encoded already (`EncodedPatch`): their bytes are
+spliced in as they are. A patch of any other form is kept whole (its shape has
+no names), as are the patches of files written before version 4. A snapshot
+larger than `COMPRESS_OVER` bytes is kept zlib-compressed (a ``bytes`` value;
+a ``str`` is plain JSON).
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, StoreError, UnserializablePatch
 from ..protocols import SessionRecord, StoredEvent
+from ..protocols._seams import EncodedPatch
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 __all__ = [
+    "COMPRESS_OVER",
     "EventRow",
     "SessionRow",
+    "Snapshot",
     "decode_event",
     "decode_record",
+    "decode_snapshot",
     "dumps",
     "encode_events",
+    "encode_snapshot",
     "loads",
+    "shape_of",
+    "upgrade_row",
 ]
 
-#: ``(session_id, seq, kind, stage, from_state, to_state, reads, writes, patch,
-#: attempt, started_at, finished_at, error, io, digest)``, JSON columns as text.
+#: ``(session_id, seq, shape, patch, attempt, started_at, finished_at, error, io,
+#: digest)``: the shape as JSON text, the patch as JSON bytes (or text), the error
+#: and I/O record as JSON text.
 EventRow = tuple[
     str,
     int,
     str,
-    "str | None",
-    str,
-    str,
-    str,
-    str,
-    str,
+    "bytes | str",
     int,
     float,
     float,
@@ -50,6 +66,10 @@ EventRow = tuple[
 #: ``(id, machine, status, last_seq, created_at, updated_at, parent, fingerprint)``,
 #: the fingerprint as JSON text.
 SessionRow = tuple[str, str, str, int, float, float, "str | None", "str | None"]
+#: A stored snapshot: JSON text, or zlib-compressed JSON bytes.
+Snapshot = str | bytes
+#: Snapshots longer than this many bytes of JSON are stored compressed.
+COMPRESS_OVER = 512
 
 
 def _refuse(value: Any) -> Any:
@@ -74,17 +94,24 @@ def _make_encoder() -> Callable[[Any], str]:
 
 _encode = _make_encoder()
 loads = json.loads
-#: The JSON text of read and write sets, which repeat from event to event.
-_NAMES: dict[tuple[str, ...], str] = {}
-_NAMES_MAX = 4096
+_CACHE_MAX = 4096
+#: The shape text of each ``(kind, stage, from, to, reads, writes, set, append)``.
+_SHAPES: dict[tuple[Any, ...], str] = {}
+#: The parsed form of each shape text read back.
+_PARSED: dict[str, tuple[Any, ...]] = {}
 
 
-def _names(names: tuple[str, ...]) -> str:
-    text = _NAMES.get(names)
+def shape_of(key: tuple[Any, ...]) -> str:
+    """The shape text of ``(kind, stage, from_state, to_state, reads, writes, set, append)``.
+
+    ``set`` and ``append`` are the names of the fields the patch assigns and
+    appends to, or both ``None`` for a patch kept whole.
+    """
+    text = _SHAPES.get(key)
     if text is None:
-        if len(_NAMES) >= _NAMES_MAX:
-            _NAMES.clear()
-        text = _NAMES[names] = _encode(list(names))
+        if len(_SHAPES) >= _CACHE_MAX:
+            _SHAPES.clear()
+        text = _SHAPES[key] = _encode(list(key))
     return text
 
 
@@ -110,13 +137,70 @@ def dumps(value: Any, *, what: str, location: str = "") -> str:
         ) from exc
 
 
-def _dump_patch(event: StoredEvent, location: str) -> str:
+def encode_snapshot(state: Any, *, what: str, location: str = "") -> Snapshot:
+    """A state as a snapshot row's value: ``bytes`` are JSON encoded already.
+
+    Raises:
+        StoreError: The state is not JSON data.
+    """
+    if isinstance(state, bytes):
+        try:  # a snapshot is rare: make sure the bytes are JSON before they are kept
+            loads(state)
+        except ValueError as exc:
+            raise StoreError(
+                f"{what} cannot be stored: its bytes are not JSON ({exc})", location=location
+            ) from exc
+        text = state
+    else:
+        text = dumps(state, what=what, location=location).encode()
+    if len(text) > COMPRESS_OVER:
+        return zlib.compress(text, 1)
+    return text.decode()
+
+
+def decode_snapshot(value: Snapshot) -> Any:
+    """The state a snapshot row's value holds, as JSON data."""
+    if isinstance(value, bytes):
+        return loads(zlib.decompress(value))
+    return loads(value)
+
+
+def _compact(patch: Any) -> tuple[tuple[str, ...], tuple[str, ...], list[Any]] | None:
+    """``(set names, append names, values)`` of a ``{"set", "append"}`` patch, else ``None``."""
+    if type(patch) is not dict:
+        return None
+    keys = tuple(patch)
+    if keys not in (("set",), ("append",), ("set", "append"), ()):
+        return None
+    assigned = patch.get("set", {})
+    appended = patch.get("append", {})
+    if "set" in patch and (type(assigned) is not dict or not assigned):
+        return None
+    if "append" in patch and (
+        type(appended) is not dict
+        or not appended
+        or any(type(items) is not list for items in appended.values())
+    ):
+        return None
+    return tuple(assigned), tuple(appended), [*assigned.values(), *appended.values()]
+
+
+def _dump_patch(event: StoredEvent, location: str) -> tuple[Any, Any, bytes]:
+    """``(set names, append names, patch bytes)`` of an event's patch."""
+    patch = event.patch
+    if type(patch) is EncodedPatch:
+        parts = list(patch.values.values())
+        parts += [b"[" + b",".join(items) + b"]" for items in patch.appends.values()]
+        return tuple(patch.values), tuple(patch.appends), b"[" + b",".join(parts) + b"]"
+    compact = _compact(patch)
     try:
-        return _encode(event.patch)
+        if compact is None:
+            return None, None, _encode(patch).encode()
+        return compact[0], compact[1], _encode(compact[2]).encode()
     except (TypeError, ValueError, RecursionError) as exc:
         field = "patch"
-        if isinstance(event.patch, dict):
-            for part in event.patch.values():
+        if isinstance(patch, dict):
+            for part in patch.values():
                 if not isinstance(part, dict):
                     continue
                 for name, value in part.items():
@@ -159,17 +243,25 @@ def encode_events(
                 f"event #{event.seq} of session {event.session_id!r} was appended to "
                 f"session {session_id!r}; append each session's events to that session"
             )
-        rows.append(
+        assigned, appended, patch = _dump_patch(event, location)
+        shape = shape_of(
             (
-                session_id,
-                event.seq,
                 event.kind,
                 event.stage,
                 event.from_state,
                 event.to_state,
-                _names(event.reads),
-                _names(event.writes),
-                _dump_patch(event, location),
+                tuple(event.reads),
+                tuple(event.writes),
+                assigned,
+                appended,
+            )
+        )
+        rows.append(
+            (
+                session_id,
+                event.seq,
+                shape,
+                patch,
                 event.attempt,
                 event.started_at,
                 event.finished_at,
@@ -183,24 +275,77 @@ def encode_events(
     return rows
 
 
+def upgrade_row(row: Sequence[Any]) -> EventRow:
+    """A version 3 event row (15 columns, JSON as text) as a version 4 row: the same data."""
+    try:
+        compact = _compact(loads(row[8]))
+    except ValueError:  # damaged already: kept as it is, for a replay to report
+        compact = None
+    if compact is None:
+        assigned, appended, patch = None, None, row[8].encode()
+    else:
+        assigned, appended = compact[0], compact[1]
+        patch = _encode(compact[2]).encode()
+    reads, writes = tuple(loads(row[6])), tuple(loads(row[7]))
+    shape = shape_of((row[2], row[3], row[4], row[5], reads, writes, assigned, appended))
+    return (row[0], row[1], shape, patch, *row[9:15])
+
+
+def _parsed(shape: str) -> tuple[Any, ...]:
+    found = _PARSED.get(shape)
+    if found is None:
+        kind, stage, source, target, reads, writes, assigned, appended = loads(shape)
+        found = (
+            kind,
+            stage,
+            source,
+            target,
+            tuple(reads),
+            tuple(writes),
+            None if assigned is None else tuple(assigned),
+            None if appended is None else tuple(appended),
+        )
+        if len(_PARSED) >= _CACHE_MAX:
+            _PARSED.clear()
+        _PARSED[shape] = found
+    return found
+
+
+def _patch(data: Any, assigned: tuple[str, ...] | None, appended: tuple[str, ...] | None) -> Any:
+    if (
+        assigned is None
+        or appended is None
+        or type(data) is not list
+        or len(data) != len(assigned) + len(appended)
+    ):
+        return data  # kept whole (or damaged: the caller's decoding says so)
+    patch: dict[str, Any] = {}
+    if assigned:
+        patch["set"] = dict(zip(assigned, data, strict=False))
+    if appended:
+        patch["append"] = dict(zip(appended, data[len(assigned) :], strict=True))
+    return patch
+
+
 def decode_event(row: Sequence[Any]) -> StoredEvent:
     """Turn an event row back into a `StoredEvent`."""
+    kind, stage, source, target, reads, writes, assigned, appended = _parsed(row[2])
     return StoredEvent(
         session_id=row[0],
         seq=row[1],
-        kind=row[2],
-        stage=row[3],
-        from_state=row[4],
-        to_state=row[5],
-        reads=tuple(loads(row[6])),
-        writes=tuple(loads(row[7])),
-        patch=loads(row[8]),
-        attempt=row[9],
-        started_at=row[10],
-        finished_at=row[11],
-        error=None if row[12] is None else loads(row[12]),
-        io=None if row[13] is None else loads(row[13]),
-        digest=row[14],
+        kind=kind,
+        stage=stage,
+        from_state=source,
+        to_state=target,
+        reads=reads,
+        writes=writes,
+        patch=_patch(loads(row[3]), assigned, appended),
+        attempt=row[4],
+        started_at=row[5],
+        finished_at=row[6],
+        error=None if row[7] is None else loads(row[7]),
+        io=None if row[8] is None else loads(row[8]),
+        digest=row[9],
     )
 
 

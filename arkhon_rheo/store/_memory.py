@@ -12,7 +12,7 @@ from .._errors import ConfigurationError, SessionLocked, SessionNotFound
 from ..protocols import LeaseRecord, LoadedSession, SessionRecord, StoreStatistics
 from ..protocols._seams import current_injector
 from ._base import StoreBase, StoreState, inject_store_fault
-from ._codec import EventRow, SessionRow, decode_event, decode_record, loads
+from ._codec import EventRow, SessionRow, decode_event, decode_record, decode_snapshot
 from ._plan import Request, SetStatus, plan
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ..protocols import StoredEvent
+    from ._codec import Snapshot
 
 __all__ = ["MemoryStore"]
 
@@ -27,7 +28,7 @@ __all__ = ["MemoryStore"]
 class MemoryStore(StoreBase):
     """A store that keeps everything in memory, with the semantics of `SQLiteStore`.
 
-    It keeps the same rows as the SQLite store (JSON text), so what it returns is
+    It keeps the same rows as the SQLite store (compact JSON), so what it returns is
     exactly what the SQLite store would: tuples come back as lists, and a value
     that is not JSON data is refused on the way in. Every write is its own
     transaction and is "durable" at once; nothing survives the process.
@@ -41,7 +42,7 @@ class MemoryStore(StoreBase):
         super().__init__(":memory:", clock)
         self._sessions: dict[str, SessionRow] = {}
         self._events: dict[str, list[EventRow]] = {}
-        self._snapshots: dict[str, dict[int, str]] = {}
+        self._snapshots: dict[str, dict[int, Snapshot]] = {}
         self._leases: dict[str, tuple[str, float]] = {}
         self._appended = 0
         self._transactions = 0
@@ -97,7 +98,7 @@ class MemoryStore(StoreBase):
         except KeyError:
             raise SessionNotFound(session_id=session_id) from None
 
-    def _snapshot(self, session_id: str, seq: int) -> tuple[int, str]:
+    def _snapshot(self, session_id: str, seq: int) -> tuple[int, Snapshot]:
         snapshots = self._snapshots[session_id]
         best = max(s for s in snapshots if s <= seq) if seq >= 0 else 0
         return best, snapshots[best]
@@ -164,7 +165,7 @@ class MemoryStore(StoreBase):
         row = self._row(session_id)
         seq, state = self._snapshot(session_id, row[3])
         events = tuple(decode_event(e) for e in self._events[session_id][seq:])
-        return LoadedSession(decode_record(row), seq, loads(state), events)
+        return LoadedSession(decode_record(row), seq, decode_snapshot(state), events)
 
     async def history(self, session_id: str) -> tuple[StoredEvent, ...]:
         """Every event of the session, in order.
@@ -185,7 +186,7 @@ class MemoryStore(StoreBase):
         await anyio.lowlevel.checkpoint()
         self._row(session_id)
         found, state = self._snapshot(session_id, seq)
-        return found, loads(state)
+        return found, decode_snapshot(state)
 
     async def sessions(self) -> tuple[SessionRecord, ...]:
         """Every session's record, oldest first."""

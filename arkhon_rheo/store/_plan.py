@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .._errors import DuplicateEvent, SessionError, SessionLocked, SessionNotFound, StoreError
 
 if TYPE_CHECKING:
-    from ._codec import EventRow, SessionRow
+    from ._codec import EventRow, SessionRow, Snapshot
 
 __all__ = [
     "Acquire",
@@ -39,7 +39,7 @@ class Create:
     machine: str
     status: str
     parent: str | None
-    snapshot: str
+    snapshot: Snapshot
     created_at: float
     fingerprint: str | None = None
 
@@ -50,7 +50,7 @@ class Append:
 
     session_id: str
     rows: list[EventRow]
-    snapshot: tuple[int, str] | None
+    snapshot: tuple[int, Snapshot] | None
     status: str | None
 
 
@@ -113,7 +113,7 @@ class Plan:
 
     created: list[SessionRow] = field(default_factory=list)
     events: list[EventRow] = field(default_factory=list)
-    snapshots: list[tuple[str, int, str]] = field(default_factory=list)
+    snapshots: list[tuple[str, int, Snapshot]] = field(default_factory=list)
     updated: dict[str, tuple[int, str]] = field(default_factory=dict)
     leases: dict[str, Lease | None] = field(default_factory=dict)
     errors: list[Exception | None] = field(default_factory=list)

@@ -18,8 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import StoreCorrupt, StoreError
+from ._codec import upgrade_row
+from ._sql import INSERT_EVENT, INSERT_SHAPE
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._driver import Script, Statement
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "inspect_file", "prepare"]
@@ -27,37 +31,90 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "inspect_file", "prepare"]
 #: ``PRAGMA application_id`` of every store file: "ArkR".
 APPLICATION_ID = 0x41726B52
 #: ``PRAGMA user_version``: the schema version this code reads and writes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _MAGIC = b"SQLite format 3\x00"
-_TABLES = frozenset({"meta", "sessions", "events", "snapshots", "leases"})
+_TABLES = frozenset({"meta", "sessions", "shapes", "events", "snapshots", "leases"})
 
+#: Version 4: events and snapshots name their session by its number (``n``), and an
+#: event's repeated parts by the number of its shape (see `._codec`).
+_SESSIONS = """CREATE TABLE sessions (
+    n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, machine TEXT NOT NULL,
+    status TEXT NOT NULL, last_seq INTEGER NOT NULL, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL, parent TEXT, fingerprint TEXT)"""
+_SHAPES = "CREATE TABLE shapes (id INTEGER PRIMARY KEY, shape TEXT NOT NULL UNIQUE)"
+_EVENTS = """CREATE TABLE events (
+    session INTEGER NOT NULL, seq INTEGER NOT NULL, shape INTEGER NOT NULL, patch NOT NULL,
+    attempt INTEGER NOT NULL, started_at REAL NOT NULL, finished_at REAL NOT NULL,
+    error TEXT, io TEXT, digest INTEGER,
+    PRIMARY KEY (session, seq)) WITHOUT ROWID"""
+_SNAPSHOTS = """CREATE TABLE snapshots (
+    session INTEGER NOT NULL, seq INTEGER NOT NULL, state NOT NULL,
+    PRIMARY KEY (session, seq))"""
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
-    """CREATE TABLE sessions (
-        id TEXT PRIMARY KEY, machine TEXT NOT NULL, status TEXT NOT NULL,
-        last_seq INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
-        parent TEXT, fingerprint TEXT)""",
-    """CREATE TABLE events (
-        session_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, stage TEXT,
-        from_state TEXT NOT NULL, to_state TEXT NOT NULL, reads TEXT NOT NULL,
-        writes TEXT NOT NULL, patch TEXT NOT NULL, attempt INTEGER NOT NULL,
-        started_at REAL NOT NULL, finished_at REAL NOT NULL, error TEXT, io TEXT,
-        digest INTEGER,
-        PRIMARY KEY (session_id, seq)) WITHOUT ROWID""",
-    """CREATE TABLE snapshots (
-        session_id TEXT NOT NULL, seq INTEGER NOT NULL, state TEXT NOT NULL,
-        PRIMARY KEY (session_id, seq))""",
+    _SESSIONS,
+    _SHAPES,
+    _EVENTS,
+    _SNAPSHOTS,
     """CREATE TABLE leases (
         session_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL)
         WITHOUT ROWID""",
 )
 _META = (("application", "arkhon-rheo"), ("schema_version", str(SCHEMA_VERSION)))
+#: Old event rows converted per statement while upgrading from version 3.
+_UPGRADE_CHUNK = 2000
+
+
+def _statements(*texts: str) -> Callable[[], Script[None]]:
+    def run() -> Script[None]:
+        for text in texts:
+            yield _sql(text)
+
+    return run
+
+
+def _compact_rows() -> Script[None]:
+    """Version 3 to 4: the sessions numbered, events and snapshots rewritten compact."""
+    for table in ("sessions", "events", "snapshots"):
+        yield _sql(f"ALTER TABLE {table} RENAME TO old_{table}")
+    for statement in (_SESSIONS, _SHAPES, _EVENTS, _SNAPSHOTS):
+        yield _sql(statement)
+    # The old rowid orders the sessions (oldest first) and becomes their number.
+    yield _sql(
+        "INSERT INTO sessions (n, id, machine, status, last_seq, created_at, updated_at, "
+        "parent, fingerprint) SELECT rowid, id, machine, status, last_seq, created_at, "
+        "updated_at, parent, fingerprint FROM old_sessions ORDER BY rowid"
+    )
+    yield _sql(
+        "INSERT INTO snapshots SELECT s.n, o.seq, o.state FROM old_snapshots o "
+        "JOIN sessions s ON s.id = o.session_id"
+    )
+    after: tuple[Any, ...] = ("", -1)
+    while True:
+        rows = yield _sql(
+            "SELECT session_id, seq, kind, stage, from_state, to_state, reads, writes, patch, "
+            "attempt, started_at, finished_at, error, io, digest FROM old_events "
+            "WHERE (session_id, seq) > (?, ?) ORDER BY session_id, seq LIMIT ?",
+            (*after, _UPGRADE_CHUNK),
+        )
+        if not rows:
+            break
+        converted = [upgrade_row(row) for row in rows]
+        yield (INSERT_SHAPE, [(shape,) for shape in {row[2] for row in converted}], True)
+        yield (INSERT_EVENT, converted, True)
+        after = (rows[-1][0], rows[-1][1])
+    for table in ("events", "snapshots", "sessions"):
+        yield _sql(f"DROP TABLE old_{table}")
+
+
 #: What brings a file of each older version to the next one. Version 2 added
 #: each event's state digest (events stored before it have none); version 3 each
-#: session's machine fingerprint (sessions stored before it have none).
-_UPGRADES: dict[int, tuple[str, ...]] = {
-    1: ("ALTER TABLE events ADD COLUMN digest INTEGER",),
-    2: ("ALTER TABLE sessions ADD COLUMN fingerprint TEXT",),
+#: session's machine fingerprint (sessions stored before it have none); version 4
+#: made the rows compact (their data, digests included, is unchanged).
+_UPGRADES: dict[int, Callable[[], Script[None]]] = {
+    1: _statements("ALTER TABLE events ADD COLUMN digest INTEGER"),
+    2: _statements("ALTER TABLE sessions ADD COLUMN fingerprint TEXT"),
+    3: _compact_rows,
 }
 
 
@@ -143,8 +200,7 @@ def _upgrade(path: str) -> Script[None]:
     try:
         version = (yield _sql("PRAGMA user_version"))[0][0]  # another process may have done it
         while version in _UPGRADES:
-            for statement in _UPGRADES[version]:
-                yield _sql(statement)
+            yield from _UPGRADES[version]()
             version += 1
             yield _sql(f"PRAGMA user_version = {version}")
             yield _sql("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))

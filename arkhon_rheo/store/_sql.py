@@ -18,6 +18,7 @@ from ._plan import Acquire, Append, Create, Lease, Plan, Release, Request, SetSt
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from ._codec import Snapshot
     from ._driver import Rows, Script, Statement
 
 __all__ = [
@@ -35,9 +36,20 @@ __all__ = [
 
 T = TypeVar("T")
 _CHUNK = 500  # session ids per ``IN (...)`` query, well below SQLite's variable limit
-INSERT_SESSION = "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-INSERT_SNAPSHOT = "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)"
+_SESSION_COLUMNS = "id, machine, status, last_seq, created_at, updated_at, parent, fingerprint"
+INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+#: Rows name their session and shape by text; the tables keep their numbers.
+_SESSION_NUMBER = "(SELECT n FROM sessions WHERE id = ?)"
+INSERT_SHAPE = "INSERT OR IGNORE INTO shapes (shape) VALUES (?)"
+INSERT_EVENT = (
+    f"INSERT INTO events VALUES ({_SESSION_NUMBER}, ?, "
+    "(SELECT id FROM shapes WHERE shape = ?), ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_SNAPSHOT = f"INSERT OR REPLACE INTO snapshots VALUES ({_SESSION_NUMBER}, ?, ?)"
+_EVENT_COLUMNS = (
+    "?, e.seq, h.shape, e.patch, e.attempt, e.started_at, e.finished_at, e.error, e.io, "
+    "e.digest FROM events e JOIN shapes h ON h.id = e.shape"
+)
 UPDATE_SESSION = "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? WHERE id = ?"
 UPDATE_SESSION_GUARDED = (
     "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? "
@@ -48,7 +60,6 @@ UPSERT_LEASE = (
     "SET owner = excluded.owner, expires_at = excluded.expires_at"
 )
 DELETE_LEASE = "DELETE FROM leases WHERE session_id = ?"
-_SESSION_COLUMNS = "id, machine, status, last_seq, created_at, updated_at, parent, fingerprint"
 
 
 def sql(text: str, params: Sequence[Any] = ()) -> Statement:
@@ -157,6 +168,8 @@ def write_batch(
                     f"a session in {location} was written by another process", location=location
                 )
     if result.events:
+        shapes = {row[2] for row in result.events}
+        yield _rows(INSERT_SHAPE, [(shape,) for shape in shapes])
         yield _rows(INSERT_EVENT, result.events)
     if result.snapshots:
         yield _rows(INSERT_SNAPSHOT, result.snapshots)
@@ -179,8 +192,8 @@ def _rows(text: str, rows: list[Any], *, count: bool = False) -> Statement:
 
 
 def record(session_id: str) -> Script[tuple[Any, ...]]:
-    """The session's row; raises `SessionNotFound`."""
-    rows = yield sql(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
+    """The session's row, its number last; raises `SessionNotFound`."""
+    rows = yield sql(f"SELECT {_SESSION_COLUMNS}, n FROM sessions WHERE id = ?", (session_id,))
     if not rows:
         raise SessionNotFound(session_id=session_id)
     return rows[0]
@@ -197,42 +210,43 @@ def leases(now: float) -> Script[Rows]:
 
 def sessions() -> Script[Rows]:
     """Every session's row, oldest first."""
-    rows = yield sql(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY rowid")
+    rows = yield sql(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY n")
     return rows
 
 
-def _snapshot(session_id: str, seq: int) -> Script[tuple[int, str]]:
+def _snapshot(number: int, seq: int) -> Script[tuple[int, Snapshot]]:
     rows = yield sql(
-        "SELECT seq, state FROM snapshots WHERE session_id = ? AND seq <= ? "
-        "ORDER BY seq DESC LIMIT 1",
-        (session_id, seq),
+        "SELECT seq, state FROM snapshots WHERE session = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+        (number, seq),
     )
     if not rows:  # only for seq < 0: the initial snapshot is number 0
         rows = yield sql(
-            "SELECT seq, state FROM snapshots WHERE session_id = ? ORDER BY seq LIMIT 1",
-            (session_id,),
+            "SELECT seq, state FROM snapshots WHERE session = ? ORDER BY seq LIMIT 1", (number,)
         )
     return rows[0][0], rows[0][1]
 
 
-def snapshot_at(session_id: str, seq: int) -> Script[tuple[int, str]]:
+def snapshot_at(session_id: str, seq: int) -> Script[tuple[int, Snapshot]]:
     """The latest snapshot at or before ``seq``; raises `SessionNotFound`."""
-    yield from record(session_id)
-    return (yield from _snapshot(session_id, seq))
+    row = yield from record(session_id)
+    return (yield from _snapshot(row[-1], seq))
 
 
-def load(session_id: str) -> Script[tuple[tuple[Any, ...], int, str, Rows]]:
+def load(session_id: str) -> Script[tuple[tuple[Any, ...], int, Snapshot, Rows]]:
     """The session's row, its latest snapshot and the event rows after it."""
     row = yield from record(session_id)
-    seq, state = yield from _snapshot(session_id, row[3])
+    seq, state = yield from _snapshot(row[-1], row[3])
     events = yield sql(
-        "SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq", (session_id, seq)
+        f"SELECT {_EVENT_COLUMNS} WHERE e.session = ? AND e.seq > ? ORDER BY e.seq",
+        (session_id, row[-1], seq),
     )
     return row, seq, state, events
 
 
 def history(session_id: str) -> Script[Rows]:
     """Every event row of the session, in order; raises `SessionNotFound`."""
-    yield from record(session_id)
-    rows = yield sql("SELECT * FROM events WHERE session_id = ? ORDER BY seq", (session_id,))
+    row = yield from record(session_id)
+    rows = yield sql(
+        f"SELECT {_EVENT_COLUMNS} WHERE e.session = ? ORDER BY e.seq", (session_id, row[-1])
+    )
     return rows

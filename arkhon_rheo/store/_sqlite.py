@@ -15,7 +15,7 @@ from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord, S
 from ..protocols._seams import current_injector
 from . import _sql as sql
 from ._base import StoreBase, StoreState, inject_store_fault
-from ._codec import decode_event, decode_record, loads
+from ._codec import decode_event, decode_record, decode_snapshot
 from ._driver import DriverName, ThreadDriver, open_driver
 from ._plan import Acquire, Flush, Release, Request, SetStatus, plan
 from ._schema import inspect_file, prepare
@@ -367,7 +367,7 @@ class SQLiteStore(StoreBase):
         script = sql.transaction(sql.load(session_id), write=False)
         row, seq, state, events = await writer.run_script(script)
         return LoadedSession(
-            decode_record(row), seq, loads(state), tuple(map(decode_event, events))
+            decode_record(row), seq, decode_snapshot(state), tuple(map(decode_event, events))
         )
 
     async def history(self, session_id: str) -> tuple[StoredEvent, ...]:
@@ -390,7 +390,7 @@ class SQLiteStore(StoreBase):
         writer = await self._reading()
         script = sql.transaction(sql.snapshot_at(session_id, seq), write=False)
         found, state = await writer.run_script(script)
-        return found, loads(state)
+        return found, decode_snapshot(state)
 
     async def sessions(self) -> tuple[SessionRecord, ...]:
         """Every session's record, oldest first."""

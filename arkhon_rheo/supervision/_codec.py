@@ -82,6 +82,10 @@ class EventCodec:
         """The state as JSON data."""
         return state.model_dump(mode="json")
 
+    def state_json(self, state: AgentState) -> bytes:
+        """The state as compact JSON bytes (what `encode_state` gives, encoded)."""
+        return state.__pydantic_serializer__.to_json(state)
+
     def decode_state(self, data: Any) -> AgentState:
         """A state from JSON data.
 
@@ -143,12 +147,19 @@ class EventCodec:
 
     # -- events ------------------------------------------------------------------
 
-    def encode_event(self, event: TransitionEvent, digest: int | None = None) -> StoredEvent:
+    def encode_event(
+        self, event: TransitionEvent, digest: int | None = None, *, patch: Any = None
+    ) -> StoredEvent:
         """The event as the store keeps it, with ``digest``, that of the state it left.
+
+        ``patch`` is its patch encoded already (an `EncodedPatch`, or its JSON
+        data); without it, the patch is encoded here.
 
         Raises:
             UnserializablePatch: If its patch holds a value that cannot be stored.
         """
+        if patch is None:
+            patch = self.encode_patch(event.patch, stage=event.stage)
         return StoredEvent(
             session_id=event.session_id,
             seq=event.seq,
@@ -158,7 +169,7 @@ class EventCodec:
             to_state=event.to_state.name,
             reads=self._sorted(event.reads),
             writes=self._sorted(event.writes),
-            patch=self.encode_patch(event.patch, stage=event.stage),
+            patch=patch,
             attempt=event.attempt,
             started_at=event.started_at,
             finished_at=event.finished_at,

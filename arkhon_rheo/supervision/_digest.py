@@ -13,19 +13,26 @@ The digest detects drift and damage; it is not a security feature. It is a
 function of the state's JSON form: a dict's key order counts (JSON keeps it,
 so a replay sees the same order), and a change to the state type (a field
 added, even with a default) changes every digest.
+
+A commit serializes each value it writes once: `StateHasher.encode` turns the
+patch into JSON bytes (an `EncodedPatch`), the digest is chained over those
+bytes, and the store splices the same bytes into its row.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
-import itertools
+import json
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Any
 
-from pydantic_core import to_json
+from pydantic import PlainSerializer, WrapSerializer
+from pydantic_core import PydanticSerializationError, to_json
 
-from ..protocols._seams import canonical, may_hold_sets
+from .._errors import UnserializablePatch
+from ..protocols._seams import EncodedPatch, canonical, may_hold_sets
+from ._floats import may_hold_floats
 from ._validate import _item_type
 
 if TYPE_CHECKING:
@@ -33,7 +40,7 @@ if TYPE_CHECKING:
 
     from pydantic import TypeAdapter
 
-    from ..protocols import AgentState, TransitionEvent
+    from ..protocols import AgentState, Patch, TransitionEvent
     from ._codec import EventCodec
 
 __all__ = ["StateDigest", "StateHasher"]
@@ -42,6 +49,7 @@ _SIZE = 8
 _EMPTY = bytes(_SIZE)
 #: Fields the supervisor may change on any event without their being in its patch.
 _DERIVED = ("lifecycle", "iteration", "last_error")
+_REFUSED = (PydanticSerializationError, ValueError, TypeError, KeyError, RecursionError)
 
 
 class StateHasher:
@@ -51,14 +59,22 @@ class StateHasher:
         codec: The codec of the machine whose state type applies.
     """
 
-    __slots__ = ("_dumps", "_fields", "_items", "_members")
+    __slots__ = ("_codec", "_dumps", "_fields", "_floats", "_items", "_members")
 
     def __init__(self, codec: EventCodec) -> None:
         fields = codec.machine.state_type.model_fields
+        self._codec = codec
         self._fields = tuple(fields)
         self._members: dict[tuple[str, enum.Enum], bytes] = {}
         self._items: set[str] = set()
         self._dumps: dict[str, Callable[[Any], bytes]] = {}
+        #: Fields whose values may hold a float (and so a NaN, which JSON cannot hold).
+        self._floats = frozenset(
+            name
+            for name, info in fields.items()
+            if may_hold_floats(info.annotation)
+            or any(isinstance(meta, (PlainSerializer, WrapSerializer)) for meta in info.metadata)
+        )
         for name, info in fields.items():
             item = _item_type(info.annotation)
             if item is None:
@@ -96,6 +112,54 @@ class StateHasher:
             digest = blake2b(digest + dump(item), digest_size=_SIZE).digest()
         return digest
 
+    def encode(self, patch: Patch, *, stage: str | None = None) -> EncodedPatch:
+        """Turn each value ``patch`` writes into JSON bytes, once (see the module's doc).
+
+        The bytes are those the field's digest is made of; they are also what a
+        store keeps. A value that is not JSON data, or holds NaN or an infinity, is
+        refused.
+
+        Raises:
+            UnserializablePatch: Naming the field whose value cannot be stored.
+        """
+        values: dict[str, bytes] = {}
+        appends: dict[str, list[bytes]] = {}
+        items: dict[str, list[bytes]] = {}
+        name = ""
+        try:
+            for name, value in patch.values.items():
+                if name in self._items:
+                    encoded = items[name] = [self._json(name, item, True) for item in value]
+                    values[name] = b"[" + b",".join(encoded) + b"]"
+                else:
+                    values[name] = self._json(name, value, False)
+            for name, appended in patch.appends.items():
+                if name not in self._items:
+                    raise KeyError(f"{name!r} is not a sequence field")
+                appends[name] = [self._json(name, item, True) for item in appended]
+        except _REFUSED as exc:
+            raise UnserializablePatch(stage=stage, field=name, reason=str(exc)) from exc
+        return EncodedPatch(values, appends, items)
+
+    def _json(self, name: str, value: Any, item: bool) -> bytes:
+        if type(value) is int:
+            return b"%d" % value
+        if isinstance(value, enum.Enum):
+            return self._dumps[name](value)
+        dumped = self._dumps[name](value)
+        if name in self._floats and value is not None and _suspect(dumped):
+            # ``null`` may stand for a NaN: make sure with the exact encoder, which refuses one.
+            data = self._codec.adapter(name, item=item).serializer.to_python(value, mode="json")
+            json.dumps(data, allow_nan=False)
+        return dumped
+
+    @staticmethod
+    def chain(digest: bytes, encoded: Iterable[bytes]) -> bytes:
+        """``digest`` extended by items already encoded (see `extend`)."""
+        for item in encoded:
+            digest = blake2b(digest + item, digest_size=_SIZE).digest()
+        return digest
+
     def is_sequence(self, name: str) -> bool:
         """Whether field ``name`` is digested item by item."""
         return name in self._items
@@ -110,6 +174,14 @@ class StateHasher:
     def of(self, state: AgentState) -> int:
         """The digest of ``state`` as a signed 64-bit integer."""
         return self.start(state).value
+
+
+def _suspect(dumped: bytes) -> bool:
+    """Whether JSON may hold a NaN or an infinity.
+
+    pydantic writes those as ``null`` (or as these constants, when configured so).
+    """
+    return b"null" in dumped or b"NaN" in dumped or b"Infinity" in dumped
 
 
 def _canonical_json(adapter: TypeAdapter[Any], value: Any) -> bytes:
@@ -150,28 +222,45 @@ class StateDigest:
         self._sequences = sequences
         self.value = _combine(fields)
 
-    def after(self, event: TransitionEvent, state: AgentState) -> StateDigest:
-        """The digest of ``state``, the state ``event`` leads to from this one's."""
+    @property
+    def hasher(self) -> StateHasher:
+        """The hasher this digest was made by."""
+        return self._hasher
+
+    def after(
+        self, event: TransitionEvent, state: AgentState, encoded: EncodedPatch | None = None
+    ) -> StateDigest:
+        """The digest of ``state``, the state ``event`` leads to from this one's.
+
+        ``encoded`` is the event's patch as `StateHasher.encode` made it (encoded
+        here when not given).
+
+        Raises:
+            UnserializablePatch: If the patch holds a value that cannot be stored.
+        """
         hasher = self._hasher
+        if encoded is None:
+            encoded = hasher.encode(event.patch, stage=event.stage)
         fields = dict(self._fields)
         sequences = self._sequences
         patch = event.patch
         written = patch.values
         for name, value in written.items():
-            old = sequences.get(name) if hasher.is_sequence(name) else None
+            items = encoded.items.get(name)
+            if items is None:
+                fields[name] = blake2b(encoded.values[name], digest_size=_SIZE).digest()
+                continue
+            old = sequences.get(name)
             if old is not None and _extends(old, value):
-                fields[name] = hasher.extend(
-                    name, fields[name], itertools.islice(value, len(old), None)
-                )
+                fields[name] = hasher.chain(fields[name], items[len(old) :])
             else:
-                fields[name] = hasher.field(name, value)
-        for name, items in patch.appends.items():
-            fields[name] = hasher.extend(name, fields[name], items)
-        if patch.appends or any(hasher.is_sequence(name) for name in written):
+                fields[name] = hasher.chain(_EMPTY, items)
+        for name, appended in encoded.appends.items():
+            fields[name] = hasher.chain(fields[name], appended)
+        if patch.appends or encoded.items:
             sequences = dict(sequences)
-            for name in (*written, *patch.appends):
-                if hasher.is_sequence(name):
-                    sequences[name] = getattr(state, name)
+            for name in (*encoded.items, *patch.appends):
+                sequences[name] = getattr(state, name)
         derived = tuple([getattr(state, name) for name in _DERIVED])
         for name, value, before in zip(_DERIVED, derived, self._derived, strict=True):
             if value is not before and name not in written:

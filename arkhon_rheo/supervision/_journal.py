@@ -178,7 +178,7 @@ class Journal:
         self,
         state: AgentState,
         *,
-        snapshot_every: int,
+        snapshot_every: int | None,
         owner: str,
         link: Mapping[str, Any] | None,
     ) -> Persistence:

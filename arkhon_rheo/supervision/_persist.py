@@ -1,8 +1,20 @@
-"""A session's link to its store: every commit is recorded before it becomes authoritative."""
+"""A session's link to its store: every commit is recorded before it becomes authoritative.
+
+Each commit's values are encoded once (`StateHasher.encode`): the digest is
+chained over those bytes and a store that takes encoded patches keeps them as
+they are. Snapshots are taken by cost unless a fixed interval is asked for: a
+snapshot is written once the events stored since the last one weigh as much as
+the state did then (in bytes of JSON, and at least `SNAPSHOT_MIN_BYTES`), so
+snapshots take no more room than about twice the events, and loading a session
+folds at most about a state's worth of events after its latest snapshot (or a
+few dozen, for a small state), however long its history.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from ..protocols._seams import takes_encoded
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -11,7 +23,14 @@ if TYPE_CHECKING:
     from ._codec import EventCodec
     from ._digest import StateDigest
 
-__all__ = ["Persistence", "linked"]
+__all__ = ["EVENT_BYTES", "SNAPSHOT_MIN_BYTES", "Persistence", "linked"]
+
+#: What an event costs a store besides its patch's JSON, in bytes (a compact row's
+#: key, shape, times and digest), for the snapshot policy's count.
+EVENT_BYTES = 40
+#: The fewest bytes of events between two snapshots taken by cost: a small state
+#: is not snapshotted every few events.
+SNAPSHOT_MIN_BYTES = 4096
 
 
 def linked(event: TransitionEvent, link: Mapping[str, Any]) -> TransitionEvent:
@@ -20,7 +39,7 @@ def linked(event: TransitionEvent, link: Mapping[str, Any]) -> TransitionEvent:
 
 
 class Persistence:
-    """Writes a session's events (and a snapshot every ``snapshot_every``) to a store.
+    """Writes a session's events, and its snapshots when they are due, to a store.
 
     The supervisor awaits `record` before a commit becomes authoritative, so
     what a caller was told is committed is in the store, as durable as the
@@ -30,7 +49,8 @@ class Persistence:
         store: The store, already entered.
         codec: Encodes the machine's states and events.
         session_id: The session.
-        snapshot_every: Take a snapshot after every this many events.
+        snapshot_every: Take a snapshot after every this many events; ``None``
+            (the default) takes them by cost (see the module's doc).
         owner: Who holds the session's lease (released when the session ends).
         digest: The digest of the session's current state; each stored event
             carries the digest of the state it leads to.
@@ -38,7 +58,18 @@ class Persistence:
             ``info["parent"]``.
     """
 
-    __slots__ = ("codec", "digest", "link", "owner", "session_id", "snapshot_every", "store")
+    __slots__ = (
+        "_direct",
+        "_since",
+        "_size",
+        "codec",
+        "digest",
+        "link",
+        "owner",
+        "session_id",
+        "snapshot_every",
+        "store",
+    )
 
     def __init__(
         self,
@@ -46,7 +77,7 @@ class Persistence:
         codec: EventCodec,
         session_id: str,
         *,
-        snapshot_every: int,
+        snapshot_every: int | None = None,
         owner: str | None = None,
         digest: StateDigest,
         link: Mapping[str, Any] | None = None,
@@ -58,6 +89,12 @@ class Persistence:
         self.codec = codec
         self.session_id = session_id
         self.snapshot_every = snapshot_every
+        #: Whether the store takes encoded patches and snapshots (JSON bytes) as they are.
+        self._direct = takes_encoded(store)
+        #: Bytes of the events stored since the last snapshot, and the state's size
+        #: then (``None``: not known yet, until this run's first commit).
+        self._since = 0
+        self._size: int | None = None
 
     async def record(
         self, event: TransitionEvent, state: AgentState, *, status: str | None = None
@@ -70,25 +107,41 @@ class Persistence:
         """
         if self.link is not None:
             event = linked(event, self.link)
-        try:
-            digest = self.digest.after(event, state)
-        except Exception:
-            self.codec.encode_event(event)  # names what cannot be stored, if that is it
-            raise
+        encoded = self.digest.hasher.encode(event.patch, stage=event.stage)
+        digest = self.digest.after(event, state, encoded)
+        since = self._since + encoded.size + EVENT_BYTES
+        size = self._size
+        state_json = None
+        if self.snapshot_every is not None:
+            due = event.seq % self.snapshot_every == 0
+        elif size is None:
+            # This run's first commit: measure the state. A resumed session may have
+            # events after its latest snapshot that this run does not know of: it
+            # takes one now, so a session resumed again and again stays bounded.
+            state_json = self.codec.state_json(state)
+            size = len(state_json)
+            due = event.seq > 1
+        else:
+            due = since >= max(size, SNAPSHOT_MIN_BYTES)
         snapshot = None
-        if event.seq % self.snapshot_every == 0:
-            snapshot = (event.seq, self.codec.encode_state(state))
+        if due:
+            if state_json is None:
+                state_json = self.codec.state_json(state)
+            size, since = len(state_json), 0
+            snapshot = (
+                event.seq,
+                state_json if self._direct else self.codec.encode_state(state),
+            )
         # The event that ends the session carries its status in the same
         # transaction: a crash right after it cannot leave it "running".
         machine = self.codec.machine
         if machine.is_terminal(event.to_state):
             status = "failed" if event.to_state is machine.failed else "finished"
+        patch = encoded if self._direct else encoded.data()
+        pending = [self.codec.encode_event(event, digest.value, patch=patch)]
+        del encoded, patch, state_json
         # No local keeps the encoded event: the store may drop it (and its patch)
         # once it has its rows, rather than hold it until the write is durable.
-        await self.store.append(
-            self.session_id,
-            [self.codec.encode_event(event, digest.value)],
-            snapshot=snapshot,
-            status=status,
-        )
+        await self.store.append(self.session_id, [pending.pop()], snapshot=snapshot, status=status)
         self.digest.accept(digest)
+        self._since, self._size = since, size

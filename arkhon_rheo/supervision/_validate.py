@@ -4,11 +4,20 @@
 validated on its own through a cached ``TypeAdapter`` of its field; appended
 items through an adapter of the sequence's item type. Only the written fields
 are touched, so the cost of a commit does not grow with the state's history.
+
+A value whose validation could only give it back unchanged skips the adapter:
+one of the exact types a plain field (no constraints, no field validator)
+declares (``str``, ``int | None``, an enum, a pydantic model that is not
+revalidated), or a named tuple whose items are each of their declared plain
+types.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import types
+import typing
 from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin, is_typeddict
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -22,8 +31,7 @@ from .._errors import (
 from ..protocols import SUPERVISOR_FIELDS, AgentState, History, Patch
 
 if TYPE_CHECKING:
-    import enum
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from ..protocols import Condition, Machine, TransitionCondition
 
@@ -52,7 +60,7 @@ class PatchValidator:
         machine: The machine whose state type and invariants apply.
     """
 
-    __slots__ = ("_hooked", "_items", "_machine", "_values")
+    __slots__ = ("_exact", "_exact_items", "_hooked", "_items", "_machine", "_values")
 
     def __init__(self, machine: Machine[Any]) -> None:
         self._machine = machine
@@ -69,6 +77,10 @@ class PatchValidator:
         )
         if "*" in self._hooked:
             self._hooked = frozenset(state_type.model_fields)
+        #: The exact types a field's value may have to skip validation (see the module).
+        self._exact: dict[str, frozenset[type]] = {}
+        #: Whether an item appended to a sequence field may skip validation.
+        self._exact_items: dict[str, Callable[[Any], bool]] = {}
         for name, field in state_type.model_fields.items():
             annotation = field.rebuild_annotation()
             config = None if _has_config(field.annotation) else _CONFIG
@@ -79,6 +91,12 @@ class PatchValidator:
                 if item is None
                 else TypeAdapter(item, config=None if _has_config(item) else _CONFIG)
             )
+            if name in self._hooked or field.metadata:
+                continue
+            if (exact := _exact_types(field.annotation)) is not None:
+                self._exact[name] = exact
+            if item is not None and (check := _item_check(item)) is not None:
+                self._exact_items[name] = check
 
     def updates(
         self,
@@ -145,11 +163,16 @@ class PatchValidator:
         updates: dict[str, Any] = {}
         changed = False
         validated_appends: dict[str, tuple[Any, ...]] = {}
+        exact = self._exact
         for name, value in values.items():
             if name in appends:
                 raise InvalidPatch(
                     stage=stage, field=name, reason="a patch may assign or append, not both"
                 )
+            types_ = exact.get(name)
+            if types_ is not None and type(value) in types_:
+                updates[name] = value  # validation would give it back as it is
+                continue
             try:
                 if name in self._hooked:
                     scratch = state.model_copy()
@@ -168,12 +191,16 @@ class PatchValidator:
                     field=name,
                     reason="only History[...] or tuple[X, ...] fields can be appended to",
                 )
-            try:
-                checked = tuple(adapter.validate_python(item) for item in items)
-            except ValidationError as exc:
-                raise InvalidPatch(stage=stage, field=name, reason=_reason(exc)) from exc
+            check = self._exact_items.get(name)
+            if check is not None and all(map(check, items)):
+                checked = items  # validation would give each back as it is
+            else:
+                try:
+                    checked = tuple(adapter.validate_python(item) for item in items)
+                except ValidationError as exc:
+                    raise InvalidPatch(stage=stage, field=name, reason=_reason(exc)) from exc
+                changed = changed or any(a is not b for a, b in zip(checked, items, strict=True))
             validated_appends[name] = checked
-            changed = changed or any(a is not b for a, b in zip(checked, items, strict=True))
             current = getattr(state, name)
             if isinstance(current, History):
                 updates[name] = current.append(*checked)
@@ -267,6 +294,65 @@ def _reason(exc: ValidationError) -> str:
 
 
 _CONFIG: Any = {"arbitrary_types_allowed": True}
+#: Types whose exact instances pydantic's lax validation gives back as they are.
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def _exact_types(annotation: Any) -> frozenset[type] | None:
+    """The exact types whose values validate as themselves under ``annotation``, if known.
+
+    A plain type, an enum, a pydantic model that is never revalidated, or a union
+    of plain types (``str | None``); ``None`` for anything else (constraints,
+    containers, ``Annotated`` metadata...), which is always validated.
+    """
+    if annotation in _PLAIN:
+        return frozenset({annotation})
+    if isinstance(annotation, type):
+        if issubclass(annotation, enum.Enum):
+            return frozenset({annotation})
+        if (
+            issubclass(annotation, BaseModel)
+            and annotation.model_config.get("revalidate_instances", "never") == "never"
+        ):
+            return frozenset({annotation})
+        return None
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        members = get_args(annotation)
+        if all(member in _PLAIN for member in members):
+            return frozenset(members)
+    return None
+
+
+def _item_check(item: Any) -> Callable[[Any], bool] | None:
+    """A test that an appended item would validate as itself, if one is known.
+
+    An item of an exact type of `_exact_types`; or a named tuple whose fields are
+    each of their annotation's exact plain types (a named tuple does not check
+    its fields, so those are looked at one by one).
+    """
+    exact = _exact_types(item)
+    if exact is not None:
+        return lambda value: type(value) in exact
+    if not (isinstance(item, type) and issubclass(item, tuple) and hasattr(item, "_fields")):
+        return None
+    try:
+        hints = typing.get_type_hints(item)
+    except Exception:  # an unresolvable annotation: validate as declared
+        return None
+    fields: list[frozenset[type]] = []
+    for name in item._fields:
+        found = _exact_types(hints.get(name, Any))
+        if found is None or not found <= _PLAIN:
+            return None
+        fields.append(found)
+    kinds = tuple(fields)
+
+    def check(value: Any) -> bool:
+        return type(value) is item and all(
+            type(part) in kind for part, kind in zip(value, kinds, strict=True)
+        )
+
+    return check
 
 
 def _has_config(annotation: Any) -> bool:

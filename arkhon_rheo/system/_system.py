@@ -99,7 +99,10 @@ class AgentSystem:
             this process dies, a system on the same host takes its leases over
             at once (see `orphans` and `recover`); elsewhere they run out.
         snapshot_every: With a store, a snapshot every this many events (loading
-            a session is its latest snapshot plus the events after it).
+            a session is its latest snapshot plus the events after it). ``None``
+            (the default) takes them by cost: once the events since the last one
+            weigh as much as the state, so snapshots take no more room than the
+            events and a load folds at most about a state's worth of events.
         fault_plan: Faults to inject into every session this system starts or
             resumes (an `arkhon_rheo.testing.FaultPlan`), through the stage,
             tool, model and store seams; ``None`` (the default) injects nothing.
@@ -131,7 +134,7 @@ class AgentSystem:
         lease_ttl: float = 30.0,
         path: str | os.PathLike[str] | None = DEFAULT_PATH,
         durability: Durability = Durability.BATCHED,
-        snapshot_every: int = 100,
+        snapshot_every: int | None = None,
         fault_plan: FaultInjector | None = None,
         keep_ended: int | None = None,
     ) -> None:
@@ -148,9 +151,11 @@ class AgentSystem:
         }
         self._config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
         _check_budget(max_steps)
-        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
+        if snapshot_every is None:
+            pass
+        elif isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
             raise ConfigurationError(f"snapshot_every must be an integer, got {snapshot_every!r}")
-        if snapshot_every < 1:
+        elif snapshot_every < 1:
             raise ConfigurationError(f"snapshot_every must be at least 1, got {snapshot_every}")
         self._seed = seed
         if not (isinstance(lease_ttl, int | float) and lease_ttl > 0):

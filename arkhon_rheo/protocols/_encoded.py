@@ -1,0 +1,75 @@
+"""`EncodedPatch`: a patch whose values are JSON already, handed to the stores that take it.
+
+The supervisor turns each value a commit writes into JSON bytes once: the
+state's digest is chained over those bytes, and a store that takes encoded
+patches (the package's own: they set ``takes_encoded = True``) splices them
+into its row as they are. Any other store gets the patch as plain JSON data
+(`EncodedPatch.data`), as the `Store` protocol promises.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["EncodedPatch", "takes_encoded"]
+
+
+class EncodedPatch:
+    """A patch as JSON bytes: each assigned value's, and each appended item's.
+
+    Attributes:
+        values: The JSON of each assigned value, by field, in the patch's order.
+        appends: The JSON of each appended item, by field.
+        items: For a sequence field assigned whole, the JSON of each of its items
+            (``values`` holds them joined as one JSON array).
+    """
+
+    __slots__ = ("appends", "items", "values")
+
+    def __init__(
+        self,
+        values: dict[str, bytes],
+        appends: dict[str, list[bytes]],
+        items: dict[str, list[bytes]] | None = None,
+    ) -> None:
+        self.values = values
+        self.appends = appends
+        self.items: dict[str, list[bytes]] = {} if items is None else items
+
+    @property
+    def size(self) -> int:
+        """How many bytes of JSON the values and items take."""
+        total = sum(map(len, self.values.values()))
+        for items in self.appends.values():
+            total += sum(map(len, items)) + len(items)
+        return total
+
+    def json(self) -> bytes:
+        """The patch as ``{"set": {...}, "append": {...}}`` JSON (parts left out when empty)."""
+        parts: list[bytes] = []
+        if self.values:
+            fields = b",".join(_key(name) + value for name, value in self.values.items())
+            parts.append(b'"set":{' + fields + b"}")
+        if self.appends:
+            fields = b",".join(
+                _key(name) + b"[" + b",".join(items) + b"]" for name, items in self.appends.items()
+            )
+            parts.append(b'"append":{' + fields + b"}")
+        return b"{" + b",".join(parts) + b"}"
+
+    def data(self) -> Any:
+        """The patch as plain JSON data, what a store that does not take encoded patches gets."""
+        return json.loads(self.json())
+
+    def __repr__(self) -> str:
+        return f"EncodedPatch({self.json().decode()})"
+
+
+def _key(name: str) -> bytes:
+    return json.dumps(name, ensure_ascii=False).encode() + b":"
+
+
+def takes_encoded(store: object) -> bool:
+    """Whether ``store`` takes `EncodedPatch` patches and snapshots as JSON bytes."""
+    return getattr(store, "takes_encoded", False) is True
