@@ -1,4 +1,4 @@
-"""The machine of the crash test (`tests/test_crash.py`), found by name in its child processes.
+"""The machine of the crash test (`tests/testing/test_crash.py`), imported by its children.
 
 The crash test runs it under `arkhon_rheo.testing.crash_loop`, whose child
 processes import ``tests.crash_child:machine`` and ``tests.crash_child:initial``.

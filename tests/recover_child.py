@@ -1,4 +1,4 @@
-"""The child process of the recovery tests (`tests/test_recover.py`); not a test module.
+"""The child process of the recovery tests (`tests/system/test_recover.py`); not a test module.
 
 Run as ``python tests/recover_child.py DB ID...``, it starts one session of
 `job_machine` per id in the SQLite store at ``DB`` (leased for the default

@@ -8,7 +8,7 @@ import pytest
 import sniffio
 import trio
 
-from .helpers import on_virtual_clock
+from tests.helpers import on_virtual_clock
 
 pytestmark = pytest.mark.anyio
 

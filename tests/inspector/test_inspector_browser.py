@@ -1,0 +1,219 @@
+"""The inspector in a real browser: headless Chromium from the system, driven by selenium.
+
+Skipped (with the reason) where selenium, the inspector extra, ``chromium`` or
+``chromedriver`` is missing; nothing is downloaded. The server runs in a
+subprocess (``python -m arkhon_rheo.inspector``), on trio. Screenshots of the
+main views are written to ``$ARKHON_SCREENSHOTS`` (default
+``tests/screenshots/``, ignored by git).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from arkhon_rheo.store import SQLiteStore
+
+pytest.importorskip("starlette", reason="the inspector extra is not installed")
+pytest.importorskip("hypercorn", reason="the inspector extra is not installed")
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+from tests.inspector_fixture import populate  # noqa: E402
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+def _wait(browser: Any, seconds: float = 10) -> Any:
+    """Wait for a condition, through pages that reload or re-render meanwhile."""
+    return WebDriverWait(
+        browser,
+        seconds,
+        ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+    )
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _find(*names: str) -> str | None:
+    for name in names:
+        found = shutil.which(name) or (name if Path(name).is_file() else None)
+        if found:
+            return found
+    return None
+
+
+CHROMIUM = _find("chromium", "chromium-browser", "/usr/bin/chromium")
+CHROMEDRIVER = _find("chromedriver", "/usr/bin/chromedriver")
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        CHROMIUM is None or CHROMEDRIVER is None,
+        reason="no system chromium and chromedriver (apt-get install chromium chromium-driver)",
+    ),
+]
+
+SHOTS = Path(os.environ.get("ARKHON_SCREENSHOTS", ROOT / "tests" / "screenshots"))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A store of varied sessions, and the inspector serving it on a free port."""
+    path = tmp_path_factory.mktemp("inspector") / "store.db"
+    ids = anyio.run(populate, str(path))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "arkhon_rheo.inspector",
+            "--store",
+            str(path),
+            "--port",
+            "0",
+            "--machine",
+            "tests.inspector_fixture:desk",
+            "--backend",
+            "trio",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert "open http" in line, line
+        url = line.split("open ", 1)[1].strip()
+        yield {"path": path, "ids": ids, "url": url, "base": url.split("/?token=")[0]}
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        if server.stdout is not None:
+            server.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _shot(browser: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def _stored(path: Path, session_id: str) -> tuple[Any, ...]:
+    async def read() -> tuple[Any, ...]:
+        async with SQLiteStore(path) as store:
+            return (await store.record(session_id), await store.history(session_id))
+
+    return anyio.run(read)
+
+
+def test_the_views_in_a_browser(served: dict[str, Any], browser: Any) -> None:
+    ids, base = served["ids"], served["base"]
+    # Opening the printed address keeps the token, then shows the list without it.
+    browser.get(served["url"])
+    assert browser.current_url == base + "/"
+    rows = browser.find_elements(By.CSS_SELECTOR, "#sessions tbody tr")
+    assert {row.get_attribute("data-session") for row in rows} == set(ids.values())
+    assert "read-only" not in browser.page_source
+    _shot(browser, "sessions")
+
+    browser.get(f"{base}/sessions/{ids['finished']}")
+    _wait(browser).until(
+        lambda b: b.find_element(By.CSS_SELECTOR, "#event-2 .failure").text.startswith(
+            "Recoverable recoverable"
+        )
+    )
+    taken = browser.find_elements(By.CSS_SELECTOR, "svg.graph .move.taken")
+    assert len(taken) == 3  # INITIALIZED→ACTING→OBSERVING→FINISHED
+    _wait(browser).until(
+        lambda b: b.find_element(By.CSS_SELECTOR, "#event-1 details.calls summary").click() is None
+    )
+    _wait(browser).until(
+        lambda b: "look up <flaky printer>" in b.find_element(By.CSS_SELECTOR, "#event-1").text
+    )
+    _shot(browser, "session-timeline")
+
+    browser.get(f"{base}/sessions/{ids['finished']}/replay")
+    _wait(browser).until(
+        lambda b: "replays to the committed states" in b.find_element(By.ID, "replay").text
+    )
+    browser.find_element(By.CSS_SELECTOR, "#reexecute-form button").click()
+    _wait(browser).until(lambda b: "re-executed" in b.find_element(By.ID, "replay").text)
+    _shot(browser, "replay")
+
+
+def test_deciding_a_paused_session_in_a_browser(served: dict[str, Any], browser: Any) -> None:
+    ids, base, path = served["ids"], served["base"], served["path"]
+    browser.get(served["url"])
+    paused = ids["paused"]
+    browser.get(f"{base}/sessions/{paused}")
+    before = _stored(path, paused)
+    # An edit the state's validation refuses: shown inline, nothing stored.
+    field = browser.find_element(By.NAME, "field.priority")
+    field.clear()
+    field.send_keys('"urgent"')
+    browser.find_element(By.CSS_SELECTOR, "#edit-form button").click()
+    error = _wait(browser).until(lambda b: b.find_element(By.ID, "error"))
+    assert "InvalidPatch" in error.text
+    assert browser.find_element(By.NAME, "field.priority").get_attribute("value") == '"urgent"'
+    _shot(browser, "edit-refused")
+    assert _stored(path, paused) == before
+
+    # The session list, open in the browser, follows the decision live.
+    browser.get(f"{base}/?status=paused")
+    browser.execute_script("window.open(arguments[0], 'decide')", f"{base}/sessions/{paused}")
+    list_tab, decide_tab = browser.window_handles
+    browser.switch_to.window(decide_tab)
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "resume-form"))
+    _shot(browser, "paused-session")
+    browser.find_element(By.CSS_SELECTOR, "#resume-form button").click()
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "done"))
+    _wait(browser, 15).until(lambda b: b.find_element(By.ID, "status").text == "finished")
+    browser.close()
+    browser.switch_to.window(list_tab)
+    cell = f'tr[data-session="{paused}"] [data-field="status"]'
+    _wait(browser, 15).until(lambda b: b.find_element(By.CSS_SELECTOR, cell).text == "finished")
+    record, history = _stored(path, paused)
+    assert record.status == "finished"
+    assert [event.kind for event in history][-2:] == ["decision", "step"]
