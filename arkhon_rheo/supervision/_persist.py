@@ -145,3 +145,16 @@ class Persistence:
         await self.store.append(self.session_id, [pending.pop()], snapshot=snapshot, status=status)
         self.digest.accept(digest)
         self._since, self._size = since, size
+
+    async def close(self, status: str | None) -> None:
+        """The run has ended: store its ``status`` (unless ``None``) and give its lease up.
+
+        Raises:
+            StoreError: If the store failed; the lease is given up all the same.
+        """
+        try:
+            if status is not None:
+                await self.store.set_status(self.session_id, status)
+        finally:
+            if self.owner is not None:
+                await self.store.release(self.session_id, self.owner)

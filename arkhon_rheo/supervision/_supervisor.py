@@ -126,10 +126,8 @@ class SessionSupervisor(Actor[_Step, None]):
         assert persistence is not None
         try:
             # "finished" and "failed" went with the final commit, in its transaction.
-            if status not in (ExitReason.FINISHED.value, ExitReason.FAILED.value):
-                await persistence.store.set_status(self.session.session_id, status)
-            if persistence.owner is not None:
-                await persistence.store.release(self.session.session_id, persistence.owner)
+            ended = status in (ExitReason.FINISHED.value, ExitReason.FAILED.value)
+            await persistence.close(None if ended else status)
         except Exception as exc:  # the outcome is known in memory; the record catches up on resume
             _logger.error("status_not_stored", session_id=self.session.session_id, error=repr(exc))
 

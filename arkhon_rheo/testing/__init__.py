@@ -25,12 +25,12 @@ from ._crash import CrashReport as CrashReport
 from ._crash import CrashRunFailed as CrashRunFailed
 from ._crash import LostCommit as LostCommit
 from ._crash import crash_loop as crash_loop
-from ._faults import FaultCall as FaultCall
-from ._faults import FaultKind as FaultKind
+from ._fault_rules import FaultCall as FaultCall
+from ._fault_rules import FaultKind as FaultKind
+from ._fault_rules import FaultRule as FaultRule
+from ._fault_rules import InjectedFault as InjectedFault
 from ._faults import FaultPlan as FaultPlan
-from ._faults import FaultRule as FaultRule
 from ._faults import FaultSchedule as FaultSchedule
-from ._faults import InjectedFault as InjectedFault
 from ._faulty_store import FaultyStore as FaultyStore
 from ._faulty_store import StoreCall as StoreCall
 from ._reference import ReferenceState as ReferenceState

@@ -23,13 +23,14 @@ from .._errors import ConfigurationError
 from ..protocols import AgentState, Machine
 from ..supervision import ExitReason
 from ..system import AgentSystem
-from ._faults import FaultKind, FaultPlan
+from ._fault_rules import FaultKind
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
     from ..protocols import TransitionEvent
     from ..system import SessionHandle, SessionResult
+    from ._faults import FaultPlan
 
 __all__ = ["ChaosReport", "chaos_run", "fault_class"]
 
