@@ -243,6 +243,9 @@ class AgentSystem:
             SessionError: If the id is taken, or another call here is starting it.
             ConfigurationError: If the state does not fit the machine.
             InvariantViolation: If the initial state breaks an invariant.
+            StoreError: If the store fails. When it fails after the session was
+                stored but before it was leased, the stored session stays
+                (``"running"``, with no lease): `resume` it, or `recover` finds it.
         """
         if not isinstance(state, machine.state_type):
             raise ConfigurationError(
