@@ -115,14 +115,26 @@ class Claims:
         transient store failure waits for the next round. Leaving the block
         stops the renewals, whatever the block raised.
         """
+        # The group is entered by hand so that the block's own exception passes
+        # through unwrapped (trio's nurseries would group it); its exit must not
+        # replace that exception either, so a failure of the exit itself (a
+        # cancellation delivered there) only surfaces when the block succeeded.
         group = anyio.create_task_group()
         await group.__aenter__()
         group.start_soon(self._renew, registry)
+        body_failed = False
         try:
             yield
+        except BaseException:
+            body_failed = True
+            raise
         finally:
             group.cancel_scope.cancel()
-            await group.__aexit__(None, None, None)
+            try:
+                await group.__aexit__(None, None, None)
+            except BaseException:
+                if not body_failed:
+                    raise
 
     async def _renew(self, registry: Registry) -> None:
         store = self.store

@@ -388,3 +388,30 @@ async def test_a_cancelled_operation_gives_its_lease_up_once(
         if completed:
             assert not scope.cancel_called
             break
+
+
+async def test_leaving_a_store_system_keeps_the_blocks_own_error_under_cancellation() -> None:
+    # The body fails while an enclosing scope is being cancelled: stopping the lease
+    # renewals on the way out meets that cancellation, and must not replace the error.
+    caught: BaseException | None = None
+    with anyio.CancelScope() as scope:
+        try:
+            async with AgentSystem(store=MemoryStore()):
+                scope.cancel()
+                raise ValueError("the host's own failure")
+        except ValueError as exc:
+            caught = exc
+    assert isinstance(caught, ValueError)
+    assert str(caught) == "the host's own failure"
+
+
+async def test_leaving_a_store_system_inside_a_cancelled_scope_is_a_cancellation() -> None:
+    # Without an error of the block's own, the cancellation delivered while the renewals
+    # stop is the host's and goes on to its scope.
+    reached_after = False
+    with anyio.CancelScope() as scope:
+        async with AgentSystem(store=MemoryStore()):
+            scope.cancel()
+        reached_after = True
+    assert scope.cancelled_caught
+    assert not reached_after
