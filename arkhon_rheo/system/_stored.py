@@ -9,6 +9,7 @@ the agent system's claim on it, so nothing else drives or changes it meanwhile.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .._errors import ConfigurationError, SessionError
@@ -26,8 +27,6 @@ from ..supervision._seams import Journal, compiled, out_of_band_event, verify_st
 from ._children import linked_history
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from ..protocols import SessionRecord, TransitionEvent
     from ._handle import SessionHandle
     from ._system import AgentSystem
@@ -143,12 +142,19 @@ class StoredSession(Generic[S]):
             The fork.
 
         Raises:
-            ConfigurationError: Without a store, or if ``at_seq`` is out of range.
+            ConfigurationError: Without a store, if ``at_seq`` is out of range, or
+                if ``new_id`` is not a non-empty string.
             SessionNotFound: If the store has no such session.
             SessionError: If ``new_id`` is taken (or another call here is starting it).
         """
         source = self._journal("fork a session")
-        new_id = new_id or uuid.uuid4().hex[:12]
+        if new_id is None:
+            new_id = uuid.uuid4().hex[:12]
+        elif not isinstance(new_id, str) or not new_id:
+            raise ConfigurationError(
+                f"fork(new_id=...) takes a non-empty string, got {new_id!r}; "
+                "leave it out for a fresh id"
+            )
         system = self._system
         async with system._claim(new_id):
             state, _ = await source.state(at_seq)
@@ -284,6 +290,7 @@ class StoredSession(Generic[S]):
             SessionNotFound: If there is no such session.
             SessionError: If it is not paused (or runs here, or another call here
                 is starting or changing it).
+            SessionLocked: If a live owner elsewhere holds the session's lease.
             ConfigurationError: If the gate takes no value but one was given, or
                 the machine is not the session's.
             InvalidPatch: If the value fails validation (the session stays paused).
@@ -300,6 +307,8 @@ class StoredSession(Generic[S]):
             SessionNotFound: If there is no such session.
             SessionError: If it is not paused (or runs here, or another call here
                 is starting or changing it).
+            SessionLocked: If a live owner elsewhere holds the session's lease.
+            ConfigurationError: If the machine is not the session's.
         """
         await self._decide("abort")
 
@@ -314,10 +323,21 @@ class StoredSession(Generic[S]):
             SessionNotFound: If there is no such session.
             SessionError: If it is not paused (or runs here, or another call here
                 is starting or changing it).
+            SessionLocked: If a live owner elsewhere holds the session's lease.
+            ConfigurationError: If ``fields`` is not a non-empty mapping of field
+                names, or the machine is not the session's.
             InvalidPatch: If a value fails validation (nothing is written).
             UndeclaredWrite: If a field is one only the supervisor writes.
             InvariantViolation: If the edited state breaks an invariant.
         """
+        if not isinstance(fields, Mapping) or not fields:
+            raise ConfigurationError(
+                f"edit() takes a non-empty mapping of field names to new values, got {fields!r}"
+            )
+        if not all(isinstance(name, str) for name in fields):
+            raise ConfigurationError(
+                f"edit() takes field names as strings, got {sorted(map(repr, fields))}"
+            )
         await self._decide("edit", edit=fields)
 
     async def _decide(

@@ -74,3 +74,51 @@ async def test_a_stored_session_needs_a_store_except_to_answer_a_gate() -> None:
                 await read()
         handle = await stored.approve()
         assert (await handle.result()).ok
+
+
+async def test_a_stored_sessions_other_reads_need_a_store_too() -> None:
+    machine = order_machine(Gate.before("ship"))
+    async with AgentSystem(path=None) as system:
+        await system.run(machine, Order(item="pen"), session_id="m1")
+        stored = system.stored(machine, "m1")
+        with pytest.raises(ConfigurationError, match="without a store"):
+            await stored.resume()
+        with pytest.raises(ConfigurationError, match="without a store"):
+            await stored.rollback(0)
+        with pytest.raises(ConfigurationError, match="without a store"):
+            await stored.state()
+        # The paused session is untouched by the refused calls.
+        assert (await (await stored.approve()).result()).ok
+
+
+@pytest.mark.parametrize("new_id", [5, "", b"raw"])
+async def test_a_fork_id_is_checked_before_anything_is_stored(
+    tmp_path: Path, new_id: object
+) -> None:
+    machine = order_machine(Gate.before("ship"))
+    async with AgentSystem(path=tmp_path / "s.db") as system:
+        await system.run(machine, Order(item="lamp"), session_id="o1")
+        stored = system.stored(machine, "o1")
+        with pytest.raises(ConfigurationError, match="non-empty string"):
+            await stored.fork(new_id=new_id)  # type: ignore[arg-type]
+        store = system.store
+        assert store is not None
+        assert [record.session_id for record in await store.sessions()] == ["o1"]
+        fresh = await stored.fork()  # a fresh id when none is given
+        assert fresh.session_id != "o1"
+        assert (await fresh.record()).parent == "o1"
+
+
+@pytest.mark.parametrize("fields", [{}, None, ["item"], {1: "x"}])
+async def test_an_edit_takes_a_non_empty_mapping_of_field_names(
+    tmp_path: Path, fields: object
+) -> None:
+    machine = order_machine(Gate.before("ship"))
+    async with AgentSystem(path=tmp_path / "s.db") as system:
+        await system.run(machine, Order(item="lamp"), session_id="o1")
+        stored = system.stored(machine, "o1")
+        with pytest.raises(ConfigurationError, match="edit\\(\\) takes"):
+            await stored.edit(fields)  # type: ignore[arg-type]
+        record = await stored.record()
+        assert (record.status, record.last_seq) == ("paused", 2)
+        assert (await stored.state()).item == "lamp"
