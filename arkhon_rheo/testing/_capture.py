@@ -26,7 +26,7 @@ __all__ = ["EventCapture"]
 
 
 class _Waiter:
-    __slots__ = ("done", "event", "session_id", "test")
+    __slots__ = ("done", "error", "event", "session_id", "test")
 
     def __init__(
         self, session_id: str | None, test: Callable[[int, TransitionEvent], bool]
@@ -35,6 +35,7 @@ class _Waiter:
         self.test = test
         self.done = anyio.Event()
         self.event: TransitionEvent | None = None
+        self.error: Exception | None = None
 
 
 class EventCapture:
@@ -71,7 +72,12 @@ class EventCapture:
                 count = len(mine)
             else:
                 continue
-            if waiter.test(count, event):
+            try:
+                satisfied = waiter.test(count, event)
+            except Exception as exc:  # the waiter's predicate failed: it raises in wait_for
+                waiter.error = exc
+                satisfied = True
+            if satisfied:
                 self._wake(waiter, event)
 
     def _wake(self, waiter: _Waiter, event: TransitionEvent) -> None:
@@ -129,6 +135,8 @@ class EventCapture:
 
         Raises:
             ConfigurationError: If ``until`` is neither a count from 1 nor callable.
+            Exception: Whatever the predicate raised, on the event it raised on
+                (the session that committed that event is not disturbed).
         """
         if isinstance(until, int) and not isinstance(until, bool):
             if until < 1:
@@ -160,5 +168,7 @@ class EventCapture:
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
+        if waiter.error is not None:
+            raise waiter.error
         assert waiter.event is not None
         return waiter.event

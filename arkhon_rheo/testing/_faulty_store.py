@@ -19,6 +19,7 @@ import anyio.lowlevel
 
 from .._errors import ConfigurationError, StoreError
 from ..protocols import Store
+from ..protocols._seams import takes_encoded
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -120,6 +121,11 @@ class FaultyStore:
     def __repr__(self) -> str:
         rules = [rule.operation for rule in self._rules]
         return f"FaultyStore({self.inner!r}, failing {rules}, {len(self.failed)} failed)"
+
+    @property
+    def takes_encoded(self) -> bool:
+        """Whether ``inner`` takes pre-encoded patches: sessions write through as to ``inner``."""
+        return takes_encoded(self.inner)
 
     def fail(
         self,

@@ -144,3 +144,31 @@ def _event(session_id: str) -> Any:
         started_at=0.0,
         finished_at=0.0,
     )
+
+
+async def test_a_predicate_that_raises_wakes_its_waiter_with_the_error() -> None:
+    capture = EventCapture()
+    hold = Hold(at=0)
+    machine = reference_machine(before={"think": hold})
+
+    def broken(event: Any) -> bool:
+        raise KeyError(f"no such field on event {event.seq}")
+
+    async with AgentSystem(path=None, listeners=[capture]) as system:
+        handle = await system.start(machine, ReferenceState(cycles=1), session_id="p")
+        errors: list[BaseException] = []
+
+        async def wait() -> None:
+            try:
+                await capture.wait_for(broken)
+            except KeyError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            await anyio.lowlevel.checkpoint()
+            hold.release.set()
+        result = await handle.result()
+    assert [str(error) for error in errors] == ["'no such field on event 1'"]
+    assert result.ok  # the session that committed the event went on undisturbed
+    assert len(capture.events("p")) == 3

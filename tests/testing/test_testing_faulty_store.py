@@ -226,3 +226,9 @@ def test_bad_rules_and_inner_stores_are_refused() -> None:
         store.fail("append", error=StoreError("once"))  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="FaultyStore wraps a Store"):
         FaultyStore(object())  # type: ignore[arg-type]
+
+
+def test_a_faulty_store_takes_encoded_patches_as_its_inner_store_does() -> None:
+    # Sessions write through a FaultyStore on the same path as on the store it wraps.
+    assert FaultyStore(MemoryStore()).takes_encoded is MemoryStore.takes_encoded
+    assert FaultyStore(SQLiteStore(":memory:")).takes_encoded is True
