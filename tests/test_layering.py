@@ -111,19 +111,32 @@ def _private_reaches(path: Path, source: str | None = None) -> list[str]:
     own = parts[1] if len(parts) > 2 else None
     found = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.ImportFrom):
-            continue
-        if node.level:
-            base = list(parts[: len(parts) - node.level])
-            module = [*base, *(node.module.split(".") if node.module else [])]
+        modules: list[list[str]]
+        if isinstance(node, ast.Import):
+            modules = [alias.name.split(".") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(parts[: len(parts) - node.level])
+                module = [*base, *(node.module.split(".") if node.module else [])]
+            else:
+                module = (node.module or "").split(".")
+            # ``from ..supervision import _journal`` names a module as an imported name.
+            modules = [module, *([*module, alias.name] for alias in node.names)]
         else:
-            module = (node.module or "").split(".")
-        if module[0] != "arkhon_rheo" or len(module) < 3 or module[1] in (own, *LEAVES):
             continue
-        inside = module[2:]
-        private = [p for p in inside if p.startswith("_") and not p.startswith("__")]
-        if private and inside != ["_seams"]:
-            found.append(".".join(module))
+        for module in modules:
+            if module[0] != "arkhon_rheo" or len(module) < 3 or module[1] in (own, *LEAVES):
+                continue
+            inside = module[2:]
+            first = next(
+                (i for i, p in enumerate(inside) if p.startswith("_") and not p.startswith("__")),
+                None,
+            )
+            if first is None or inside[first] == "_seams":
+                continue
+            reach = ".".join(module[: 2 + first + 1])  # up to the private module itself
+            if reach not in found:
+                found.append(reach)
     return found
 
 
@@ -143,6 +156,12 @@ def test_the_private_module_checker_sees_a_reach() -> None:
     assert _private_reaches(module, reach) == ["arkhon_rheo.supervision._journal"]
     absolute = "from arkhon_rheo.protocols._faults import installed\n"
     assert _private_reaches(module, absolute) == ["arkhon_rheo.protocols._faults"]
+    by_name = "from ..supervision import _journal\n"
+    assert _private_reaches(module, by_name) == ["arkhon_rheo.supervision._journal"]
+    plain = "import arkhon_rheo.store._sqlite\n"
+    assert _private_reaches(module, plain) == ["arkhon_rheo.store._sqlite"]
+    seams = "from ..supervision._seams import Journal\nfrom ..supervision import ExitReason\n"
+    assert _private_reaches(module, seams) == []
     own = "from ._journal import Journal\n"  # its own private modules are its own
     assert _private_reaches(PACKAGE / "supervision" / "_record.py", own) == []
 
