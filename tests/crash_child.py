@@ -47,25 +47,32 @@ def initial() -> ReferenceState:
     return ReferenceState(cycles=ROUNDS)
 
 
-#: What the crash test checks of a state: its steps' cycles, its iteration, its lifecycle.
-Point = tuple[tuple[int, ...], int, Lifecycle]
+#: What the crash test checks of a state: its steps (cycle, tool, output), its
+#: iteration, its lifecycle, and the thought and observation it last wrote.
+Point = tuple[tuple[tuple[int, str, str], ...], int, Lifecycle, str | None, str | None]
+
+THOUGHT = "use the calculator"
+OUTPUT = "42"
 
 
 def point(state: ReferenceState) -> Point:
     """The `Point` of ``state``."""
-    return tuple(step.cycle for step in state.steps), state.iteration, state.lifecycle
+    steps = tuple((step.cycle, step.tool, step.output) for step in state.steps)
+    return steps, state.iteration, state.lifecycle, state.thought, state.observation
 
 
 def expected_trace(rounds: int) -> list[Point]:
     """The `Point` after each number of steps, from 0 (the start)."""
-    trace: list[Point] = [((), 0, L.THINKING)]
-    steps: tuple[int, ...] = ()
+    trace: list[Point] = [((), 0, L.THINKING, None, None)]
+    steps: tuple[tuple[int, str, str], ...] = ()
     for cycle in range(rounds):
-        trace.append((steps, cycle, L.ACTING))
-        steps = (*steps, cycle)
-        trace.append((steps, cycle, L.OBSERVING))
+        seen = None if cycle == 0 else OUTPUT  # the last cycle's observation
+        trace.append((steps, cycle, L.ACTING, THOUGHT, seen))
+        steps = (*steps, (cycle, "calc", OUTPUT))
+        trace.append((steps, cycle, L.OBSERVING, THOUGHT, seen))
         last = cycle + 1 == rounds
-        trace.append((steps, cycle if last else cycle + 1, L.FINISHED if last else L.THINKING))
+        after = L.FINISHED if last else L.THINKING
+        trace.append((steps, cycle if last else cycle + 1, after, THOUGHT, OUTPUT))
     return trace
 
 
