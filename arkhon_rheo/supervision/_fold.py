@@ -74,7 +74,7 @@ def fold(machine: Machine[Any], state: AgentState, events: Iterable[TransitionEv
 
     ::
 
-        state = fold(machine, initial_state, await system.history(machine, session_id))
+        state = fold(machine, initial_state, await system.stored(machine, session_id).history())
     """
     for event in events:
         state = apply_event(machine, state, event)

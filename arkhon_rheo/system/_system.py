@@ -110,8 +110,8 @@ class AgentSystem:
             (`session`, `sessions`, `statistics` see them); older ones are
             released, oldest first. A session whose handle you hold stays
             reachable through `session` until you drop it. ``None`` (the default)
-            keeps none with a store (the store is their record: read it with
-            `history`, `replay`, `resume`...) and the last 1,000 without one.
+            keeps none with a store (the store is their record: read it through
+            ``system.stored(machine, id)``) and the last 1,000 without one.
 
     Raises:
         ConfigurationError: If a bound is out of range.
@@ -297,7 +297,8 @@ class AgentSystem:
                 the session's machine.
             SessionNotFound: If the store has no such session.
             SessionError: If the session is running here already (or another call
-                here is starting or changing it), or has ended.
+                here is starting or changing it), is paused at a gate, or has ended.
+            SessionLocked: If a live owner elsewhere drives it.
             StoreCorrupt: If what is stored does not decode.
         """
         return await self.stored(machine, session_id).resume(max_steps=max_steps)
