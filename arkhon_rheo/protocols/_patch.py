@@ -45,6 +45,18 @@ class Patch:
             patch._appends = {k: tuple(v) for k, v in appends.items()}
         return patch
 
+    @classmethod
+    def _from_parts(cls, values: dict[str, Any], appends: dict[str, tuple[Any, ...]]) -> Patch:
+        """A patch over ``values`` and ``appends`` as `_parts` gave them (nothing copied)."""
+        patch = cls.__new__(cls)
+        patch._values = values if values else _EMPTY
+        patch._appends = appends if appends else _EMPTY
+        return patch
+
+    def _parts(self) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]]]:
+        """The patch's own dicts, for a log that keeps them (never to be mutated)."""
+        return self._values, self._appends
+
     @property
     def values(self) -> Mapping[str, Any]:
         """The assignments, by field name (a read-only view)."""

@@ -23,15 +23,17 @@ from pydantic import BaseModel
 
 from ._codec import EventCodec
 from ._digest import StateHasher
+from ._eventlog import Interner
 from ._fingerprint import fingerprint
 from ._validate import PatchValidator
 
 if TYPE_CHECKING:
     import enum
+    from collections.abc import Mapping
 
     from ..protocols import AgentState, Condition, Machine, Stage, TransitionCondition
 
-__all__ = ["CompiledMachine", "StatePlan", "compiled"]
+__all__ = ["CompiledMachine", "StatePlan", "compiled", "with_fields"]
 
 _BUILD = threading.Lock()
 _set = object.__setattr__
@@ -135,6 +137,7 @@ class CompiledMachine:
         "_fingerprint",
         "_hasher",
         "_plans",
+        "interned",
         "machine",
         "validator",
     )
@@ -145,6 +148,8 @@ class CompiledMachine:
         self._codec: EventCodec | None = None
         self._hasher: StateHasher | None = None
         self._fingerprint: dict[str, Any] | None = None
+        #: Numbers for the states, kinds and field sets its in-memory event logs name.
+        self.interned = Interner()
         plans = {id(state): StatePlan(machine, state) for state in machine.states}
         for plan in plans.values():
             plan.targets = {id(target): plans[id(target)] for target in plan.allowed}
@@ -197,7 +202,7 @@ class CompiledMachine:
         copied = cls.__new__(cls)
         _set(copied, "__dict__", {**state.__dict__, **updates})
         _set(copied, "__pydantic_extra__", None)
-        _set(copied, "__pydantic_fields_set__", state.__pydantic_fields_set__ | updates.keys())
+        _set(copied, "__pydantic_fields_set__", with_fields(state, updates))
         _set(copied, "__pydantic_private__", None)
         return copied
 
@@ -213,6 +218,20 @@ class CompiledMachine:
             found = StatePlan(self.machine, state)
             found.targets = {id(target): self._plans[id(target)] for target in found.allowed}
         return found
+
+
+def with_fields(state: AgentState, names: Mapping[str, Any]) -> set[str]:
+    """``state``'s set of fields set, with ``names`` added.
+
+    The state's own set when it has them all already, as it soon does in a
+    session (the fields a machine writes are few): states are frozen, and the
+    runtime never changes a set it did not just make, so consecutive states
+    share one, and a commit makes no set the cyclic GC tracks.
+    """
+    fields: set[str] = state.__pydantic_fields_set__
+    if fields.issuperset(names):
+        return fields
+    return fields | names.keys()
 
 
 def compiled(machine: Machine[Any]) -> CompiledMachine:

@@ -22,6 +22,7 @@ from .._log import get_logger
 from ..protocols import ErrorClass, FailureRecord, TransitionEvent
 from ..protocols._seams import PartialHub
 from ._compiled import compiled
+from ._eventlog import EventLog
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 from ._validate import _label
@@ -198,7 +199,7 @@ class Session:
         #: with one, the store is the log and this stays empty: memory per session
         #: does not grow with its history (live subscribers are fed as it commits).
         self.keep_log = persistence is None
-        self.log: list[TransitionEvent] = []
+        self.log = EventLog(session_id, self.compiled.interned)
         #: The number of the last event committed (or, before any, ``base_seq``).
         self.seq = base_seq
         #: Called once with the session when it has ended (the system releases it).

@@ -1,0 +1,171 @@
+"""`EventLog`: a session's events kept in memory as rows the cyclic GC stops scanning.
+
+A session without a store keeps its events in memory: they are its only
+record. Kept as `TransitionEvent` objects, each event is two or three objects
+the cyclic garbage collector tracks (the event, its patch, a dict or two), and
+at thousands of sessions those objects are what its full collections walk, again
+and again, as the logs grow. Here each event is one plain tuple instead: the
+enum members and field-name sets it names are replaced by their numbers in the
+machine's `Interner`, its patch by the patch's own dicts, its session id left
+out (the log's), the patch's dicts flattened into tuples. A tuple whose items
+are all plain data (strings, numbers, ``None``, such tuples) is untracked by
+the collector the first time it looks at it, so most events cost the collector
+nothing from then on (an event that holds a tracked value, a model or a list,
+stays one tracked object). An
+event is rebuilt, equal to the one appended, when it is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+from ..protocols import Patch, TransitionEvent
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["EventLog", "Interner"]
+
+#: The most objects one machine's interner numbers; past it, rows keep the objects.
+_INTERNED_MAX = 4096
+
+
+class Interner:
+    """Numbers for the few long-lived objects events name: states, kinds, field sets.
+
+    The objects are kept (their ``id`` stays theirs), one list per machine, so
+    they live as long as the machine does.
+    """
+
+    __slots__ = ("_index", "objects")
+
+    def __init__(self) -> None:
+        self.objects: list[Any] = []
+        self._index: dict[object, int] = {}
+
+    def number(self, item: Any) -> Any:
+        """``item``'s number, or ``item`` itself once the table is full.
+
+        A field-name set is numbered by its value (equal sets share a number);
+        anything else by its identity.
+        """
+        key = item if type(item) is frozenset else id(item)
+        found = self._index.get(key)
+        if found is not None:
+            return found
+        if len(self.objects) >= _INTERNED_MAX or type(item) is int:
+            return item  # an int stays what it is: a number means an interned object
+        number = self._index[key] = len(self.objects)
+        self.objects.append(item)
+        return number
+
+
+class EventLog(Sequence[TransitionEvent]):
+    """The events of one session, in order (see the module's doc).
+
+    Args:
+        session_id: The session whose events it keeps.
+        interner: The machine's interner.
+    """
+
+    __slots__ = ("_interner", "_rows", "session_id")
+
+    def __init__(self, session_id: str, interner: Interner) -> None:
+        self.session_id = session_id
+        self._interner = interner
+        self._rows: list[tuple[Any, ...] | TransitionEvent] = []
+
+    def append(self, event: TransitionEvent) -> None:
+        """Keep ``event`` at the end."""
+        if event.session_id != self.session_id or type(event.patch) is not Patch:
+            self._rows.append(event)  # not this log's shape: kept as it is
+            return
+        number = self._interner.number
+        values, appends = event.patch._parts()
+        # Dicts never leave a tuple untracked (an untracked dict still counts): a
+        # patch's dicts are kept as flat tuples, their keys, then their values.
+        self._rows.append(
+            (
+                event.seq,
+                number(event.kind),
+                event.stage,
+                number(event.from_state),
+                number(event.to_state),
+                number(event.reads),
+                number(event.writes),
+                (*values, *values.values()) if values else (),
+                (*appends, *appends.values()) if appends else (),
+                event.attempt,
+                event.started_at,
+                event.finished_at,
+                event.error,
+                event.info,
+            )
+        )
+
+    def extend(self, events: Iterable[TransitionEvent]) -> None:
+        """Keep ``events`` at the end, in order."""
+        if (
+            isinstance(events, EventLog)
+            and events._interner is self._interner
+            and events.session_id == self.session_id
+        ):
+            self._rows.extend(events._rows)  # the same rows: nothing decoded
+            return
+        for event in events:
+            self.append(event)
+
+    def clear(self) -> None:
+        """Forget every event."""
+        self._rows.clear()
+
+    def _event(self, row: tuple[Any, ...] | TransitionEvent) -> TransitionEvent:
+        if isinstance(row, TransitionEvent):
+            return row
+        objects = self._interner.objects
+        (seq, kind, stage, origin, target, reads, writes, values, appends, *rest) = row
+        attempt, started_at, finished_at, error, info = rest
+        return TransitionEvent(
+            self.session_id,
+            seq,
+            objects[kind] if type(kind) is int else kind,
+            stage,
+            objects[origin] if type(origin) is int else origin,
+            objects[target] if type(target) is int else target,
+            objects[reads] if type(reads) is int else reads,
+            objects[writes] if type(writes) is int else writes,
+            Patch._from_parts(_dict(values), _dict(appends)),
+            attempt,
+            started_at,
+            finished_at,
+            error,
+            info,
+        )
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> TransitionEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[TransitionEvent]: ...
+
+    def __getitem__(self, index: int | slice) -> TransitionEvent | list[TransitionEvent]:
+        if isinstance(index, slice):
+            return [self._event(row) for row in self._rows[index]]
+        return self._event(self._rows[index])
+
+    def __iter__(self) -> Iterator[TransitionEvent]:
+        for row in self._rows:
+            yield self._event(row)
+
+    def __repr__(self) -> str:
+        return f"<EventLog of {self.session_id!r}: {len(self._rows)} events>"
+
+
+def _dict(flat: tuple[Any, ...]) -> dict[str, Any]:
+    """The dict kept as ``flat``: its keys, then its values."""
+    half = len(flat) // 2
+    return dict(zip(flat[:half], flat[half:], strict=True))

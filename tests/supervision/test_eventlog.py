@@ -1,0 +1,131 @@
+"""The in-memory event log: plain rows, read back equal, mostly untracked by the GC."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+
+from arkhon_rheo import AgentSystem, FailureRecord, Lifecycle, Patch
+from arkhon_rheo.protocols import ErrorClass, EventKind, TransitionEvent
+from arkhon_rheo.supervision._eventlog import EventLog, Interner
+from arkhon_rheo.testing import ReferenceState, ReferenceStep, reference_machine
+
+L = Lifecycle
+READS = frozenset({"user_input", "iteration"})
+WRITES = frozenset({"thought"})
+
+
+def event(seq: int, patch: Patch, **changes: Any) -> TransitionEvent:
+    base = TransitionEvent(
+        "s1",
+        seq,
+        EventKind.STEP,
+        "think",
+        L.THINKING,
+        L.ACTING,
+        READS,
+        WRITES,
+        patch,
+        1,
+        1.5,
+        2.5,
+        None,
+        None,
+    )
+    return base._replace(**changes)
+
+
+def test_events_read_back_equal_to_what_was_appended() -> None:
+    failure = FailureRecord(
+        error_type="ValueError", message="no", error_class=ErrorClass.FATAL, lifecycle="Acting"
+    )
+    step = ReferenceStep(cycle=0, tool="calc", output="42")
+    events = [
+        event(1, Patch(thought="use the calculator")),
+        event(2, Patch().append("steps", step), writes=frozenset({"steps"}), stage="act"),
+        event(3, Patch(), kind=EventKind.PAUSE, stage=None, info={"gate": "g", "stage": "act"}),
+        event(4, Patch(last_error=failure), kind=EventKind.FAILURE, error=failure, attempt=3),
+        event(5, Patch(thought=None, observation="42").append("steps", step, step)),
+    ]
+    log = EventLog("s1", Interner())
+    for item in events:
+        log.append(item)
+    assert list(log) == events
+    assert len(log) == 5
+    assert log[0] == events[0]
+    assert log[-1] == events[-1]
+    assert log[1:3] == events[1:3]
+    assert log[-1].patch.appends["steps"] == (step, step)
+    assert log[0].from_state is L.THINKING  # the very members, not equal copies
+    assert log[0].kind is EventKind.STEP
+    assert log[1].writes == frozenset({"steps"})
+    with pytest.raises(IndexError):
+        log[5]
+    assert repr(log) == "<EventLog of 's1': 5 events>"
+    log.clear()
+    assert len(log) == 0
+
+
+def test_a_plain_event_costs_the_collector_nothing_once_it_has_seen_it() -> None:
+    log = EventLog("s1", Interner())
+    log.append(event(1, Patch(thought="use the calculator")))
+    log.append(event(2, Patch().append("steps", ReferenceStep(0, "calc", "42"))))
+    # A row is untracked once the tuples inside it are: by the second collection at
+    # the latest (the first may look at the row before the patch's tuple).
+    gc.collect()
+    gc.collect()
+    plain, holding_a_model = log._rows
+    assert not gc.is_tracked(plain)  # strings, numbers and numbered states only
+    assert gc.is_tracked(holding_a_model)  # a tracked value keeps its row tracked
+    assert log[0] == event(1, Patch(thought="use the calculator"))
+
+
+def test_field_sets_are_numbered_by_value_and_the_table_is_bounded() -> None:
+    interner = Interner()
+    assert interner.number(frozenset({"a"})) == interner.number(frozenset({"a"}))
+    assert interner.number(L.THINKING) == interner.number(L.THINKING)
+    assert interner.number(7) == 7  # an int is never numbered: a number means an object
+    for index in range(5000):
+        interner.number(frozenset({f"f{index}"}))
+    assert len(interner.objects) == 4096
+    full = frozenset({"past the bound"})
+    assert interner.number(full) is full
+    log = EventLog("s1", interner)
+    log.append(event(1, Patch(thought="x"), writes=full))
+    assert log[0].writes == full  # kept as it is, read back all the same
+
+
+def test_another_sessions_event_is_kept_as_it_is_and_a_log_extends_from_a_log() -> None:
+    interner = Interner()
+    log = EventLog("s1", interner)
+    stranger = event(1, Patch(thought="x"))._replace(session_id="other")
+    log.append(stranger)
+    assert log[0] is stranger
+    first = EventLog("s1", interner)
+    first.append(event(1, Patch(thought="x")))
+    second = EventLog("s1", interner)
+    second.extend(first)
+    second.extend([event(2, Patch(thought="y"))])
+    assert [e.seq for e in second] == [1, 2]
+    assert second._rows[0] is first._rows[0]  # the same row, not decoded and re-encoded
+
+
+@pytest.mark.anyio
+async def test_a_memory_sessions_history_and_states_are_those_it_committed() -> None:
+    # States share their set of fields set once it holds every field the machine
+    # writes: no state's set may change under another (each is a frozen model).
+    machine = reference_machine()
+    states: list[ReferenceState] = []
+    async with AgentSystem(path=None, listeners=[lambda e: None]) as system:
+        handle = await system.start(machine, ReferenceState(cycles=3), session_id="m")
+        result = await handle.result()
+        history = await handle.history()
+        states.append(result.state)
+    assert [e.seq for e in history] == list(range(1, 10))
+    assert [e.to_state for e in history][-1] is L.FINISHED
+    assert history[1].patch.appends["steps"] == (ReferenceStep(0, "calc", "42"),)
+    assert states[0].model_fields_set >= {"thought", "steps", "observation", "lifecycle"}
+    first = ReferenceState(cycles=3)
+    assert first.model_fields_set == {"cycles"}  # the initial state's set is untouched
