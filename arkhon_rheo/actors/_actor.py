@@ -97,6 +97,17 @@ class ActorContext(Generic[M, R]):
         """Messages waiting in this actor's mailbox, system notices included."""
         return self._cell.pending()
 
+    @property
+    def cancel_called(self) -> bool:
+        """Whether this actor was cancelled (`ActorRef.cancel`): a check without a checkpoint.
+
+        An actor that runs several steps of its own between awaits reads it to
+        stop at once; the cancellation is delivered at its next checkpoint (an
+        enclosing scope's cancellation too, which this does not report).
+        """
+        scope = self._cell._scope
+        return scope is not None and scope.cancel_called
+
     def stop(self) -> None:
         """Stop this actor once the messages already queued are handled."""
         self._cell.request_stop()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from .._errors import ConfigurationError, ReadOnlyState, UndeclaredRead
 from ._state import AgentState
 
 if TYPE_CHECKING:
     import enum
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Coroutine, Iterable
 
     from ._patch import Patch
 
@@ -241,8 +241,9 @@ def stage(
             writes=writes,
             preconditions=preconditions,
         ):
-            async def execute(self, view: StateView[Any]) -> Patch:
-                return await fn(view)
+            # The function's own coroutine, awaited by the host: no second frame.
+            def execute(self, view: StateView[Any]) -> Coroutine[Any, Any, Patch]:
+                return cast("Coroutine[Any, Any, Patch]", fn(view))
 
             def next(self, state: Any) -> enum.Enum:
                 return choose(state)

@@ -81,19 +81,37 @@ class EventLog(Sequence[TransitionEvent]):
         if event.session_id != self.session_id or type(event.patch) is not Patch:
             self._rows.append(event)  # not this log's shape: kept as it is
             return
-        number = self._interner.number
+        interner = self._interner
+        get = interner._index.get
+        # The members and sets an event names are nearly always numbered already.
+        try:
+            kind = get(id(event.kind))
+            origin = get(id(event.from_state))
+            target = get(id(event.to_state))
+            reads = get(event.reads)
+            writes = get(event.writes)
+        except TypeError:  # an unhashable set of fields: numbered by identity below
+            kind = None
+        if kind is None or origin is None or target is None or reads is None or writes is None:
+            number = interner.number
+            kind, origin, target = (
+                number(event.kind),
+                number(event.from_state),
+                number(event.to_state),
+            )
+            reads, writes = number(event.reads), number(event.writes)
         values, appends = event.patch._parts()
         # Dicts never leave a tuple untracked (an untracked dict still counts): a
         # patch's dicts are kept as flat tuples, their keys, then their values.
         self._rows.append(
             (
                 event.seq,
-                number(event.kind),
+                kind,
                 event.stage,
-                number(event.from_state),
-                number(event.to_state),
-                number(event.reads),
-                number(event.writes),
+                origin,
+                target,
+                reads,
+                writes,
                 (*values, *values.values()) if values else (),
                 (*appends, *appends.values()) if appends else (),
                 event.attempt,

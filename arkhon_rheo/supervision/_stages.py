@@ -22,6 +22,8 @@ from ..actors import Actor, ActorRef
 from ..protocols._seams import current_injector, enter_session
 
 if TYPE_CHECKING:
+    import contextvars
+
     from ..protocols import Patch, Stage, StateView
     from ..protocols._seams import StageScope
     from ._recording import CallRecorder
@@ -95,6 +97,25 @@ async def _inject(stage: str, session_id: str) -> None:
     if injector is not None:
         enter_session(session_id)
         await injector.inject(f"stage:{stage}", session_id, {"stage": stage})
+
+
+#: structlog's context variable for ``stage``, once `_bind_stage` has bound it.
+_stage_var: contextvars.ContextVar[Any] | None = None
+
+
+def _bind_stage(name: str) -> None:
+    """``structlog.contextvars.bind_contextvars(stage=name)``, at the cost of one ``set``.
+
+    The first call binds through structlog, which makes the variable its
+    ``merge_contextvars`` reads; later calls set that variable directly (a
+    supervisor running its stages inline binds the stage at every step).
+    """
+    global _stage_var
+    var = _stage_var
+    if var is None:
+        _stage_var = structlog.contextvars.bind_contextvars(stage=name)["stage"].var
+    else:
+        var.set(name)
 
 
 class _Invoke:
@@ -179,7 +200,7 @@ class _InlineSlot:
         recorder: CallRecorder,
         scope: StageScope | None = None,
     ) -> Any:
-        structlog.contextvars.bind_contextvars(stage=self.stage.name)
+        _bind_stage(self.stage.name)
         return await run_stage(self.stage, view, deadline, recorder, scope)
 
     async def stop(self) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
-from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
+from anyio.lowlevel import checkpoint
 
 from .. import _tracing
 from .._errors import ArkhonError, IllegalTransition, PreconditionFailed
@@ -30,7 +30,15 @@ from ._failures import FailureHandler
 from ._fold import step_moves
 from ._record import ExitReason, StageMode, failure_record
 from ._recording import CallRecorder
-from ._stages import Escaped, StageActor, _InlineSlot, _TaskSlot, is_cancellation
+from ._stages import (
+    Escaped,
+    StageActor,
+    _bind_stage,
+    _InlineSlot,
+    _TaskSlot,
+    is_cancellation,
+    run_stage,
+)
 from ._validate import _label, check_edge, check_invariants
 
 if TYPE_CHECKING:
@@ -192,7 +200,10 @@ class SessionSupervisor(Actor[_Step, None]):
 
     async def receive(self, message: _Step) -> None:
         # Steps run back to back while nothing else waits in the mailbox, yielding
-        # to the event loop every few steps (cancellation is checked at each one).
+        # to the event loop every few steps. The session's own cancellation
+        # (`SessionHandle.cancel`, from a listener, say) is checked at each step
+        # with a plain read; an enclosing scope's is delivered at the next yield,
+        # or at the stage's next await.
         context = self.context
         budget = _STEPS_PER_YIELD
         try:
@@ -201,9 +212,7 @@ class SessionSupervisor(Actor[_Step, None]):
                     context.ref.tell_nowait(_STEP)  # let the waiting messages go first
                     return
                 budget -= 1
-                if budget:
-                    await checkpoint_if_cancelled()
-                else:
+                if not budget or context.cancel_called:
                     budget = _STEPS_PER_YIELD
                     await checkpoint()
         except Exception:
@@ -265,9 +274,14 @@ class SessionSupervisor(Actor[_Step, None]):
             recorder = CallRecorder(session.session_id)
             seq = session.next_seq()
             scope = session.partials.scope(name, seq, attempt)
-            with _tracing.step(self.span, name, seq, attempt) as span:
-                outcome = await slot.invoke(view, deadline, recorder, scope)
-                _tracing.step_outcome(span, outcome)
+            if self.span is None and type(slot) is _InlineSlot:
+                # The common case, without a layer: inline, nothing traced.
+                _bind_stage(name)
+                outcome = await run_stage(slot.stage, view, deadline, recorder, scope)
+            else:
+                with _tracing.step(self.span, name, seq, attempt) as span:
+                    outcome = await slot.invoke(view, deadline, recorder, scope)
+                    _tracing.step_outcome(span, outcome)
             if isinstance(outcome, Escaped):
                 raise outcome.error
             failure = (

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import random
 from collections.abc import Callable
@@ -514,6 +516,30 @@ async def test_logs_name_the_session_and_stage() -> None:
     assert restarted[0]["stages"] == ["act"]
 
 
+async def test_a_stages_own_log_lines_name_it_at_every_step() -> None:
+    import structlog
+    from structlog.contextvars import merge_contextvars
+    from structlog.testing import capture_logs
+
+    from arkhon_rheo.testing import ReferenceState, reference_machine
+
+    logger = structlog.get_logger("user.stage")
+
+    async def say(stage: str, cycle: int) -> None:
+        logger.info("inside", said_by=stage, cycle=cycle)
+
+    hooks = {name: functools.partial(say, name) for name in ("think", "act", "observe")}
+    with capture_logs(processors=[merge_contextvars]) as logs:
+        async with System() as system:
+            await system.run(
+                reference_machine(before=hooks), ReferenceState(cycles=3), session_id="told"
+            )
+    inside = [entry for entry in logs if entry["event"] == "inside"]
+    assert [entry["said_by"] for entry in inside] == ["think", "act", "observe"] * 3
+    assert all(entry["stage"] == entry["said_by"] for entry in inside)
+    assert all(entry["session_id"] == "told" for entry in inside)
+
+
 async def test_state_fields_typed_as_models_validate_in_every_shape() -> None:
     from pydantic import BaseModel, ConfigDict
 
@@ -792,3 +818,43 @@ async def test_interrupts_from_a_stage_leave_the_block_too(
             handle = await system.start(machine, LoopState())
             await anyio.sleep_forever()
     assert (await handle.result()).exit_reason is ExitReason.CRASHED
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["memory", "store"])
+async def test_a_session_cancelled_by_a_listener_commits_nothing_after(stored: bool) -> None:
+    # Steps run back to back between yields: a cancel made while one commits (here,
+    # by a listener of its events) still stops the session before its next step.
+    from arkhon_rheo import AgentSystem, ExitReason
+    from arkhon_rheo.store import MemoryStore
+    from arkhon_rheo.testing import ReferenceState, reference_machine
+
+    handles: list[Any] = []
+    seen: list[int] = []
+
+    def cancel_at_two(event: Any) -> None:
+        seen.append(event.seq)
+        if event.seq == 2:
+            handles[0].cancel()
+
+    release = anyio.Event()
+
+    async def hold(cycle: int) -> None:
+        if cycle == 0:
+            await release.wait()  # until the handle is out: then steps run back to back
+
+    store = MemoryStore()
+    async with contextlib.AsyncExitStack() as stack:
+        if stored:
+            await stack.enter_async_context(store)
+        system = await stack.enter_async_context(
+            AgentSystem(store=store if stored else None, path=None, listeners=[cancel_at_two])
+        )
+        machine = reference_machine(before={"think": hold})
+        handles.append(await system.start(machine, ReferenceState(cycles=5)))
+        release.set()
+        result = await handles[0].result()
+        history = await handles[0].history()
+    assert result.exit_reason is ExitReason.CANCELLED
+    assert seen == [1, 2]
+    assert [event.seq for event in history] == [1, 2]
+    assert len(result.state.steps) == 1
