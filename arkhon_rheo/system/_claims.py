@@ -119,6 +119,9 @@ class Claims:
         # through unwrapped (trio's nurseries would group it); its exit must not
         # replace that exception either, so a failure of the exit itself (a
         # cancellation delivered there) only surfaces when the block succeeded.
+        # A crash of the renewer is the exception: it cancelled the group's scope,
+        # which encloses the block, so what the block raised is that cancellation,
+        # and the crash (raised by the group's exit) is what must come out.
         group = anyio.create_task_group()
         await group.__aenter__()
         group.start_soon(self._renew, registry)
@@ -129,11 +132,12 @@ class Claims:
             body_failed = True
             raise
         finally:
+            renewer_failed = group.cancel_scope.cancel_called  # only the renewer sets it
             group.cancel_scope.cancel()
             try:
                 await group.__aexit__(None, None, None)
             except BaseException:
-                if not body_failed:
+                if renewer_failed or not body_failed:
                     raise
 
     async def _renew(self, registry: Registry) -> None:

@@ -415,3 +415,48 @@ async def test_leaving_a_store_system_inside_a_cancelled_scope_is_a_cancellation
         reached_after = True
     assert scope.cancelled_caught
     assert not reached_after
+
+
+class CrashingRenewals(MemoryStore):
+    """A store whose lease renewals fail with a bug (not a `StoreError`) after the first lease."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken = 0
+
+    async def acquire(
+        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+    ) -> None:
+        self.taken += 1
+        if self.taken > 1:
+            raise RuntimeError("renewer bug")
+        await super().acquire(session_id, owner, ttl=ttl, replacing=replacing)
+
+
+async def test_a_crash_of_the_lease_renewer_leaves_the_block_as_an_error() -> None:
+    # The renewer's crash cancels the block; leaving it must raise the crash, never
+    # swallow it as the block's own cancellation.
+    from arkhon_rheo.testing import ReferenceState, reference_machine
+
+    never = anyio.Event()
+
+    async def hold(cycle: int) -> None:
+        await never.wait()
+
+    store = CrashingRenewals()
+    reached_after = False
+
+    async def run() -> None:
+        nonlocal reached_after
+        async with store, AgentSystem(store=store, lease_ttl=0.03) as system:
+            await system.start(reference_machine(before={"think": hold}), ReferenceState())
+            await anyio.sleep_forever()
+        reached_after = True
+
+    with pytest.raises(BaseException) as caught:  # noqa: PT011 - checked below
+        await run()
+    assert not reached_after
+    error = caught.value
+    crashes = error.subgroup(RuntimeError) if isinstance(error, BaseExceptionGroup) else error
+    assert crashes is not None
+    assert "renewer bug" in repr(crashes)
