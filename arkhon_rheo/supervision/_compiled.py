@@ -137,6 +137,7 @@ class CompiledMachine:
         "_fingerprint",
         "_hasher",
         "_plans",
+        "frozen",
         "interned",
         "machine",
         "validator",
@@ -155,6 +156,9 @@ class CompiledMachine:
             plan.targets = {id(target): plans[id(target)] for target in plan.allowed}
         self._plans = plans
         state_type = machine.state_type
+        #: Whether its states are frozen: then consecutive states may share their
+        #: set of fields set (see `with_fields`).
+        self.frozen = state_type.model_config.get("frozen") is True
         # States copied field by field (see `copy_with`): those whose copy is pydantic's own.
         self._copyable: type[Any] | None = (
             state_type
@@ -202,7 +206,10 @@ class CompiledMachine:
         copied = cls.__new__(cls)
         _set(copied, "__dict__", {**state.__dict__, **updates})
         _set(copied, "__pydantic_extra__", None)
-        _set(copied, "__pydantic_fields_set__", with_fields(state, updates))
+        fields = state.__pydantic_fields_set__
+        if not (self.frozen and fields.issuperset(updates)):
+            fields = fields | updates.keys()
+        _set(copied, "__pydantic_fields_set__", fields)
         _set(copied, "__pydantic_private__", None)
         return copied
 
@@ -220,16 +227,17 @@ class CompiledMachine:
         return found
 
 
-def with_fields(state: AgentState, names: Mapping[str, Any]) -> set[str]:
+def with_fields(state: AgentState, names: Mapping[str, Any], *, share: bool) -> set[str]:
     """``state``'s set of fields set, with ``names`` added.
 
-    The state's own set when it has them all already, as it soon does in a
-    session (the fields a machine writes are few): states are frozen, and the
-    runtime never changes a set it did not just make, so consecutive states
-    share one, and a commit makes no set the cyclic GC tracks.
+    With ``share``, the state's own set when it has them all already, as it
+    soon does in a session (the fields a machine writes are few). Only for a
+    frozen state type (pydantic adds to the set of a state whose field is
+    assigned): the runtime never changes a set it did not just make, so
+    consecutive states share one, and a commit makes no set the cyclic GC tracks.
     """
     fields: set[str] = state.__pydantic_fields_set__
-    if fields.issuperset(names):
+    if share and fields.issuperset(names):
         return fields
     return fields | names.keys()
 

@@ -398,7 +398,8 @@ class SessionSupervisor(Actor[_Step, None]):
             # The candidate is still private to this call: set the moves on it
             # rather than copying the state a second time.
             candidate.__dict__.update(moved)
-            _set(candidate, "__pydantic_fields_set__", with_fields(candidate, moved))
+            share = session.compiled.frozen
+            _set(candidate, "__pydantic_fields_set__", with_fields(candidate, moved, share=share))
             if record is None:
                 if to.invariants:
                     check_invariants(to.invariants, candidate, target, stage=name)
