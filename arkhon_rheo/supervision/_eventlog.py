@@ -17,6 +17,7 @@ event is rebuilt, equal to the one appended, when it is read.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
@@ -38,11 +39,12 @@ class Interner:
     they live as long as the machine does.
     """
 
-    __slots__ = ("_index", "objects")
+    __slots__ = ("_index", "_lock", "objects")
 
     def __init__(self) -> None:
         self.objects: list[Any] = []
         self._index: dict[object, int] = {}
+        self._lock = threading.Lock()
 
     def number(self, item: Any) -> Any:
         """``item``'s number, or ``item`` itself once the table is full.
@@ -54,11 +56,17 @@ class Interner:
         found = self._index.get(key)
         if found is not None:
             return found
-        if len(self.objects) >= _INTERNED_MAX or type(item) is int:
+        if type(item) is int:
             return item  # an int stays what it is: a number means an interned object
-        number = self._index[key] = len(self.objects)
-        self.objects.append(item)
-        return number
+        with self._lock:  # a machine's sessions may run in several threads' loops
+            found = self._index.get(key)
+            if found is not None:
+                return found
+            if len(self.objects) >= _INTERNED_MAX:
+                return item
+            self.objects.append(item)
+            number = self._index[key] = len(self.objects) - 1
+            return number
 
 
 class EventLog(Sequence[TransitionEvent]):
@@ -78,21 +86,26 @@ class EventLog(Sequence[TransitionEvent]):
 
     def append(self, event: TransitionEvent) -> None:
         """Keep ``event`` at the end."""
-        if event.session_id != self.session_id or type(event.patch) is not Patch:
+        if (
+            event.session_id != self.session_id
+            or type(event.patch) is not Patch
+            or type(event.reads) is not frozenset
+            or type(event.writes) is not frozenset
+        ):
             self._rows.append(event)  # not this log's shape: kept as it is
             return
         interner = self._interner
         get = interner._index.get
         # The members and sets an event names are nearly always numbered already.
-        try:
-            kind = get(id(event.kind))
-            origin = get(id(event.from_state))
-            target = get(id(event.to_state))
-            reads = get(event.reads)
-            writes = get(event.writes)
-        except TypeError:  # an unhashable set of fields: numbered by identity below
-            kind = None
+        kind = get(id(event.kind))
+        origin = get(id(event.from_state))
+        target = get(id(event.to_state))
+        reads = get(event.reads)
+        writes = get(event.writes)
         if kind is None or origin is None or target is None or reads is None or writes is None:
+            if not _numberable(event):
+                self._rows.append(event)  # an int where a member belongs: kept as it is
+                return
             number = interner.number
             kind, origin, target = (
                 number(event.kind),
@@ -181,6 +194,17 @@ class EventLog(Sequence[TransitionEvent]):
 
     def __repr__(self) -> str:
         return f"<EventLog of {self.session_id!r}: {len(self._rows)} events>"
+
+
+def _numberable(event: TransitionEvent) -> bool:
+    """Whether the members ``event`` names read back as themselves from their numbers.
+
+    A number in a row stands for an interned object, so an int stays out (a
+    field set is numbered by value, so it is exactly a ``frozenset``: checked
+    before).
+    """
+    named: tuple[object, ...] = (event.kind, event.from_state, event.to_state)
+    return not any(type(item) is int for item in named)
 
 
 def _dict(flat: tuple[Any, ...]) -> dict[str, Any]:

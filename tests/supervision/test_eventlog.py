@@ -6,9 +6,11 @@ import gc
 from typing import Any
 
 import pytest
+from pydantic import ConfigDict
 
-from arkhon_rheo import AgentSystem, FailureRecord, Lifecycle, Patch
+from arkhon_rheo import AgentSystem, FailureRecord, Lifecycle, Machine, Patch
 from arkhon_rheo.protocols import ErrorClass, EventKind, TransitionEvent
+from arkhon_rheo.supervision._compiled import compiled
 from arkhon_rheo.supervision._eventlog import EventLog, Interner
 from arkhon_rheo.testing import ReferenceState, ReferenceStep, reference_machine
 
@@ -119,7 +121,8 @@ async def test_a_memory_sessions_history_and_states_are_those_it_committed() -> 
     machine = reference_machine()
     states: list[ReferenceState] = []
     async with AgentSystem(path=None, listeners=[lambda e: None]) as system:
-        handle = await system.start(machine, ReferenceState(cycles=3), session_id="m")
+        initial = ReferenceState(cycles=3)
+        handle = await system.start(machine, initial, session_id="m")
         result = await handle.result()
         history = await handle.history()
         states.append(result.state)
@@ -127,5 +130,52 @@ async def test_a_memory_sessions_history_and_states_are_those_it_committed() -> 
     assert [e.to_state for e in history][-1] is L.FINISHED
     assert history[1].patch.appends["steps"] == (ReferenceStep(0, "calc", "42"),)
     assert states[0].model_fields_set >= {"thought", "steps", "observation", "lifecycle"}
-    first = ReferenceState(cycles=3)
-    assert first.model_fields_set == {"cycles"}  # the initial state's set is untouched
+    assert initial.model_fields_set == {"cycles"}  # the caller's state is untouched
+
+
+def test_an_event_whose_members_would_not_read_back_is_kept_as_it_is() -> None:
+    log = EventLog("s1", Interner())
+    numbered = event(1, Patch(thought="x"), writes=0)  # an int where a field set belongs
+    as_set = event(2, Patch(thought="y"), reads={"user_input"})  # a set, not a frozenset
+
+    class Names(frozenset[str]):
+        pass
+
+    subclass = event(3, Patch(thought="z"), writes=Names({"thought"}))
+    odd_kind = event(4, Patch(thought="w"), kind=7)
+    for item in (numbered, as_set, subclass, odd_kind):
+        log.append(item)
+    assert [log[i] is item for i, item in enumerate((numbered, as_set, subclass, odd_kind))] == [
+        True
+    ] * 4
+    assert type(log[2].writes) is Names
+
+
+class Loose(ReferenceState):
+    """A state type that is not frozen: pydantic adds to its set of fields set in place."""
+
+    model_config = ConfigDict(frozen=False, extra="forbid")
+
+
+def test_only_frozen_states_share_their_set_of_fields_set() -> None:
+    frozen = compiled(reference_machine())
+    first = ReferenceState(cycles=3, thought="t")
+    second = frozen.copy_with(first, {"thought": "u"})
+    assert second.__pydantic_fields_set__ is first.__pydantic_fields_set__
+
+    base = reference_machine()
+    loose_machine = Machine(
+        name="loose",
+        state_type=Loose,
+        initial=base.initial,
+        terminal=base.terminal,
+        failed=base.failed,
+        transitions=base.transitions,
+        stages=base.stages,
+    )
+    loose = compiled(loose_machine)
+    start = Loose(cycles=3, thought="t")
+    later = loose.copy_with(loose.copy_with(start, {"thought": "u"}), {"thought": "v"})
+    later.user_input = "changed"  # allowed: the type is not frozen
+    assert later.__pydantic_fields_set__ is not start.__pydantic_fields_set__
+    assert start.model_fields_set == {"cycles", "thought"}  # untouched
