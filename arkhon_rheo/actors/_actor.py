@@ -99,14 +99,19 @@ class ActorContext(Generic[M, R]):
 
     @property
     def cancel_called(self) -> bool:
-        """Whether this actor was cancelled (`ActorRef.cancel`): a check without a checkpoint.
+        """Whether this actor, or its whole system, was cancelled: a check without a checkpoint.
 
         An actor that runs several steps of its own between awaits reads it to
-        stop at once; the cancellation is delivered at its next checkpoint (an
-        enclosing scope's cancellation too, which this does not report).
+        stop at once; the cancellation is delivered at its next checkpoint.
+        It reports `ActorRef.cancel` and the cancellation of the system's task
+        group (the system's block left, an escalated error); a scope around the
+        system's block is seen at the actor's next checkpoint only.
         """
         scope = self._cell._scope
-        return scope is not None and scope.cancel_called
+        if scope is not None and scope.cancel_called:
+            return True
+        group = self.system._task_group
+        return group is not None and group.cancel_scope.cancel_called
 
     def stop(self) -> None:
         """Stop this actor once the messages already queued are handled."""

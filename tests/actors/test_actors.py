@@ -528,3 +528,31 @@ def test_native_asyncio_cancel_of_a_parked_sender_is_not_swallowed() -> None:
         return False
 
     assert asyncio.run(main())
+
+
+class CancelReader(Actor[str, None]):
+    """Notes what `ActorContext.cancel_called` says before and after a cancel it makes."""
+
+    def __init__(self, seen: list[bool]) -> None:
+        self.seen = seen
+
+    async def receive(self, message: str) -> None:
+        self.seen.append(self.context.cancel_called)
+        if message == "self":
+            self.context.ref.cancel()
+        else:  # the system's task group: what leaving the system's block cancels
+            group = self.context.system._task_group
+            assert group is not None
+            group.cancel_scope.cancel()
+        self.seen.append(self.context.cancel_called)
+
+
+@pytest.mark.parametrize("whom", ["self", "system"])
+async def test_cancel_called_reports_a_cancel_without_a_checkpoint(whom: str) -> None:
+    seen: list[bool] = []
+    async with ActorSystem() as system:
+        ref = await system.spawn(CancelReader, seen)
+        await ref.tell(whom)
+        termination = await ref.wait_terminated()
+        assert termination.kind is TerminationKind.CANCELLED
+    assert seen == [False, True]
