@@ -99,6 +99,9 @@ class SessionSupervisor(Actor[_Step, None]):
         self.started = 0.0
         #: The session's trace span (`None` without OpenTelemetry).
         self.span: Any = None
+        #: The state this supervisor's last commit checked against the invariants of
+        #: its lifecycle: the next step need not check them again.
+        self.verified: AgentState | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -252,7 +255,7 @@ class SessionSupervisor(Actor[_Step, None]):
             return True
         started = time.time()
         try:
-            if plan.invariants:
+            if plan.invariants and state is not self.verified:
                 check_invariants(plan.invariants, state, lifecycle, stage=name)
             for condition in plan.preconditions:
                 try:
@@ -400,9 +403,11 @@ class SessionSupervisor(Actor[_Step, None]):
             candidate.__dict__.update(moved)
             share = session.compiled.frozen
             _set(candidate, "__pydantic_fields_set__", with_fields(candidate, moved, share=share))
+            verified = None
             if record is None:
                 if to.invariants:
                     check_invariants(to.invariants, candidate, target, stage=name)
+                verified = candidate
                 edge = plan.edge_checks.get(id(target))
                 if edge is not None:
                     check_edge(edge, state, candidate, stage=name)
@@ -429,6 +434,7 @@ class SessionSupervisor(Actor[_Step, None]):
         if record is not None:
             session.failure = record
         session.commit(candidate, event)
+        self.verified = verified
         return None
 
     async def _restart(self, failed: str) -> None:
