@@ -24,10 +24,11 @@ On each anyio backend (asyncio and trio), in one process and one run, it measure
     run they took are shown), then with ``gc.disable()`` for the whole run, which
     shows what the collector walking a growing heap costs. Memory per session is
     traced memory (tracemalloc) while all N sessions are alive and parked at the
-    gate (4 actors each, nothing run yet), divided by N; it is taken during the
-    start phase of the GC-off run, and tracemalloc is stopped before its timed
-    phase. A last, fully traced run (never timed) adds the peak while running and
-    what each ended session still retains (its handle, log and final state).
+    gate (one supervisor actor each, its stages inline, nothing run yet), divided
+    by N; it is taken during the start phase of the GC-off run, and tracemalloc is
+    stopped before its timed phase. A last, fully traced run (never timed) adds
+    the peak while running and what each ended session still retains (its
+    handle, log and final state).
     Targets: >= 10,000 cycles/s at 1,000 sessions, >= 8,000 at 10,000, <= 20 KB
     per session.
 
