@@ -26,6 +26,10 @@ from ._io import aclose_iterator as aclose_iterator
 from ._io import check_json as check_json
 from ._spec import load_machine as load_machine
 from ._spec import load_state_factory as load_state_factory
+from ._stream import _SCOPE
 from ._stream import DEFAULT_CAPACITY as DEFAULT_CAPACITY
 from ._stream import PartialHub as PartialHub
 from ._stream import StageScope as StageScope
+
+#: The context variable `emit` finds the running stage's `StageScope` in.
+STAGE_SCOPE = _SCOPE

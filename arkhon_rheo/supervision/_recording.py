@@ -40,6 +40,10 @@ def _dumper(returns: Any) -> Callable[[Any], Any]:
     return functools.partial(adapter.dump_python, mode="json")
 
 
+#: A recorder's bookkeeping before its first call: empty, never written to.
+_NONE: dict[int, int] = {}
+
+
 class CallRecorder:
     """Records the calls of one stage invocation (the supervisor makes one per run).
 
@@ -56,8 +60,10 @@ class CallRecorder:
         self.session_id = session_id
         self.calls: list[dict[str, Any]] = []
         self.closed = False
-        self._done: dict[int, int] = {}  # id(record) -> its place in completion order
-        self._after: dict[int, int] = {}  # id(record) -> calls finished when it started
+        # Made by the first call (most steps make none): id(record) -> its place in
+        # completion order, and id(record) -> calls finished when it started.
+        self._done: dict[int, int] = _NONE
+        self._after: dict[int, int] = _NONE
 
     def __enter__(self) -> Self:
         self._token = RECORDER.set(self)
@@ -76,6 +82,8 @@ class CallRecorder:
         started as ``"after"``, so a replay can answer the calls in the order
         they finished.
         """
+        if not self.calls:
+            return []
         records = []
         for index, record in enumerate(self.calls):
             done = self._done.get(id(record))
@@ -87,6 +95,12 @@ class CallRecorder:
             records.append(record)
         return records
 
+    def _start(self, record: dict[str, Any]) -> None:
+        if self._after is _NONE:
+            self._after, self._done = {}, {}
+        self.calls.append(record)  # its place is where it started
+        self._after[id(record)] = len(self._done)
+
     def _finish(self, record: dict[str, Any]) -> None:
         self._done[id(record)] = len(self._done)
 
@@ -97,8 +111,7 @@ class CallRecorder:
         if self.closed:
             return await call()
         record: dict[str, Any] = {"kind": kind, "request": request}
-        self.calls.append(record)  # its place is where it started
-        self._after[id(record)] = len(self._done)
+        self._start(record)
         token = RECORDER.set(None)  # calls made inside this one are part of it
         try:
             response = await call()
@@ -137,8 +150,7 @@ class CallRecorder:
         chunks: list[Any] = []
         record: dict[str, Any] = {"kind": kind, "request": request, "stream": True}
         record["chunks"] = chunks
-        self.calls.append(record)
-        self._after[id(record)] = len(self._done)
+        self._start(record)
         adapter = _adapter(returns)
         try:
             while True:

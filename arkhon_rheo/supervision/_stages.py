@@ -10,7 +10,6 @@ own `StageActor` (`StageMode.TASK`). Replay verification runs stages through
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,7 @@ import structlog
 
 from .._errors import StageTimeout
 from ..actors import Actor, ActorRef
-from ..protocols._seams import current_injector, enter_session
+from ..protocols._seams import RECORDER, STAGE_SCOPE, current_injector, enter_session
 
 if TYPE_CHECKING:
     import contextvars
@@ -68,7 +67,13 @@ async def run_stage(
     one) is never caught.
     """
     try:
-        with recorder, partials if partials is not None else _NO_SCOPE:
+        # What ``with recorder, partials:`` does, spelled out: this runs at every
+        # step, and the four calls of the two context managers are a tenth of it.
+        # Keep it in step with `CallRecorder` and `StageScope`'s enter and exit.
+        recording = RECORDER.set(recorder)
+        recorder.closed = False
+        emitting = None if partials is None else STAGE_SCOPE.set(partials)
+        try:
             if deadline is None:
                 if current_injector() is not None:
                     await _inject(stage.name, recorder.session_id)
@@ -77,6 +82,12 @@ async def run_stage(
                 if current_injector() is not None:
                     await _inject(stage.name, recorder.session_id)
                 return await stage.execute(view)
+        finally:
+            if partials is not None:
+                STAGE_SCOPE.reset(emitting)  # type: ignore[arg-type]
+                partials.closed = True
+            RECORDER.reset(recording)
+            recorder.closed = True
         if scope.cancelled_caught:
             return StageTimeout(stage=stage.name, deadline=deadline)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -86,9 +97,6 @@ async def run_stage(
         if is_cancellation(exc):
             raise
         return Escaped(exc)  # not classified: re-raised by the supervisor
-
-
-_NO_SCOPE = contextlib.nullcontext()
 
 
 async def _inject(stage: str, session_id: str) -> None:

@@ -154,9 +154,9 @@ class PatchValidator:
                 field="(patch)",
                 reason=f"execute() returned {type(patch).__name__}, not a Patch",
             )
-        values, appends = patch.values, patch.appends
-        written = patch.fields
-        if not written <= writes or written & SUPERVISOR_FIELDS:
+        values, appends = patch._parts()  # read only: no views, no copies
+        written = frozenset(values) if not appends else frozenset(values).union(appends)
+        if not written <= writes or not written.isdisjoint(SUPERVISOR_FIELDS):
             raise UndeclaredWrite(
                 stage=stage, fields=written - (writes - SUPERVISOR_FIELDS), writes=writes
             )
