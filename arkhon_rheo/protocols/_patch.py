@@ -76,7 +76,11 @@ class Patch:
         """Return a patch that also appends ``items`` to the sequence ``field``."""
         appends = dict(self._appends)
         appends[field] = (*appends.get(field, ()), *items)
-        return Patch.of(self._values, appends)
+        # Built directly: the assignments are shared (no patch changes its dicts).
+        patch = Patch.__new__(Patch)
+        patch._values = self._values
+        patch._appends = appends
+        return patch
 
     def set(self, **values: Any) -> Patch:
         """Return a patch that also assigns ``values``."""

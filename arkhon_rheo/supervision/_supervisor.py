@@ -102,6 +102,8 @@ class SessionSupervisor(Actor[_Step, None]):
         #: The state this supervisor's last commit checked against the invariants of
         #: its lifecycle: the next step need not check them again.
         self.verified: AgentState | None = None
+        #: The plan of the state the last commit moved the session to.
+        self.landed: StatePlan = session.compiled.plan(session.state.lifecycle)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -296,7 +298,7 @@ class SessionSupervisor(Actor[_Step, None]):
             )
             if failure is None:
                 session.steps += 1
-                return session.compiled.plan(session.state.lifecycle).terminal and self._ended()
+                return self.landed.terminal and self._ended()
             error_class = await self.failures.retry(failure, name, attempt)
             if error_class is None:  # retried after its backoff
                 attempt += 1
@@ -435,6 +437,7 @@ class SessionSupervisor(Actor[_Step, None]):
             session.failure = record
         session.commit(candidate, event)
         self.verified = verified
+        self.landed = to
         return None
 
     async def _restart(self, failed: str) -> None:
