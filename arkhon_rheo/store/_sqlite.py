@@ -242,10 +242,22 @@ class SQLiteStore(StoreBase):
             raise error
 
     async def _submit(self, request: Request, *, wait: bool) -> None:
-        assert self._writer is not None
+        writer = self._writer
+        assert writer is not None
         ticket = Ticket(request, wait)
         try:
-            await self._writer.submit(ticket)
+            # The thread writer's fast path: queued here, waited on here, without
+            # its `submit` coroutine (one frame less per commit in flight).
+            batch = writer.enqueue(ticket) if type(writer) is ThreadWriter else None
+            if batch is None:
+                await writer.submit(ticket)
+            elif wait:
+                try:
+                    await batch.done.wait()
+                except BaseException:
+                    # Cancelled: the ticket is committed all the same; a refusal is logged.
+                    ticket.abandoned = True
+                    raise
         except anyio.ClosedResourceError as exc:
             self._check_open()
             raise StoreError(f"the store at {self._location} is closing") from exc

@@ -148,6 +148,22 @@ class ThreadWriter:
 
     # -- the loop's side ----------------------------------------------------------------
 
+    def enqueue(self, ticket: Ticket) -> _Batch | None:
+        """Queue ``ticket`` now and return its batch, or ``None`` if there is no room.
+
+        The fast path of `submit`, without a coroutine of its own: the caller
+        waits on the batch's ``done`` (marking the ticket ``abandoned`` if it
+        stops waiting), or calls `submit` when there is no room.
+
+        Raises:
+            anyio.ClosedResourceError: The writer is closed.
+        """
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if self.queued >= self._max_pending:
+            return None
+        return self._queue(ticket)
+
     async def submit(self, ticket: Ticket) -> None:
         """Queue ``ticket`` (waiting for room), and wait until it is done if it waits.
 
@@ -160,6 +176,16 @@ class ThreadWriter:
             await self._room.wait()
         if self._closed:
             raise anyio.ClosedResourceError
+        batch = self._queue(ticket)
+        if ticket.waits:
+            try:
+                await batch.done.wait()
+            except BaseException:
+                # Cancelled: the ticket is committed all the same; a refusal is logged.
+                ticket.abandoned = True
+                raise
+
+    def _queue(self, ticket: Ticket) -> _Batch:
         self.queued += 1
         self.pending += ticket.events
         now = self._clock()
@@ -170,13 +196,7 @@ class ThreadWriter:
                 self._inbox.put(batch)
             batch.tickets.append(ticket)
             batch.now = now
-        if ticket.waits:
-            try:
-                await batch.done.wait()
-            except BaseException:
-                # Cancelled: the ticket is committed all the same; a refusal is logged.
-                ticket.abandoned = True
-                raise
+        return batch
 
     async def run_script(self, script: Script[T], *, write: bool = False) -> T:
         """Run a script alone on the connection, after everything queued before it.

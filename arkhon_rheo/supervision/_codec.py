@@ -160,13 +160,13 @@ class EventCodec:
         """
         if patch is None:
             patch = self.encode_patch(event.patch, stage=event.stage)
-        return StoredEvent(
+        return StoredEvent(  # ``_value_``, ``_name_``: what ``.value``, ``.name`` read, faster
             session_id=event.session_id,
             seq=event.seq,
-            kind=event.kind.value,
+            kind=event.kind._value_,
             stage=event.stage,
-            from_state=event.from_state.name,
-            to_state=event.to_state.name,
+            from_state=event.from_state._name_,
+            to_state=event.to_state._name_,
             reads=self._sorted(event.reads),
             writes=self._sorted(event.writes),
             patch=patch,

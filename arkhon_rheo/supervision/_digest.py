@@ -65,7 +65,9 @@ class StateHasher:
         fields = codec.machine.state_type.model_fields
         self._codec = codec
         self._fields = tuple(fields)
-        self._members: dict[tuple[str, enum.Enum], bytes] = {}
+        #: Digests of enum members by field and the member's ``id`` (members live as
+        #: long as their enum, and ``Enum.__hash__`` is a Python call).
+        self._members: dict[tuple[str, int], tuple[enum.Enum, bytes]] = {}
         self._items: set[str] = set()
         self._dumps: dict[str, Callable[[Any], bytes]] = {}
         #: Fields whose values may hold a float (and so a NaN, which JSON cannot hold).
@@ -96,11 +98,13 @@ class StateHasher:
         if kind is int:  # the iteration count, on most commits: no adapter needed
             return blake2b(b"%d" % value, digest_size=_SIZE).digest()
         if isinstance(value, enum.Enum):  # the lifecycle: one digest per member
-            digest = self._members.get((name, value))
-            if digest is None:
+            found = self._members.get((name, id(value)))
+            if found is None:
                 dumped = self._dumps[name](value)
-                digest = self._members[name, value] = blake2b(dumped, digest_size=_SIZE).digest()
-            return digest
+                digest = blake2b(dumped, digest_size=_SIZE).digest()
+                self._members[name, id(value)] = (value, digest)  # the member kept: its id stays
+                return digest
+            return found[1]
         if name in self._items:
             return self.extend(name, _EMPTY, value)
         return blake2b(self._dumps[name](value), digest_size=_SIZE).digest()
@@ -244,7 +248,7 @@ class StateDigest:
         fields = dict(self._fields)
         sequences = self._sequences
         patch = event.patch
-        written = patch.values
+        written, appends = patch._parts()  # read only
         for name, value in written.items():
             items = encoded.items.get(name)
             if items is None:
@@ -257,9 +261,9 @@ class StateDigest:
                 fields[name] = hasher.chain(_EMPTY, items)
         for name, appended in encoded.appends.items():
             fields[name] = hasher.chain(fields[name], appended)
-        if patch.appends or encoded.items:
+        if appends or encoded.items:
             sequences = dict(sequences)
-            for name in (*encoded.items, *patch.appends):
+            for name in (*encoded.items, *appends):
                 sequences[name] = getattr(state, name)
         derived = tuple([getattr(state, name) for name in _DERIVED])
         for name, value, before in zip(_DERIVED, derived, self._derived, strict=True):
