@@ -71,23 +71,29 @@ async def run_stage(
         # step, and the four calls of the two context managers are a tenth of it.
         # Keep it in step with `CallRecorder` and `StageScope`'s enter and exit.
         recording = RECORDER.set(recorder)
-        recorder.closed = False
-        emitting = None if partials is None else STAGE_SCOPE.set(partials)
         try:
-            if deadline is None:
-                if current_injector() is not None:
-                    await _inject(stage.name, recorder.session_id)
-                return await stage.execute(view)
-            with anyio.move_on_after(deadline) as scope:
-                if current_injector() is not None:
-                    await _inject(stage.name, recorder.session_id)
-                return await stage.execute(view)
+            recorder.closed = False
+            emitting = None if partials is None else STAGE_SCOPE.set(partials)
+            try:
+                if deadline is None:
+                    if current_injector() is not None:
+                        await _inject(stage.name, recorder.session_id)
+                    return await stage.execute(view)
+                with anyio.move_on_after(deadline) as scope:
+                    if current_injector() is not None:
+                        await _inject(stage.name, recorder.session_id)
+                    return await stage.execute(view)
+            finally:
+                if partials is not None:
+                    try:
+                        STAGE_SCOPE.reset(emitting)  # type: ignore[arg-type]
+                    finally:
+                        partials.closed = True
         finally:
-            if partials is not None:
-                STAGE_SCOPE.reset(emitting)  # type: ignore[arg-type]
-                partials.closed = True
-            RECORDER.reset(recording)
-            recorder.closed = True
+            try:
+                RECORDER.reset(recording)
+            finally:
+                recorder.closed = True
         if scope.cancelled_caught:
             return StageTimeout(stage=stage.name, deadline=deadline)
         raise AssertionError("unreachable")  # pragma: no cover
