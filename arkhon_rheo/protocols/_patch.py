@@ -76,11 +76,8 @@ class Patch:
         """Return a patch that also appends ``items`` to the sequence ``field``."""
         appends = dict(self._appends)
         appends[field] = (*appends.get(field, ()), *items)
-        # Built directly: the assignments are shared (no patch changes its dicts).
-        patch = Patch.__new__(Patch)
-        patch._values = self._values
-        patch._appends = appends
-        return patch
+        # The assignments are shared, not copied: no patch changes its dicts.
+        return Patch._from_parts(self._values, appends)
 
     def set(self, **values: Any) -> Patch:
         """Return a patch that also assigns ``values``."""

@@ -206,10 +206,7 @@ class CompiledMachine:
         copied = cls.__new__(cls)
         _set(copied, "__dict__", {**state.__dict__, **updates})
         _set(copied, "__pydantic_extra__", None)
-        fields = state.__pydantic_fields_set__
-        if not (self.frozen and fields.issuperset(updates)):
-            fields = fields | updates.keys()
-        _set(copied, "__pydantic_fields_set__", fields)
+        _set(copied, "__pydantic_fields_set__", with_fields(state, updates, share=self.frozen))
         _set(copied, "__pydantic_private__", None)
         return copied
 

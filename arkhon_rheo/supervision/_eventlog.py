@@ -11,8 +11,8 @@ out (the log's), the patch's dicts flattened into tuples. A tuple whose items
 are all plain data (strings, numbers, ``None``, such tuples) is untracked by
 the collector the first time it looks at it, so most events cost the collector
 nothing from then on (an event that holds a tracked value, a model or a list,
-stays one tracked object). An
-event is rebuilt, equal to the one appended, when it is read.
+stays one tracked object). An event is rebuilt, equal to the one appended,
+when it is read.
 """
 
 from __future__ import annotations

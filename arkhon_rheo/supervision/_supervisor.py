@@ -67,8 +67,9 @@ _STEP = _Step()
 #: at once when a message waits in its mailbox). Each yield leaves the objects of
 #: its burst (the state, the task's wake-up) waiting for thousands of other
 #: sessions: the collector promotes them to its oldest generation, and those
-#: promotions are what trigger its full collections. Eight steps, about a tenth of
-#: a millisecond of trivial stages, halve them against four.
+#: promotions are what trigger its full collections. Eight steps are about a tenth
+#: of a millisecond of trivial stages; against four, they took the full
+#: collections of a 10,000-session run from 5 to 3.
 _STEPS_PER_YIELD = 8
 _set = object.__setattr__
 
