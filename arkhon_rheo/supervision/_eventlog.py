@@ -7,17 +7,19 @@ at thousands of sessions those objects are what its full collections walk, again
 and again, as the logs grow. Here each event is one plain tuple instead: the
 enum members and field-name sets it names are replaced by their numbers in the
 machine's `Interner`, its patch by the patch's own dicts, its session id left
-out (the log's), the patch's dicts flattened into tuples. A tuple whose items
-are all plain data (strings, numbers, ``None``, such tuples) is untracked by
-the collector the first time it looks at it, so most events cost the collector
-nothing from then on (an event that holds a tracked value, a model or a list,
-stays one tracked object). An event is rebuilt, equal to the one appended,
-when it is read.
+out (the log's), the patch's field names kept as tuples of strings and its
+values spliced onto the end of the row itself. A tuple whose items are all
+plain data (strings, numbers, ``None``, such tuples) is untracked by the
+collector the first time it looks at it, so most events cost the collector
+nothing from then on, and an event that holds a tracked value (a model
+appended to a `History`, say) stays one tracked object, not three. An event
+is rebuilt, equal to the one appended, when it is read.
 """
 
 from __future__ import annotations
 
 import threading
+from itertools import chain
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
@@ -30,6 +32,9 @@ __all__ = ["EventLog", "Interner"]
 
 #: The most objects one machine's interner numbers; past it, rows keep the objects.
 _INTERNED_MAX = 4096
+
+#: Where a row's patch values start: after the event's 14 fields.
+_TAIL = 14
 
 
 class Interner:
@@ -114,26 +119,38 @@ class EventLog(Sequence[TransitionEvent]):
             )
             reads, writes = number(event.reads), number(event.writes)
         values, appends = event.patch._parts()
-        # Dicts never leave a tuple untracked (an untracked dict still counts): a
-        # patch's dicts are kept as flat tuples, their keys, then their values.
-        self._rows.append(
-            (
-                event.seq,
-                kind,
-                event.stage,
-                origin,
-                target,
-                reads,
-                writes,
-                (*values, *values.values()) if values else (),
-                (*appends, *appends.values()) if appends else (),
-                event.attempt,
-                event.started_at,
-                event.finished_at,
-                event.error,
-                event.info,
-            )
+        # A dict is never untracked, and a tuple holding a tracked value is one
+        # more object the collector walks: the patch's names go in tuples of
+        # strings (the assigned fields; the appended fields, then their counts),
+        # its values at the end of the row, the assigned ones first.
+        head = (
+            event.seq,
+            kind,
+            event.stage,
+            origin,
+            target,
+            reads,
+            writes,
+            tuple(values) if values else (),
+            (*appends, *map(len, appends.values())) if appends else (),
+            event.attempt,
+            event.started_at,
+            event.finished_at,
+            event.error,
+            event.info,
         )
+        if appends:
+            if values:
+                self._rows.append((*head, *values.values(), *chain.from_iterable(appends.values())))
+            elif len(appends) == 1:
+                (items,) = appends.values()
+                self._rows.append((*head, *items))
+            else:
+                self._rows.append((*head, *chain.from_iterable(appends.values())))
+        elif values:
+            self._rows.append((*head, *values.values()))
+        else:
+            self._rows.append(head)
 
     def extend(self, events: Iterable[TransitionEvent]) -> None:
         """Keep ``events`` at the end, in order."""
@@ -155,8 +172,16 @@ class EventLog(Sequence[TransitionEvent]):
         if isinstance(row, TransitionEvent):
             return row
         objects = self._interner.objects
-        (seq, kind, stage, origin, target, reads, writes, values, appends, *rest) = row
-        attempt, started_at, finished_at, error, info = rest
+        (seq, kind, stage, origin, target, reads, writes, assigned, appended) = row[:_TAIL - 5]
+        attempt, started_at, finished_at, error, info = row[_TAIL - 5 : _TAIL]
+        values = dict(zip(assigned, row[_TAIL : _TAIL + len(assigned)], strict=True))
+        appends: dict[str, tuple[Any, ...]] = {}
+        if appended:
+            half = len(appended) // 2
+            at = _TAIL + len(assigned)
+            for field, count in zip(appended[:half], appended[half:], strict=True):
+                appends[field] = row[at : at + count]
+                at += count
         return TransitionEvent(
             self.session_id,
             seq,
@@ -166,7 +191,7 @@ class EventLog(Sequence[TransitionEvent]):
             objects[target] if type(target) is int else target,
             objects[reads] if type(reads) is int else reads,
             objects[writes] if type(writes) is int else writes,
-            Patch._from_parts(_dict(values), _dict(appends)),
+            Patch._from_parts(values, appends),
             attempt,
             started_at,
             finished_at,
@@ -206,8 +231,3 @@ def _numberable(event: TransitionEvent) -> bool:
     named: tuple[object, ...] = (event.kind, event.from_state, event.to_state)
     return not any(type(item) is int for item in named)
 
-
-def _dict(flat: tuple[Any, ...]) -> dict[str, Any]:
-    """The dict kept as ``flat``: its keys, then its values."""
-    half = len(flat) // 2
-    return dict(zip(flat[:half], flat[half:], strict=True))

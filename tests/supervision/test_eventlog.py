@@ -84,6 +84,34 @@ def test_a_plain_event_costs_the_collector_nothing_once_it_has_seen_it() -> None
     assert log[0] == event(1, Patch(thought="use the calculator"))
 
 
+def test_a_row_holding_models_is_one_tracked_object_and_reads_back_in_order() -> None:
+    one, two, three = (ReferenceStep(cycle, "calc", str(cycle)) for cycle in range(3))
+    failure = FailureRecord(
+        error_type="ValueError", message="no", error_class=ErrorClass.FATAL, lifecycle="Acting"
+    )
+    patches = [
+        Patch(last_error=failure, thought="t").append("steps", one, two).append("empty"),
+        Patch().append("steps", one).append("more", two, three),
+        Patch(thought="only assigned", last_error=failure),
+        Patch().append("steps", three),
+    ]
+    log = EventLog("s1", Interner())
+    for seq, patch in enumerate(patches, start=1):
+        log.append(event(seq, patch))
+    gc.collect()
+    gc.collect()
+    for row, patch in zip(log._rows, patches, strict=True):
+        assert isinstance(row, tuple)
+        nested = [item for item in row if type(item) is tuple]
+        assert nested and not any(gc.is_tracked(item) for item in nested)  # names only
+        assert gc.is_tracked(row)  # it holds a model: the one object the collector walks
+        read = log[row[0] - 1].patch
+        assert read == patch
+        assert list(read.values.items()) == list(patch.values.items())  # order kept
+        assert list(read.appends.items()) == list(patch.appends.items())
+    assert log[0].patch.appends["empty"] == ()
+
+
 def test_field_sets_are_numbered_by_value_and_the_table_is_bounded() -> None:
     interner = Interner()
     assert interner.number(frozenset({"a"})) == interner.number(frozenset({"a"}))
