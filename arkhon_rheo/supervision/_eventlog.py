@@ -19,8 +19,8 @@ is rebuilt, equal to the one appended, when it is read.
 from __future__ import annotations
 
 import threading
-from itertools import chain
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Any, overload
 
 from ..protocols import Patch, TransitionEvent
@@ -172,7 +172,7 @@ class EventLog(Sequence[TransitionEvent]):
         if isinstance(row, TransitionEvent):
             return row
         objects = self._interner.objects
-        (seq, kind, stage, origin, target, reads, writes, assigned, appended) = row[:_TAIL - 5]
+        (seq, kind, stage, origin, target, reads, writes, assigned, appended) = row[: _TAIL - 5]
         attempt, started_at, finished_at, error, info = row[_TAIL - 5 : _TAIL]
         values = dict(zip(assigned, row[_TAIL : _TAIL + len(assigned)], strict=True))
         appends: dict[str, tuple[Any, ...]] = {}
@@ -230,4 +230,3 @@ def _numberable(event: TransitionEvent) -> bool:
     """
     named: tuple[object, ...] = (event.kind, event.from_state, event.to_state)
     return not any(type(item) is int for item in named)
-

@@ -103,7 +103,8 @@ def test_a_row_holding_models_is_one_tracked_object_and_reads_back_in_order() ->
     for row, patch in zip(log._rows, patches, strict=True):
         assert isinstance(row, tuple)
         nested = [item for item in row if type(item) is tuple]
-        assert nested and not any(gc.is_tracked(item) for item in nested)  # names only
+        assert nested
+        assert not any(gc.is_tracked(item) for item in nested)  # names only
         assert gc.is_tracked(row)  # it holds a model: the one object the collector walks
         read = log[row[0] - 1].patch
         assert read == patch
