@@ -18,7 +18,6 @@ replay apply to an agent exactly as to any machine:
 from __future__ import annotations
 
 import functools
-import json
 import time
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
@@ -27,11 +26,10 @@ import anyio
 from pydantic import TypeAdapter, ValidationError
 
 from .. import _tracing
-from .._errors import ConfigurationError, Fatal, Recoverable, StageFailure
+from .._errors import ConfigurationError, Fatal, Recoverable
 from .._log import get_logger
 from ..models import ModelPrice, Pricing
 from ..protocols import (
-    AssistantMessage,
     Condition,
     Lifecycle,
     Machine,
@@ -53,6 +51,7 @@ from ..protocols import (
 )
 from ..protocols._seams import current_injector, current_session
 from ._budget import Budget, Used
+from ._calls import MalformedModelOutput, bad_arguments, tail, tool_runner, unwrap
 from ._context import PromptCache, trim_messages
 from ._state import AgentExit, ReactState
 
@@ -62,11 +61,10 @@ if TYPE_CHECKING:
 
     from ..protocols import Gate, ToolCall, ToolSpec
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "MalformedModelOutput", "react_agent"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "react_agent"]
 
 L = Lifecycle
 _log = get_logger("arkhon_rheo.react")
-_MESSAGES = TypeAdapter(tuple[Message, ...])
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful agent. Use the tools when they help; when you know the answer, "
@@ -74,63 +72,8 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-class MalformedModelOutput(Recoverable):
-    """The model kept answering in a form the engine cannot use, past its format retries.
-
-    Attributes:
-        problem: What was wrong with the last reply.
-    """
-
-    def __init__(self, problem: str, *, retries: int) -> None:
-        super().__init__(
-            f"the model's reply could not be used after {retries} format retries: {problem}; "
-            "check that the model supports tool calls (and JSON mode, if asked), or raise "
-            "max_format_retries"
-        )
-        self.problem = problem
-
-
 async def _now() -> float:
     return time.time()
-
-
-def _tail(messages: Sequence[Message]) -> list[Any]:
-    """The messages after the last assistant message: what is new to the model this turn."""
-    start = 0
-    for index in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[index], AssistantMessage):
-            start = index + 1
-            break
-    return list(_MESSAGES.dump_python(tuple(messages[start:]), mode="json"))
-
-
-def _bad_arguments(call: ToolCall) -> str | None:
-    try:
-        value = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError as exc:
-        return f"the arguments of tool call {call.name!r} are not valid JSON ({exc.msg})"
-    if not isinstance(value, dict):
-        return f"the arguments of tool call {call.name!r} must be a JSON object"
-    return None
-
-
-def _unwrap(group: BaseExceptionGroup[Any]) -> BaseException:
-    """The one failure to report for concurrent tool calls: the most severe class wins."""
-    leaves: list[BaseException] = []
-
-    def walk(error: BaseException) -> None:
-        if isinstance(error, BaseExceptionGroup):
-            for inner in error.exceptions:
-                walk(inner)
-        else:
-            leaves.append(error)
-
-    walk(group)
-    for kind in (Fatal, Recoverable, StageFailure):
-        for leaf in leaves:
-            if isinstance(leaf, kind):
-                return leaf
-    return leaves[0]
 
 
 def react_agent(
@@ -204,7 +147,7 @@ def react_agent(
     ):
         if value < 1:
             raise ConfigurationError(f"react_agent: {label} must be at least 1, got {value}")
-    runner = _runner(tools)
+    runner = tool_runner(tools)
     limits = budget or Budget()
     timed = limits.max_seconds is not None
     pricing = prices if isinstance(prices, Pricing) or prices is None else Pricing(prices)
@@ -296,7 +239,7 @@ def react_agent(
                 request = {
                     "turn": turns,
                     "attempt": attempt,
-                    "new": _tail(conversation),
+                    "new": tail(conversation),
                     "tools": [spec.name for spec in offered],
                     "budget": line,
                 }
@@ -393,7 +336,7 @@ def react_agent(
                 problems = [
                     "no tools are available in the wrap-up turn: answer in text"
                     if wrapup
-                    else _bad_arguments(call)
+                    else bad_arguments(call)
                     for call in calls
                 ]
                 if not any(problems):
@@ -452,7 +395,7 @@ def react_agent(
                     for index, call in enumerate(calls):
                         group.start_soon(run, index, call)
             except BaseExceptionGroup as errors:
-                raise _unwrap(errors) from None
+                raise unwrap(errors) from None
             done = [result for result in results if result is not None]
             return Patch(pending=(), tool_calls=view.tool_calls + len(calls)).append(
                 "messages", *done
@@ -506,11 +449,3 @@ async def _faulted_stream(
     alter = await _inject_model(len(payload))
     async for chunk in model.stream(payload, tools=offered, json_mode=json_mode):
         yield alter(chunk) if alter is not None and isinstance(chunk, ModelReply) else chunk
-
-
-def _runner(tools: ToolRunner | Sequence[Any]) -> ToolRunner:
-    if isinstance(tools, ToolRunner):
-        return tools
-    from ..tools import Toolbox
-
-    return Toolbox(*tools)

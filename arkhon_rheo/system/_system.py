@@ -33,7 +33,9 @@ from ..supervision._seams import EventListener, Journal, Session, SessionSupervi
 from ._children import ChildHost
 from ._claims import Claims
 from ._handle import SessionHandle, SessionResult, new_handle
-from ._owner import Owner, is_dead
+from ._options import check_budget, check_initial, check_lease_ttl, check_snapshot_every, kept
+from ._owner import Owner
+from ._recovery import orphaned
 from ._registry import AgentStatistics, Registry
 from ._stored import StoredSession, new_stored
 
@@ -54,9 +56,6 @@ S = TypeVar("S", bound=AgentState)
 
 #: The SQLite file an `AgentSystem` keeps its sessions in by default.
 DEFAULT_PATH = "arkhon-rheo.db"
-
-#: Ended sessions an `AgentSystem` without a store keeps in memory by default.
-DEFAULT_KEEP_ENDED = 1000
 
 
 class AgentSystem:
@@ -150,17 +149,10 @@ class AgentSystem:
             "restart_intensity": restart_intensity,
         }
         self._config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
-        _check_budget(max_steps)
-        if snapshot_every is None:
-            pass
-        elif isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
-            raise ConfigurationError(f"snapshot_every must be an integer, got {snapshot_every!r}")
-        elif snapshot_every < 1:
-            raise ConfigurationError(f"snapshot_every must be at least 1, got {snapshot_every}")
+        check_budget(max_steps)
+        check_snapshot_every(snapshot_every)
         self._seed = seed
-        if not (isinstance(lease_ttl, int | float) and lease_ttl > 0):
-            raise ConfigurationError(f"lease_ttl must be positive seconds, got {lease_ttl!r}")
-        self._lease_ttl = float(lease_ttl)
+        self._lease_ttl = check_lease_ttl(lease_ttl)
         self._identity = Owner.current()
         self._owner = str(self._identity)
         self._exit = contextlib.AsyncExitStack()
@@ -173,14 +165,7 @@ class AgentSystem:
         self._actors = ActorSystem(
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
         )
-        if keep_ended is None:
-            keep_ended = 0 if store is not None else DEFAULT_KEEP_ENDED
-        elif isinstance(keep_ended, bool) or not isinstance(keep_ended, int) or keep_ended < 0:
-            raise ConfigurationError(
-                f"keep_ended must be a non-negative integer (ended sessions kept), "
-                f"got {keep_ended!r}"
-            )
-        self._registry = Registry(keep_ended)
+        self._registry = Registry(kept(keep_ended, with_store=store is not None))
         self._counter = itertools.count()
         self._claims = Claims(store, self._owner, self._lease_ttl)
         self._children = ChildHost(self)
@@ -247,16 +232,7 @@ class AgentSystem:
                 stored but before it was leased, the stored session stays
                 (``"running"``, with no lease): `resume` it, or `recover` finds it.
         """
-        if not isinstance(state, machine.state_type):
-            raise ConfigurationError(
-                f"machine {machine.name!r} runs on {machine.state_type.__name__}, "
-                f"got {type(state).__name__}"
-            )
-        if state.lifecycle is not machine.initial:
-            raise ConfigurationError(
-                f"a session of {machine.name!r} starts in {machine.initial!r}, "
-                f"but the state is in {state.lifecycle!r}"
-            )
+        check_initial(machine, state)
         if session_id is None:
             session_id = uuid.uuid4().hex[:12]
         if session_id in self._registry:
@@ -321,17 +297,7 @@ class AgentSystem:
             ConfigurationError: Without a store.
         """
         store = self._require_store("find orphaned sessions")
-        held = {lease.session_id: lease.owner for lease in await store.leases()}
-        found = []
-        for record in await store.sessions():
-            if record.status != "running" or (machine and record.machine != machine.name):
-                continue
-            if self._registry.running(record.session_id):
-                continue
-            owner = held.get(record.session_id)
-            if owner is None or is_dead(owner):
-                found.append(record)
-        return found
+        return await orphaned(store, self._registry, machine)
 
     async def recover(self, machine: Machine[S]) -> list[SessionHandle[S]]:
         """Resume every orphaned session of ``machine`` (see `orphans`); for start-up.
@@ -374,13 +340,6 @@ class AgentSystem:
         """
         return new_stored(self, machine, session_id)
 
-    def _check_not_running(self, session_id: str) -> None:
-        if self._registry.running(session_id):
-            raise SessionError(
-                f"session {session_id!r} is running here; cancel it (or wait for it) first",
-                session_id=session_id,
-            )
-
     def _claim(self, session_id: str) -> AbstractAsyncContextManager[Claim]:
         """Hold ``session_id`` for one operation: not running here, and no other call on it.
 
@@ -390,14 +349,18 @@ class AgentSystem:
         Raises:
             SessionError: If the session runs here, or another call here holds it.
         """
-        self._check_not_running(session_id)
+        if self._registry.running(session_id):
+            raise SessionError(
+                f"session {session_id!r} is running here; cancel it (or wait for it) first",
+                session_id=session_id,
+            )
         return self._claims.hold(session_id)
 
     def _config_for(self, max_steps: int | None) -> SessionConfig:
         """The sessions' configuration, with ``max_steps`` if one is given (checked)."""
         if max_steps is None:
             return self._config
-        _check_budget(max_steps)
+        check_budget(max_steps)
         return replace(self._config, max_steps=max_steps)
 
     async def _launch(
@@ -533,11 +496,3 @@ class AgentSystem:
     def statistics(self) -> AgentStatistics:
         """Return a snapshot of the system's counters."""
         return self._registry.statistics(self._actors.statistics())
-
-
-def _check_budget(max_steps: int) -> None:
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ConfigurationError(
-            f"max_steps must be a positive integer, got {max_steps!r}: every session needs "
-            "a bound on its steps"
-        )

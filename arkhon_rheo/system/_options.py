@@ -1,0 +1,73 @@
+"""The checks of `AgentSystem`'s options: each refuses a bad value, saying what it expects."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ..protocols import AgentState, Machine
+
+__all__ = [
+    "DEFAULT_KEEP_ENDED",
+    "check_budget",
+    "check_initial",
+    "check_lease_ttl",
+    "check_snapshot_every",
+    "kept",
+]
+
+#: Ended sessions an `AgentSystem` without a store keeps in memory by default.
+DEFAULT_KEEP_ENDED = 1000
+
+
+def check_budget(max_steps: int) -> None:
+    """Refuse a step budget that is not a positive integer."""
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ConfigurationError(
+            f"max_steps must be a positive integer, got {max_steps!r}: every session needs "
+            "a bound on its steps"
+        )
+
+
+def check_snapshot_every(snapshot_every: int | None) -> None:
+    """Refuse a snapshot interval that is neither ``None`` nor a positive integer."""
+    if snapshot_every is None:
+        return
+    if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
+        raise ConfigurationError(f"snapshot_every must be an integer, got {snapshot_every!r}")
+    if snapshot_every < 1:
+        raise ConfigurationError(f"snapshot_every must be at least 1, got {snapshot_every}")
+
+
+def check_lease_ttl(lease_ttl: float) -> float:
+    """The lease's time to live in seconds, as a float; refused unless positive."""
+    if not (isinstance(lease_ttl, int | float) and lease_ttl > 0):
+        raise ConfigurationError(f"lease_ttl must be positive seconds, got {lease_ttl!r}")
+    return float(lease_ttl)
+
+
+def kept(keep_ended: int | None, *, with_store: bool) -> int:
+    """How many ended sessions to keep: ``keep_ended`` checked, or the default."""
+    if keep_ended is None:
+        return 0 if with_store else DEFAULT_KEEP_ENDED
+    if isinstance(keep_ended, bool) or not isinstance(keep_ended, int) or keep_ended < 0:
+        raise ConfigurationError(
+            f"keep_ended must be a non-negative integer (ended sessions kept), got {keep_ended!r}"
+        )
+    return keep_ended
+
+
+def check_initial(machine: Machine[Any], state: AgentState) -> None:
+    """Refuse a start state that is not of the machine's state type or not in its initial state."""
+    if not isinstance(state, machine.state_type):
+        raise ConfigurationError(
+            f"machine {machine.name!r} runs on {machine.state_type.__name__}, "
+            f"got {type(state).__name__}"
+        )
+    if state.lifecycle is not machine.initial:
+        raise ConfigurationError(
+            f"a session of {machine.name!r} starts in {machine.initial!r}, "
+            f"but the state is in {state.lifecycle!r}"
+        )
