@@ -31,6 +31,15 @@ In one process and one run, against files in a temporary directory, it measures:
     1,000 cycles (``--quick``: 10 and 200): the bytes of the database file plus its
     ``-wal`` and ``-shm`` files after the store (or LangGraph's saver) is closed,
     ours (default ``snapshot_every``) vs LangGraph. Target: <= 1 MB after 1,000.
+(4) the interpreter lock: plain `sqlite3` in a thread, one transaction updating
+    500 rows (``executemany``, as a writer thread does for 500 sessions' rows),
+    with the main thread idle and then running Python the whole time, as the
+    event loop does while 1,000 sessions step; and the same rows in one
+    multi-row statement. Every time the thread gives the lock up (SQLite runs
+    each row without it) it must wait for the busy thread to hand it back,
+    which the interpreter forces only every ``sys.getswitchinterval()``. This is
+    why a writer thread cannot overlap a busy loop: it is the floor under the
+    1,000-session ``batched`` line.
 
 The same lines of ours run under trio too (``--backend both``, the default; the
 store uses its thread driver there); (a) and (b) run on asyncio only, as LangGraph
@@ -65,6 +74,7 @@ import importlib
 import io
 import itertools
 import logging
+import math
 import operator
 import platform
 import pstats
@@ -119,10 +129,14 @@ class Sizes:
     repeat: int
     #: From this many sessions on, the references run `REFERENCE_CYCLES` per session in (2).
     reference_crowd: int
+    #: Transactions of each case of (4).
+    gil_transactions: int = 10
 
 
 FULL = Sizes(cycles=300, sessions=(100, 1_000), disk=(10, 1_000), repeat=2, reference_crowd=1_000)
-QUICK = Sizes(cycles=40, sessions=(10, 100), disk=(10, 200), repeat=1, reference_crowd=100)
+QUICK = Sizes(
+    cycles=40, sessions=(10, 100), disk=(10, 200), repeat=1, reference_crowd=100, gil_transactions=2
+)
 
 
 # -- the machine (ours) -----------------------------------------------------------------
@@ -444,6 +458,77 @@ async def handoff_us(rounds: int) -> float:
     return best_us
 
 
+def gil_cost(rows: int = 500, transactions: int = 10) -> tuple[float, float, float]:
+    """Milliseconds per transaction of ``rows`` updates in a thread: idle main, busy main, bulk.
+
+    The third figure is the busy case with the rows in one multi-row statement
+    (``UPDATE ... FROM (VALUES ...)``, SQLite 3.33 and later; ``nan`` before).
+    """
+    with tempfile.TemporaryDirectory(prefix="arkhon-bench-gil-") as tmp:
+        db = sqlite3.connect(Path(tmp) / "gil.db", isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.execute("CREATE TABLE s (id TEXT PRIMARY KEY, last_seq INTEGER, at REAL)")
+            ids = [f"session-{i}" for i in range(rows)]
+            db.executemany("INSERT INTO s VALUES (?, 0, 0.0)", [(i,) for i in ids])
+            bulk = (
+                "UPDATE s SET last_seq = last_seq + 1, at = v.column2 FROM (VALUES "
+                + ",".join(["(?, ?)"] * rows)
+                + ") AS v WHERE s.id = v.column1"
+            )
+
+            def many() -> None:
+                db.executemany(
+                    "UPDATE s SET last_seq = last_seq + 1, at = ? WHERE id = ?",
+                    [(1.0, i) for i in ids],
+                )
+
+            def one() -> None:
+                db.execute(bulk, [value for i in ids for value in (i, 1.0)])
+
+            def timed(body: Callable[[], None], busy: bool) -> float:
+                seconds: list[float] = []
+                stop = threading.Event()
+
+                def writer() -> None:
+                    for _ in range(transactions):
+                        started = time.perf_counter()
+                        db.execute("BEGIN IMMEDIATE")
+                        body()
+                        db.execute("COMMIT")
+                        seconds.append(time.perf_counter() - started)
+                    stop.set()
+
+                thread = threading.Thread(target=writer)
+                thread.start()
+                if busy:
+                    spins = 0
+                    while not stop.is_set():
+                        spins += 1  # Python on this thread, as a busy event loop runs
+                thread.join()
+                return sum(seconds) / len(seconds) * 1e3
+
+            idle = timed(many, busy=False)
+            busy = timed(many, busy=True)
+            single = timed(one, busy=True) if sqlite3.sqlite_version_info >= (3, 33) else math.nan
+        finally:
+            db.close()
+    return idle, busy, single
+
+
+def report_gil(transactions: int) -> None:
+    idle, busy, single = gil_cost(transactions=transactions)
+    interval = sys.getswitchinterval() * 1e3
+    print(
+        f"  (4) the interpreter lock: a 500-row update in a thread, {idle:6.2f} ms a transaction "
+        f"with the main thread idle, {busy:8.2f} ms with it running Python "
+        f"({busy / idle:,.0f}x; switch interval {interval:g} ms); in one statement, busy: "
+        f"{single:6.2f} ms",
+        flush=True,
+    )
+
+
 def line(label: str, run: Run, extra: str = "") -> None:
     print(
         f"      {label:<44} {run.us:8.0f} us/cycle {run.rate:8,.0f} cycles/s{per_tx(run)}{extra}",
@@ -606,6 +691,7 @@ async def run_backend(sizes: Sizes, backend: str) -> None:
     await report_crowds(sizes, backend, modules)
     if backend == "asyncio":
         await report_disk(sizes, modules)
+        report_gil(sizes.gil_transactions)
 
 
 # -- profile --------------------------------------------------------------------------

@@ -74,6 +74,9 @@ def test_store_bench_quick_run_prints_every_figure_on_both_backends(
         "(3) bytes on disk",
         "after    10 cycles: ours",
         "after   200 cycles: ours",
+        "(4) the interpreter lock: a 500-row update in a thread",
+        "with the main thread idle",
+        "with it running Python",
     ):
         assert label in asyncio, f"{label!r} missing for asyncio:\n{out}"
     # LangGraph's saver is asyncio-only: trio never shows its figures.
