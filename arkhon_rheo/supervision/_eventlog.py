@@ -91,53 +91,75 @@ class EventLog(Sequence[TransitionEvent]):
 
     def append(self, event: TransitionEvent) -> None:
         """Keep ``event`` at the end."""
+        if type(event) is not TransitionEvent:
+            self._rows.append(event)  # not this log's shape: kept as it is
+            return
+        # One unpacking instead of a field access each: this runs at every commit.
+        (
+            session_id,
+            seq,
+            kind,
+            stage,
+            origin,
+            target,
+            reads,
+            writes,
+            patch,
+            attempt,
+            started_at,
+            finished_at,
+            error,
+            info,
+        ) = event
         if (
-            event.session_id != self.session_id
-            or type(event.patch) is not Patch
-            or type(event.reads) is not frozenset
-            or type(event.writes) is not frozenset
+            session_id != self.session_id
+            or type(patch) is not Patch
+            or type(reads) is not frozenset
+            or type(writes) is not frozenset
         ):
             self._rows.append(event)  # not this log's shape: kept as it is
             return
         interner = self._interner
         get = interner._index.get
         # The members and sets an event names are nearly always numbered already.
-        kind = get(id(event.kind))
-        origin = get(id(event.from_state))
-        target = get(id(event.to_state))
-        reads = get(event.reads)
-        writes = get(event.writes)
-        if kind is None or origin is None or target is None or reads is None or writes is None:
+        kind_number = get(id(kind))
+        origin_number = get(id(origin))
+        target_number = get(id(target))
+        reads_number = get(reads)
+        writes_number = get(writes)
+        if (
+            kind_number is None
+            or origin_number is None
+            or target_number is None
+            or reads_number is None
+            or writes_number is None
+        ):
             if not _numberable(event):
                 self._rows.append(event)  # an int where a member belongs: kept as it is
                 return
             number = interner.number
-            kind, origin, target = (
-                number(event.kind),
-                number(event.from_state),
-                number(event.to_state),
-            )
-            reads, writes = number(event.reads), number(event.writes)
-        values, appends = event.patch._parts()
+            kind_number, origin_number, target_number = number(kind), number(origin), number(target)
+            reads_number, writes_number = number(reads), number(writes)
+        values, appends = patch._parts()
         # A dict is never untracked, and a tuple holding a tracked value is one
         # more object the collector walks: the patch's names go in tuples of
         # strings (the assigned fields; the appended fields, then their counts),
         # its values at the end of the row, the assigned ones first.
         head = (
-            event.seq,
-            kind,
-            event.stage,
-            origin,
-            target,
-            reads,
-            writes,
+            seq,
+            kind_number,
+            stage,
+            origin_number,
+            target_number,
+            reads_number,
+            writes_number,
             tuple(values) if values else (),
             (*appends, *map(len, appends.values())) if appends else (),
-            event.attempt,
-            event.started_at,
-            event.finished_at,
-            event.error,
-            event.info,
+            attempt,
+            started_at,
+            finished_at,
+            error,
+            info,
         )
         if appends:
             if values:
