@@ -39,6 +39,7 @@ import anyio
 import anyio.to_thread
 
 from .._errors import ConfigurationError, StoreCorrupt, StoreError
+from ._done import running_library
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -244,14 +245,6 @@ class ThreadDriver:
                 await anyio.to_thread.run_sync(self.close_now, limiter=self._limiter)
 
 
-def _running_library() -> str:
-    try:
-        import sniffio  # installed with trio; without it we can only be on asyncio
-    except ImportError:  # pragma: no cover - trio (which needs sniffio) is not installed
-        return "asyncio"
-    return sniffio.current_async_library()
-
-
 async def open_driver(path: str, *, name: DriverName, busy_timeout: float) -> Driver:
     """Open the driver ``name`` (``"auto"`` is ``"thread"``).
 
@@ -268,7 +261,7 @@ async def open_driver(path: str, *, name: DriverName, busy_timeout: float) -> Dr
         ConfigurationError: ``"aiosqlite"`` was asked for outside asyncio.
         StoreError: SQLite cannot open the file.
     """
-    library = _running_library()
+    library = running_library()
     if name == "aiosqlite" and library != "asyncio":
         raise ConfigurationError(
             f"the aiosqlite driver runs on asyncio only, not {library}; use driver='thread' "

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from ..protocols import StoredEvent
     from ._driver import Driver, Script
+    from ._thread_writer import Batch
 
 __all__ = ["SQLiteStore"]
 
@@ -241,28 +242,48 @@ class SQLiteStore(StoreBase):
         if (error := self._deferred.pop(session_id, None)) is not None:
             raise error
 
-    async def _submit(self, request: Request, *, wait: bool) -> None:
+    def _enqueue(self, ticket: Ticket) -> Batch | None:
+        """The thread writer's fast path: queue ``ticket`` now and return its batch.
+
+        ``None``: the writer takes it through its ``submit`` (no room now, or the
+        task writer). Waiting on the batch here rather than in ``submit`` saves a
+        coroutine per commit in flight.
+        """
         writer = self._writer
         assert writer is not None
-        ticket = Ticket(request, wait)
+        if type(writer) is not ThreadWriter:
+            return None
         try:
-            # The thread writer's fast path: queued here, waited on here, without
-            # its `submit` coroutine (one frame less per commit in flight).
-            batch = writer.enqueue(ticket) if type(writer) is ThreadWriter else None
-            if batch is None:
-                await writer.submit(ticket)
-            elif wait:
-                try:
-                    await batch.done.wait()
-                except BaseException:
-                    # Cancelled: the ticket is committed all the same; a refusal is logged.
-                    ticket.abandoned = True
-                    raise
+            return writer.enqueue(ticket)
         except anyio.ClosedResourceError as exc:
-            self._check_open()
-            raise StoreError(f"the store at {self._location} is closing") from exc
+            raise self._closing() from exc
+
+    def _closing(self) -> StoreError:
+        self._check_open()
+        return StoreError(f"the store at {self._location} is closing")
+
+    async def _submit(self, request: Request, *, wait: bool) -> None:
+        ticket = Ticket(request, wait)
+        batch = self._enqueue(ticket)
+        if batch is None:
+            await self._submit_slowly(ticket)
+        elif wait:
+            try:
+                await batch.done.wait()
+            except BaseException:
+                # Cancelled: the ticket is committed all the same; a refusal is logged.
+                ticket.abandoned = True
+                raise
         if ticket.error is not None and wait:
             raise ticket.error
+
+    async def _submit_slowly(self, ticket: Ticket) -> None:
+        """Hand ``ticket`` to the writer's ``submit`` (which waits for room, and for it)."""
+        assert self._writer is not None
+        try:
+            await self._writer.submit(ticket)
+        except anyio.ClosedResourceError as exc:
+            raise self._closing() from exc
 
     async def _flush(self) -> None:
         """Commit everything queued so far (async mode: before reading)."""
@@ -321,7 +342,19 @@ class SQLiteStore(StoreBase):
         request = self._append_request(session_id, events, snapshot, status)
         del events, snapshot  # encoded: nothing here keeps them alive while waiting
         if self._durability is not Durability.ASYNC:
-            await self._submit(request, wait=True)
+            # `_submit`, inlined: one coroutine less for every commit in flight.
+            ticket = Ticket(request, True)
+            batch = self._enqueue(ticket)
+            if batch is None:
+                await self._submit_slowly(ticket)
+            else:
+                try:
+                    await batch.done.wait()
+                except BaseException:
+                    ticket.abandoned = True  # committed all the same; a refusal is logged
+                    raise
+            if ticket.error is not None:
+                raise ticket.error
             return
         self._raise_deferred(session_id)
         last = self._tails.get(session_id)

@@ -39,6 +39,7 @@ import anyio.lowlevel
 
 from .._errors import StoreCorrupt, StoreError
 from .._log import get_logger
+from ._done import done_maker, running_library
 from ._plan import Plan, Request, plan
 from ._sql import StaleCache, transaction, write_batch
 from ._writer import batch_error, copy_error, log_unacknowledged
@@ -46,10 +47,11 @@ from ._writer import batch_error, copy_error, log_unacknowledged
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ._done import Done
     from ._driver import Script, ThreadDriver
     from ._writer import Ticket
 
-__all__ = ["ThreadWriter"]
+__all__ = ["Batch", "ThreadWriter"]
 
 T = TypeVar("T")
 #: The most sessions whose ``(last_seq, status)`` the writer remembers; past it, it forgets all.
@@ -57,14 +59,14 @@ _CACHE_MAX = 100_000
 logger = get_logger("arkhon_rheo.store")
 
 
-class _Batch:
+class Batch:
     """Tickets committed in one transaction, and the event set once it is resolved."""
 
     __slots__ = ("done", "now", "tickets")
 
-    def __init__(self) -> None:
+    def __init__(self, done: Done) -> None:
         self.tickets: list[Ticket] = []
-        self.done = anyio.Event()
+        self.done = done
         #: When the last ticket joined it: the sessions' ``updated_at``.
         self.now = 0.0
 
@@ -121,12 +123,13 @@ class ThreadWriter:
         token = anyio.lowlevel.current_token()
         self._call_soon = token.backend_class.run_sync_soon
         self._native_token = token.native_token
-        self._inbox: queue.SimpleQueue[_Batch | _Job | object] = queue.SimpleQueue()
+        self._new_done = done_maker(running_library())
+        self._inbox: queue.SimpleQueue[Batch | _Job | object] = queue.SimpleQueue()
         #: Guards `_open` between the loop (which appends to it) and the thread
         #: (which seals it by taking it away).
         self._seal = threading.Lock()
         #: The batch tickets join: queued for the thread, not yet taken by it.
-        self._open: _Batch | None = None
+        self._open: Batch | None = None
         #: Set when the queue has room again, if anyone waits for it.
         self._room: anyio.Event | None = None
         self._closed = False
@@ -148,7 +151,7 @@ class ThreadWriter:
 
     # -- the loop's side ----------------------------------------------------------------
 
-    def enqueue(self, ticket: Ticket) -> _Batch | None:
+    def enqueue(self, ticket: Ticket) -> Batch | None:
         """Queue ``ticket`` now and return its batch, or ``None`` if there is no room.
 
         The fast path of `submit`, without a coroutine of its own: the caller
@@ -185,14 +188,14 @@ class ThreadWriter:
                 ticket.abandoned = True
                 raise
 
-    def _queue(self, ticket: Ticket) -> _Batch:
+    def _queue(self, ticket: Ticket) -> Batch:
         self.queued += 1
         self.pending += ticket.events
         now = self._clock()
         with self._seal:
             batch = self._open
             if batch is None or len(batch.tickets) >= self._batch_max:
-                batch = self._open = _Batch()
+                batch = self._open = Batch(self._new_done())
                 self._inbox.put(batch)
             batch.tickets.append(ticket)
             batch.now = now
@@ -246,7 +249,7 @@ class ThreadWriter:
         with anyio.CancelScope(shield=True):
             await self._stopped.wait()
 
-    def _resolve(self, batch: _Batch) -> None:
+    def _resolve(self, batch: Batch) -> None:
         """On the loop: the batch is committed or refused; wake its callers."""
         for ticket in batch.tickets:
             ticket.finished = True
@@ -277,7 +280,7 @@ class ThreadWriter:
                 if isinstance(item, _Job):
                     self._run_job(item)
                     continue
-                assert isinstance(item, _Batch)
+                assert isinstance(item, Batch)
                 with self._seal:
                     if self._open is item:
                         self._open = None

@@ -291,12 +291,14 @@ class SessionSupervisor(Actor[_Step, None]):
                     _tracing.step_outcome(span, outcome)
             if isinstance(outcome, Escaped):
                 raise outcome.error
+            calls = recorder.finished()
+            # Not kept alive while a durable commit waits for its store (the GC would
+            # walk them, and promote them, with every session that waits).
+            del view, recorder, scope
             failure = (
                 outcome
                 if isinstance(outcome, Exception)
-                else await self._commit(
-                    state, outcome, slot.stage, started, attempt, recorder.finished(), plan
-                )
+                else await self._commit(state, outcome, slot.stage, started, attempt, calls, plan)
             )
             if failure is None:
                 session.steps += 1

@@ -348,9 +348,9 @@ def _item_check(item: Any) -> Callable[[Any], bool] | None:
     kinds = tuple(fields)
 
     def check(value: Any) -> bool:
-        return type(value) is item and all(
-            type(part) in kind for part, kind in zip(value, kinds, strict=True)
-        )
+        # ``map`` rather than a generator in ``all()``: half the cost, at every commit.
+        # ``type(value) is item``: it has exactly one part per field.
+        return type(value) is item and all(map(frozenset.__contains__, kinds, map(type, value)))
 
     return check
 

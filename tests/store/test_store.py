@@ -661,6 +661,50 @@ async def test_a_native_asyncio_cancel_abandons_the_wait_never_the_transaction(
         assert [e.seq for e in await store.history("s")] == [1]  # committed, unacknowledged
 
 
+async def test_a_caller_cancelled_in_a_shared_batch_leaves_the_others_acknowledged(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    path = tmp_path / "store.db"
+    acknowledged: list[str] = []
+    async with SQLiteStore(path, durability=Durability.SYNC) as store:
+        for sid in ("s", "t", "u"):
+            await store.create_session(sid, machine="m", snapshot={})
+
+        async def write(sid: str) -> None:
+            await store.append(sid, [event(sid, 1)])
+            acknowledged.append(sid)
+
+        cancelled = anyio.CancelScope()
+        gone = anyio.Event()
+
+        async def write_cancelled() -> None:
+            with cancelled:
+                await write("t")
+            gone.set()
+
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # the first batch waits for this lock
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write, "s")
+                while store.statistics().pending < 1:
+                    await anyio.lowlevel.checkpoint()
+                await anyio.to_thread.run_sync(time.sleep, 0.05)  # s's batch is taken
+                tg.start_soon(write_cancelled)  # t and u share the next batch
+                tg.start_soon(write, "u")
+                while store.statistics().pending < 3:
+                    await anyio.lowlevel.checkpoint()
+                cancelled.cancel()
+                await gone.wait()
+                blocker.execute("COMMIT")
+        finally:
+            blocker.close()
+        assert sorted(acknowledged) == ["s", "u"]
+        assert store.statistics().pending == 0
+        for sid in ("s", "t", "u"):  # t's too: committed, unacknowledged
+            assert [e.seq for e in await store.history(sid)] == [1]
+
+
 @pytest.mark.parametrize(
     "patch",
     [
