@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar
 
 if TYPE_CHECKING:
     from ._cell import Cell
@@ -145,6 +145,11 @@ class Actor(Generic[M, R]):
     """
 
     context: ActorContext[M, R]
+    #: Whether `on_stop` bounds every wait of its own (the library's supervisors
+    #: do). If not, the cell runs it within the system's shutdown timeout, which
+    #: costs a timer per ended actor (on asyncio a cancelled one stays in the
+    #: loop's heap until it is due).
+    _on_stop_bounded: ClassVar[bool] = False
 
     async def on_start(self) -> None:
         """Run once before the first message; the spawner waits for it.

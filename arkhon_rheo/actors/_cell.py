@@ -277,7 +277,11 @@ class Cell(Generic[M, R]):
         if kind is TerminationKind.CRASHED:
             _logger.error("actor_crashed", actor=self.name, error=repr(error))
         try:
-            if actor is not None:
+            if actor is None:
+                pass
+            elif actor._on_stop_bounded:
+                await actor.on_stop(termination)
+            else:
                 with anyio.move_on_after(self._system.shutdown_timeout):
                     await actor.on_stop(termination)
         except Exception as exc:

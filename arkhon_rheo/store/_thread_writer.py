@@ -2,13 +2,18 @@
 
 Callers of `ThreadWriter.submit` put their `Ticket` in the open batch (a plain
 list, queued for the thread as soon as it is opened) and wait on the batch's
-event. The thread takes batches off its queue one by one: it seals the batch
-(later tickets open the next one), writes it in one transaction, and resolves
-it with one thread-safe call back into the event loop, which sets the batch's
-event and updates the counters. While the thread commits batch k, the loop
-fills batch k+1: SQL overlaps Python, and the more sessions write at once, the
-larger the batches, with no timer involved. There is no per-commit
-``to_thread``, lock, limiter, cancel scope or writer task on the loop's side.
+`Done` signal (`._done`: on asyncio, a future per caller and no coroutine).
+The thread takes batches off its queue one by one: it seals the batch (later
+tickets open the next one), writes it in one transaction, and resolves it with
+one thread-safe call back into the event loop, which sets the batch's signal
+and updates the counters. While the thread commits batch k, the loop fills
+batch k+1, and the more sessions write at once, the larger the batches, with
+no timer involved. There is no per-commit ``to_thread``, lock, limiter, cancel
+scope or writer task on the loop's side. (SQLite runs without the interpreter
+lock, but the thread takes the lock back between statements and rows, and a
+busy loop hands it over only every switch interval: see ``bench/store.py``
+(4). The writer's work mostly fills the loop's idle time rather than
+overlapping its Python.)
 
 The call back into the loop goes through anyio's seam for it (the
 `anyio.lowlevel.current_token` of the loop that opened the store, and its

@@ -85,6 +85,10 @@ class SessionSupervisor(Actor[_Step, None]):
     the exception leaves the `AgentSystem` block in a ``BaseExceptionGroup``.
     """
 
+    # `on_stop` bounds its waits itself: hosted stages by the shutdown timeout,
+    # the stored status by its own (shielded) one.
+    _on_stop_bounded = True
+
     def __init__(self, session: Session) -> None:
         self.session = session
         # A stage class may serve several states: it is one stage (one instance, one
@@ -129,8 +133,11 @@ class SessionSupervisor(Actor[_Step, None]):
     async def on_stop(self, termination: Termination) -> None:
         session = self.session
         try:
-            for slot in self.stages.values():
-                await slot.stop()
+            hosted = [slot for slot in self.stages.values() if type(slot) is not _InlineSlot]
+            if hosted:  # inline stages have nothing to stop: no timer for them
+                with anyio.move_on_after(self.context.system.shutdown_timeout):
+                    for slot in hosted:
+                        await slot.stop()
         finally:
             try:
                 self._conclude(termination)

@@ -93,7 +93,11 @@ def loop_machine(probe: Probe, *, rounds: int = 1, **options: Any) -> Machine[Lo
                 action = probe.next_action(name)
                 if isinstance(action, BaseException):
                     raise action
-                if isinstance(action, tuple):  # ("sleep", seconds[, then raise this])
+                if isinstance(action, tuple) and action[0] == "shielded":
+                    action[2].set()  # ("shielded", seconds, event set on entry)
+                    with anyio.CancelScope(shield=True):  # deaf to cancellation for a while
+                        await anyio.sleep(action[1])
+                elif isinstance(action, tuple):  # ("sleep", seconds[, then raise this])
                     await anyio.sleep(action[1])
                     if len(action) > 2:
                         raise action[2]
@@ -487,6 +491,32 @@ async def test_a_stage_past_its_deadline_is_cancelled_and_retried(
     assert result.ok
     assert result.retries == 1
     assert trio.current_time() - start == pytest.approx(5.0)
+
+
+@on_virtual_clock
+async def test_a_session_stuck_in_a_hosted_stage_ends_within_the_shutdown_timeout(
+    autojump_clock: trio.testing.MockClock, stage_mode: StageMode
+) -> None:
+    # Leaving the block stops the session at once. A stage in its own actor that
+    # does not stop is given up on after the shutdown timeout, and the session
+    # ends (the block itself waits for the stage); inline, the stage runs in the
+    # supervisor's own task, which nothing can take from a shielded wait.
+    entered = anyio.Event()
+    probe = Probe(act=[("shielded", 50.0, entered)])
+    ended: list[float] = []
+    async with trio.open_nursery() as nursery, System(shutdown_timeout=7.0) as system:
+        handle = await system.start(loop_machine(probe), LoopState())
+
+        async def watch() -> None:
+            result = await handle.result()
+            assert result.exit_reason is ExitReason.CANCELLED
+            ended.append(trio.current_time() - start)
+
+        nursery.start_soon(watch)
+        await entered.wait()
+        start = trio.current_time()
+    expected = 7.0 if stage_mode is StageMode.TASK else 50.0
+    assert ended == [pytest.approx(expected, abs=0.02)]
 
 
 @on_virtual_clock
