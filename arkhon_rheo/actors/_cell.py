@@ -277,11 +277,9 @@ class Cell(Generic[M, R]):
         if kind is TerminationKind.CRASHED:
             _logger.error("actor_crashed", actor=self.name, error=repr(error))
         try:
-            if actor is None:
-                pass
-            elif actor._on_stop_bounded:
-                await actor.on_stop(termination)
-            else:
+            if actor is not None and actor._on_stop_bounded:
+                await actor.on_stop(termination)  # no timer: the hook bounds its own waits
+            elif actor is not None:
                 with anyio.move_on_after(self._system.shutdown_timeout):
                     await actor.on_stop(termination)
         except Exception as exc:
