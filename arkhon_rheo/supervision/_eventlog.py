@@ -1,26 +1,27 @@
-"""`EventLog`: a session's events kept in memory as rows the cyclic GC stops scanning.
+"""`EventLog`: a session's events kept in memory as plain slots of one list.
 
 A session without a store keeps its events in memory: they are its only
 record. Kept as `TransitionEvent` objects, each event is two or three objects
 the cyclic garbage collector tracks (the event, its patch, a dict or two), and
-at thousands of sessions those objects are what its full collections walk, again
-and again, as the logs grow. Here each event is one plain tuple instead: the
-enum members and field-name sets it names are replaced by their numbers in the
-machine's `Interner`, its patch by the patch's own dicts, its session id left
-out (the log's), the patch's field names kept as tuples of strings and its
-values spliced onto the end of the row itself. A tuple whose items are all
-plain data (strings, numbers, ``None``, such tuples) is untracked by the
-collector the first time it looks at it, so most events cost the collector
-nothing from then on, and an event that holds a tracked value (a model
-appended to a `History`, say) stays one tracked object, not three. An event
-is rebuilt, equal to the one appended, when it is read.
+at thousands of sessions those objects are what its collections walk, again and
+again, as the logs grow. Kept as one tuple each, an event is still one new
+object the collector counts: the young collections that a run of thousands of
+sessions makes, and the objects they promote, grow with the number of commits.
+
+Here an event adds no object of its own. Its fields are appended to the log's
+one flat list: the enum members and field-name sets it names replaced by their
+numbers in the machine's `Interner`, its session id left out (the log's), the
+patch's field names as tuples of strings shared through the interner, then the
+patch's values. A second list holds where each event ends. The only objects an
+event brings are the values it holds that were objects already (a model
+appended to a `History`, say). An event is rebuilt, equal to the one appended,
+when it is read.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from itertools import chain
 from typing import TYPE_CHECKING, Any, overload
 
 from ..protocols import Patch, TransitionEvent
@@ -33,7 +34,7 @@ __all__ = ["EventLog", "Interner"]
 #: The most objects one machine's interner numbers; past it, rows keep the objects.
 _INTERNED_MAX = 4096
 
-#: Where a row's patch values start: after the event's 14 fields.
+#: Where an event's patch values start: after its 14 fields.
 _TAIL = 14
 
 
@@ -44,12 +45,22 @@ class Interner:
     they live as long as the machine does.
     """
 
-    __slots__ = ("_index", "_lock", "objects")
+    __slots__ = ("_index", "_lock", "_names", "objects")
 
     def __init__(self) -> None:
         self.objects: list[Any] = []
         self._index: dict[object, int] = {}
+        self._names: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._lock = threading.Lock()
+
+    def names(self, names: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The one tuple equal to ``names`` that this machine's logs share (bounded)."""
+        found = self._names.get(names)
+        if found is not None:
+            return found
+        if len(self._names) < _INTERNED_MAX:
+            return self._names.setdefault(names, names)
+        return names
 
     def number(self, item: Any) -> Any:
         """``item``'s number, or ``item`` itself once the table is full.
@@ -82,17 +93,25 @@ class EventLog(Sequence[TransitionEvent]):
         interner: The machine's interner.
     """
 
-    __slots__ = ("_interner", "_rows", "session_id")
+    __slots__ = ("_data", "_ends", "_interner", "session_id")
 
     def __init__(self, session_id: str, interner: Interner) -> None:
         self.session_id = session_id
         self._interner = interner
-        self._rows: list[tuple[Any, ...] | TransitionEvent] = []
+        #: The events' slots, one after the other.
+        self._data: list[Any] = []
+        #: Where each event's slots end; negated for an event kept as it is, in one slot.
+        self._ends: list[int] = []
+
+    def _keep(self, event: TransitionEvent) -> None:
+        """Keep ``event`` as it is (not this log's shape), in one slot."""
+        self._data.append(event)
+        self._ends.append(-len(self._data))
 
     def append(self, event: TransitionEvent) -> None:
         """Keep ``event`` at the end."""
         if type(event) is not TransitionEvent:
-            self._rows.append(event)  # not this log's shape: kept as it is
+            self._keep(event)
             return
         # One unpacking instead of a field access each: this runs at every commit.
         (
@@ -117,7 +136,7 @@ class EventLog(Sequence[TransitionEvent]):
             or type(reads) is not frozenset
             or type(writes) is not frozenset
         ):
-            self._rows.append(event)  # not this log's shape: kept as it is
+            self._keep(event)
             return
         interner = self._interner
         get = interner._index.get
@@ -135,17 +154,17 @@ class EventLog(Sequence[TransitionEvent]):
             or writes_number is None
         ):
             if not _numberable(event):
-                self._rows.append(event)  # an int where a member belongs: kept as it is
+                self._keep(event)  # an int where a member belongs
                 return
             number = interner.number
             kind_number, origin_number, target_number = number(kind), number(origin), number(target)
             reads_number, writes_number = number(reads), number(writes)
         values, appends = patch._parts()
-        # A dict is never untracked, and a tuple holding a tracked value is one
-        # more object the collector walks: the patch's names go in tuples of
-        # strings (the assigned fields; the appended fields, then their counts),
-        # its values at the end of the row, the assigned ones first.
-        head = (
+        # The patch's names: the assigned fields; the appended fields, then their
+        # counts. Its values follow the event's fields, the assigned ones first.
+        names = interner.names
+        data = self._data
+        data += (
             seq,
             kind_number,
             stage,
@@ -153,26 +172,19 @@ class EventLog(Sequence[TransitionEvent]):
             target_number,
             reads_number,
             writes_number,
-            tuple(values) if values else (),
-            (*appends, *map(len, appends.values())) if appends else (),
+            names(tuple(values)) if values else (),
+            names((*appends, *map(len, appends.values()))) if appends else (),
             attempt,
             started_at,
             finished_at,
             error,
             info,
         )
-        if appends:
-            if values:
-                self._rows.append((*head, *values.values(), *chain.from_iterable(appends.values())))
-            elif len(appends) == 1:
-                (items,) = appends.values()
-                self._rows.append((*head, *items))
-            else:
-                self._rows.append((*head, *chain.from_iterable(appends.values())))
-        elif values:
-            self._rows.append((*head, *values.values()))
-        else:
-            self._rows.append(head)
+        if values:
+            data += values.values()
+        for items in appends.values():
+            data += items
+        self._ends.append(len(data))
 
     def extend(self, events: Iterable[TransitionEvent]) -> None:
         """Keep ``events`` at the end, in order."""
@@ -181,28 +193,49 @@ class EventLog(Sequence[TransitionEvent]):
             and events._interner is self._interner
             and events.session_id == self.session_id
         ):
-            self._rows.extend(events._rows)  # the same rows: nothing decoded
+            # The same slots: nothing decoded and encoded again.
+            base = len(self._data)
+            self._data += events._data
+            self._ends += [end + base if end > 0 else end - base for end in events._ends]
             return
         for event in events:
             self.append(event)
 
     def clear(self) -> None:
         """Forget every event."""
-        self._rows.clear()
+        self._data.clear()
+        self._ends.clear()
 
-    def _event(self, row: tuple[Any, ...] | TransitionEvent) -> TransitionEvent:
-        if isinstance(row, TransitionEvent):
-            return row
+    def _event(self, start: int, end: int) -> TransitionEvent:
+        data = self._data
+        if end < 0:
+            kept: TransitionEvent = data[start]
+            return kept
         objects = self._interner.objects
-        (seq, kind, stage, origin, target, reads, writes, assigned, appended) = row[: _TAIL - 5]
-        attempt, started_at, finished_at, error, info = row[_TAIL - 5 : _TAIL]
-        values = dict(zip(assigned, row[_TAIL : _TAIL + len(assigned)], strict=True))
+        (
+            seq,
+            kind,
+            stage,
+            origin,
+            target,
+            reads,
+            writes,
+            assigned,
+            appended,
+            attempt,
+            started_at,
+            finished_at,
+            error,
+            info,
+        ) = data[start : start + _TAIL]
+        at = start + _TAIL
+        values = dict(zip(assigned, data[at : at + len(assigned)], strict=True))
+        at += len(assigned)
         appends: dict[str, tuple[Any, ...]] = {}
         if appended:
             half = len(appended) // 2
-            at = _TAIL + len(assigned)
             for field, count in zip(appended[:half], appended[half:], strict=True):
-                appends[field] = row[at : at + count]
+                appends[field] = tuple(data[at : at + count])
                 at += count
         return TransitionEvent(
             self.session_id,
@@ -221,8 +254,12 @@ class EventLog(Sequence[TransitionEvent]):
             info,
         )
 
+    def _at(self, index: int) -> TransitionEvent:
+        ends = self._ends
+        return self._event(abs(ends[index - 1]) if index else 0, ends[index])
+
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._ends)
 
     @overload
     def __getitem__(self, index: int) -> TransitionEvent: ...
@@ -231,16 +268,23 @@ class EventLog(Sequence[TransitionEvent]):
     def __getitem__(self, index: slice) -> list[TransitionEvent]: ...
 
     def __getitem__(self, index: int | slice) -> TransitionEvent | list[TransitionEvent]:
+        count = len(self._ends)
         if isinstance(index, slice):
-            return [self._event(row) for row in self._rows[index]]
-        return self._event(self._rows[index])
+            return [self._at(i) for i in range(*index.indices(count))]
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError("event log index out of range")
+        return self._at(index)
 
     def __iter__(self) -> Iterator[TransitionEvent]:
-        for row in self._rows:
-            yield self._event(row)
+        start = 0
+        for end in self._ends:
+            yield self._event(start, end)
+            start = abs(end)
 
     def __repr__(self) -> str:
-        return f"<EventLog of {self.session_id!r}: {len(self._rows)} events>"
+        return f"<EventLog of {self.session_id!r}: {len(self._ends)} events>"
 
 
 def _numberable(event: TransitionEvent) -> bool:

@@ -70,21 +70,27 @@ def test_events_read_back_equal_to_what_was_appended() -> None:
     assert len(log) == 0
 
 
-def test_a_plain_event_costs_the_collector_nothing_once_it_has_seen_it() -> None:
+def test_an_event_adds_no_object_the_collector_tracks_but_the_models_it_holds() -> None:
     log = EventLog("s1", Interner())
-    log.append(event(1, Patch(thought="use the calculator")))
-    log.append(event(2, Patch().append("steps", ReferenceStep(0, "calc", "42"))))
-    # A row is untracked once the tuples inside it are: by the second collection at
-    # the latest (the first may look at the row before the patch's tuple).
+    steps = [ReferenceStep(cycle, "calc", "42") for cycle in range(100)]
     gc.collect()
+    before = len(gc.get_objects())
+    for seq, step in enumerate(steps, start=1):
+        log.append(event(seq, Patch(thought="use the calculator", observation=None)))
+        log.append(event(seq, Patch().append("steps", step), writes=frozenset({"steps"})))
     gc.collect()
-    plain, holding_a_model = log._rows
-    assert not gc.is_tracked(plain)  # strings, numbers and numbered states only
-    assert gc.is_tracked(holding_a_model)  # a tracked value keeps its row tracked
-    assert log[0] == event(1, Patch(thought="use the calculator"))
+    # The log's two lists, and one shared tuple of names per patch shape: no object
+    # per event. (The steps were tracked before.)
+    assert len(gc.get_objects()) - before <= 2 + 2
+    tracked = [slot for slot in log._data if gc.is_tracked(slot)]
+    assert tracked == steps  # the models it holds, in order, and nothing else
+    names = [slot for slot in log._data if type(slot) is tuple and slot]
+    assert len({id(slot) for slot in names}) == 2  # one per shape, however many events
+    assert log[0] == event(1, Patch(thought="use the calculator", observation=None))
+    assert log[199].patch.appends["steps"] == (steps[99],)
 
 
-def test_a_row_holding_models_is_one_tracked_object_and_reads_back_in_order() -> None:
+def test_models_read_back_in_order_with_their_names() -> None:
     one, two, three = (ReferenceStep(cycle, "calc", str(cycle)) for cycle in range(3))
     failure = FailureRecord(
         error_type="ValueError", message="no", error_class=ErrorClass.FATAL, lifecycle="Acting"
@@ -94,23 +100,21 @@ def test_a_row_holding_models_is_one_tracked_object_and_reads_back_in_order() ->
         Patch().append("steps", one).append("more", two, three),
         Patch(thought="only assigned", last_error=failure),
         Patch().append("steps", three),
+        Patch(),
     ]
     log = EventLog("s1", Interner())
     for seq, patch in enumerate(patches, start=1):
         log.append(event(seq, patch))
-    gc.collect()
-    gc.collect()
-    for row, patch in zip(log._rows, patches, strict=True):
-        assert isinstance(row, tuple)
-        nested = [item for item in row if type(item) is tuple]
-        assert nested
-        assert not any(gc.is_tracked(item) for item in nested)  # names only
-        assert gc.is_tracked(row)  # it holds a model: the one object the collector walks
-        read = log[row[0] - 1].patch
+    assert len(log) == len(patches)
+    for index, patch in enumerate(patches):
+        read = log[index].patch
         assert read == patch
         assert list(read.values.items()) == list(patch.values.items())  # order kept
         assert list(read.appends.items()) == list(patch.appends.items())
     assert log[0].patch.appends["empty"] == ()
+    assert [e.patch for e in log] == patches
+    assert [e.patch for e in log[1:4]] == patches[1:4]
+    assert [e.patch for e in log[::-2]] == patches[::-2]
 
 
 def test_field_sets_are_numbered_by_value_and_the_table_is_bounded() -> None:
@@ -139,8 +143,13 @@ def test_another_sessions_event_is_kept_as_it_is_and_a_log_extends_from_a_log() 
     second = EventLog("s1", interner)
     second.extend(first)
     second.extend([event(2, Patch(thought="y"))])
-    assert [e.seq for e in second] == [1, 2]
-    assert second._rows[0] is first._rows[0]  # the same row, not decoded and re-encoded
+    second.extend(first)  # after an event of its own: the slots move, the events do not
+    second.append(stranger)  # kept as it is, after slots taken from another log
+    assert [e.seq for e in second] == [1, 2, 1, 1]
+    assert second[-1] is stranger
+    assert second[2] == first[0]
+    size = len(first._data)
+    assert second._data[:size] == second._data[2 * size : 3 * size] == first._data  # copied
 
 
 @pytest.mark.anyio
