@@ -346,11 +346,16 @@ def _item_check(item: Any) -> Callable[[Any], bool] | None:
             return None
         fields.append(found)
     kinds = tuple(fields)
+    size = len(kinds)
 
     def check(value: Any) -> bool:
         # ``map`` rather than a generator in ``all()``: half the cost, at every commit.
-        # ``type(value) is item``: it has exactly one part per field.
-        return type(value) is item and all(map(frozenset.__contains__, kinds, map(type, value)))
+        # The length too: ``map`` stops at the shorter (a tuple built by ``tuple.__new__``).
+        return (
+            type(value) is item
+            and len(value) == size
+            and all(map(frozenset.__contains__, kinds, map(type, value)))
+        )
 
     return check
 

@@ -1105,3 +1105,17 @@ def test_machine_build_check_names_the_culprit(
     assert "'broken'" in message
     for culprit in culprits:
         assert culprit in message
+
+
+def test_the_fast_named_tuple_item_check_wants_the_exact_type_length_and_parts() -> None:
+    # A `History` of named tuples skips pydantic for an item of exactly the
+    # declared shape; anything else goes through full validation.
+    from arkhon_rheo.supervision._validate import _item_check
+    from arkhon_rheo.testing import ReferenceStep
+
+    check = _item_check(ReferenceStep)
+    assert check is not None
+    assert check(ReferenceStep(1, "calc", "42"))
+    assert not check(ReferenceStep(1, "calc", 42))  # type: ignore[arg-type]  # a part of another type
+    assert not check((1, "calc", "42"))  # a plain tuple
+    assert not check(tuple.__new__(ReferenceStep, (1, "calc")))  # one part short
