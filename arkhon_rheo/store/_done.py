@@ -31,8 +31,6 @@ class Done(Protocol):
 
     def set(self) -> None: ...
 
-    def is_set(self) -> bool: ...
-
     def wait(self) -> Awaitable[object]: ...
 
 
@@ -54,9 +52,6 @@ class _FutureDone:
         for waiter in waiters:
             if not waiter.done():  # a cancelled caller's
                 waiter.set_result(None)
-
-    def is_set(self) -> bool:
-        return self._set
 
     def wait(self) -> Awaitable[object]:
         if self._set:
