@@ -189,9 +189,12 @@ def _dump_patch(event: StoredEvent, location: str) -> tuple[Any, Any, bytes]:
     """``(set names, append names, patch bytes)`` of an event's patch."""
     patch = event.patch
     if type(patch) is EncodedPatch:
-        parts = list(patch.values.values())
-        parts += [b"[" + b",".join(items) + b"]" for items in patch.appends.values()]
-        return tuple(patch.values), tuple(patch.appends), b"[" + b",".join(parts) + b"]"
+        values, appends = patch.values, patch.appends
+        if not appends:  # the common case, without a list of parts
+            return tuple(values), (), b"[" + b",".join(values.values()) + b"]"
+        parts = list(values.values())
+        parts += [b"[" + b",".join(items) + b"]" for items in appends.values()]
+        return tuple(values), tuple(appends), b"[" + b",".join(parts) + b"]"
     compact = _compact(patch)
     try:
         if compact is None:

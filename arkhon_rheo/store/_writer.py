@@ -21,7 +21,6 @@ queued before it stops, so nothing acknowledged in ``async`` mode is dropped.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -44,13 +43,14 @@ T = TypeVar("T")
 logger = get_logger("arkhon_rheo.store")
 
 
-@dataclass(slots=True, eq=False)
 class Ticket:
     """A queued request and, once it is committed or refused, its outcome.
 
     Attributes:
         request: What to write.
         waits: Whether a caller waits for it (else a refusal goes to the error hook).
+        events: How many events the request appends (counted once, when queued
+            and when resolved).
         done: Set once the batch holding it is committed; one event per batch,
             shared by its tickets (``None`` until queued, and for tickets nobody
             waits for).
@@ -61,18 +61,32 @@ class Ticket:
             done: a refusal is then logged (thread writer).
     """
 
-    request: Request
-    waits: bool
-    done: anyio.Event | None = None
-    finished: bool = False
-    error: Exception | None = None
-    committed: bool = False
-    abandoned: bool = False
+    __slots__ = (
+        "abandoned",
+        "committed",
+        "done",
+        "error",
+        "events",
+        "finished",
+        "request",
+        "waits",
+    )
 
-    @property
-    def events(self) -> int:
-        """How many events the request appends."""
-        return len(self.request.rows) if isinstance(self.request, Append) else 0
+    def __init__(self, request: Request, waits: bool) -> None:
+        self.request = request
+        self.waits = waits
+        self.events = len(request.rows) if type(request) is Append else 0
+        self.done: anyio.Event | None = None
+        self.finished = False
+        self.error: Exception | None = None
+        self.committed = False
+        self.abandoned = False
+
+    def __repr__(self) -> str:
+        return (
+            f"Ticket({type(self.request).__name__} of {self.request.session_id!r}, "
+            f"waits={self.waits}, finished={self.finished}, error={self.error!r})"
+        )
 
 
 def copy_error(exc: StoreError) -> StoreError:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import operator
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ _SIZE = 8
 _EMPTY = bytes(_SIZE)
 #: Fields the supervisor may change on any event without their being in its patch.
 _DERIVED = ("lifecycle", "iteration", "last_error")
+_derived_of = operator.attrgetter(*_DERIVED)
 _REFUSED = (PydanticSerializationError, ValueError, TypeError, KeyError, RecursionError)
 
 
@@ -171,7 +173,7 @@ class StateHasher:
     def start(self, state: AgentState) -> StateDigest:
         """The digest of ``state``, computed in full (O(state))."""
         fields = {name: self.field(name, getattr(state, name)) for name in self._fields}
-        derived = tuple([getattr(state, name) for name in _DERIVED])
+        derived = _derived_of(state)
         sequences = {name: getattr(state, name) for name in self._items}
         return StateDigest(self, fields, derived, sequences)
 
@@ -265,10 +267,16 @@ class StateDigest:
             sequences = dict(sequences)
             for name in (*encoded.items, *appends):
                 sequences[name] = getattr(state, name)
-        derived = tuple([getattr(state, name) for name in _DERIVED])
-        for name, value, before in zip(_DERIVED, derived, self._derived, strict=True):
-            if value is not before and name not in written:
-                fields[name] = hasher.field(name, value)
+        derived = _derived_of(state)
+        lifecycle, iteration, last_error = derived
+        before = self._derived
+        # Unrolled over `_DERIVED`: no iterator objects on every commit.
+        if lifecycle is not before[0] and "lifecycle" not in written:
+            fields["lifecycle"] = hasher.field("lifecycle", lifecycle)
+        if iteration is not before[1] and "iteration" not in written:
+            fields["iteration"] = hasher.field("iteration", iteration)
+        if last_error is not before[2] and "last_error" not in written:
+            fields["last_error"] = hasher.field("last_error", last_error)
         return StateDigest(hasher, fields, derived, sequences)
 
     def accept(self, other: StateDigest) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocols._seams import takes_encoded
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Awaitable, Mapping
 
     from ..protocols import AgentState, Store, TransitionEvent
     from ._codec import EventCodec
@@ -60,6 +60,9 @@ class Persistence:
 
     __slots__ = (
         "_direct",
+        "_next",
+        "_next_since",
+        "_next_size",
         "_since",
         "_size",
         "codec",
@@ -95,15 +98,35 @@ class Persistence:
         #: then (``None``: not known yet, until this run's first commit).
         self._since = 0
         self._size: int | None = None
+        #: What `accept` moves on to once the event `write` handed over is stored.
+        self._next: StateDigest | None = None
+        self._next_since = 0
+        self._next_size: int | None = None
 
     async def record(
         self, event: TransitionEvent, state: AgentState, *, status: str | None = None
     ) -> None:
-        """Store ``event`` (and ``state`` as a snapshot when one is due).
+        """Store ``event`` (and ``state`` as a snapshot when one is due): `write`, then `accept`.
 
         Raises:
             UnserializablePatch: If the event cannot be encoded (nothing was written).
             StoreError: If the store refused or failed.
+        """
+        await self.write(event, state, status=status)
+        self.accept()
+
+    def write(
+        self, event: TransitionEvent, state: AgentState, *, status: str | None = None
+    ) -> Awaitable[None]:
+        """Encode ``event`` and hand it to the store; return the store's write to await.
+
+        Once the returned awaitable has returned, call `accept`; if it raises, the
+        digest and the snapshot policy stay where they were. The supervisor's
+        step awaits the store's ``append`` itself this way, with no coroutine of
+        this class alive (and walked by the cyclic GC) while it waits.
+
+        Raises:
+            UnserializablePatch: If the event cannot be encoded (nothing was written).
         """
         if self.link is not None:
             event = linked(event, self.link)
@@ -138,13 +161,23 @@ class Persistence:
         if machine.is_terminal(event.to_state):
             status = "failed" if event.to_state is machine.failed else "finished"
         patch = encoded if self._direct else encoded.data()
-        pending = [self.codec.encode_event(event, digest.value, patch=patch)]
-        del encoded, patch, state_json
-        # No local keeps the encoded event: the store may drop it (and its patch)
-        # once it has its rows, rather than hold it until the write is durable.
-        await self.store.append(self.session_id, [pending.pop()], snapshot=snapshot, status=status)
+        self._next, self._next_since, self._next_size = digest, since, size
+        # The store may drop the encoded event (and its patch) once it has its
+        # rows, rather than hold it until the write is durable.
+        return self.store.append(
+            self.session_id,
+            [self.codec.encode_event(event, digest.value, patch=patch)],
+            snapshot=snapshot,
+            status=status,
+        )
+
+    def accept(self) -> None:
+        """The event `write` handed over is stored: move the digest and the snapshot count on."""
+        digest = self._next
+        assert digest is not None, "accept() without a write() before it"
+        self._next = None
         self.digest.accept(digest)
-        self._since, self._size = since, size
+        self._since, self._size = self._next_since, self._next_size
 
     async def close(self, status: str | None) -> None:
         """The run has ended: store its ``status`` (unless ``None``) and give its lease up.

@@ -298,7 +298,7 @@ class SessionSupervisor(Actor[_Step, None]):
                     _tracing.step_outcome(span, outcome)
             if isinstance(outcome, Escaped):
                 raise outcome.error
-            calls = recorder.finished()
+            calls = recorder.finished() or None  # no empty list kept while a commit waits
             # Not kept alive while a durable commit waits for its store (the GC would
             # walk them, and promote them, with every session that waits).
             del view, recorder, scope
@@ -439,11 +439,15 @@ class SessionSupervisor(Actor[_Step, None]):
             error=record,
             info={"io": calls} if calls else None,
         )
-        if session.persistence is not None:
+        persistence = session.persistence
+        if persistence is not None:
+            # Not kept alive (and walked by the GC) while the commit waits for its store.
+            del updates, moved
             try:  # write-ahead: the store has it before it becomes authoritative
-                await session.persistence.record(event, candidate)
+                await persistence.write(event, candidate)
             except Exception as exc:
                 return exc
+            persistence.accept()
         if record is not None:
             session.failure = record
         session.commit(candidate, event)
