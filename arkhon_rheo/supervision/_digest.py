@@ -51,6 +51,8 @@ _EMPTY = bytes(_SIZE)
 #: Fields the supervisor may change on any event without their being in its patch.
 _DERIVED = ("lifecycle", "iteration", "last_error")
 _derived_of = operator.attrgetter(*_DERIVED)
+#: Their names one by one, for `StateDigest.after`'s unrolled checks (three, or this fails).
+_FIRST, _SECOND, _THIRD = _DERIVED
 _REFUSED = (PydanticSerializationError, ValueError, TypeError, KeyError, RecursionError)
 
 
@@ -268,15 +270,15 @@ class StateDigest:
             for name in (*encoded.items, *appends):
                 sequences[name] = getattr(state, name)
         derived = _derived_of(state)
-        lifecycle, iteration, last_error = derived
+        first, second, third = derived
         before = self._derived
         # Unrolled over `_DERIVED`: no iterator objects on every commit.
-        if lifecycle is not before[0] and "lifecycle" not in written:
-            fields["lifecycle"] = hasher.field("lifecycle", lifecycle)
-        if iteration is not before[1] and "iteration" not in written:
-            fields["iteration"] = hasher.field("iteration", iteration)
-        if last_error is not before[2] and "last_error" not in written:
-            fields["last_error"] = hasher.field("last_error", last_error)
+        if first is not before[0] and _FIRST not in written:
+            fields[_FIRST] = hasher.field(_FIRST, first)
+        if second is not before[1] and _SECOND not in written:
+            fields[_SECOND] = hasher.field(_SECOND, second)
+        if third is not before[2] and _THIRD not in written:
+            fields[_THIRD] = hasher.field(_THIRD, third)
         return StateDigest(hasher, fields, derived, sequences)
 
     def accept(self, other: StateDigest) -> None:

@@ -174,7 +174,8 @@ class Persistence:
     def accept(self) -> None:
         """The event `write` handed over is stored: move the digest and the snapshot count on."""
         digest = self._next
-        assert digest is not None, "accept() without a write() before it"
+        if digest is None:  # a bug of the caller's: never move on to a stale digest
+            raise RuntimeError("Persistence.accept() without a write() before it")
         self._next = None
         self.digest.accept(digest)
         self._since, self._size = self._next_since, self._next_size
