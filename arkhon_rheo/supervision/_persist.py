@@ -41,7 +41,8 @@ def linked(event: TransitionEvent, link: Mapping[str, Any]) -> TransitionEvent:
 class Persistence:
     """Writes a session's events, and its snapshots when they are due, to a store.
 
-    The supervisor awaits `record` before a commit becomes authoritative, so
+    The supervisor awaits `record` (or, on a step's commit, what `write`
+    returns, then calls `accept`) before a commit becomes authoritative, so
     what a caller was told is committed is in the store, as durable as the
     store's durability mode makes it.
 
