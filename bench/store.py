@@ -15,6 +15,11 @@ In one process and one run, against files in a temporary directory, it measures:
     the floor, the same event rows written by plain `sqlite3` (WAL,
     ``synchronous=FULL``, the session's row updated in each) in as many
     transactions as ours committed, on the same file system. Target: within 1.3x.
+    Two lines below it give a thread writer's own floor: the floor plus one
+    loop -> thread -> loop hand-off per transaction (measured alone), and that
+    plus the runtime with no store. No design that writes on another thread
+    can beat the second; a baseline's ``sync`` line divided by it is the most
+    any such design could gain over that baseline on this machine.
 (2) sessions: N concurrent sessions x 10 cycles, N = 100 and 1,000 (``--quick``:
     10 and 100), in ``sync`` and ``batched`` mode, against (a) and (b) doing the
     same. All N are started first and park at a gate in their first stage (the
@@ -544,6 +549,7 @@ async def report_one(sizes: Sizes, backend: str, modules: tuple[Any, Any] | None
     )
     drivers: tuple[DriverName, ...] = ("auto", "aiosqlite") if backend == "asyncio" else ("auto",)
     runs: dict[tuple[Durability, str], Run] = {}
+    writer_floor = 0.0
     for durability in (SYNC, BATCHED):
         for driver in drivers:
             run = await best(sizes.repeat, ours, 1, cycles, durability, driver=driver)
@@ -573,8 +579,17 @@ async def report_one(sizes: Sizes, backend: str, modules: tuple[Any, Any] | None
                     f"= {with_hop:4.2f}x the floor before any work of ours",
                     flush=True,
                 )
+                writer_floor = bottom.us * with_hop
     memory = await best(sizes.repeat, in_memory, 1, cycles)
     line("ours, no store (runtime alone)", memory)
+    # A thread writer can do no better than the fsynced transactions, one hand-off
+    # each and the runtime's own work: compare a baseline's `sync` line with this.
+    ideal = writer_floor + memory.us
+    print(
+        f"      {'floor + hand-off + runtime alone':<44} {ideal:8.0f} us/cycle   "
+        f"ours sync is {runs[SYNC, 'auto'].us / ideal:4.2f}x it: a thread writer's floor",
+        flush=True,
+    )
     if backend != "asyncio":
         return
     ours_sync = runs[SYNC, "auto"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["EncodedPatch", "takes_encoded"]
+__all__ = ["EncodedJson", "EncodedPatch", "takes_encoded"]
 
 
 class EncodedPatch:
@@ -64,6 +64,17 @@ class EncodedPatch:
 
     def __repr__(self) -> str:
         return f"EncodedPatch({self.json().decode()})"
+
+
+class EncodedJson(bytes):
+    """JSON bytes that pydantic's serializer wrote: a store keeps them without parsing them.
+
+    A store that takes encoded snapshots checks plain ``bytes`` are JSON before it
+    keeps them (a store never holds what it cannot read back); the supervisor's
+    own snapshots come as this type, and are written as they are.
+    """
+
+    __slots__ = ()
 
 
 def _key(name: str) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ._canonical import canonical as canonical
 from ._canonical import json_data as json_data
 from ._canonical import may_hold_sets as may_hold_sets
+from ._encoded import EncodedJson as EncodedJson
 from ._encoded import EncodedPatch as EncodedPatch
 from ._encoded import takes_encoded as takes_encoded
 from ._faults import FaultInjector as FaultInjector

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, StoreError, UnserializablePatch
 from ..protocols import SessionRecord, StoredEvent
-from ..protocols._seams import EncodedPatch
+from ..protocols._seams import EncodedJson, EncodedPatch
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -144,8 +144,9 @@ def encode_snapshot(state: Any, *, what: str, location: str = "") -> Snapshot:
         StoreError: The state is not JSON data.
     """
     if isinstance(state, bytes):
-        try:  # a snapshot is rare: make sure the bytes are JSON before they are kept
-            loads(state)
+        try:  # unless pydantic wrote them, make sure the bytes are JSON before they are kept
+            if type(state) is not EncodedJson:
+                loads(state)
         except ValueError as exc:
             raise StoreError(
                 f"{what} cannot be stored: its bytes are not JSON ({exc})", location=location

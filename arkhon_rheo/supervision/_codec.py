@@ -22,6 +22,7 @@ from ..protocols import (
     StoredEvent,
     TransitionEvent,
 )
+from ..protocols._seams import EncodedJson
 from ._validate import _item_type
 
 if TYPE_CHECKING:
@@ -82,9 +83,9 @@ class EventCodec:
         """The state as JSON data."""
         return state.model_dump(mode="json")
 
-    def state_json(self, state: AgentState) -> bytes:
+    def state_json(self, state: AgentState) -> EncodedJson:
         """The state as compact JSON bytes (what `encode_state` gives, encoded)."""
-        return state.__pydantic_serializer__.to_json(state)
+        return EncodedJson(state.__pydantic_serializer__.to_json(state))
 
     def decode_state(self, data: Any) -> AgentState:
         """A state from JSON data.

@@ -31,7 +31,7 @@ from arkhon_rheo import (
     UnserializablePatch,
 )
 from arkhon_rheo.protocols import Durability, Store, StoredEvent
-from arkhon_rheo.protocols._encoded import EncodedPatch
+from arkhon_rheo.protocols._encoded import EncodedJson, EncodedPatch
 from arkhon_rheo.store import MemoryStore, SQLiteStore, StoreState
 
 if TYPE_CHECKING:
@@ -779,3 +779,16 @@ async def test_snapshot_bytes_that_are_not_json_are_refused(
         with pytest.raises(StoreError, match="not JSON"):
             await store.append("s", [event("s", 1)], snapshot=(1, b"{"))
         assert await store.history("s") == ()
+
+
+async def test_snapshot_json_from_pydantic_is_kept_as_written(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    # The supervisor's own snapshots: written without being parsed again, read back whole.
+    state = {"notes": [{"n": i} for i in range(300)], "title": "déjà vu"}
+    encoded = EncodedJson(json.dumps(state, separators=(",", ":")).encode())
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot=encoded)
+        await store.append("s", [event("s", 1)], snapshot=(1, encoded))
+        assert await store.snapshot_at("s", 0) == (0, state)
+        assert await store.snapshot_at("s", 1) == (1, state)
