@@ -5,6 +5,9 @@ recorded tool call, which fails once with a recoverable error when asked to)
 → review (guarded by a human gate that sets ``approved``) → finished.
 ``populate(path)`` runs one session of each kind into a SQLite file: finished,
 restarted once then finished, failed (fatal) and paused at the gate.
+``populate_ids(path, ids)`` pauses one ``desk`` session under each given id
+(hostile ones: a subgraph child's ``a/b/1``, ``?``, ``#``, ``%41``...), and
+``populate_long(path, marks)`` runs one ``tally`` session of ``marks`` events.
 
 Run ``python -m tests.inspector_fixture PATH`` to make such a file, then
 ``python -m arkhon_rheo.inspector --store PATH --machine tests.inspector_fixture:desk``.
@@ -22,6 +25,7 @@ from arkhon_rheo import (
     AgentState,
     AgentSystem,
     Fatal,
+    History,
     Lifecycle,
     Machine,
     Patch,
@@ -132,6 +136,51 @@ async def populate(path: str) -> dict[str, str]:
         failed = await system.run(desk, Ticket(question="fatal disk"))
         ids["failed"] = failed.session_id
     return ids
+
+
+async def populate_ids(path: str, session_ids: list[str]) -> None:
+    """Pause one ``desk`` session under each of ``session_ids`` in the SQLite file ``path``."""
+    async with AgentSystem(path=path, seed=7) as system:
+        for session_id in session_ids:
+            result = await system.run(
+                desk, Ticket(question=f"about {session_id}"), session_id=session_id
+            )
+            assert result.session_id == session_id
+
+
+class Tally(AgentState):
+    lifecycle: Lifecycle = L.INITIALIZED
+    goal: int = 1
+    marks: History[int] = History()
+
+
+def _next_mark(state: Tally) -> Lifecycle:
+    return L.FINISHED if len(state.marks) >= state.goal else L.THINKING
+
+
+@stage(reads={"marks"}, writes={"marks"}, next=_next_mark)
+async def mark(view: StateView[Tally]) -> Patch:
+    return Patch().append("marks", len(view.marks))
+
+
+#: A machine that appends one mark per event until it has ``goal`` of them.
+tally: Machine[Tally] = Machine(
+    name="tally",
+    state_type=Tally,
+    initial=L.INITIALIZED,
+    transitions={L.INITIALIZED: {L.THINKING, L.FINISHED}, L.THINKING: {L.THINKING, L.FINISHED}},
+    stages={L.INITIALIZED: mark, L.THINKING: mark},
+    terminal={L.FINISHED, L.FAILED},
+    failed=L.FAILED,
+)
+
+
+async def populate_long(path: str, marks: int) -> str:
+    """Run one ``tally`` session of ``marks`` steps into the SQLite file ``path``; its id."""
+    async with AgentSystem(path=path, seed=7) as system:
+        result = await system.run(tally, Tally(goal=marks), max_steps=marks + 1)
+        assert len(result.state.marks) == marks
+        return result.session_id
 
 
 def main(argv: list[str]) -> int:

@@ -2,8 +2,14 @@
 
 Imported only by `create_app`, once the ``inspector`` extra is known to be
 installed. Reading needs the store only; deciding a paused session and
-re-executing a replay need the session's machine, and every request that
-changes something (every ``POST``) needs the token.
+replaying one need the session's machine. Every request that changes
+something or costs more than a read (deciding, replaying) is a ``POST`` and
+needs the token; every ``GET`` only reads, a page of events at a time.
+
+A session id may hold any character (a subgraph child's is
+``parent/stage/1``): it goes into every URL percent-encoded whole
+(`session_url`), ``/`` and ``%`` included, and the routes take the rest of
+the path as the id, so each id comes back exactly as it is stored.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import contextlib
 import json
 import secrets
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -26,6 +33,7 @@ from ..supervision._seams import differences, fingerprint
 from ..system import AgentSystem
 from ._data import LIVE, load_timeline, summarize
 from ._graph import graph_of
+from ._json import parse_json
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -35,7 +43,7 @@ if TYPE_CHECKING:
 
     from ..protocols import Machine, SessionRecord, Store
 
-__all__ = ["TOKEN_COOKIE", "TOKEN_HEADER", "build_app"]
+__all__ = ["PAGE_SIZE", "TOKEN_COOKIE", "TOKEN_HEADER", "build_app", "session_url"]
 
 #: The header a script sends the token in (a form sends the ``token`` field).
 TOKEN_HEADER = "x-arkhon-token"
@@ -45,6 +53,13 @@ TOKEN_COOKIE = "arkhon_token"
 _DECISIONS = ("resume", "abort", "edit")
 #: Fields a human never edits (the supervisor writes them).
 _NOT_EDITABLE = frozenset({"lifecycle", "session_id", "iteration"})
+#: Events a session page shows at most (``?page=N``; the last page by default).
+PAGE_SIZE = 100
+
+
+def session_url(session_id: str) -> str:
+    """The path of a session's page: its id percent-encoded whole, ``/`` and ``%`` included."""
+    return "/sessions/" + quote(session_id, safe="")
 
 
 class _Inspector:
@@ -64,6 +79,7 @@ class _Inspector:
         )
         self.templates.filters["pretty"] = _pretty
         self.templates.filters["jsontext"] = _jsontext
+        self.templates.filters["session_url"] = session_url
 
     @property
     def store(self) -> Store:
@@ -156,7 +172,14 @@ class _Inspector:
     async def session(self, request: Request) -> Response:
         if not self.may_read(request):
             return self._token_needed(request)
-        return await self._session_page(request, request.path_params["session_id"])
+        page: int | None = None
+        if "page" in request.query_params:
+            text = request.query_params["page"]
+            if not text.isdecimal() or int(text) < 1:
+                message = f"page must be a whole number from 1, got {text!r}"
+                return self.refused(request, message, 400)
+            page = int(text)
+        return await self._session_page(request, request.path_params["session_id"], page=page)
 
     async def _session_page(
         self,
@@ -167,6 +190,7 @@ class _Inspector:
         error: str = "",
         submitted: Mapping[str, str] | None = None,
         replay: Any = None,
+        page: int | None = None,
     ) -> Response:
         try:
             record = await self.store.record(session_id)
@@ -191,13 +215,27 @@ class _Inspector:
         editable = [
             (name, text) for name, text in timeline.state.items() if name not in _NOT_EDITABLE
         ]
+        pages = max(1, -(-len(timeline.steps) // PAGE_SIZE))
+        where = {step.event.seq: i // PAGE_SIZE + 1 for i, step in enumerate(timeline.steps)}
+        if page is None:
+            divergence = getattr(replay, "divergence", None)
+            page = where.get(divergence.seq, pages) if divergence is not None else pages
+        elif page > pages:
+            message = f"no page {page} of session {session_id!r}: it has {pages} page(s)"
+            return self.refused(request, message, 404)
+        shown = timeline.steps[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
         return self.page(
             request,
             "session.html",
             status=status,
             title=f"Session {session_id}",
+            url=session_url(session_id),
             record=summarize(record),
             timeline=timeline,
+            steps=shown,
+            page=page,
+            pages=pages,
+            page_of=where,
             graph=graph,
             machine=machine,
             why=why,
@@ -243,7 +281,7 @@ class _Inspector:
             return await self._session_page(
                 request, session_id, status=422, error=message, submitted=fields
             )
-        return RedirectResponse(f"/sessions/{session_id}?done={decision}", status_code=303)
+        return RedirectResponse(f"{session_url(session_id)}?done={decision}", status_code=303)
 
     def _decision_input(
         self, fields: Mapping[str, str], decision: str, session_id: str
@@ -251,11 +289,11 @@ class _Inspector:
         """The resume value and the edited fields of a submitted form, parsed from JSON."""
         value: Any = None
         if decision == "resume" and fields.get("value", "").strip():
-            value = _parse("the resume value", fields["value"])
+            value = parse_json("the resume value", fields["value"])
         edit: dict[str, Any] | None = None
         if decision == "edit":
             edit = {
-                name[len("field.") :]: _parse(f"field {name[len('field.') :]!r}", text)
+                name[len("field.") :]: parse_json(f"field {name[len('field.') :]!r}", text)
                 for name, text in fields.items()
                 if name.startswith("field.")
             }
@@ -275,15 +313,12 @@ class _Inspector:
         return changed
 
     async def replay(self, request: Request) -> Response:
+        """``POST``: fold the whole log (re-execute it with ``reexecute=1``); needs the token."""
         session_id = request.path_params["session_id"]
-        reexecute = False
-        if request.method == "POST":
-            form = dict(await request.form())
-            if not self.valid(self._presented(request, form)):
-                return self.refused(request, "re-execution needs the inspector's token", 403)
-            reexecute = form.get("reexecute") == "1"
-        elif not self.may_read(request):
-            return self._token_needed(request)
+        form = dict(await request.form())
+        if not self.valid(self._presented(request, form)):
+            return self.refused(request, "a replay needs the inspector's token", 403)
+        reexecute = form.get("reexecute") == "1"
         try:
             record = await self.store.record(session_id)
         except SessionNotFound as exc:
@@ -309,7 +344,8 @@ class _Inspector:
         token = request.query_params["token"]
         if not self.valid(token):
             return self.refused(request, "that token is not this inspector's", 403)
-        response = RedirectResponse(request.url.path, status_code=303)
+        # The path as it came, re-encoded: ``/sessions/%2541`` again, never ``/sessions/%41``.
+        response = RedirectResponse(quote(request.scope["path"], safe="/"), status_code=303)
         response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
         return response
 
@@ -325,17 +361,7 @@ class _Inspector:
 
 
 class _BadInput(Exception):
-    """A form field that is not JSON, or an edit that changes nothing."""
-
-
-def _parse(what: str, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _BadInput(
-            f"{what} is not JSON ({exc.msg} at column {exc.colno}): write strings in "
-            f'double quotes ("text"), numbers, true/false, null, [lists] or {{objects}}'
-        ) from None
+    """An edit that changes nothing."""
 
 
 def _jsontext(value: Any, indent: int | None = None) -> str:
@@ -375,10 +401,11 @@ def build_app(
         routes=[
             Route("/", inspector.sessions),
             Route("/api/sessions", inspector.sessions_json),
-            Route("/api/sessions/{session_id}", inspector.session_json),
-            Route("/sessions/{session_id}", inspector.session),
-            Route("/sessions/{session_id}/decide", inspector.decide, methods=["POST"]),
-            Route("/sessions/{session_id}/replay", inspector.replay, methods=["GET", "POST"]),
+            # ``:path``: an id is the rest of the path, ``/`` included (sent as %2F, seen as /).
+            Route("/api/sessions/{session_id:path}", inspector.session_json),
+            Route("/sessions/{session_id:path}/decide", inspector.decide, methods=["POST"]),
+            Route("/sessions/{session_id:path}/replay", inspector.replay, methods=["POST"]),
+            Route("/sessions/{session_id:path}", inspector.session, methods=["GET"]),
             Mount("/static", StaticFiles(packages=[("arkhon_rheo.inspector", "static")])),
         ],
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ def store_path(tmp_path: Path) -> Path:
     return tmp_path / "store.db"
 
 
+@contextlib.asynccontextmanager
 async def _client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
     async with (
         app.router.lifespan_context(app),
@@ -57,14 +59,14 @@ def app(ids: dict[str, str], store_path: Path) -> Starlette:
 
 @pytest.fixture
 async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    async for client in _client(app):
+    async with _client(app) as client:
         yield client
 
 
 @pytest.fixture
 async def bare(ids: dict[str, str], store_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     """The app without any machine: the views that need the store only."""
-    async for client in _client(create_app(store_path, token=TOKEN)):
+    async with _client(create_app(store_path, token=TOKEN)) as client:
         yield client
 
 
@@ -251,7 +253,7 @@ async def test_a_valid_resume_runs_the_session_to_its_end(
 async def test_replay_verification_highlights_the_first_divergence(
     client: httpx.AsyncClient, ids: dict[str, str], store_path: Path
 ) -> None:
-    ok = await client.get(f"/sessions/{ids['finished']}/replay")
+    ok = await client.post(f"/sessions/{ids['finished']}/replay", data={"token": TOKEN})
     assert ok.status_code == 200
     assert "The log replays to the committed states: 6 events folded" in ok.text
     assert "divergent" not in ok.text
@@ -266,8 +268,11 @@ async def test_replay_verification_highlights_the_first_divergence(
             "WHERE session = (SELECT n FROM sessions WHERE id = ?) AND seq = 3",
             (json.dumps({"set": {"notes": ["forged"]}}), ids["finished"]),
         )
-    bad = await client.get(f"/sessions/{ids['finished']}/replay")
-    assert 'First divergence at <a href="#event-3">event 3</a>' in bad.text
+    bad = await client.post(
+        f"/sessions/{ids['finished']}/replay", headers={"X-Arkhon-Token": TOKEN}
+    )
+    link = f'<a href="/sessions/{ids["finished"]}?page=1#event-3">event 3</a>'
+    assert f"First divergence at {link}" in bad.text
     assert '<tr id="event-3" class="kind-step divergent">' in bad.text
     assert "Replay diverges here" in bad.text
 
@@ -275,7 +280,7 @@ async def test_replay_verification_highlights_the_first_divergence(
 async def test_replay_and_decide_need_the_machine_that_fits(
     bare: httpx.AsyncClient, ids: dict[str, str]
 ) -> None:
-    answer = await bare.get(f"/sessions/{ids['finished']}/replay")
+    answer = await bare.post(f"/sessions/{ids['finished']}/replay", data={"token": TOKEN})
     assert answer.status_code == 409
     assert "replay needs the machine" in answer.text
 
@@ -302,7 +307,7 @@ async def test_a_protected_app_needs_the_token_for_every_page(
     ids: dict[str, str], store_path: Path
 ) -> None:
     app = create_app(store_path, token=TOKEN, protect_reads=True, allowed_hosts=["*"])
-    async for client in _client(app):
+    async with _client(app) as client:
         assert (await client.get("/")).status_code == 403
         assert (await client.get(f"/sessions/{ids['paused']}")).status_code == 403
         assert (await client.get("/api/sessions")).status_code == 403
@@ -395,3 +400,184 @@ def test_the_module_entry_refuses_bad_arguments(
     )  # not found, as the command line says
     assert "no store file" in capsys.readouterr().err
     assert main(["--machine", "nocolon"]) == 2
+
+
+# -- JSON Python cannot decode (issue 28, item 6) -------------------------------------
+
+
+def test_the_json_helper_turns_what_python_cannot_decode_into_a_typed_error() -> None:
+    from arkhon_rheo.inspector._json import InvalidJson, parse_json
+
+    assert parse_json("a value", '{"a": [1, 2.5, null]}') == {"a": [1, 2.5, None]}
+    for text, expected in [
+        ("[" * 100_000, "nested too deeply"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ("1" * 5000, "digits"),
+        ("{not json", "is not JSON"),
+    ]:
+        with pytest.raises(InvalidJson, match=expected) as caught:
+            parse_json("a value", text)
+        assert isinstance(caught.value, ConfigurationError)
+        assert "a value" in str(caught.value)
+        assert caught.value.__cause__ is None
+        assert caught.value.__suppress_context__
+
+
+async def test_json_python_cannot_decode_is_refused_on_the_page(
+    client: httpx.AsyncClient, ids: dict[str, str], store_path: Path
+) -> None:
+    url = f"/sessions/{ids['paused']}/decide"
+    before = await _stored(store_path, ids["paused"])
+    deep, huge = "[" * 100_000, "9" * 5000
+    for fields, expected in [
+        ({"decision": "edit", "field.priority": deep}, "nested too deeply"),
+        ({"decision": "edit", "field.notes": f"[{deep}]"}, "nested too deeply"),
+        ({"decision": "edit", "field.priority": huge}, "digits"),
+        ({"decision": "resume", "value": deep}, "nested too deeply"),
+        ({"decision": "resume", "value": huge}, "digits"),
+    ]:
+        answer = await client.post(url, data={"token": TOKEN, **fields})
+        assert answer.status_code == 422, fields
+        assert 'id="error"' in answer.text
+        assert expected in answer.text
+        assert await _stored(store_path, ids["paused"]) == before
+
+
+# -- session ids of every kind in URLs (issue 28, item 7) ------------------------------
+
+#: Ids a store may hold: a subgraph child's, and ones URLs give a meaning to.
+ODD_IDS = ["a/b/1", "what?x=1", "tag#2", "%41", "A", "with space", "ünï/cödé ☃", "x/decide"]
+
+
+def _href(session_id: str) -> str:
+    from urllib.parse import quote
+
+    return "/sessions/" + quote(session_id, safe="")
+
+
+async def test_every_kind_of_session_id_round_trips_through_the_links(
+    store_path: Path,
+) -> None:
+    from html import escape
+
+    from tests.inspector_fixture import populate_ids
+
+    await populate_ids(str(store_path), ODD_IDS)
+    async with _client(create_app(store_path, machines=[desk], token=TOKEN)) as client:
+        listing = (await client.get("/")).text
+        for session_id in ODD_IDS:
+            href = _href(session_id)
+            assert f'href="{escape(href)}"' in listing, session_id
+            page = await client.get(href)
+            assert page.status_code == 200, session_id
+            assert f"<code>{escape(session_id)}</code>" in page.text
+            # The page's own links: the JSON feed it polls and its forms.
+            assert f'data-poll="/api{escape(href)}"' in page.text
+            assert f'action="{escape(href)}/decide"' in page.text
+            feed = await client.get("/api" + href)
+            assert feed.json()["session_id"] == session_id
+            done = await client.post(
+                href + "/decide",
+                data={"token": TOKEN, "decision": "edit", "field.priority": "5"},
+            )
+            assert done.status_code == 303, (session_id, done.text)
+            assert done.headers["location"] == href + "?done=edit"
+            assert "Decision stored: edit" in (await client.get(done.headers["location"])).text
+        for session_id in ODD_IDS:  # each decision reached its own session, none another
+            _, history = await _stored(store_path, session_id)
+            assert [event.kind for event in history].count("decision") == 1, session_id
+    # A protected app keeps the token and sends the browser back to the same id.
+    app = create_app(store_path, token=TOKEN, protect_reads=True, allowed_hosts=["*"])
+    async with _client(app) as client:
+        taken = await client.get(_href("%41") + f"?token={TOKEN}")
+        assert taken.status_code == 303
+        assert taken.headers["location"] == _href("%41")
+        again = await client.get(taken.headers["location"])
+        assert "<code>%41</code>" in again.text
+
+
+# -- costly actions are POSTs with the token; long sessions are paged (item 8) -----
+
+
+async def test_replay_runs_only_on_a_post_with_the_token(
+    client: httpx.AsyncClient, ids: dict[str, str]
+) -> None:
+    url = f"/sessions/{ids['finished']}/replay"
+    plain = await client.get(url)  # what any web page can make a browser do
+    assert plain.status_code in (404, 405)
+    assert 'id="replay"' not in plain.text
+    for headers in ({}, {"X-Arkhon-Token": "wrong"}):
+        refused = await client.post(url, headers=headers)
+        assert refused.status_code == 403
+        assert 'id="replay"' not in refused.text
+    done = await client.post(url, data={"token": TOKEN})
+    assert done.status_code == 200
+    assert "The log replays to the committed states: 6 events folded" in done.text
+    # The page offers the verification as a form that posts, not as a link.
+    page = (await client.get(f"/sessions/{ids['finished']}")).text
+    assert f'href="{url}"' not in page
+    assert f'<form method="post" action="{url}" class="inline" id="verify-form">' in page
+
+
+async def test_a_long_session_is_shown_a_page_of_events_at_a_time(
+    store_path: Path,
+) -> None:
+    import re
+
+    from arkhon_rheo.inspector._app import PAGE_SIZE
+    from tests.inspector_fixture import populate_long, tally
+
+    total = PAGE_SIZE * 2 + PAGE_SIZE // 2
+    session_id = await populate_long(str(store_path), total)
+    href = _href(session_id)
+
+    def shown(text: str) -> list[int]:
+        return [int(seq) for seq in re.findall(r'<tr id="event-(\d+)"', text)]
+
+    async with _client(create_app(store_path, machines=[tally], token=TOKEN)) as client:
+        last = await client.get(href)  # the newest events first come into view
+        assert last.status_code == 200
+        assert shown(last.text) == list(range(PAGE_SIZE * 2 + 1, total + 1))
+        assert f'href="{href}?page=1" id="first-page"' in last.text
+        assert f'href="{href}?page=2" id="previous-page"' in last.text
+        assert 'id="next-page"' not in last.text
+        first = await client.get(href + "?page=1")
+        assert shown(first.text) == list(range(1, PAGE_SIZE + 1))
+        assert f'href="{href}?page=2" id="next-page"' in first.text
+        assert f'href="{href}?page=3" id="last-page"' in first.text
+        assert 'id="previous-page"' not in first.text
+        middle = await client.get(href + "?page=2")
+        assert shown(middle.text) == list(range(PAGE_SIZE + 1, PAGE_SIZE * 2 + 1))
+        for page in (first, middle, last):
+            assert len(shown(page.text)) <= PAGE_SIZE
+            assert len(page.content) < 400_000
+        for bad in ("0", "4", "x", "-1"):
+            refused = await client.get(href + f"?page={bad}")
+            assert refused.status_code in (400, 404), bad
+            assert "page" in refused.text
+        # A replay's divergence links to the page that shows the event.
+        with sqlite3.connect(store_path) as db:
+            db.execute(
+                "UPDATE events SET patch = ? "
+                "WHERE session = (SELECT n FROM sessions WHERE id = ?) AND seq = 7",
+                (json.dumps({"append": {"marks": [99]}}), session_id),
+            )
+        replayed = await client.post(href + "/replay", data={"token": TOKEN})
+        assert f'<a href="{href}?page=1#event-7">event 7</a>' in replayed.text
+        assert 'class="kind-step divergent"' in replayed.text  # the page holding it
+
+
+def test_the_list_script_finds_rows_without_building_selectors_from_ids() -> None:
+    import re
+    from pathlib import Path
+
+    import arkhon_rheo.inspector
+
+    script = Path(arkhon_rheo.inspector.__file__).parent / "static" / "inspector.js"
+    text = script.read_text(encoding="utf-8")
+    selectors = re.findall(r"querySelector(?:All)?\(([^)]*)\)", text)
+    assert selectors
+    for selector in selectors:  # every selector a constant: no id pasted into one
+        assert re.fullmatch(r'\s*"[^"]*"\s*|\s*\'[^\']*\'\s*', selector), selector
+    assert "dataset.session" in text  # rows are found by their data attribute
+

@@ -33,7 +33,7 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-from tests.inspector_fixture import populate  # noqa: E402
+from tests.inspector_fixture import populate, populate_ids  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -70,6 +70,9 @@ pytestmark = [
     ),
 ]
 
+#: Paused sessions whose ids URLs and CSS selectors give a meaning to.
+ODD_IDS = ["a/b/1", "%41", "what?x=1", "tag#2", 'say "hi"', "with space", "ünï ☃"]
+
 SHOTS = Path(os.environ.get("ARKHON_SCREENSHOTS", ROOT / "tests" / "screenshots"))
 
 
@@ -78,6 +81,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     """A store of varied sessions, and the inspector serving it on a free port."""
     path = tmp_path_factory.mktemp("inspector") / "store.db"
     ids = anyio.run(populate, str(path))
+    anyio.run(populate_ids, str(path), ODD_IDS)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen(
         [
@@ -154,7 +158,7 @@ def test_the_views_in_a_browser(served: dict[str, Any], browser: Any) -> None:
     browser.get(served["url"])
     assert browser.current_url == base + "/"
     rows = browser.find_elements(By.CSS_SELECTOR, "#sessions tbody tr")
-    assert {row.get_attribute("data-session") for row in rows} == set(ids.values())
+    assert {row.get_attribute("data-session") for row in rows} == {*ids.values(), *ODD_IDS}
     assert "read-only" not in browser.page_source
     _shot(browser, "sessions")
 
@@ -174,7 +178,7 @@ def test_the_views_in_a_browser(served: dict[str, Any], browser: Any) -> None:
     )
     _shot(browser, "session-timeline")
 
-    browser.get(f"{base}/sessions/{ids['finished']}/replay")
+    browser.find_element(By.CSS_SELECTOR, "#verify-form button").click()
     _wait(browser).until(
         lambda b: "replays to the committed states" in b.find_element(By.ID, "replay").text
     )
@@ -217,3 +221,58 @@ def test_deciding_a_paused_session_in_a_browser(served: dict[str, Any], browser:
     record, history = _stored(path, paused)
     assert record.status == "finished"
     assert [event.kind for event in history][-2:] == ["decision", "step"]
+
+
+def _row(browser: Any, session_id: str) -> Any:
+    """The session list's row of ``session_id`` (found without a selector built from it)."""
+    for row in browser.find_elements(By.CSS_SELECTOR, "#sessions tbody tr"):
+        if row.get_attribute("data-session") == session_id:
+            return row
+    raise NoSuchElementException(session_id)
+
+
+def test_every_kind_of_session_id_opens_from_the_list(served: dict[str, Any], browser: Any) -> None:
+    base = served["base"]
+    browser.get(served["url"])
+    for session_id in ODD_IDS:
+        browser.get(base + "/")
+        _row(browser, session_id).find_element(By.TAG_NAME, "a").click()
+        heading = _wait(browser).until(lambda b: b.find_element(By.CSS_SELECTOR, "h1 code"))
+        assert heading.text == session_id
+        assert browser.find_element(By.ID, "status").text == "paused"
+        assert browser.find_elements(By.ID, "resume-form"), session_id
+    # The page of a subgraph child's id decides that session.
+    browser.get(base + "/")
+    _row(browser, "a/b/1").find_element(By.TAG_NAME, "a").click()
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "abort-form"))
+    browser.find_element(By.CSS_SELECTOR, "#abort-form button").click()
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "done"))
+    assert browser.find_element(By.CSS_SELECTOR, "h1 code").text == "a/b/1"
+    record, _ = _stored(served["path"], "a/b/1")
+    assert record.status == "aborted"
+
+
+def test_the_list_follows_a_session_whose_id_has_a_quote(
+    served: dict[str, Any], browser: Any
+) -> None:
+    from urllib.parse import quote
+
+    import httpx
+
+    base, token = served["url"].split("/?token=")
+    browser.get(served["url"])
+    quoted = 'say "hi"'
+    assert _row(browser, quoted).find_element(By.CSS_SELECTOR, '[data-field="status"]').text == (
+        "paused"
+    )
+    done = httpx.post(
+        f"{base}/sessions/{quote(quoted, safe='')}/decide",
+        data={"decision": "abort"},
+        headers={"X-Arkhon-Token": token},
+    )
+    assert done.status_code == 303
+    _wait(browser, 15).until(
+        lambda b: (
+            _row(b, quoted).find_element(By.CSS_SELECTOR, '[data-field="status"]').text == "aborted"
+        )
+    )

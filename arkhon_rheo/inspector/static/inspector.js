@@ -1,15 +1,21 @@
 // Live status: poll the JSON feed; no framework, nothing from the network.
+// Rows are found by their data-session attribute, compared as plain strings:
+// no CSS selector is ever built from a session id (any character may be in one).
 "use strict";
 (function () {
   const PERIOD = 2000;
   const table = document.querySelector("table[data-poll]");
   if (table) {
+    const rows = new Map();
+    for (const tr of table.querySelectorAll("tr[data-session]")) {
+      rows.set(tr.dataset.session, tr);
+    }
     setInterval(async function () {
       const answer = await fetch(table.dataset.poll, { credentials: "same-origin" });
       if (!answer.ok) return;
       const data = await answer.json();
       for (const row of data.sessions) {
-        const tr = table.querySelector('tr[data-session="' + row.session_id + '"]');
+        const tr = rows.get(row.session_id);
         if (!tr) continue;
         const status = tr.querySelector('[data-field="status"]');
         status.textContent = row.status;
@@ -28,9 +34,12 @@
       badge.textContent = row.status;
       badge.className = "status status-" + row.status;
       const typing = document.activeElement && ["TEXTAREA", "INPUT"].includes(document.activeElement.tagName);
-      // New events: show them, unless someone is filling in a form.
+      // New events: show them, unless someone is filling in a form. The page is
+      // reloaded from the session's own address (this one may be a form's answer),
+      // on the page of events shown, if one was chosen.
       if (String(row.steps) !== badge.dataset.steps && !typing && !document.querySelector("#replay")) {
-        window.location.replace(window.location.pathname);
+        const page = new URLSearchParams(window.location.search).get("page");
+        window.location.replace(badge.dataset.href + (page ? "?page=" + encodeURIComponent(page) : ""));
       }
     }, PERIOD);
   }
