@@ -1,22 +1,67 @@
-"""Serve the inspector: ``python -m arkhon_rheo.inspector --store PATH [--machine M:ATTR]``."""
+"""Serve the inspector: ``python -m arkhon_rheo.inspector --store PATH [--machine M:ATTR]``.
+
+A token of your own comes from a file (``--token-file PATH``) or the
+environment (``ARKHON_INSPECTOR_TOKEN``), never from the command line, where
+every user of the machine would see it in the process list.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 
-from .._errors import ArkhonError
+from .._errors import ArkhonError, ConfigurationError
 from ..protocols._seams import load_machine
 from ._serve import serve
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["main"]
+__all__ = ["TOKEN_ENV", "main"]
+
+#: The environment variable a token of your own may come from.
+TOKEN_ENV = "ARKHON_INSPECTOR_TOKEN"
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """The token from ``--token-file`` or `TOKEN_ENV`; ``None``: make a random one."""
+    if args.token is not None:
+        raise ConfigurationError(
+            f"--token is refused: a token on the command line is shown to every user of this "
+            f"machine in the process list; put it in a file only you can read and pass "
+            f"--token-file PATH, or set the environment variable {TOKEN_ENV}"
+        )
+    if args.token_file is not None:
+        return _read_token_file(args.token_file)
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
+def _read_token_file(name: str) -> str:
+    """The token in the file ``name`` (surrounding whitespace, such as its newline, dropped)."""
+    path = Path(name)
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigurationError(f"the token file {name!r} is not a regular file")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
+        raise ConfigurationError(f"cannot read the token file {name!r}: {why}") from None
+    token = text.strip()
+    if not token:
+        raise ConfigurationError(f"the token file {name!r} is empty: write the token in it")
+    if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        print(
+            f"warning: other users can read the token file {name!r}: chmod 600 it",
+            file=sys.stderr,
+        )
+    return token
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,11 +77,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="MODULE:ATTR",
         help="a machine of the store's sessions (repeatable); needed to decide and replay",
     )
-    parser.add_argument("--token", default=None, help="the token changes need (default: random)")
+    parser.add_argument(
+        "--token-file",
+        default=None,
+        metavar="PATH",
+        help=f"a file holding the token changes need (or set {TOKEN_ENV}; default: random)",
+    )
+    parser.add_argument(
+        "--token", default=None, help=f"refused (visible to all): use --token-file or {TOKEN_ENV}"
+    )
     parser.add_argument("--allow-remote", action="store_true", help="serve a non-loopback host")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     args = parser.parse_args(argv)
     try:
+        token = _token(args)
         machines = [load_machine(spec) for spec in args.machine]
         if not Path(args.store).is_file():  # not found (3), as the command line says
             print(f"error: no store file at {args.store!r}", file=sys.stderr)
@@ -48,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 host=args.host,
                 port=args.port,
                 machines=machines,
-                token=args.token,
+                token=token,
                 allow_remote=args.allow_remote,
             )
 

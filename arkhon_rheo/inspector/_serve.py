@@ -206,7 +206,8 @@ async def serve(
         )
     if remote and not token:
         raise ConfigurationError(
-            f"serving on {host!r} needs a token of your own (token=..., --token): "
+            f"serving on {host!r} needs a token of your own (token=..., --token-file "
+            f"or ARKHON_INSPECTOR_TOKEN): "
             f"everyone who can reach the address would otherwise depend on a printed one"
         )
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:

@@ -581,3 +581,91 @@ def test_the_list_script_finds_rows_without_building_selectors_from_ids() -> Non
         assert re.fullmatch(r'\s*"[^"]*"\s*|\s*\'[^\']*\'\s*', selector), selector
     assert "dataset.session" in text  # rows are found by their data attribute
 
+
+# -- the token is never on the command line (issue 28, item 8) ------------------------
+
+
+def test_inspect_refuses_a_token_on_the_command_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from arkhon_rheo.cli import main
+
+    for argv in (["--token", "T0PS3CRET"], ["--token=T0PS3CRET"]):
+        status = main(["inspect", *argv, "--store", str(tmp_path / "missing.db"), "--port", "0"])
+        assert status == 2
+        err = capsys.readouterr().err
+        assert "process list" in err
+        assert "--token-file" in err
+        assert "ARKHON_INSPECTOR_TOKEN" in err
+        assert "T0PS3CRET" not in err
+
+
+def test_inspect_refuses_a_token_file_it_cannot_use(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arkhon_rheo.cli import main
+
+    missing_store = str(tmp_path / "missing.db")
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    empty.chmod(0o600)
+    for path, expected in [(tmp_path / "nowhere", "cannot read"), (empty, "is empty")]:
+        assert main(["inspect", "--token-file", str(path), "--store", missing_store]) == 2
+        assert expected in capsys.readouterr().err
+    # A usable file gets past the token (the missing store is what stops it), and
+    # one that other users may read is used with a warning.
+    shared = tmp_path / "shared"
+    shared.write_text("from-a-file\n")
+    shared.chmod(0o644)
+    assert main(["inspect", "--token-file", str(shared), "--store", missing_store]) == 3
+    err = capsys.readouterr().err
+    assert "other users can read" in err
+    assert "from-a-file" not in err
+    monkeypatch.setenv("ARKHON_INSPECTOR_TOKEN", "from-the-environment")
+    assert main(["inspect", "--store", missing_store]) == 3
+    assert "other users" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source", ["file", "environment"])
+def test_inspect_serves_with_the_token_from_a_file_or_the_environment(
+    tmp_path: Path, source: str
+) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "store.db"
+    ids = anyio.run(populate, str(path))
+    secret = f"token-from-the-{source}"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("ARKHON_INSPECTOR_TOKEN", None)
+    argv = [sys.executable, "-m", "arkhon_rheo", "inspect", "--store", str(path), "--port", "0"]
+    argv += ["--machine", "tests.inspector_fixture:desk"]
+    if source == "file":
+        token_file = tmp_path / "token"
+        token_file.write_text(secret + "\n")
+        token_file.chmod(0o600)
+        argv += ["--token-file", str(token_file)]
+    else:
+        env["ARKHON_INSPECTOR_TOKEN"] = secret
+    server = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert "open http" in line, line
+        base, token = line.split("open ", 1)[1].strip().split("/?token=")
+        assert token == secret
+        with httpx.Client(base_url=base) as http:
+            url = f"/sessions/{ids['paused']}/decide"
+            wrong = http.post(url, data={"decision": "abort"}, headers={"X-Arkhon-Token": "x"})
+            assert wrong.status_code == 403
+            done = http.post(url, data={"decision": "abort"}, headers={"X-Arkhon-Token": secret})
+            assert done.status_code == 303
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        if server.stdout is not None:
+            server.stdout.close()
