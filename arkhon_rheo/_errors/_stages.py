@@ -187,12 +187,19 @@ class UndeclaredWrite(ContractViolation):
         fields: The undeclared fields the patch wrote.
     """
 
-    def __init__(self, *, stage: str, fields: Iterable[str], writes: Iterable[str]) -> None:
+    def __init__(
+        self,
+        *,
+        stage: str,
+        fields: Iterable[str],
+        writes: Iterable[str],
+        advice: str = "Declare the field in the stage's writes, or leave it to the stage that "
+        "owns it",
+    ) -> None:
         self.fields = tuple(sorted(fields))
         super().__init__(
             f"stage {stage!r} wrote {_listing(self.fields)}, outside its write set "
-            f"({_listing(writes)}); the patch was rejected whole. Declare the field in the "
-            "stage's writes, or leave it to the stage that owns it",
+            f"({_listing(writes)}); the patch was rejected whole. {advice}",
             stage=stage,
         )
 

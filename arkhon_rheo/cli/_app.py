@@ -25,7 +25,7 @@ from .._errors import (
     SessionNotFound,
     StoreError,
 )
-from ._common import DEFAULT_STORE, CommandError, Exit
+from ._common import DEFAULT_STORE, CommandError, Exit, shown
 from ._demo import demo
 from ._read import graph, list_sessions, show
 from ._steer import decide, fork, replay, resume, rollback, run
@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if matched is None or rest is not None:
             raise
         error = _first(matched)
-    sys.stderr.write(f"arkhon-rheo {args.command}: error: {error}\n")
+    sys.stderr.write(shown(f"arkhon-rheo {args.command}: error: {error}") + "\n")
     return int(_exit_code(error))
 
 

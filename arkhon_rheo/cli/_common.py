@@ -1,5 +1,10 @@
 """What every command shares: exit codes, the command error, targets, JSON and output.
 
+Output never reads text as rich markup: session ids, state values and error
+messages come from the store or the user, so `console` has markup and emoji
+codes off (styles are given as `Text` spans, see `styled`), and `shown` makes
+terminal control characters visible as escapes.
+
 Exit codes (documented in the README, "Command line"):
 
 ====  ==================================================================
@@ -19,13 +24,15 @@ import enum
 import importlib
 import json
 import os
+import stat
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.text import Text
 
 from .._errors import ArkhonError
+from .._json import JsonSyntaxError, read_json
 from ..protocols import Machine
 
 if TYPE_CHECKING:
@@ -40,6 +47,9 @@ __all__ = [
     "load_machine",
     "parse_json",
     "print_json",
+    "shown",
+    "store_file",
+    "styled",
 ]
 
 #: The store file every command uses unless ``--store`` says otherwise.
@@ -77,11 +87,43 @@ def console(*, stderr: bool = False) -> Console:
     """A rich console on the current ``sys.stdout`` (or ``sys.stderr``).
 
     Lines are not wrapped at 80 columns when the output is not a terminal:
-    a table piped to a file keeps its rows whole.
+    a table piped to a file keeps its rows whole. Strings are printed as they
+    are: no markup, no emoji codes, no highlighting (style with `styled`).
     """
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
-    return Console(file=stream, width=width, highlight=False, soft_wrap=True)
+    return Console(
+        file=stream, width=width, highlight=False, soft_wrap=True, markup=False, emoji=False
+    )
+
+
+#: C0 controls but tab and newline, DEL and C1 controls, as their Python escapes.
+_CONTROLS = {
+    code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0)) if chr(code) not in "\t\n"
+}
+
+
+def shown(value: object) -> str:
+    r"""``value`` as text safe for a terminal: control characters made visible (``\x1b``).
+
+    A session id or an error message from the store could otherwise clear the
+    screen, retitle the terminal or hide what follows it.
+    """
+    return str(value).translate(_CONTROLS)
+
+
+def styled(*parts: str | tuple[object, str]) -> Text:
+    """One line of output: strings as they are, ``(value, style)`` pairs styled.
+
+    Every part is passed through `shown`; nothing is read as markup.
+    """
+    text = Text()
+    for part in parts:
+        if isinstance(part, tuple):
+            text.append(shown(part[0]), style=part[1])
+        else:
+            text.append(shown(part))
+    return text
 
 
 def print_json(data: Any) -> None:
@@ -89,29 +131,70 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
+#: How much of a bad JSON argument an error message quotes.
+_QUOTED = 60
+
+
 def parse_json(text: str, *, what: str) -> Any:
-    """``text`` parsed as JSON.
+    """``text`` parsed as JSON (with `read_json`: deep nesting and huge integers refused).
 
     Raises:
-        CommandError: If it is not JSON (exit status 2), saying where.
+        CommandError: If it is not JSON Python can read (exit status 2), saying
+            where; a long text is quoted only in part.
     """
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        return read_json(text)
+    except ValueError as exc:
+        quoted = (
+            repr(text) if len(text) <= _QUOTED else f"{text[:_QUOTED]!r}... ({len(text)} chars)"
+        )
+        hint = "; quote strings, e.g. '\"text\"'" if isinstance(exc, JsonSyntaxError) else ""
         raise CommandError(
-            f"{what} is not valid JSON ({exc.msg} at column {exc.colno}): {text!r}; "
-            "quote strings, e.g. '\"text\"'",
-            code=Exit.USAGE,
+            f"{what} is not valid JSON ({exc}): {quoted}{hint}", code=Exit.USAGE
         ) from None
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def store_file(path: str) -> str:
+    """``path`` if a store file may be there: a regular file, or nothing yet.
+
+    Raises:
+        CommandError: If something else is there (exit status 2): a directory,
+            a FIFO, a socket or a device: never a store, and reading one
+            could block forever.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise CommandError(f"cannot use {path!r} as the store: {exc}", code=Exit.USAGE) from None
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+        raise CommandError(
+            f"{path!r} is {kind}, not a regular file: pass --store with the path of a "
+            "store file (or of one to create)",
+            code=Exit.USAGE,
+        )
+    return path
 
 
 def existing_store(path: str) -> str:
     """``path`` if a store file exists there.
 
     Raises:
-        CommandError: If there is no such file (exit status 3).
+        CommandError: If there is no such file (exit status 3), or something
+            other than a regular file is there (2).
     """
-    if not Path(path).is_file():
+    if not os.path.exists(store_file(path)):
         raise CommandError(
             f"no store file at {path!r}; pass --store PATH, or create one with "
             "`arkhon-rheo demo` or `arkhon-rheo run MODULE:ATTR`",

@@ -40,7 +40,7 @@ from ..supervision import Backoff
 from ..system import AgentSystem
 from ..testing import FaultPlan, ScriptedModel
 from ..tools import Toolbox, tool
-from ._common import console, print_json
+from ._common import console, print_json, shown, store_file
 
 if TYPE_CHECKING:
     import argparse
@@ -219,7 +219,7 @@ async def _run(args: argparse.Namespace, tally: _Tally) -> float:
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[outcomes]}"),
+        TextColumn("{task.fields[outcomes]}", markup=False),
         TimeElapsedColumn(),
         console=out,
         disable=not out.is_terminal,
@@ -255,6 +255,7 @@ async def _run(args: argparse.Namespace, tally: _Tally) -> float:
 
 def demo(args: argparse.Namespace) -> int:
     """``arkhon-rheo demo``: run the agents, then print a summary and how to inspect them."""
+    store_file(args.store)
     tally = _Tally()
     seconds = args.run(_run, args, tally)
     assert tally.plan is not None
@@ -319,13 +320,13 @@ def demo(args: argparse.Namespace) -> int:
     table.add_row("transient retries", str(summary["retries"]))
     table.add_row("stage restarts", str(summary["restarts"]))
     for target, kinds in faults.items():
-        shown = ", ".join(f"{kind} {count}" for kind, count in kinds.items())
-        table.add_row(f"faults injected: {target}", shown)
+        injected = ", ".join(f"{kind} {count}" for kind, count in kinds.items())
+        table.add_row(f"faults injected: {target}", injected)
     table.add_row("commits", str(commits))
     table.add_row("wall time (s)", f"{seconds:.2f}")
     table.add_row("commits/s", f"{summary['commits_per_second']}")
     out.print(table)
-    out.print(f"stored in {args.store}; inspect it with:")
+    out.print(shown(f"stored in {args.store}; inspect it with:"))
     for command in commands:
-        out.print(f"  {command}", markup=False)
+        out.print(shown(f"  {command}"))
     return 0

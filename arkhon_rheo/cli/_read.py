@@ -17,7 +17,16 @@ from rich.table import Table
 
 from ..store import SQLiteStore
 from ..supervision._seams import differences, fingerprint
-from ._common import CommandError, Exit, console, existing_store, load_machine, print_json
+from ._common import (
+    CommandError,
+    Exit,
+    console,
+    existing_store,
+    load_machine,
+    print_json,
+    shown,
+    styled,
+)
 from ._mermaid import machine_diagram, overlay_diagram, path_diagram, path_edges
 
 if TYPE_CHECKING:
@@ -78,17 +87,17 @@ def list_sessions(args: argparse.Namespace) -> Exit:
     if args.json:
         print_json(rows)
         return Exit.OK
-    table = Table(title=f"{len(rows)} session(s) in {args.store}")
+    table = Table(title=shown(f"{len(rows)} session(s) in {args.store}"))
     for column in ("session", "machine", "status", "steps", "last commit", "exit reason"):
         table.add_column(column, justify="right" if column == "steps" else "left")
     for row in rows:
         table.add_row(
-            row["session_id"],
-            row["machine"],
-            row["status"],
+            shown(row["session_id"]),
+            shown(row["machine"]),
+            shown(row["status"]),
             str(row["steps"]),
             _when(row["last_commit"]),
-            row["exit_reason"],
+            shown(row["exit_reason"]),
         )
     console().print(table)
     return Exit.OK
@@ -135,26 +144,30 @@ def show(args: argparse.Namespace) -> Exit:
         return Exit.OK
     out = console()
     out.print(
-        f"session [bold]{record.session_id}[/] of machine {record.machine!r}: {record.status}, "
-        f"{record.last_seq} event(s), created {_when(record.created_at)}, last commit "
-        f"{_when(record.updated_at)}" + (f", forked from {record.parent}" if record.parent else "")
+        styled(
+            "session ",
+            (record.session_id, "bold"),
+            f" of machine {record.machine!r}: {record.status}, "
+            f"{record.last_seq} event(s), created {_when(record.created_at)}, last commit "
+            f"{_when(record.updated_at)}"
+            + (f", forked from {record.parent}" if record.parent else ""),
+        )
     )
     table = Table()
     for column in ("seq", "kind", "stage", "from → to", "wrote", "attempt", "calls", "at", "ms"):
         table.add_column(column, justify="right" if column in ("seq", "attempt", "ms") else "left")
     for event in events:
-        moved = f"{event.from_state} → {event.to_state}"
-        note = ""
+        kind = styled(event.kind)
         if event.error:
-            note = f" [red]{event.error.get('error_type')}[/]"
+            kind = styled(event.kind, " ", (event.error.get("error_type"), "red"))
         table.add_row(
             str(event.seq),
-            event.kind + note,
-            event.stage or "",
-            moved,
-            ", ".join(event.writes),
+            kind,
+            shown(event.stage or ""),
+            shown(f"{event.from_state} → {event.to_state}"),
+            shown(", ".join(event.writes)),
             str(event.attempt),
-            _call_summary(event),
+            shown(_call_summary(event)),
             datetime.fromtimestamp(event.started_at).strftime("%H:%M:%S.%f")[:-3],
             f"{(event.finished_at - event.started_at) * 1000:.1f}",
         )
@@ -196,7 +209,7 @@ def graph(args: argparse.Namespace) -> Exit:
     elif args.output:
         with open(args.output, "w", encoding="utf-8") as file:
             file.write(text)
-        console(stderr=True).print(f"wrote {args.output} ({time.strftime('%H:%M:%S')})")
+        console(stderr=True).print(shown(f"wrote {args.output} ({time.strftime('%H:%M:%S')})"))
     else:
-        console().out(text, end="")
+        console().out(shown(text), end="")
     return Exit.OK

@@ -25,6 +25,9 @@ from ._common import (
     load_machine,
     parse_json,
     print_json,
+    shown,
+    store_file,
+    styled,
 )
 
 if TYPE_CHECKING:
@@ -64,18 +67,25 @@ def _report(args: argparse.Namespace, result: SessionResult[Any]) -> Exit:
         out = console()
         colour = "green" if result.exit_reason in _ENDED_OK else "red"
         out.print(
-            f"session [bold]{result.session_id}[/]: [{colour}]{result.exit_reason.value}[/] "
-            f"after {result.steps} step(s), {result.retries} retry(ies), "
-            f"{result.restarts} restart(s)"
+            styled(
+                "session ",
+                (result.session_id, "bold"),
+                ": ",
+                (result.exit_reason.value, colour),
+                f" after {result.steps} step(s), {result.retries} retry(ies), "
+                f"{result.restarts} restart(s)",
+            )
         )
         if result.failure is not None:
-            out.print(f"  {result.failure.error_type}: {result.failure.message}")
+            out.print(styled(f"  {result.failure.error_type}: {result.failure.message}"))
         if result.exit_reason is ExitReason.PAUSED:
             out.print(
-                f"  paused at a gate: arkhon-rheo decide {result.session_id} resume|abort|edit "
-                f"--machine {args.machine} --store {args.store}"
+                styled(
+                    f"  paused at a gate: arkhon-rheo decide {result.session_id} "
+                    f"resume|abort|edit --machine {args.machine} --store {args.store}"
+                )
             )
-        out.print(f"  history: arkhon-rheo show {result.session_id} --store {args.store}")
+        out.print(styled(f"  history: arkhon-rheo show {result.session_id} --store {args.store}"))
     return Exit.OK if result.exit_reason in _ENDED_OK else Exit.FAILED
 
 
@@ -107,12 +117,13 @@ def _initial_state(machine: Machine[Any], text: str | None) -> AgentState:
 
 def run(args: argparse.Namespace) -> Exit:
     """``arkhon-rheo run MODULE:ATTR``: start a session of a machine and wait for its end."""
+    store = store_file(args.store)
     machine = load_machine(args.target)
     state = _initial_state(machine, args.input)
     args.machine = args.target
 
     async def go() -> SessionResult[Any]:
-        async with _system(args.store) as system:
+        async with _system(store) as system:
             return await system.run(
                 machine, state, session_id=args.session_id, max_steps=args.max_steps
             )
@@ -179,11 +190,16 @@ def decide(args: argparse.Namespace) -> Exit:
     if args.json:
         print_json({**done, "status": "aborted" if args.decision == "abort" else "paused"})
     elif args.decision == "abort":
-        console().print(f"session [bold]{args.session}[/] aborted (moved to its failed state)")
+        console().print(
+            styled("session ", (args.session, "bold"), " aborted (moved to its failed state)")
+        )
     else:
         console().print(
-            f"session [bold]{args.session}[/] edited ({', '.join(edit)}); still paused: "
-            f"decide resume or abort next"
+            styled(
+                "session ",
+                (args.session, "bold"),
+                f" edited ({', '.join(edit)}); still paused: decide resume or abort next",
+            )
         )
     return Exit.OK
 
@@ -213,9 +229,13 @@ def rollback(args: argparse.Namespace) -> Exit:
         print_json(_event_data(event))
     else:
         console().print(
-            f"session [bold]{args.session}[/] rolled back to its state after event {args.seq} "
-            f"(recorded as event {event.seq}, now in {event.to_state.name}); "
-            f"`arkhon-rheo resume {args.session} --machine {args.machine}` goes on from there"
+            styled(
+                "session ",
+                (args.session, "bold"),
+                f" rolled back to its state after event {args.seq} "
+                f"(recorded as event {event.seq}, now in {event.to_state.name}); "
+                f"`arkhon-rheo resume {args.session} --machine {args.machine}` goes on from there",
+            )
         )
     return Exit.OK
 
@@ -235,8 +255,12 @@ def fork(args: argparse.Namespace) -> Exit:
     else:
         at = "its last event" if args.at is None else f"event {args.at}"
         console().print(
-            f"forked [bold]{new_id}[/] from {args.session} at {at}; run it with "
-            f"`arkhon-rheo resume {new_id} --machine {args.machine}`"
+            styled(
+                "forked ",
+                (new_id, "bold"),
+                f" from {args.session} at {at}; run it with "
+                f"`arkhon-rheo resume {new_id} --machine {args.machine}`",
+            )
         )
     return Exit.OK
 
@@ -266,16 +290,16 @@ def replay(args: argparse.Namespace) -> Exit:
             }
         )
     else:
-        table = Table(title=f"replay of {report.session_id}", show_header=False)
+        table = Table(title=shown(f"replay of {report.session_id}"), show_header=False)
         table.add_row("events folded", str(report.events))
         table.add_row("digests checked", str(report.checked))
         if args.reexecute:
             table.add_row("stages re-executed", str(report.reexecuted))
         table.add_row("final digest", f"{report.digest & _MASK:016x}")
         if divergence is None:
-            table.add_row("result", "[green]ok: the log folds to every committed state[/]")
+            table.add_row("result", styled(("ok: the log folds to every committed state", "green")))
         else:
-            table.add_row("result", f"[red]diverged at event {divergence.seq}[/]")
-            table.add_row("reason", divergence.reason)
+            table.add_row("result", styled((f"diverged at event {divergence.seq}", "red")))
+            table.add_row("reason", shown(divergence.reason))
         console().print(table)
     return Exit.OK if report.ok else Exit.FAILED

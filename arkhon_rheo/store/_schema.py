@@ -2,11 +2,13 @@
 
 A store file is an SQLite database whose header carries our ``application_id``
 and our schema version as ``user_version``; the ``meta`` table repeats both.
-Opening reads the 100-byte header first, with plain file I/O: a file that is
-not SQLite, belongs to another application or has a schema version this code
-cannot read is refused (`StoreCorrupt`) before SQLite ever opens it, so it is
-never touched. A file of an older version this code knows how to upgrade is
-upgraded in place, in one transaction, when it is opened.
+Opening reads the 100-byte header first, with plain file I/O: a path that is
+not a regular file (a directory, a FIFO, a socket, a device) is refused before
+it is opened, since reading one could block forever; a file that is not SQLite,
+belongs to another application or has a schema version this code cannot read
+is refused (`StoreCorrupt`) before SQLite ever opens it, so it is never touched.
+A file of an older version this code knows how to upgrade is upgraded in place,
+in one transaction, when it is opened.
 A new (missing or empty) file gets the schema in one transaction, written in
 rollback-journal mode so the header is on disk before the file switches to WAL.
 """
@@ -14,7 +16,7 @@ rollback-journal mode so the header is on disk before the file switches to WAL.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import stat
 from typing import TYPE_CHECKING, Any
 
 from .._errors import StoreCorrupt, StoreError
@@ -126,6 +128,23 @@ def _foreign(path: str, why: str) -> StoreCorrupt:
     )
 
 
+#: What a path that is not a regular file is, by its mode.
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _regular(path: str, mode: int) -> None:
+    """Refuse a path whose ``mode`` is not a regular file's."""
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+        raise _foreign(path, f"it is {kind}, not a regular file")
+
+
 def inspect_file(path: str) -> bool:
     """Read the file's header and say whether it is new; blocking file I/O.
 
@@ -137,12 +156,17 @@ def inspect_file(path: str) -> bool:
         ``False`` if it is one of our stores with the current schema.
 
     Raises:
-        StoreCorrupt: It is not an SQLite file, belongs to another application, or
-            has another schema version.
+        StoreCorrupt: It is not a regular file (checked before it is opened, and
+            again on what was opened, without blocking), not an SQLite file,
+            belongs to another application, or has another schema version.
         StoreError: It cannot be read.
     """
     try:
-        with Path(path).open("rb") as file:
+        _regular(path, os.stat(path).st_mode)
+        # Non-blocking: were a FIFO swapped in since, opening it must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        with os.fdopen(fd, "rb") as file:
+            _regular(path, os.fstat(fd).st_mode)
             header = file.read(100)
     except FileNotFoundError:
         return True

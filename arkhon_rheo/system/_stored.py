@@ -13,18 +13,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .._errors import ConfigurationError, SessionError
-from ..protocols import (
-    SUPERVISOR_FIELDS,
-    AgentState,
-    ErrorClass,
-    EventKind,
-    FailureRecord,
-    Machine,
-    Patch,
-)
+from ..protocols import AgentState, EventKind, Machine
 from ..supervision import ExitReason, ReplayReport
-from ..supervision._seams import Journal, compiled, out_of_band_event, verify_stored
+from ..supervision._seams import Journal, out_of_band_event, verify_stored
 from ._children import linked_history
+from ._decision import decision_updates
 
 if TYPE_CHECKING:
     from ..protocols import SessionRecord, TransitionEvent
@@ -327,7 +320,9 @@ class StoredSession(Generic[S]):
             ConfigurationError: If ``fields`` is not a non-empty mapping of field
                 names, or the machine is not the session's.
             InvalidPatch: If a value fails validation (nothing is written).
-            UndeclaredWrite: If a field is one only the supervisor writes.
+            UndeclaredWrite: If a field is one the supervisor owns (``lifecycle``,
+                ``session_id``, ``iteration``, ``last_error``, ``metadata``): an edit
+                cannot forge the failure it recorded. Nothing is written.
             InvariantViolation: If the edited state breaks an invariant.
         """
         if not isinstance(fields, Mapping) or not fields:
@@ -360,7 +355,9 @@ class StoredSession(Generic[S]):
             state = journal.current(loaded)
             pause = await journal.last_event(loaded)
             gate = ((pause.info if pause else None) or {}).get("gate")
-            updates, kind, error = _decision(self.machine, state, gate, decision, value, edit)
+            updates, kind, error = decision_updates(
+                self.machine, state, gate, decision, value, edit
+            )
             decided = state.model_copy(update=updates)
             status = {"resume": "running", "abort": "aborted"}.get(decision, "paused")
             event = await journal.append(
@@ -401,7 +398,7 @@ class StoredSession(Generic[S]):
             raise _not_paused(session_id, "running" if reason is None else reason.value)
         state = session.state
         gate = (session.log[-1].info or {}).get("gate")
-        updates, kind, error = _decision(self.machine, state, gate, decision, value, edit)
+        updates, kind, error = decision_updates(self.machine, state, gate, decision, value, edit)
         decided = state.model_copy(update=updates)
         event = out_of_band_event(
             session_id,
@@ -445,42 +442,6 @@ def new_stored(system: AgentSystem, machine: Machine[S], session_id: str) -> Sto
     stored.machine = machine
     stored.session_id = session_id
     return stored
-
-
-def _decision(
-    machine: Machine[Any],
-    state: AgentState,
-    gate_name: str | None,
-    decision: str,
-    value: Any,
-    edit: Mapping[str, Any] | None,
-) -> tuple[dict[str, Any], EventKind, FailureRecord | None]:
-    """Check a human decision on ``state``; return its updates, event kind and error."""
-    if decision == "abort":
-        failure = FailureRecord(
-            error_type="Aborted",
-            message=f"aborted by a human at gate {gate_name!r}",
-            error_class=ErrorClass.FATAL,
-            lifecycle=state.lifecycle.name,
-            exit_reason="aborted",
-        )
-        return {"last_error": failure, "lifecycle": machine.failed}, EventKind.FAILURE, failure
-    if decision == "resume":
-        gate = next((g for g in machine.gates if g.name == gate_name), None)
-        if gate is None or gate.field is None:
-            if value is not None:
-                raise ConfigurationError(f"gate {gate_name!r} takes no resume value")
-            fields: dict[str, Any] = {}
-        else:
-            fields = {gate.field: value}
-        writes = frozenset(fields)
-    else:
-        fields = dict(edit or {})
-        writes = frozenset(machine.state_type.model_fields) - SUPERVISOR_FIELDS
-    validator = compiled(machine).validator
-    updates, _ = validator.validate(state, Patch.of(fields), stage="(human)", writes=writes)
-    validator.check_invariants(state.model_copy(update=updates), state.lifecycle, stage="(human)")
-    return updates, EventKind.DECISION, None
 
 
 def _not_paused(session_id: str, status: str) -> SessionError:

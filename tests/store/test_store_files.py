@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 import textwrap
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -18,7 +20,6 @@ from tests.store_rows import insert_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
 pytestmark = pytest.mark.anyio
 
@@ -161,6 +162,68 @@ async def test_an_empty_file_gets_the_schema(tmp_path: Path) -> None:
     assert header[18:20] == b"\x02\x02"  # WAL
     async with SQLiteStore(path) as store:
         assert [r.session_id for r in await store.sessions()] == ["s"]
+
+
+NOT_FILES = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+
+
+@NOT_FILES
+async def test_a_path_that_is_not_a_regular_file_is_refused_unread(tmp_path: Path) -> None:
+    folder = tmp_path / "folder.db"
+    folder.mkdir()
+    fifo = tmp_path / "pipe.db"
+    os.mkfifo(fifo)
+    # Something waits in the pipe, so reading it would not block: the store must not read it.
+    held = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        os.write(held, b"SQLite format 3\x00" + b"\x00" * 200)
+        cases = [(folder, "a directory"), (fifo, "a FIFO")]
+        if os.name == "posix":
+            cases.append((Path(os.devnull), "a character device"))
+        for path, kind in cases:
+            store = SQLiteStore(path)
+            with pytest.raises(StoreCorrupt, match=f"it is {kind}, not a regular file") as caught:
+                await store.__aenter__()
+            assert caught.value.location == str(path)
+            assert store.state is StoreState.CLOSED
+        assert len(os.read(held, 1000)) == 216  # all still there: nothing read
+    finally:
+        os.close(held)
+    assert sorted(os.listdir(tmp_path)) == ["folder.db", "pipe.db"]
+
+
+FIFO_CHILD = textwrap.dedent(
+    """
+    import sys, anyio
+    from arkhon_rheo import StoreCorrupt
+    from arkhon_rheo.store import SQLiteStore
+
+    async def main(path: str) -> None:
+        try:
+            async with SQLiteStore(path):
+                print("opened")
+        except StoreCorrupt as exc:
+            print(exc)
+
+    anyio.run(main, sys.argv[1], backend=sys.argv[2])
+    """
+)
+
+
+@NOT_FILES
+async def test_a_fifo_nobody_writes_is_refused_not_waited_on(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    fifo = tmp_path / "pipe.db"
+    os.mkfifo(fifo)
+    # In a child process: before the fix, opening the FIFO to read its header blocked
+    # forever (the limit only keeps a regression from hanging the suite).
+    with anyio.fail_after(60):
+        result = await anyio.run_process(
+            [sys.executable, "-c", FIFO_CHILD, str(fifo), anyio_backend], check=False
+        )
+    assert result.returncode == 0, result.stderr.decode()
+    assert "it is a FIFO, not a regular file" in result.stdout.decode()
 
 
 CHILD = textwrap.dedent(

@@ -11,7 +11,9 @@ from arkhon_rheo import (
     AgentState,
     AgentSystem,
     ConfigurationError,
+    ErrorClass,
     ExitReason,
+    FailureRecord,
     InvalidPatch,
     InvariantViolation,
     Lifecycle,
@@ -183,6 +185,45 @@ async def test_without_a_store_a_pause_is_decided_in_memory() -> None:
     assert aborted.failure is not None
     assert aborted.failure.error_type == "Aborted"
     assert aborted.state.last_error == aborted.failure
+
+
+#: Edits a human may not make: each writes a field only the supervisor writes.
+FORGERIES: list[dict[str, Any]] = [
+    {"last_error": FailureRecord(error_type="Fine", message="ok", error_class=ErrorClass.FATAL)},
+    {"last_error": None, "item": "forged"},
+    {"metadata": {"exit_reason": "finished"}},
+    {"iteration": 7},
+    {"session_id": "someone-else"},
+]
+
+
+@pytest.mark.parametrize("path", ["memory", "file"])
+async def test_an_edit_may_not_write_the_supervisors_fields(tmp_path: Any, path: str) -> None:
+    machine = order_machine(Gate.before("ship"))
+    store = None if path == "memory" else tmp_path / "orders.db"
+    async with AgentSystem(path=store) as system:
+        paused = await system.run(machine, Order(item="lamp"), session_id="e1")
+        assert paused.exit_reason is ExitReason.PAUSED
+        stored = system.stored(machine, "e1")
+        before = await (stored if store else system.session("e1")).history()
+        for forged in FORGERIES:
+            with pytest.raises(UndeclaredWrite, match="the supervisor owns") as caught:
+                await stored.edit(forged)
+            assert set(caught.value.fields) == set(forged) - {"item"}
+        if store is not None:  # nothing stored
+            assert await stored.history() == before
+            assert (await stored.record()).status == "paused"
+            assert await stored.state() == paused.state
+        else:  # nothing changed in memory
+            assert await system.session("e1").history() == before
+            assert system.session("e1").state == paused.state
+        await stored.edit({"item": "desk lamp"})  # a business field is still editable
+        handle = await stored.approve()
+        assert handle is not None
+        done = await handle.result()
+    assert done.ok
+    assert done.state.item == "desk lamp"
+    assert done.state.last_error is None
 
 
 def test_gates_are_checked_with_the_machine() -> None:

@@ -1,0 +1,80 @@
+"""A human decision on a paused session, checked: its updates, event kind and failure.
+
+`StoredSession` applies it to a stored session and to one paused in memory
+alike, so both refuse the same decisions: a resume value that fails its gate
+field's validation, an edit that fails validation or an invariant, and an edit
+of a field the supervisor owns (it would forge what the supervisor recorded).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._errors import ConfigurationError, UndeclaredWrite
+from ..protocols import (
+    SUPERVISOR_FIELDS,
+    AgentState,
+    ErrorClass,
+    EventKind,
+    FailureRecord,
+    Patch,
+)
+from ..supervision._seams import compiled
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ..protocols import Machine
+
+__all__ = ["SUPERVISOR_OWNED", "decision_updates"]
+
+#: The fields a human edit may not write: those every state has, which the
+#: supervisor keeps (the lifecycle, the session's id, its loop count, the failure
+#: it recorded and the session's metadata).
+SUPERVISOR_OWNED = SUPERVISOR_FIELDS | AgentState.base_fields
+
+
+def decision_updates(
+    machine: Machine[Any],
+    state: AgentState,
+    gate_name: str | None,
+    decision: str,
+    value: Any,
+    edit: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], EventKind, FailureRecord | None]:
+    """Check a human decision on ``state``; return its updates, event kind and error."""
+    if decision == "abort":
+        failure = FailureRecord(
+            error_type="Aborted",
+            message=f"aborted by a human at gate {gate_name!r}",
+            error_class=ErrorClass.FATAL,
+            lifecycle=state.lifecycle.name,
+            exit_reason="aborted",
+        )
+        return {"last_error": failure, "lifecycle": machine.failed}, EventKind.FAILURE, failure
+    if decision == "resume":
+        gate = next((g for g in machine.gates if g.name == gate_name), None)
+        if gate is None or gate.field is None:
+            if value is not None:
+                raise ConfigurationError(f"gate {gate_name!r} takes no resume value")
+            fields: dict[str, Any] = {}
+        else:
+            fields = {gate.field: value}
+        writes = frozenset(fields)
+    else:
+        fields = dict(edit or {})
+        writes = frozenset(machine.state_type.model_fields) - SUPERVISOR_OWNED
+        if owned := SUPERVISOR_OWNED.intersection(fields):
+            # Checked here, not left to the validator: an edit of ``last_error`` or
+            # ``metadata`` would forge what the supervisor recorded.
+            raise UndeclaredWrite(
+                stage="(human)",
+                fields=owned,
+                writes=writes,
+                advice=f"An edit may change the business fields only: the supervisor owns "
+                f"{', '.join(sorted(SUPERVISOR_OWNED))} (nothing was written)",
+            )
+    validator = compiled(machine).validator
+    updates, _ = validator.validate(state, Patch.of(fields), stage="(human)", writes=writes)
+    validator.check_invariants(state.model_copy(update=updates), state.lifecycle, stage="(human)")
+    return updates, EventKind.DECISION, None
