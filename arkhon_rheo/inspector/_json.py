@@ -1,18 +1,16 @@
-"""Parse JSON typed by a person, refusing what Python's decoder cannot take with a typed error.
+"""JSON typed into the inspector's forms, read with `arkhon_rheo._json.read_json`.
 
-``json.loads`` raises more than `json.JSONDecodeError`: `RecursionError` for
-nesting deeper than the interpreter's recursion limit (``"[" * 100000``), and
-a plain `ValueError` for an integer literal longer than the interpreter's
-integer-string conversion limit (4,300 digits by default). `parse_json` turns
-each into `InvalidJson`, which says what was wrong and what to write instead.
+`read_json` refuses, in one line, what Python's decoder cannot take (deep
+nesting, huge integers, lone surrogates, ``NaN``); here its refusal becomes
+`InvalidJson`, naming the form field, which the decision form shows on the page.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .._errors import ConfigurationError
+from .._json import JsonSyntaxError, read_json
 
 __all__ = ["InvalidJson", "parse_json"]
 
@@ -22,7 +20,7 @@ _ACCEPTED = (
 
 
 class InvalidJson(ConfigurationError):
-    """A value typed as JSON is not JSON, or not JSON Python can decode.
+    """A value typed as JSON is not JSON, or not JSON Python can read back.
 
     The message names the value and why it was refused.
     """
@@ -39,23 +37,11 @@ def parse_json(what: str, text: str) -> Any:
         The decoded value.
 
     Raises:
-        InvalidJson: If ``text`` is not JSON, nests too deeply for Python's
-            decoder, or holds an integer with more digits than Python converts.
+        InvalidJson: If ``text`` is not JSON, or is JSON `read_json` refuses.
     """
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        reason = f"{what} is not JSON ({exc.msg} at column {exc.colno}): {_ACCEPTED}"
-    except RecursionError:
-        reason = (
-            f"{what} is nested too deeply for Python's JSON decoder: "
-            f"use fewer levels of [lists] and {{objects}}"
-        )
-    except ValueError as exc:  # an integer past sys.get_int_max_str_digits()
-        if "digits" not in str(exc):
-            raise
-        reason = (
-            f"{what} holds an integer with more digits than Python converts from text "
-            f"(see sys.set_int_max_str_digits): write a shorter number, or the digits as a string"
-        )
-    raise InvalidJson(reason) from None
+        return read_json(text)
+    except JsonSyntaxError as exc:
+        raise InvalidJson(f"{what} is not JSON ({exc}): {_ACCEPTED}") from None
+    except ValueError as exc:
+        raise InvalidJson(f"{what} cannot be used: {exc}") from None

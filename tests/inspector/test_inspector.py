@@ -410,8 +410,8 @@ def test_the_json_helper_turns_what_python_cannot_decode_into_a_typed_error() ->
 
     assert parse_json("a value", '{"a": [1, 2.5, null]}') == {"a": [1, 2.5, None]}
     for text, expected in [
-        ("[" * 100_000, "nested too deeply"),
-        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ("[" * 100_000, "levels deep"),
+        ("[" * 100_000 + "]" * 100_000, "levels deep"),
         ("1" * 5000, "digits"),
         ("{not json", "is not JSON"),
     ]:
@@ -430,10 +430,10 @@ async def test_json_python_cannot_decode_is_refused_on_the_page(
     before = await _stored(store_path, ids["paused"])
     deep, huge = "[" * 100_000, "9" * 5000
     for fields, expected in [
-        ({"decision": "edit", "field.priority": deep}, "nested too deeply"),
-        ({"decision": "edit", "field.notes": f"[{deep}]"}, "nested too deeply"),
+        ({"decision": "edit", "field.priority": deep}, "levels deep"),
+        ({"decision": "edit", "field.notes": f"[{deep}]"}, "levels deep"),
         ({"decision": "edit", "field.priority": huge}, "digits"),
-        ({"decision": "resume", "value": deep}, "nested too deeply"),
+        ({"decision": "resume", "value": deep}, "levels deep"),
         ({"decision": "resume", "value": huge}, "digits"),
     ]:
         answer = await client.post(url, data={"token": TOKEN, **fields})
