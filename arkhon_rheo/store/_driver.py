@@ -17,12 +17,8 @@ script on its connection:
 `._open.open_driver` picks one of them by name.
 
 Why ``"auto"`` is the thread driver on asyncio too: a transaction costs one
-thread hop there, against one per statement (five or six) on aiosqlite. Measured
-with ``bench/store.py --backend asyncio`` (one session, three ``sync`` commits a
-cycle, 2-core VM): 1.85 ms a cycle on threads against 3.3 ms on aiosqlite in
-``sync`` mode, 1.15 against 2.5 ms in ``batched`` mode; and, when the thread
-driver became the default, 2,600-2,750 against 1,900-2,300 cycles/s for 1,000
-sessions in ``batched`` mode.
+thread hop there, against one per statement (five or six) on aiosqlite
+(``bench/store.py`` compares them; the README quotes its figures).
 
 Every `sqlite3` error is translated here into a `StoreError` (`StoreCorrupt`
 when SQLite says the file is damaged or is not a database) and thrown into the
