@@ -4,10 +4,10 @@ protocols imports nothing of the package; actors only protocols; supervision
 only those two; models only protocols; graphs (subgraphs) protocols and
 supervision; rules only protocols; system (the `AgentSystem`) sits above
 supervision, store and graphs; testing, cli and the inspector on top. Every
-layer may use the leaf modules ``_errors``, ``_exports``, ``_json``, ``_log``,
-``_redact`` and ``_tracing``. A subpackage's private modules are its own: another layer
-imports its public namespace or its ``_seams`` module (the insides the layers
-above may use, listed in one place).
+layer may use the leaf modules ``_construct``, ``_errors``, ``_exports``,
+``_json``, ``_log``, ``_lru``, ``_redact`` and ``_tracing``. A subpackage's
+private modules are its own: another layer imports its public namespace or its
+``_seams`` module (the insides the layers above may use, listed in one place).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "arkhon_rheo"
-LEAVES = {"_errors", "_exports", "_json", "_log", "_redact", "_tracing"}
+LEAVES = {"_construct", "_errors", "_exports", "_json", "_log", "_lru", "_redact", "_tracing"}
 ALLOWED: dict[str, set[str]] = {
     "protocols": set(),
     "actors": {"protocols"},

@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from arkhon_rheo import AgentSystem, ConfigurationError, ExitReason, Fatal
 from arkhon_rheo.rules import Rule
-from arkhon_rheo.testing import ScriptedModel
+from arkhon_rheo.testing import ScriptedModel, run_machine
 
 if TYPE_CHECKING:
     from arkhon_rheo import Machine, SessionHandle
@@ -42,11 +42,10 @@ async def states(handle: SessionHandle[Any]) -> list[str]:
 
 
 async def run(script: list[Any], **options: Any) -> tuple[Any, list[str]]:
-    machine = ex.build_machine(ScriptedModel(script), **options)
-    async with AgentSystem(path=None) as system:
-        handle = await system.start(machine, ex.ReActState(metadata=GOAL))
-        result = await handle.result()
-    return result, await states(handle)
+    done = await run_machine(
+        ex.build_machine(ScriptedModel(script), **options), ex.ReActState(metadata=GOAL)
+    )
+    return done.result, ["Thought", *[event.to_state.value for event in done.events]]
 
 
 async def test_the_demo_cycle_ends_on_final_answer() -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
 
+from .._construct import internal_only, make
 from .._errors import ActorStopped, AskTimeout, ConfigurationError, MailboxClosed, MailboxFull
 
 if TYPE_CHECKING:
@@ -63,15 +64,12 @@ class ActorRef(Generic[M, R]):
 
     _cell: Cell[M, R]
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("ActorRef has no public constructor: ActorSystem.spawn() returns one")
+    __init__ = internal_only("ActorSystem.spawn() returns one")
 
     @classmethod
     def _of(cls, cell: Cell[M, R]) -> ActorRef[M, R]:
         """The reference to the actor in ``cell`` (the cell's only way to make it)."""
-        ref: ActorRef[M, R] = object.__new__(cls)
-        ref._cell = cell
-        return ref
+        return make(cls, _cell=cell)
 
     @property
     def name(self) -> str:

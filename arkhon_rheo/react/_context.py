@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter
 
 from .._errors import ConfigurationError
+from .._lru import LRU
 from ..protocols import (
     AssistantMessage,
     Message,
@@ -92,7 +92,7 @@ class PromptCache:
         self.maxsize = maxsize
         self.hits = 0
         self.misses = 0
-        self._replies: OrderedDict[str, ModelReply] = OrderedDict()
+        self._replies: LRU[str, ModelReply] = LRU(maxsize)
 
     @staticmethod
     def key(messages: Sequence[Message], tools: Sequence[ToolSpec], json_mode: bool) -> str:
@@ -112,15 +112,11 @@ class PromptCache:
             self.misses += 1
             return None
         self.hits += 1
-        self._replies.move_to_end(key)
         return reply.model_copy(update={"usage": Usage()})
 
     def put(self, key: str, reply: ModelReply) -> None:
         """Remember ``reply`` for ``key``, dropping the least recently used beyond ``maxsize``."""
-        self._replies[key] = reply
-        self._replies.move_to_end(key)
-        while len(self._replies) > self.maxsize:
-            self._replies.popitem(last=False)
+        self._replies.put(key, reply)
 
     def __len__(self) -> int:
         return len(self._replies)

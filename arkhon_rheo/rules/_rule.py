@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar, overload
 
@@ -23,6 +22,7 @@ from pydantic_core import PydanticSerializationError
 
 from .._errors import ConfigurationError, Fatal
 from .._log import get_logger
+from .._lru import LRU
 from ..protocols._seams import json_data
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ class RuleSet(Generic[T]):
                 )
             seen.add(item.name)
         self.rules: tuple[Rule[T], ...] = made
-        self._cache: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
+        self._cache: LRU[tuple[str, str], Verdict] | None = LRU(cache_size) if cache_size else None
         self._cache_size = cache_size
         self._evaluations = 0
         self._checks = 0
@@ -285,22 +285,23 @@ class RuleSet(Generic[T]):
         return Evaluation(results=tuple(results))
 
     async def _verdict(self, item: Rule[T], subject: T, digest: str | None) -> Verdict:
-        key = (item.name, digest) if digest is not None and item.cache else None
-        if key is not None and (hit := self._cache.get(key)) is not None:
-            self._cache.move_to_end(key)
+        cache = self._cache
+        key = (
+            (item.name, digest) if cache is not None and digest is not None and item.cache else None
+        )
+        if key is not None and cache is not None and (hit := cache.get(key)) is not None:
             self._hits += 1
             return hit
         self._checks += 1
         verdict = await item(subject)
-        if key is not None:
-            self._cache[key] = verdict
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+        if key is not None and cache is not None:
+            cache.put(key, verdict)
         return verdict
 
     def clear_cache(self) -> None:
         """Forget every cached result (after a rule's outside data changed)."""
-        self._cache.clear()
+        if self._cache is not None:
+            self._cache.clear()
 
     def statistics(self) -> RuleSetStatistics:
         """The set's counters."""
@@ -308,7 +309,7 @@ class RuleSet(Generic[T]):
             evaluations=self._evaluations,
             checks=self._checks,
             cache_hits=self._hits,
-            cached=len(self._cache),
+            cached=len(self._cache) if self._cache is not None else 0,
             cache_size=self._cache_size,
         )
 

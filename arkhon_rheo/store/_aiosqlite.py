@@ -1,7 +1,7 @@
 """The aiosqlite driver: the one module of the package that is asyncio-specific.
 
 aiosqlite runs the connection in its own thread and hands results back through
-``asyncio`` futures, so it only works on asyncio; `._driver.open_driver` loads
+``asyncio`` futures, so it only works on asyncio; `._open.open_driver` loads
 this module only there. Each statement of a script is one awaited call.
 """
 

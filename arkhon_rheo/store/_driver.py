@@ -14,13 +14,11 @@ script on its connection:
   ``asyncio`` future; under trio it fails with "trio.run received unrecognized
   yield message"), so it lives in its own adapter module, `._aiosqlite`.
 
+`._open.open_driver` picks one of them by name.
+
 Why ``"auto"`` is the thread driver on asyncio too: a transaction costs one
-thread hop there, against one per statement (five or six) on aiosqlite. Measured
-with ``bench/store.py --backend asyncio`` (one session, three ``sync`` commits a
-cycle, 2-core VM): 1.85 ms a cycle on threads against 3.3 ms on aiosqlite in
-``sync`` mode, 1.15 against 2.5 ms in ``batched`` mode; and, when the thread
-driver became the default, 2,600-2,750 against 1,900-2,300 cycles/s for 1,000
-sessions in ``batched`` mode.
+thread hop there, against one per statement (five or six) on aiosqlite
+(``bench/store.py`` compares them; the README quotes its figures).
 
 Every `sqlite3` error is translated here into a `StoreError` (`StoreCorrupt`
 when SQLite says the file is damaged or is not a database) and thrown into the
@@ -38,8 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 import anyio
 import anyio.to_thread
 
-from .._errors import ConfigurationError, StoreCorrupt, StoreError
-from ._done import running_library
+from .._errors import StoreCorrupt, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -53,7 +50,6 @@ __all__ = [
     "Script",
     "Statement",
     "ThreadDriver",
-    "open_driver",
     "step",
     "translate",
 ]
@@ -243,32 +239,3 @@ class ThreadDriver:
         if self._connection is not None:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self.close_now, limiter=self._limiter)
-
-
-async def open_driver(path: str, *, name: DriverName, busy_timeout: float) -> Driver:
-    """Open the driver ``name`` (``"auto"`` is ``"thread"``).
-
-    Args:
-        path: The database file.
-        name: Which driver.
-        busy_timeout: How long a statement waits for another connection's lock, in
-            seconds.
-
-    Returns:
-        The open driver.
-
-    Raises:
-        ConfigurationError: ``"aiosqlite"`` was asked for outside asyncio.
-        StoreError: SQLite cannot open the file.
-    """
-    library = running_library()
-    if name == "aiosqlite" and library != "asyncio":
-        raise ConfigurationError(
-            f"the aiosqlite driver runs on asyncio only, not {library}; use driver='thread' "
-            "or 'auto'"
-        )
-    if name != "aiosqlite":
-        return await ThreadDriver.open(path, busy_timeout=busy_timeout)
-    from ._aiosqlite import AiosqliteDriver  # asyncio-only: loaded on asyncio only
-
-    return await AiosqliteDriver.open(path, busy_timeout=busy_timeout)

@@ -16,7 +16,8 @@ from ..protocols._seams import current_injector
 from . import _sql as sql
 from ._base import StoreBase, StoreState, inject_store_fault
 from ._codec import decode_event, decode_record, decode_snapshot
-from ._driver import DriverName, ThreadDriver, open_driver
+from ._driver import DriverName, ThreadDriver
+from ._open import open_driver
 from ._plan import Acquire, Flush, Release, Request, SetStatus, plan
 from ._schema import inspect_file, prepare
 from ._thread_writer import ThreadWriter

@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.lowlevel
 
-from .._errors import StoreCorrupt, StoreError
+from .._errors import StoreError
 from .._log import get_logger
 from ._done import done_maker, running_library
 from ._plan import Plan, Request, plan
 from ._sql import StaleCache, transaction, write_batch
-from ._writer import batch_error, copy_error, log_unacknowledged
+from ._writer import copy_error, log_unacknowledged, refuse_all, settle, split_failed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -317,18 +317,13 @@ class ThreadWriter:
         try:
             result = self._write([ticket.request for ticket in tickets], now)
         except Exception as exc:
-            if len(tickets) > 1 and not isinstance(exc, StoreCorrupt):
-                # Unforeseen failure: retry alone so it only fails its own caller.
+            if split_failed(tickets, exc):
                 for ticket in tickets:
                     self._commit([ticket], now)
                 return
-            error = batch_error(exc, self._location)
-            for ticket in tickets:
-                ticket.error = copy_error(error)
+            refuse_all(tickets, exc, self._location)
         else:
-            for ticket, refused in zip(tickets, result.errors, strict=True):
-                ticket.error = refused
-                ticket.committed = refused is None
+            settle(tickets, result)
             self.appended += result.appended
             self.largest_batch = max(self.largest_batch, result.appended)
 

@@ -31,13 +31,22 @@ from ._plan import Append, Plan, Request, plan
 from ._sql import transaction, write_batch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Sequence
 
     from anyio.abc import TaskStatus
 
     from ._driver import Driver, Script
 
-__all__ = ["Ticket", "Writer", "batch_error", "copy_error", "log_unacknowledged"]
+__all__ = [
+    "Ticket",
+    "Writer",
+    "batch_error",
+    "copy_error",
+    "log_unacknowledged",
+    "refuse_all",
+    "settle",
+    "split_failed",
+]
 
 T = TypeVar("T")
 logger = get_logger("arkhon_rheo.store")
@@ -105,6 +114,29 @@ def batch_error(exc: Exception, location: str) -> StoreError:
     error = StoreError(f"writing to {location} failed: {exc!r}", location=location)
     error.__cause__ = exc
     return error
+
+
+def split_failed(tickets: Sequence[Ticket], exc: Exception) -> bool:
+    """Whether a failed batch is retried one ticket at a time (both writers' rule).
+
+    An unforeseen failure of several tickets is retried alone for each, so it only
+    fails its own caller; a damaged file (`StoreCorrupt`) fails them all at once.
+    """
+    return len(tickets) > 1 and not isinstance(exc, StoreCorrupt)
+
+
+def refuse_all(tickets: Iterable[Ticket], exc: Exception, location: str) -> None:
+    """Fail every ticket of a batch whose transaction failed, each with its own copy."""
+    error = batch_error(exc, location)
+    for ticket in tickets:
+        ticket.error = copy_error(error)
+
+
+def settle(tickets: Sequence[Ticket], result: Plan) -> None:
+    """Record a committed transaction's answer on its tickets: refused or committed."""
+    for ticket, refused in zip(tickets, result.errors, strict=True):
+        ticket.error = refused
+        ticket.committed = refused is None
 
 
 class Writer:
@@ -249,17 +281,13 @@ class Writer:
             try:
                 result = await self._write([ticket.request for ticket in batch])
             except Exception as exc:
-                if len(batch) > 1 and not isinstance(exc, StoreCorrupt):
-                    # Unforeseen failure: retry alone so it only fails its own caller.
+                if split_failed(batch, exc):
                     for ticket in batch:
                         await self._commit([ticket])
                     return
-                error = batch_error(exc, self._location)
-                for ticket in batch:
-                    ticket.error = copy_error(error)
+                refuse_all(batch, exc, self._location)
             else:
-                for ticket, refused in zip(batch, result.errors, strict=True):
-                    ticket.error = refused
+                settle(batch, result)
                 self.appended += result.appended
                 self.largest_batch = max(self.largest_batch, result.appended)
             finally:

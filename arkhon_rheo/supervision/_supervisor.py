@@ -65,12 +65,11 @@ _STEP = _Step()
 
 #: Steps a supervisor runs back to back before yielding to other tasks (it yields
 #: at once when a message waits in its mailbox). Each yield leaves the objects of
-#: its burst (the state, the task's wake-up) waiting for thousands of other
-#: sessions: the collector promotes them to its oldest generation, and those
-#: promotions are what trigger its full collections. Sixteen steps are about a
-#: fifth of a millisecond of trivial stages (a stage that awaits I/O yields there
-#: anyway); in a 10,000-session run, four steps made 5 full collections, eight
-#: made 3, and sixteen promote 15% fewer objects than eight (48 a session, not 56).
+#: its burst (the state, the task's wake-up) waiting behind every other session,
+#: long enough for the cyclic GC to promote them to its oldest generation, which
+#: is what triggers full collections: fewer yields, fewer promotions. Sixteen
+#: trivial steps are a fraction of a millisecond, and a stage that awaits I/O
+#: yields there anyway (``bench/scale.py`` shows the effect at 10,000 sessions).
 _STEPS_PER_YIELD = 16
 _set = object.__setattr__
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .._construct import internal_only, make
 from ..protocols import AgentState, FailureRecord, TransitionEvent
 from ..protocols._seams import DEFAULT_CAPACITY
 from ..supervision import ExitReason
@@ -61,11 +62,9 @@ class SessionHandle(Generic[S]):
     _session: Session
     _ref: ActorRef[Any, Any]
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        raise TypeError(
-            "SessionHandle has no public constructor: AgentSystem.start() and resume() "
-            "return one, and AgentSystem.session(id) finds it again"
-        )
+    __init__ = internal_only(
+        "AgentSystem.start() and resume() return one, and AgentSystem.session(id) finds it again"
+    )
 
     @property
     def session_id(self) -> str:
@@ -189,9 +188,7 @@ class SessionHandle(Generic[S]):
 
 def new_handle(session: Session, ref: ActorRef[Any, Any]) -> SessionHandle[Any]:
     """The handle of ``session``, run by the supervisor behind ``ref`` (the system's only way)."""
-    handle: SessionHandle[Any] = object.__new__(SessionHandle)
-    handle._session = session
-    handle._ref = ref
+    handle: SessionHandle[Any] = make(SessionHandle, _session=session, _ref=ref)
     return handle
 
 

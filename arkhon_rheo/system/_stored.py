@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from .._construct import internal_only, make
 from .._errors import ConfigurationError, SessionError
 from ..protocols import AgentState, EventKind, Machine
 from ..supervision import ExitReason, ReplayReport
@@ -48,10 +49,7 @@ class StoredSession(Generic[S]):
     machine: Machine[S]
     session_id: str
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        raise TypeError(
-            "StoredSession has no public constructor: use AgentSystem.stored(machine, id)"
-        )
+    __init__ = internal_only("use AgentSystem.stored(machine, id)")
 
     def __repr__(self) -> str:
         return f"<StoredSession {self.session_id!r} of {self.machine.name!r}>"
@@ -437,10 +435,9 @@ def new_stored(system: AgentSystem, machine: Machine[S], session_id: str) -> Sto
         )
     if not isinstance(session_id, str) or not session_id:
         raise ConfigurationError(f"a session id is a non-empty string, got {session_id!r}")
-    stored: StoredSession[S] = object.__new__(StoredSession)
-    stored._system = system
-    stored.machine = machine
-    stored.session_id = session_id
+    stored: StoredSession[S] = make(
+        StoredSession, _system=system, machine=machine, session_id=session_id
+    )
     return stored
 
 

@@ -4,8 +4,8 @@ Like httpx's ``MockTransport``, the doubles implement the real interfaces, so
 the code under test runs unchanged; the library's own tests, examples and
 benches use them too: `reference_machine` (a small deterministic loop over
 `ReferenceState`), `ScriptedModel`, `FaultyStore` (a store that fails the
-calls you name) and `EventCapture` (a listener that keeps every committed
-event).
+calls you name) `EventCapture` (a listener that keeps every committed
+event) and `run_machine` (run one session to its end; its result and events).
 `crash_loop` kills your agent's process at random commits and checks that
 nothing it was told was stored is lost.
 """
@@ -36,6 +36,8 @@ from ._faulty_store import StoreCall as StoreCall
 from ._reference import ReferenceState as ReferenceState
 from ._reference import ReferenceStep as ReferenceStep
 from ._reference import reference_machine as reference_machine
+from ._run import MachineRun as MachineRun
+from ._run import run_machine as run_machine
 from ._scripted import Chunks as Chunks
 from ._scripted import Delay as Delay
 from ._scripted import ScriptedModel as ScriptedModel
@@ -57,6 +59,7 @@ __all__ = [
     "FaultyStore",
     "InjectedFault",
     "LostCommit",
+    "MachineRun",
     "ReferenceState",
     "ReferenceStep",
     "ScriptedModel",
@@ -71,6 +74,7 @@ __all__ = [
     "crash_loop",
     "fault_class",
     "reference_machine",
+    "run_machine",
 ]
 
 publish(__name__, __all__, globals())

@@ -19,7 +19,7 @@ import pytest
 from arkhon_rheo import AgentSystem
 from arkhon_rheo.react import GlobalBudget, StageBudget
 from arkhon_rheo.store import MemoryStore
-from arkhon_rheo.testing import ScriptedModel
+from arkhon_rheo.testing import ScriptedModel, run_machine
 from arkhon_rheo.tools import Toolbox, tool
 
 if TYPE_CHECKING:
@@ -74,13 +74,11 @@ class Run:
 async def run(state: Any, script: list[str], tools: Toolbox | None = None) -> Run:
     model = ScriptedModel(script)
     machine = seed.build_machine(model, tools or seed.TOOLS)
-    async with MemoryStore() as store, AgentSystem(store=store) as system:
-        handle = await system.start(machine, state, session_id="s")
-        result = await handle.result()
-        events = list(await system.stored(machine, "s").history())
-    assert result.ok, result.failure
+    async with MemoryStore() as store:
+        done = await run_machine(machine, state, session_id="s", store=store)
+    assert done.result.ok, done.result.failure
     assert model.script == []  # every scripted decision was asked for
-    return Run(result, events, model)
+    return Run(done.result, list(done.events), model)
 
 
 # -- one scenario per exit reason ----------------------------------------------------------

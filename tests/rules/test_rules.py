@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 from structlog.testing import capture_logs
 
-from arkhon_rheo import AgentState, AgentSystem, ConfigurationError, Fatal, Machine, Patch, stage
+from arkhon_rheo import AgentState, ConfigurationError, Fatal, Machine, Patch, stage
 from arkhon_rheo import StateView as View
 from arkhon_rheo.rules import (
     PASS,
@@ -23,6 +23,7 @@ from arkhon_rheo.rules import (
     rule,
     validate_stage,
 )
+from arkhon_rheo.testing import run_machine
 
 pytestmark = pytest.mark.anyio
 
@@ -183,13 +184,9 @@ def machine() -> Machine[S]:
 
 
 async def run(*proposals: Step) -> tuple[S, list[tuple[str, str, Any]]]:
-    async with AgentSystem(path=None) as system:
-        handle = await system.start(machine(), S(proposals=proposals))
-        result = await handle.result()
-    trail = [
-        (e.from_state.value, e.to_state.value, e.patch.values) for e in (await handle.history())
-    ]
-    return result.state, trail
+    done = await run_machine(machine(), S(proposals=proposals))
+    trail = [(e.from_state.value, e.to_state.value, e.patch.values) for e in done.events]
+    return done.state, trail
 
 
 async def test_the_validate_stage_sends_a_retryable_step_back_with_its_reason() -> None:

@@ -8,7 +8,6 @@ import pytest
 
 from arkhon_rheo import (
     AgentState,
-    AgentSystem,
     ConfigurationError,
     ExitReason,
     Machine,
@@ -19,6 +18,7 @@ from arkhon_rheo import (
     TransitionInvariantViolation,
     stage,
 )
+from arkhon_rheo.testing import run_machine
 
 pytestmark = pytest.mark.anyio
 
@@ -71,10 +71,8 @@ def build(transition_invariants: object = None) -> Machine[S]:
 
 
 async def run(machine: Machine[S], state: S) -> tuple[SessionResult[S], list[enum.Enum]]:
-    async with AgentSystem(path=None) as system:
-        handle = await system.start(machine, state)
-        result = await handle.result()
-    return result, [event.to_state for event in (await handle.history())]
+    done = await run_machine(machine, state)
+    return done.result, [event.to_state for event in done.events]
 
 
 async def test_the_transition_invariant_holds_on_the_edge_it_names() -> None:
