@@ -26,6 +26,7 @@ from ._errors import RecordedCallFailed as RecordedCallFailed
 from ._errors import Recoverable as Recoverable
 from ._errors import ReplayDiverged as ReplayDiverged
 from ._errors import RestartIntensityExceeded as RestartIntensityExceeded
+from ._errors import SessionBusy as SessionBusy
 from ._errors import SessionError as SessionError
 from ._errors import SessionLocked as SessionLocked
 from ._errors import SessionNotFound as SessionNotFound
@@ -147,6 +148,7 @@ __all__ = [
     "RestartStrategy",
     "RestartWindow",
     "SQLiteStore",
+    "SessionBusy",
     "SessionError",
     "SessionHandle",
     "SessionLocked",

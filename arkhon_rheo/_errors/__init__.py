@@ -16,7 +16,8 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   ├── Transient             retry after a backoff
     │   │   └── ToolTimeout       a tool ran past its timeout (a sandboxed one is killed)
     │   ├── Recoverable           restart the stage, record the error, go on
-    │   │   └── SubgraphFailed    a subgraph's child session ended without finishing
+    │   │   ├── SubgraphFailed    a subgraph's child session ended without finishing
+    │   │   └── MalformedModelOutput  the model's replies stayed unusable (react)
     │   └── Fatal                 fail the session
     ├── ContractViolation         the supervisor refused what a stage did
     │   ├── UndeclaredRead        read a field outside the read set
@@ -31,6 +32,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     ├── RestartIntensityExceeded  too many restarts in the window: escalates to fatal
     ├── RecordedCallFailed        a recorded call failed; replayed, its class not rebuilt
     ├── SessionError              a session could not be started or run
+    │   ├── SessionBusy           it runs in this system, or another call here changes it
     │   ├── SessionNotFound       no session has that id
     │   └── ReplayDiverged        a re-executed stage called out unlike the recorded run
     └── StoreError                the store failed, or refused what was asked
@@ -39,6 +41,12 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
         ├── UnserializablePatch   a patch value cannot be stored (refused before commit)
         ├── UnrecordableCall      a recorded call's request or response cannot be stored
         └── SessionLocked         another owner holds the session's lease
+
+Three more live beside the layer that raises them, in the same tree:
+``ToolError`` (`arkhon_rheo.tools`: a tool's error answer to the model, an
+``ArkhonError``), ``CrashRunFailed`` (`arkhon_rheo.testing`: a crash harness's
+child failed on its own, an ``ArkhonError``) and ``CommandError`` (here: a
+command of ``arkhon-rheo`` cannot go on, with its exit status).
 
 An exception raised by an actor's own handler during an ``ask`` is not wrapped:
 it is re-raised at the caller as it is, with a note naming the actor.
@@ -62,9 +70,11 @@ from ._base import MailboxClosed as MailboxClosed
 from ._base import MailboxError as MailboxError
 from ._base import MailboxFull as MailboxFull
 from ._base import SystemNotRunning as SystemNotRunning
+from ._cli import CommandError as CommandError
 from ._sessions import DuplicateEvent as DuplicateEvent
 from ._sessions import RecordedCallFailed as RecordedCallFailed
 from ._sessions import ReplayDiverged as ReplayDiverged
+from ._sessions import SessionBusy as SessionBusy
 from ._sessions import SessionError as SessionError
 from ._sessions import SessionLocked as SessionLocked
 from ._sessions import SessionNotFound as SessionNotFound
@@ -95,6 +105,7 @@ __all__ = [
     "ActorStopped",
     "ArkhonError",
     "AskTimeout",
+    "CommandError",
     "ConfigurationError",
     "ContractViolation",
     "DuplicateEvent",
@@ -111,6 +122,7 @@ __all__ = [
     "Recoverable",
     "ReplayDiverged",
     "RestartIntensityExceeded",
+    "SessionBusy",
     "SessionError",
     "SessionLocked",
     "SessionNotFound",

@@ -33,6 +33,14 @@ class SessionError(ArkhonError):
         self.session_id = session_id
 
 
+class SessionBusy(SessionError):
+    """The session is in use in this system: running here, or being started or changed.
+
+    Wait for the other call (or cancel the running session) and try again. A
+    session another process drives raises `SessionLocked` instead.
+    """
+
+
 class SessionNotFound(SessionError, KeyError):
     """No session with that id exists here."""
 

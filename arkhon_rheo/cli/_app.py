@@ -19,11 +19,9 @@ import anyio
 from .._errors import (
     ArkhonError,
     ConfigurationError,
-    ContractViolation,
-    SessionError,
+    SessionBusy,
     SessionLocked,
     SessionNotFound,
-    StoreError,
 )
 from ._common import DEFAULT_STORE, CommandError, Exit, shown
 from ._demo import demo
@@ -208,18 +206,16 @@ def _rate(text: str) -> float:
 def _exit_code(exc: ArkhonError) -> Exit:
     """The exit status for an error the library raised."""
     if isinstance(exc, CommandError):
-        return exc.code
+        return Exit(exc.code)
     if isinstance(exc, SessionNotFound):
         return Exit.NOT_FOUND
     if isinstance(exc, SessionLocked):
         return Exit.LOCKED
-    if isinstance(exc, SessionError) and ("busy" in str(exc) or "running here" in str(exc)):
+    if isinstance(exc, SessionBusy):
         return Exit.LOCKED
     if isinstance(exc, ConfigurationError):
         return Exit.USAGE
-    if isinstance(exc, ContractViolation | SessionError | StoreError):
-        return Exit.FAILED
-    return Exit.FAILED
+    return Exit.FAILED  # refused or failed: a contract, a session, the store
 
 
 def _runner(backend: str) -> Callable[..., Any]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.text import Text
 
-from .._errors import ArkhonError
+from .._errors import CommandError
 from .._json import JsonSyntaxError, read_json
 from ..protocols import Machine
 
@@ -69,18 +69,6 @@ class Exit(enum.IntEnum):
     NOT_FOUND = 3
     #: Another process (or another call) drives the session.
     LOCKED = 4
-
-
-class CommandError(ArkhonError):
-    """A command cannot go on; its message says why and what to do.
-
-    Attributes:
-        code: The exit status the command ends with.
-    """
-
-    def __init__(self, message: str, *, code: Exit) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def console(*, stderr: bool = False) -> Console:

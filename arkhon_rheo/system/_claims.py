@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._errors import SessionError, SessionLocked, StoreError
+from .._errors import SessionBusy, SessionLocked, StoreError
 from ._owner import is_dead
 
 if TYPE_CHECKING:
@@ -163,10 +163,10 @@ class Claims:
         for one session, the second always finds the first's.
 
         Raises:
-            SessionError: If another operation of this system holds the session.
+            SessionBusy: If another operation of this system holds the session.
         """
         if session_id in self._busy:
-            raise SessionError(
+            raise SessionBusy(
                 f"session {session_id!r} is busy here: another call of this system is "
                 "starting or changing it; wait for that call to return first",
                 session_id=session_id,

@@ -18,6 +18,7 @@ import anyio
 
 from .._errors import (
     ConfigurationError,
+    SessionBusy,
     SessionError,
     SessionLocked,
     SessionNotFound,
@@ -347,10 +348,10 @@ class AgentSystem:
         operation took (unless a launched session took it over) and frees the id.
 
         Raises:
-            SessionError: If the session runs here, or another call here holds it.
+            SessionBusy: If the session runs here, or another call here holds it.
         """
         if self._registry.running(session_id):
-            raise SessionError(
+            raise SessionBusy(
                 f"session {session_id!r} is running here; cancel it (or wait for it) first",
                 session_id=session_id,
             )
@@ -478,7 +479,7 @@ class AgentSystem:
             return  # released already: the store holds its record
         handle = self.session(session_id)
         if not handle.done:
-            raise SessionError(
+            raise SessionBusy(
                 f"session {session_id!r} is still running; cancel it or wait for its "
                 "result before forgetting it",
                 session_id=session_id,

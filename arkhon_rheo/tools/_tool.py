@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticSerializationError, to_json
 
-from .._errors import ConfigurationError, ToolTimeout
+from .._errors import ArkhonError, ConfigurationError, ToolTimeout
 from ..protocols import ToolSpec
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ _SECTION = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
 _ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
-class ToolError(Exception):
+class ToolError(ArkhonError):
     """A tool call failed in a way the model should hear about, in so many words.
 
     Raise it from a tool to answer the call with exactly this message as an

@@ -23,6 +23,7 @@ from arkhon_rheo import (
     Machine,
     Patch,
     Recoverable,
+    SessionBusy,
     SessionError,
     SessionNotFound,
     Stage,
@@ -628,7 +629,7 @@ async def test_forget_drops_ended_sessions_only() -> None:
         result = await done.result()
         running = await system.start(loop_machine(Waits()), LoopState(), session_id="running")
         await started.wait()
-        with pytest.raises(SessionError, match="still running"):
+        with pytest.raises(SessionBusy, match="still running"):
             system.forget("running")
         system.forget("done")
         assert system.sessions() == ["running"]

@@ -16,6 +16,7 @@ from arkhon_rheo import (
     Lifecycle,
     Machine,
     Patch,
+    SessionBusy,
     SessionError,
     SessionLocked,
     SessionNotFound,
@@ -316,7 +317,7 @@ async def test_two_calls_on_one_session_here_one_wins(
         errors = [o for o in outcomes if isinstance(o, Exception)]
         assert len(errors) == 1, outcomes
         assert "busy here" in str(errors[0])
-        assert isinstance(errors[0], SessionError)
+        assert isinstance(errors[0], SessionBusy)
         assert errors[0].session_id == target
         handles = [system.session(sid) for sid in system.sessions()]
         for handle in handles:
