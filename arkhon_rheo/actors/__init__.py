@@ -6,18 +6,18 @@ It knows nothing of agents; the session supervisor is built on it.
 from __future__ import annotations
 
 from .._exports import publish
-from ._actor import Actor as Actor
-from ._actor import ActorContext as ActorContext
-from ._actor import Directive as Directive
-from ._actor import FailurePolicy as FailurePolicy
-from ._actor import Termination as Termination
-from ._actor import TerminationKind as TerminationKind
-from ._cell import ActorState as ActorState
 from ._mailbox import MailboxReceiveStream as MailboxReceiveStream
 from ._mailbox import MailboxSendStream as MailboxSendStream
 from ._mailbox import MailboxStatistics as MailboxStatistics
 from ._mailbox import open_mailbox as open_mailbox
+from ._records import ActorState as ActorState
+from ._records import Directive as Directive
+from ._records import FailurePolicy as FailurePolicy
+from ._records import TerminationKind as TerminationKind
 from ._ref import ActorRef as ActorRef
+from ._ref import Termination as Termination
+from ._system import Actor as Actor
+from ._system import ActorContext as ActorContext
 from ._system import ActorSystem as ActorSystem
 from ._system import SystemState as SystemState
 from ._system import SystemStatistics as SystemStatistics

@@ -1,45 +1,77 @@
-"""The cell: the task that runs one actor, its mailbox and its lifecycle."""
+"""The cell: the task that runs one actor, its mailbox and its lifecycle.
+
+A cell knows its actor through `Behaviour` (the hooks it calls) and its system
+through `CellHost` (where it is listed while alive and counts its dead
+letters); the system's own cell class says how an actor is made
+(`Cell.new_actor`). So this module imports nothing above it.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import enum
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import anyio
 
 from .._errors import ActorStopped, ConfigurationError, MailboxClosed
 from .._log import get_logger
-from ._actor import Actor, ActorContext, Directive, FailurePolicy, Termination, TerminationKind
 from ._mailbox import MailboxReceiveStream, MailboxSendStream, open_mailbox
-from ._ref import ActorRef, Ask
+from ._records import ActorState, Directive, FailurePolicy, TerminationKind
+from ._ref import ActorRef, Ask, Termination
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from anyio.abc import TaskStatus
 
-    from ._system import ActorSystem
-
-__all__ = ["ActorState", "Cell"]
+__all__ = ["Behaviour", "Cell", "CellHost"]
 
 M = TypeVar("M")
 R = TypeVar("R")
+M_contra = TypeVar("M_contra", contravariant=True)
+R_co = TypeVar("R_co", covariant=True)
 
 _logger = get_logger("arkhon_rheo.actors")
 
 
-class ActorState(enum.Enum):
-    """Where an actor is in its life."""
+class Behaviour(Protocol[M_contra, R_co]):
+    """What a cell needs of the actor it runs (`Actor` is one)."""
 
-    #: Its task runs ``on_start``; messages queue up but are not handled yet.
-    STARTING = "starting"
-    #: It handles messages.
-    RUNNING = "running"
-    #: It was asked to stop: it refuses new messages and finishes the queued ones.
-    STOPPING = "stopping"
-    #: It has ended; see ``ActorRef.termination``.
-    STOPPED = "stopped"
+    #: Whether `on_stop` bounds its own waits (see `Actor`).
+    _on_stop_bounded: ClassVar[bool]
+
+    async def on_start(self) -> None:
+        """Run once before the first message."""
+
+    async def receive(self, message: M_contra) -> R_co:
+        """Handle one message."""
+
+    async def on_terminated(self, notice: Termination) -> None:
+        """Handle the end of a watched actor."""
+
+    async def on_restart(self, error: Exception) -> None:
+        """Run on a fresh instance replacing a crashed one."""
+
+    async def on_stop(self, termination: Termination) -> None:
+        """Run once when the actor ends."""
+
+
+class CellHost:
+    """What a cell needs of the system it runs in; the system keeps one for all its cells.
+
+    Attributes:
+        cells: The cells whose actor has not ended yet, in spawn order.
+        dead_letters: Messages that reached no actor, over all the cells.
+        shutdown_timeout: Bounds an ``on_stop`` hook that does not bound its
+            own waits, in seconds.
+    """
+
+    __slots__ = ("cells", "dead_letters", "shutdown_timeout")
+
+    def __init__(self, shutdown_timeout: float) -> None:
+        self.cells: dict[Cell[Any, Any], None] = {}
+        self.dead_letters = 0
+        self.shutdown_timeout = shutdown_timeout
 
 
 class _Notice:
@@ -52,26 +84,29 @@ class _Notice:
 
 
 class Cell(Generic[M, R]):
-    """Runs one actor: creates its mailbox, loops over messages, reports its end."""
+    """Runs one actor: creates its mailbox, loops over messages, reports its end.
+
+    A subclass says how the actor is made (`new_actor`).
+
+    Attributes:
+        scope: The cancel scope of the actor's task, once it runs.
+    """
 
     __slots__ = (
-        "_args",
         "_done",
         "_ended",
-        "_factory",
+        "_host",
         "_on_failure",
-        "_scope",
-        "_system",
         "_watchers",
         "_watching",
         "ask_timeout",
-        "capacity",
         "escalated",
         "name",
         "new_event",
         "ref",
         "restarts",
         "rx",
+        "scope",
         "state",
         "termination",
         "tx",
@@ -83,24 +118,19 @@ class Cell(Generic[M, R]):
 
     def __init__(
         self,
-        system: ActorSystem,
-        factory: Callable[..., Actor[M, R]],
-        args: tuple[Any, ...],
+        host: CellHost,
         *,
         name: str,
         capacity: int,
         ask_timeout: float,
         on_failure: FailurePolicy | None,
     ) -> None:
-        self._system = system
-        self._factory = factory
-        self._args = args
+        self._host = host
         self._on_failure = on_failure
-        self._scope: anyio.CancelScope | None = None
+        self.scope: anyio.CancelScope | None = None
         self._watchers: dict[Cell[Any, Any], None] = {}
         self._watching: dict[Cell[Any, Any], None] = {}
         self.name = name
-        self.capacity = capacity
         self.ask_timeout = ask_timeout
         self.state = ActorState.STARTING
         # The mailbox exists from the start, so a stop requested while the actor is
@@ -122,8 +152,8 @@ class Cell(Generic[M, R]):
             self.tx.close()
 
     def cancel(self) -> None:
-        if self._scope is not None:
-            self._scope.cancel()
+        if self.scope is not None:
+            self.scope.cancel()
 
     def add_watcher(self, watcher: Cell[Any, Any]) -> None:
         if self.termination is not None:
@@ -153,7 +183,7 @@ class Cell(Generic[M, R]):
 
     def dead_letter(self, message: object) -> None:
         self.rx._count_dead_letter()
-        self._system._count_dead_letter()
+        self._host.dead_letters += 1
         _logger.warning(
             "dead_letter",
             actor=self.name,
@@ -166,11 +196,11 @@ class Cell(Generic[M, R]):
     async def run(self, *, task_status: TaskStatus[ActorRef[M, R]]) -> None:
         kind = TerminationKind.CANCELLED
         error: BaseException | None = None
-        actor: Actor[M, R] | None = None
+        actor: Behaviour[M, R] | None = None
         started = False
         try:
-            with anyio.CancelScope() as self._scope:
-                actor = self._new_actor()
+            with anyio.CancelScope() as self.scope:
+                actor = self.new_actor()
                 await actor.on_start()
                 if self.state is ActorState.STARTING:
                     self.state = ActorState.RUNNING
@@ -199,14 +229,13 @@ class Cell(Generic[M, R]):
                 with anyio.CancelScope(shield=True):
                     await self._finish(actor, kind, error)
 
-    def _new_actor(self) -> Actor[M, R]:
-        actor = self._factory(*self._args)
-        actor.context = ActorContext(self, self._system)
-        return actor
+    def new_actor(self) -> Behaviour[M, R]:
+        """Make a fresh instance of the actor, ready for its ``on_start`` or ``on_restart``."""
+        raise NotImplementedError
 
     async def _loop(
-        self, actor: Actor[M, R]
-    ) -> tuple[TerminationKind, Exception | None, Actor[M, R]]:
+        self, actor: Behaviour[M, R]
+    ) -> tuple[TerminationKind, Exception | None, Behaviour[M, R]]:
         rx = self.rx
         while True:
             try:
@@ -242,7 +271,7 @@ class Cell(Generic[M, R]):
                     return TerminationKind.CRASHED, exc, actor
                 self.restarts += 1
                 _logger.warning("actor_restarted", actor=self.name, error=repr(exc))
-                actor = self._new_actor()
+                actor = self.new_actor()
                 await actor.on_restart(exc)
             except BaseException:
                 self._abandon(request)
@@ -254,7 +283,7 @@ class Cell(Generic[M, R]):
             request.set_error(ActorStopped(actor=self.name, detail="ended before replying"))
 
     async def _finish(
-        self, actor: Actor[M, R] | None, kind: TerminationKind, error: BaseException | None
+        self, actor: Behaviour[M, R] | None, kind: TerminationKind, error: BaseException | None
     ) -> None:
         """Record the end, fail pending asks, run ``on_stop``, tell the watchers."""
         self.state = ActorState.STOPPED
@@ -267,7 +296,7 @@ class Cell(Generic[M, R]):
                 item.set_error(
                     ActorStopped(actor=self.name, detail=f"{kind.value} before replying")
                 )
-            self._system._count_dead_letter()
+            self._host.dead_letters += 1
             _logger.warning(
                 "dead_letter",
                 actor=self.name,
@@ -280,12 +309,12 @@ class Cell(Generic[M, R]):
             if actor is not None and actor._on_stop_bounded:
                 await actor.on_stop(termination)  # no timer: the hook bounds its own waits
             elif actor is not None:
-                with anyio.move_on_after(self._system.shutdown_timeout):
+                with anyio.move_on_after(self._host.shutdown_timeout):
                     await actor.on_stop(termination)
         except Exception as exc:
             _logger.error("actor_on_stop_failed", actor=self.name, error=repr(exc))
         finally:
-            self._system._forget(self)
+            self._host.cells.pop(self, None)
             self._ended = True
             if self._done is not None:
                 self._done.set()

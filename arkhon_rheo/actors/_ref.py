@@ -1,9 +1,16 @@
-"""`ActorRef`: the handle through which everybody talks to an actor."""
+"""`ActorRef`, the handle through which everybody talks to an actor, and `Termination`.
+
+A reference reaches its actor's cell through `CellView`, what it needs of a
+cell, so this module sits below the cell that makes references. `Termination`
+lives here because it names the reference of the actor that ended, and a
+reference returns it.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Generic, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
 import anyio
 
@@ -11,14 +18,80 @@ from .._construct import internal_only, make
 from .._errors import ActorStopped, AskTimeout, ConfigurationError, MailboxClosed, MailboxFull
 
 if TYPE_CHECKING:
-    from ._actor import Termination
-    from ._cell import ActorState, Cell
-    from ._mailbox import MailboxStatistics
+    from collections.abc import Callable
 
-__all__ = ["ActorRef"]
+    from ._mailbox import MailboxSendStream, MailboxStatistics
+    from ._records import ActorState, TerminationKind
+
+__all__ = ["ActorRef", "Ask", "CellView", "Termination"]
 
 M = TypeVar("M")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Termination:
+    """The notice an actor's watchers receive when it ends.
+
+    Attributes:
+        actor: The reference of the actor that ended.
+        kind: Why it ended.
+        error: The exception that crashed it, for `TerminationKind.CRASHED`.
+    """
+
+    actor: ActorRef[Any, Any]
+    kind: TerminationKind
+    error: BaseException | None = None
+
+
+class CellView(Protocol):
+    """What a reference (and a context, through one) needs of its actor's cell."""
+
+    @property
+    def name(self) -> str:
+        """The actor's name."""
+
+    @property
+    def state(self) -> ActorState:
+        """The actor's lifecycle state."""
+
+    @property
+    def restarts(self) -> int:
+        """How often the actor was restarted."""
+
+    @property
+    def termination(self) -> Termination | None:
+        """How the actor ended, or ``None`` while it has not."""
+
+    @property
+    def ask_timeout(self) -> float:
+        """The default timeout of an ask, in seconds."""
+
+    @property
+    def tx(self) -> MailboxSendStream[Any]:
+        """The sending side of the actor's mailbox."""
+
+    @property
+    def new_event(self) -> Callable[[], anyio.Event]:
+        """Makes an event of the running backend, for an ask's reply."""
+
+    def dead_letter(self, message: object) -> None:
+        """Count and log ``message``, which reached no actor."""
+
+    def request_stop(self) -> None:
+        """Stop the actor once the messages already queued are handled."""
+
+    def cancel(self) -> None:
+        """Cancel the actor now."""
+
+    async def wait_done(self) -> None:
+        """Wait until the actor has ended."""
+
+    def add_watcher(self, watcher: Self) -> None:
+        """Tell ``watcher`` when this actor ends (at once if it has)."""
+
+    def remove_watcher(self, watcher: Self) -> None:
+        """Stop telling ``watcher``."""
 
 
 class Ask(Generic[M, R]):
@@ -62,12 +135,12 @@ class ActorRef(Generic[M, R]):
 
     __slots__ = ("__weakref__", "_cell")
 
-    _cell: Cell[M, R]
+    _cell: CellView
 
     __init__ = internal_only("ActorSystem.spawn() returns one")
 
     @classmethod
-    def _of(cls, cell: Cell[M, R]) -> ActorRef[M, R]:
+    def _of(cls, cell: CellView) -> ActorRef[M, R]:
         """The reference to the actor in ``cell`` (the cell's only way to make it)."""
         return make(cls, _cell=cell)
 

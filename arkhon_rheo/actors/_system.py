@@ -1,16 +1,20 @@
-"""`ActorSystem`: the async context manager that owns every actor's task."""
+"""`ActorSystem`, the async context manager that owns every actor's task, and `Actor`.
+
+`Actor`, its `ActorContext` and the system live together: a context hands an
+actor its system, and the system spawns actors.
+"""
 
 from __future__ import annotations
 
 import enum
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar, TypeVarTuple
 
 import anyio
 
 from .._errors import ConfigurationError, SystemNotRunning
-from ._cell import Cell
+from ._cell import Cell, CellHost
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -18,10 +22,10 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-    from ._actor import Actor, FailurePolicy
-    from ._ref import ActorRef
+    from ._records import FailurePolicy
+    from ._ref import ActorRef, Termination
 
-__all__ = ["ActorSystem", "SystemState", "SystemStatistics"]
+__all__ = ["Actor", "ActorContext", "ActorSystem", "SystemState", "SystemStatistics"]
 
 M = TypeVar("M")
 R = TypeVar("R")
@@ -67,6 +71,128 @@ def _check_seconds(name: str, value: float) -> float:
     return float(value)
 
 
+class ActorContext(Generic[M, R]):
+    """What an actor may know and do about itself and its system.
+
+    Attributes:
+        ref: This actor's own reference.
+        system: The actor system it runs in.
+    """
+
+    __slots__ = ("_cell", "ref", "system")
+
+    def __init__(self, cell: Cell[M, R], system: ActorSystem) -> None:
+        self._cell = cell
+        self.ref: ActorRef[M, R] = cell.ref
+        self.system = system
+
+    @property
+    def name(self) -> str:
+        """This actor's name."""
+        return self._cell.name
+
+    def watch(self, other: ActorRef[Any, Any]) -> None:
+        """Receive `Actor.on_terminated` when ``other`` ends.
+
+        If ``other`` has already ended, the notice arrives at once.
+        """
+        other._cell.add_watcher(self._cell)
+
+    def unwatch(self, other: ActorRef[Any, Any]) -> None:
+        """Stop watching ``other``; a notice already queued is still delivered."""
+        other._cell.remove_watcher(self._cell)
+
+    @property
+    def pending(self) -> int:
+        """Messages waiting in this actor's mailbox, system notices included."""
+        return self._cell.pending()
+
+    @property
+    def cancel_called(self) -> bool:
+        """Whether this actor, or its whole system, was cancelled: a check without a checkpoint.
+
+        An actor that runs several steps of its own between awaits reads it to
+        stop at once; the cancellation is delivered at its next checkpoint.
+        It reports `ActorRef.cancel` and the cancellation of the system's task
+        group (the system's block left, an escalated error); a scope around the
+        system's block is seen at the actor's next checkpoint only.
+        """
+        scope = self._cell.scope
+        if scope is not None and scope.cancel_called:
+            return True
+        group = self.system._task_group
+        return group is not None and group.cancel_scope.cancel_called
+
+    def stop(self) -> None:
+        """Stop this actor once the messages already queued are handled."""
+        self._cell.request_stop()
+
+    def escalate(self, error: BaseException) -> NoReturn:
+        """End this actor by raising ``error`` out of its system's ``async with`` block.
+
+        Unlike an error left to its failure policy, or a stray ``BaseException``
+        (both end just this actor), an escalated error is not contained: the actor
+        ends as `TerminationKind.CRASHED` (its ``on_stop`` runs first, and an
+        ``ask`` it was answering fails with `ActorStopped`), then the error
+        cancels the system's block and every other actor, and leaves the block
+        in a ``BaseExceptionGroup``, as a task group's child error does. Call it
+        from the actor's own task, for an error that must stop the program (an
+        interrupt, an exit request).
+
+        Raises:
+            BaseException: ``error``, always.
+        """
+        self._cell.escalated = error
+        raise error
+
+
+class Actor(Generic[M, R]):
+    """Base class of actors: subclass it and implement `receive`.
+
+    An actor handles one message at a time, in the order its mailbox received
+    them. ``M`` is the type of messages it accepts and ``R`` the type of its
+    replies to ``ask``. Its `context` is set before `on_start` runs.
+    """
+
+    context: ActorContext[M, R]
+    #: Whether `on_stop` bounds every wait of its own (the library's supervisors
+    #: do). If not, the cell runs it within the system's shutdown timeout, which
+    #: costs a timer per ended actor (on asyncio a cancelled one stays in the
+    #: loop's heap until it is due).
+    _on_stop_bounded: ClassVar[bool] = False
+
+    async def on_start(self) -> None:
+        """Run once before the first message; the spawner waits for it.
+
+        If it raises, the actor never starts and ``spawn`` re-raises the error.
+        """
+
+    async def receive(self, message: M) -> R:
+        """Handle one message and return the reply an ``ask`` gets.
+
+        An ``Exception`` raised here crashes the actor (or restarts it, per its
+        failure policy); for an ``ask`` it is also re-raised at the caller.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement receive()")
+
+    async def on_terminated(self, notice: Termination) -> None:
+        """Handle the end of an actor this one watches (see `ActorContext.watch`)."""
+
+    async def on_restart(self, error: Exception) -> None:
+        """Run on the fresh instance that replaces a crashed one, before it continues.
+
+        The default calls `on_start`.
+        """
+        await self.on_start()
+
+    async def on_stop(self, termination: Termination) -> None:
+        """Run once when the actor ends, whatever the reason.
+
+        Under a forced shutdown it runs shielded from cancellation, but only up
+        to the system's shutdown timeout.
+        """
+
+
 class ActorSystem:
     """Owns a task group in which every actor of the system runs.
 
@@ -109,13 +235,20 @@ class ActorSystem:
         self.name = name
         self.mailbox_capacity = mailbox_capacity
         self.ask_timeout = _check_seconds("ask_timeout", ask_timeout)
-        self.shutdown_timeout = _check_seconds("shutdown_timeout", shutdown_timeout)
+        self._host = CellHost(_check_seconds("shutdown_timeout", shutdown_timeout))
         self._state = SystemState.NEW
         self._task_group: TaskGroup | None = None
-        self._cells: dict[Cell[Any, Any], None] = {}
         self._ids = itertools.count(1)
         self._spawned = 0
-        self._dead_letters = 0
+
+    @property
+    def shutdown_timeout(self) -> float:
+        """How long a graceful stop may take before actors are cancelled, in seconds."""
+        return self._host.shutdown_timeout
+
+    @shutdown_timeout.setter
+    def shutdown_timeout(self, value: float) -> None:
+        self._host.shutdown_timeout = _check_seconds("shutdown_timeout", value)
 
     @property
     def state(self) -> SystemState:
@@ -171,8 +304,8 @@ class ActorSystem:
         """Ask every actor to stop, and wait for them up to the shutdown timeout."""
         with anyio.move_on_after(self.shutdown_timeout):
             # Stopping one actor may make another spawn or stop more: loop until none is left.
-            while self._cells:
-                cells = list(self._cells)
+            while self._host.cells:
+                cells = list(self._host.cells)
                 for cell in cells:
                     cell.request_stop()
                 for cell in cells:
@@ -227,7 +360,7 @@ class ActorSystem:
         if name is None:
             label = getattr(factory, "__name__", "actor")
             name = f"{label}-{next(self._ids)}"
-        cell: Cell[M, R] = Cell(
+        cell: Cell[M, R] = _SystemCell(
             self,
             factory,
             tuple(args),
@@ -236,12 +369,13 @@ class ActorSystem:
             ask_timeout=timeout,
             on_failure=on_failure,
         )
-        self._cells[cell] = None
+        cells = self._host.cells
+        cells[cell] = None
         self._spawned += 1
         try:
             ref: ActorRef[M, R] = await self._task_group.start(cell.run, name=f"actor:{name}")
         except BaseException:
-            self._cells.pop(cell, None)
+            cells.pop(cell, None)
             raise
         return ref
 
@@ -249,16 +383,44 @@ class ActorSystem:
         """Return a snapshot of the system's counters."""
         return SystemStatistics(
             state=self._state,
-            alive=len(self._cells),
+            alive=len(self._host.cells),
             spawned=self._spawned,
-            dead_letters=self._dead_letters,
+            dead_letters=self._host.dead_letters,
         )
 
-    def _forget(self, cell: Cell[Any, Any]) -> None:
-        self._cells.pop(cell, None)
-
-    def _count_dead_letter(self) -> None:
-        self._dead_letters += 1
-
     def __repr__(self) -> str:
-        return f"<ActorSystem {self.name!r} {self._state.value} alive={len(self._cells)}>"
+        return f"<ActorSystem {self.name!r} {self._state.value} alive={len(self._host.cells)}>"
+
+
+class _SystemCell(Cell[M, R]):
+    """A cell of an `ActorSystem`: makes its actor from the spawner's factory, with a context."""
+
+    __slots__ = ("_args", "_factory", "_system")
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        factory: Callable[..., Actor[M, R]],
+        args: tuple[Any, ...],
+        *,
+        name: str,
+        capacity: int,
+        ask_timeout: float,
+        on_failure: FailurePolicy | None,
+    ) -> None:
+        self._system = system
+        self._factory = factory
+        self._args = args
+        super().__init__(
+            system._host,
+            name=name,
+            capacity=capacity,
+            ask_timeout=ask_timeout,
+            on_failure=on_failure,
+        )
+
+    def new_actor(self) -> Actor[M, R]:
+        """Make a fresh instance from the factory and give it its context."""
+        actor = self._factory(*self._args)
+        actor.context = ActorContext(self, self._system)
+        return actor

@@ -20,6 +20,7 @@ from arkhon_rheo.actors import (
     Termination,
     TerminationKind,
 )
+from arkhon_rheo.actors._cell import Cell
 from tests.helpers import Boom, Crasher, Gate, Recorder, Watcher
 
 pytestmark = pytest.mark.anyio
@@ -479,10 +480,12 @@ async def test_ended_watchers_are_not_kept_by_their_targets() -> None:
         target = await system.spawn(Recorder)
         watcher = await system.spawn(Watcher, notices, anyio.Event())
         await watcher.ask(target)
-        assert target._cell._watchers
+        cell = target._cell  # a reference sees its cell through a CellView: narrow it
+        assert isinstance(cell, Cell)
+        assert cell._watchers
         watcher.stop()
         await watcher.wait_terminated()
-        assert not target._cell._watchers
+        assert not cell._watchers
 
 
 async def test_closing_the_receive_side_wakes_a_waiting_receiver() -> None:
