@@ -21,16 +21,23 @@ library opens, on the tracer provider your application sets:
 Model and tool spans are children of the stage span that made the call when
 the stage runs in its supervisor's task (`StageMode.INLINE`, the default).
 
+An exception is recorded on a span (an ``exception`` event: its type, message
+and formatted traceback, chained causes included) and in its error status
+scrubbed of secrets (``_redact.scrub``), never as the SDK would record it.
+
 Without the package nothing is imported and every function here returns at
 its first line (`ENABLED` is decided once, at import). With it but no tracer
 provider set, a session opens no span and so its steps none either. This module imports
-nothing from the package, so every layer may use it.
+nothing from the package but the leaf ``_redact``, so every layer may use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import traceback
 from typing import TYPE_CHECKING, Any, Final
+
+from ._redact import scrub
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -85,7 +92,7 @@ def end_session(span: Any, exit_reason: str | None, steps: int, failure: Any) ->
     span.set_attribute("arkhon.steps", steps)
     if failure is not None:
         span.set_status(
-            _otel.Status(_otel.StatusCode.ERROR, f"{failure.error_type}: {failure.message}")
+            _otel.Status(_otel.StatusCode.ERROR, scrub(f"{failure.error_type}: {failure.message}"))
         )
     span.end()
 
@@ -94,27 +101,53 @@ def step(parent: Any, stage: str, seq: int, attempt: int) -> AbstractContextMana
     """The span of one attempt of a stage, current while it runs (nothing if off)."""
     if parent is None:
         return _NOTHING
-    started: AbstractContextManager[Any] = _tracer.start_as_current_span(
+    return _span(
         f"stage {stage}",
+        "INTERNAL",
+        {"arkhon.stage": stage, "arkhon.seq": seq, "arkhon.attempt": attempt},
         context=_otel.set_span_in_context(parent),
-        attributes={"arkhon.stage": stage, "arkhon.seq": seq, "arkhon.attempt": attempt},
     )
-    return started
 
 
 def step_outcome(span: Any, outcome: object) -> None:
     """Mark a stage's span failed when its outcome is an error."""
     if span is not None and isinstance(outcome, Exception):
-        span.record_exception(outcome)
+        record_exception(span, outcome)
         span.set_status(_otel.Status(_otel.StatusCode.ERROR, f"{type(outcome).__name__}"))
 
 
+def record_exception(span: Any, exc: BaseException, *, escaped: bool = False) -> None:
+    """Record ``exc`` on ``span`` as the SDK does, its message and traceback scrubbed."""
+    span.record_exception(
+        exc,
+        attributes={
+            "exception.message": scrub(str(exc)),
+            "exception.stacktrace": scrub("".join(traceback.format_exception(exc))),
+        },
+        escaped=escaped,
+    )
+
+
 @contextlib.contextmanager
-def _span(name: str, kind: str, attributes: dict[str, Any]) -> Iterator[Any]:
+def _span(name: str, kind: str, attributes: dict[str, Any], context: Any = None) -> Iterator[Any]:
+    """A span current while the block runs; an exception leaving it is recorded scrubbed."""
     with _tracer.start_as_current_span(
-        name, kind=getattr(_otel.SpanKind, kind), attributes=attributes
+        name,
+        context=context,
+        kind=getattr(_otel.SpanKind, kind),
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
     ) as span:
-        yield span
+        try:
+            yield span
+        except BaseException as exc:
+            if span.is_recording():
+                record_exception(span, exc, escaped=True)
+                span.set_status(
+                    _otel.Status(_otel.StatusCode.ERROR, scrub(f"{type(exc).__name__}: {exc}"))
+                )
+            raise
 
 
 def model_call(system: str, model: str) -> AbstractContextManager[Any]:

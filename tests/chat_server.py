@@ -11,7 +11,9 @@
 Responses are served in the order they were queued, one per request, on any
 connection; each request received is recorded. A `Canned` response may hold
 until an event is set (a slow server), stream server-sent events chunk by
-chunk, or drop the connection part-way through its body. Nothing here sleeps.
+chunk, drop the connection part-way through its body, or build its body from
+the request it answers (``render``: a server that echoes what it was sent, the
+key included). Nothing here sleeps.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
 
     from anyio.abc import SocketStream
 
@@ -53,6 +55,7 @@ class Canned:
         hold: Wait for this event before sending anything (a slow server).
         drop_after: Send only this many bytes of the body, then close the connection.
         done_marker: Send ``data: [DONE]`` after ``events``.
+        render: Build the body from the request answered (replaces ``body``).
     """
 
     status: int = 200
@@ -62,6 +65,7 @@ class Canned:
     hold: anyio.Event | None = None
     drop_after: int | None = None
     done_marker: bool = True
+    render: Callable[[Received], Any] | None = None
 
     @classmethod
     def completion(
@@ -164,6 +168,8 @@ class ChatServer:
                     if self.queue
                     else Canned.error(500, "no canned response left")
                 )
+                if canned.render is not None:
+                    canned.body = canned.render(self.requests[-1])
                 try:
                     keep = await self._respond(stream, canned)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):

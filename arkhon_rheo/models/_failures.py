@@ -5,10 +5,12 @@
     429 Too Many Requests, 408, 5xx      Transient   (honouring Retry-After)
     timeouts, refused or dropped links   Transient
     400, 401, 403, 404, 422, other 4xx   Fatal       (the message says what to fix)
+    a request that cannot be sent        Fatal       (a header httpx refuses, a UnicodeError)
     a body that is not the format        Recoverable (see ``_wire``)
 
-Messages carry the server's own error message, scrubbed of secrets, never a
-header; the API key cannot reach them.
+Messages carry the server's own error message, scrubbed of secrets and then
+cut to length (a secret cut in two would no longer be found), never a header;
+the API key cannot reach them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ import httpx
 from .._errors import Fatal, StageFailure, Transient
 from .._redact import scrub
 
-__all__ = ["for_status", "for_transport", "retry_after_seconds", "server_message"]
+__all__ = [
+    "for_request",
+    "for_status",
+    "for_transport",
+    "retry_after_seconds",
+    "server_message",
+]
 
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 _MAX_MESSAGE = 500
@@ -102,9 +110,21 @@ def for_status(
     )
 
 
-def for_transport(exc: httpx.TransportError, *, model: str, url: str, timeouts: str) -> Transient:
-    """The transient error for a failed exchange: a timeout, a refused or dropped connection."""
+def for_transport(
+    exc: httpx.TransportError, *, model: str, url: str, timeouts: str
+) -> StageFailure:
+    """The error for a failed exchange: a timeout, a refused or dropped connection (transient).
+
+    A request httpx refuses to send (a header value no header may carry) is
+    `Fatal`: sent again, it fails again.
+    """
     where = f"model {model!r} at {url}"
+    if isinstance(exc, httpx.LocalProtocolError):
+        return Fatal(
+            f"{where}: the request could not be sent ({type(exc).__name__}: "
+            f"{scrub(str(exc)) or 'no detail'}); a header holds a character HTTP does not "
+            "allow: check the API key and the headers of the http_client"
+        )
     if isinstance(exc, httpx.TimeoutException):
         kind = type(exc).__name__
         return Transient(
@@ -116,4 +136,22 @@ def for_transport(exc: httpx.TransportError, *, model: str, url: str, timeouts: 
     return Transient(
         f"{where}: the connection failed mid-exchange ({type(exc).__name__}: "
         f"{scrub(str(exc)) or 'no detail'})"
+    )
+
+
+def for_request(exc: Exception, *, model: str, url: str) -> Fatal:
+    """The error for a request that raised something else it cannot get past.
+
+    A `UnicodeError` (a header or the URL that HTTP cannot carry), or an error
+    whose secret could not be scrubbed from it in place.
+    """
+    hint = (
+        "; a header or the URL holds a character HTTP cannot carry: check the API key, "
+        "the base URL and the headers of the http_client"
+        if isinstance(exc, UnicodeError)
+        else ""
+    )
+    return Fatal(
+        f"model {model!r} at {url}: the request could not be made ({type(exc).__name__}: "
+        f"{scrub(str(exc)) or 'no detail'}){hint}"
     )

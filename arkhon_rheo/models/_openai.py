@@ -18,9 +18,11 @@ import httpx
 
 from .._errors import ConfigurationError, Fatal, Recoverable, Transient
 from .._log import get_logger
-from .._redact import register_secret, scrub
+from .._redact import scrub, scrub_exception
 from ..protocols import ModelReply, ReplyDelta
-from ._failures import for_status, for_transport
+from ._credentials import api_key as checked_key
+from ._credentials import register_http_client, shown_url
+from ._failures import for_request, for_status, for_transport
 from ._wire import StreamAssembly, parse_reply, request_body
 
 if TYPE_CHECKING:
@@ -69,10 +71,18 @@ class OpenAIChatClient:
 
     Failures are raised classified: rate limits (429, honouring ``Retry-After``),
     5xx, timeouts and refused or dropped connections as `Transient` (the
-    supervisor retries the stage after its backoff); 400/401/403/404/422 as
-    `Fatal` with a message saying what to fix; a body that is not a
-    chat-completions reply as `Recoverable`. The API key appears in no message,
-    no ``repr`` and no log line; `request_body` (what to record) has no headers.
+    supervisor retries the stage after its backoff); 400/401/403/404/422, and
+    a request that cannot be sent, as `Fatal` with a message saying what to
+    fix; a body that is not a chat-completions reply as `Recoverable`.
+
+    Every secret the client is given (the API key, a password in the base URL,
+    the credential headers, query parameters and basic auth of
+    ``http_client``) is registered for scrubbing: it appears in no error, no
+    chained cause and no ``args`` of one, no ``repr`` and no log line, and a
+    reply quoting it comes back with it masked. `request_body` (what to
+    record) has no headers. ``base_url`` and ``url`` show the URL with its
+    password masked. A key's surrounding whitespace (a key read from a file
+    keeps its newline) is stripped.
 
     Args:
         model: The model to ask.
@@ -87,7 +97,10 @@ class OpenAIChatClient:
             ``max_tokens``, ``seed``...).
 
     Raises:
-        ConfigurationError: A timeout is not a positive number, or the model is empty.
+        ConfigurationError: A timeout is not a positive number; the API key is
+            blank or holds a character an HTTP header cannot carry (non-ASCII,
+            a control character, an inner space); a credential header of
+            ``http_client`` cannot be sent as it is.
     """
 
     #: The provider, as OpenTelemetry's GenAI conventions name it (``gen_ai.system``).
@@ -106,11 +119,16 @@ class OpenAIChatClient:
         options: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model or os.environ.get("ARKHON_MODEL") or DEFAULT_MODEL
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip(
-            "/"
-        )
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        register_secret(self._api_key)  # masked by redact_secrets wherever it shows up
+        root = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        #: The API root, as it may be shown (a password in it masked).
+        self.base_url = shown_url(root)
+        # Checked, stripped and registered for scrubbing wherever it shows up.
+        if api_key is not None:
+            self._api_key = checked_key(api_key, "the api_key argument")
+        else:
+            self._api_key = checked_key(os.environ.get("OPENAI_API_KEY"), "OPENAI_API_KEY")
+        if http_client is not None:
+            register_http_client(http_client)
         for name, value in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ConfigurationError(
@@ -119,7 +137,9 @@ class OpenAIChatClient:
         self.timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
         self.limiter = limiter
         self.options = dict(options or {})
+        #: The endpoint, as it may be shown; requests go to the real one.
         self.url = f"{self.base_url}/chat/completions"
+        self._url = f"{root}/chat/completions"
         self._owns_http = http_client is None
         self._http = http_client
         self.state = ClientState.UNOPENED if http_client is None else ClientState.OPEN
@@ -186,13 +206,16 @@ class OpenAIChatClient:
         """
         http = self._open_http()
         body = self.request_body(messages, tools=tools, json_mode=json_mode)
+        failure: Exception | None = None
         async with self._slot():
             try:
                 response = await http.post(
-                    self.url, json=body, headers=self._headers(), timeout=self.timeout
+                    self._url, json=body, headers=self._headers(), timeout=self.timeout
                 )
-            except httpx.TransportError as exc:
-                raise self._transport_failure(exc) from exc
+            except Exception as exc:
+                failure = self._request_failure(exc)
+        if failure is not None:
+            raise failure  # out of the except clause: no unscrubbed __context__
         if response.status_code >= 400:
             raise self._status_failure(response)
         return parse_reply(response.text, self.model)
@@ -219,10 +242,11 @@ class OpenAIChatClient:
         assembly = StreamAssembly(self.model)
         index = 0
         bad: Recoverable | None = None
+        failure: Exception | None = None
         async with self._slot():
             try:
                 async with http.stream(
-                    "POST", self.url, json=body, headers=self._headers(), timeout=self.timeout
+                    "POST", self._url, json=body, headers=self._headers(), timeout=self.timeout
                 ) as response:
                     if response.status_code >= 400:
                         await response.aread()
@@ -240,8 +264,10 @@ class OpenAIChatClient:
                         if text:
                             yield ReplyDelta(text=text, index=index)
                             index += 1
-            except httpx.TransportError as exc:
-                raise self._transport_failure(exc) from exc
+            except Exception as exc:
+                failure = self._request_failure(exc)
+        if failure is not None:
+            raise failure  # out of the except clause: no unscrubbed __context__
         if bad is not None:
             raise bad
         if not assembly.done and assembly.finish is None:
@@ -249,6 +275,9 @@ class OpenAIChatClient:
                 f"model {self.model!r} at {self.url}: the stream ended before its end marker "
                 "(the connection was closed early)"
             )
+        held = assembly.flush()
+        if held:
+            yield ReplyDelta(text=held, index=index)
         yield assembly.reply()
 
     def _open_http(self) -> httpx.AsyncClient:
@@ -286,10 +315,26 @@ class OpenAIChatClient:
         )
         return failure
 
-    def _transport_failure(self, exc: httpx.TransportError) -> Exception:
-        timeouts = f"connect {self.timeout.connect:g} s, read {self.timeout.read:g} s"
-        failure = for_transport(exc, model=self.model, url=self.url, timeouts=timeouts)
-        _logger.debug(
-            "model_call_failed", model=self.model, url=self.url, error=scrub(str(failure))
-        )
+    def _request_failure(self, exc: Exception) -> Exception:
+        """What to raise for what a request raised, scrubbed of secrets, chain included.
+
+        A transport failure or a `UnicodeError` as a classified error chained to
+        it; anything else (an ``http_client``'s event hook...) as it is, so the
+        session's classifier decides, unless it cannot be scrubbed in place.
+        """
+        cleaned = scrub_exception(exc)  # its args and its whole chain
+        if isinstance(exc, httpx.TransportError):
+            timeouts = f"connect {self.timeout.connect:g} s, read {self.timeout.read:g} s"
+            failure: Exception = for_transport(
+                exc, model=self.model, url=self.url, timeouts=timeouts
+            )
+        elif isinstance(exc, UnicodeError) or cleaned is not exc:
+            failure = for_request(exc, model=self.model, url=self.url)
+        else:
+            failure = exc
+        if failure is not exc:
+            failure.__cause__ = cleaned
+            _logger.debug(
+                "model_call_failed", model=self.model, url=self.url, error=scrub(str(failure))
+            )
         return failure

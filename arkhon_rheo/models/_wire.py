@@ -4,7 +4,10 @@ Pure functions over JSON data, no I/O: request bodies, a reply's parsing, and
 the assembly of a server-sent-event stream (text and tool-call deltas, usage)
 into one `ModelReply`. What does not parse raises `Recoverable`: a body that is
 not the format (a proxy's error page, a truncated reply) is worth a restart,
-not a retry of the same request as it is.
+not a retry of the same request as it is; what it quotes of the body is
+scrubbed of secrets before it is cut to length. A reply that quotes a
+registered secret (a server echoing the key) comes back with it masked, in a
+stream too (`StreamScrubber` holds back what may be the start of one).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 from typing import TYPE_CHECKING, Any, get_args
 
 from .._errors import Recoverable
-from .._redact import scrub
+from .._redact import StreamScrubber, scrub, scrub_secrets
 from ..protocols import (
     AssistantMessage,
     FinishReason,
@@ -122,36 +125,40 @@ def parse_reply(text: str, model: str) -> ModelReply:
     try:
         data = json.loads(text)
     except ValueError:
-        raise _bad(f"the body is not JSON (starts {text[:80]!r})", model) from None
+        raise _bad(f"the body is not JSON (starts {scrub(text)[:80]!r})", model) from None
     try:
         choice = data["choices"][0]
         message = choice["message"]
         calls = tuple(
             ToolCall(
-                id=str(call.get("id") or f"call_{index}"),
-                name=str(call["function"]["name"]),
-                arguments=str(call["function"].get("arguments") or "{}"),
+                id=scrub_secrets(str(call.get("id") or f"call_{index}")),
+                name=scrub_secrets(str(call["function"]["name"])),
+                arguments=scrub_secrets(str(call["function"].get("arguments") or "{}")),
             )
             for index, call in enumerate(message.get("tool_calls") or ())
         )
         content = message.get("content")
         if content is not None and not isinstance(content, str):
             raise TypeError(f"content is {type(content).__name__}, not text")
+        if content is not None:
+            content = scrub_secrets(content)
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise _bad(f"no usable choices[0].message ({exc!r})", model) from None
     return ModelReply(
         message=AssistantMessage(content=content, tool_calls=calls),
         finish_reason=finish_reason(choice.get("finish_reason"), has_tool_calls=bool(calls)),
         usage=usage(data.get("usage")),
-        model=str(data.get("model") or model),
+        model=scrub_secrets(str(data.get("model") or model)),
     )
 
 
 class StreamAssembly:
     """Folds the ``data:`` events of a streamed reply into one `ModelReply`.
 
-    Text pieces come back from `add` as they arrive; tool calls are assembled
-    by their ``index`` (the id and name come first, the arguments in pieces).
+    Text pieces come back from `add` as they arrive (scrubbed of registered
+    secrets: a piece that may begin one waits for the next, and `flush` gives
+    what is left); tool calls are assembled by their ``index`` (the id and name
+    come first, the arguments in pieces).
     """
 
     def __init__(self, model: str) -> None:
@@ -162,6 +169,7 @@ class StreamAssembly:
         self.finish: Any = None
         self.usage = Usage()
         self.done = False
+        self._scrubber = StreamScrubber()
 
     def add(self, data: str) -> str:
         """Take one event's data; return the text it adds.
@@ -176,7 +184,7 @@ class StreamAssembly:
             chunk = json.loads(data)
             if chunk.get("usage"):
                 self.usage = usage(chunk["usage"])
-            self.served_by = str(chunk.get("model") or self.served_by)
+            self.served_by = scrub_secrets(str(chunk.get("model") or self.served_by))
             choices = chunk.get("choices") or ()
             if not choices:
                 return ""  # the usage chunk of stream_options.include_usage
@@ -191,8 +199,16 @@ class StreamAssembly:
                 raise TypeError(f"delta content is {type(text).__name__}, not text")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise _bad(
-                f"a stream event does not parse ({exc!r}): {data[:80]!r}", self.model
+                f"a stream event does not parse ({exc!r}): {scrub(data)[:80]!r}", self.model
             ) from None
+        text = self._scrubber.feed(text) if text else ""
+        if text:
+            self.text.append(text)
+        return text
+
+    def flush(self) -> str:
+        """The text held back at the end of the stream (part of a secret is masked)."""
+        text = self._scrubber.flush()
         if text:
             self.text.append(text)
         return text
@@ -209,12 +225,13 @@ class StreamAssembly:
             call["arguments"].append(str(function["arguments"]))
 
     def reply(self) -> ModelReply:
-        """The reply the stream made."""
+        """The reply the stream made (with any text `flush` had not yet given)."""
+        self.flush()
         calls = tuple(
             ToolCall(
-                id=call["id"] or f"call_{index}",
-                name=call["name"],
-                arguments="".join(call["arguments"]) or "{}",
+                id=scrub_secrets(call["id"] or f"call_{index}"),
+                name=scrub_secrets(call["name"]),
+                arguments=scrub_secrets("".join(call["arguments"]) or "{}"),
             )
             for index, call in sorted(self.calls.items())
         )

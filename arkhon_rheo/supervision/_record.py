@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._log import get_logger
+from .._redact import scrub_secrets
 from ..protocols import ErrorClass, FailureRecord, TransitionEvent
 from ..protocols._seams import PartialHub
 from ._compiled import compiled
@@ -331,10 +332,13 @@ def failure_record(
     attempt: int = 1,
     reason: ExitReason | None = None,
 ) -> FailureRecord:
-    """The record of a failure of ``stage`` in ``lifecycle`` (``reason``: it ended the session)."""
+    """The record of a failure of ``stage`` in ``lifecycle`` (``reason``: it ended the session).
+
+    Its message is scrubbed of registered secrets (``_redact``): it is committed to the store.
+    """
     return FailureRecord(
         error_type=error_type,
-        message=message,
+        message=scrub_secrets(message),
         error_class=error_class,
         stage=stage,
         lifecycle=_label(lifecycle),

@@ -5,6 +5,12 @@
 with the entry points); `CallPlayback` answers a re-executed stage's calls from
 those records, in the order the recorded run finished them, and says where the
 stage asked something else (`ReplayDiverged`).
+
+Nothing is recorded with a registered secret in it (``_redact``): requests,
+responses and chunks have the secrets masked (the stage gets the response as
+recorded, so a replay gives it the same), and a failed call's exception is
+scrubbed, chain and ``args`` included, before its type, message and ``args``
+are kept.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from .._errors import RecordedCallFailed, ReplayDiverged, UnrecordableCall
+from .._redact import scrub_data, scrub_exception, scrub_secrets
 from ..protocols._seams import RECORDER, aclose_iterator, check_json, json_data, may_hold_sets
 
 if TYPE_CHECKING:
@@ -110,7 +117,7 @@ class CallRecorder:
         """Make the call and record it (a call that raises is recorded, then re-raised)."""
         if self.closed:
             return await call()
-        record: dict[str, Any] = {"kind": kind, "request": request}
+        record: dict[str, Any] = {"kind": kind, "request": scrub_data(request)}
         self._start(record)
         token = RECORDER.set(None)  # calls made inside this one are part of it
         try:
@@ -127,10 +134,12 @@ class CallRecorder:
             RECORDER.reset(token)
         adapter = _adapter(returns)
         try:
-            dumped = _dumper(returns)(response)
+            dumped = scrub_data(_dumper(returns)(response))
             check_json(dumped)
         except (PydanticSerializationError, ValueError, TypeError) as exc:
-            raise UnrecordableCall(kind=kind, what="response", reason=str(exc)) from exc
+            raise UnrecordableCall(
+                kind=kind, what="response", reason=scrub_secrets(str(exc))
+            ) from exc
         record["response"] = dumped
         self._finish(record)
         return adapter.validate_python(dumped)  # what a replay will return, exactly
@@ -148,7 +157,7 @@ class CallRecorder:
                 await aclose_iterator(iterator)
             return
         chunks: list[Any] = []
-        record: dict[str, Any] = {"kind": kind, "request": request, "stream": True}
+        record: dict[str, Any] = {"kind": kind, "request": scrub_data(request), "stream": True}
         record["chunks"] = chunks
         self._start(record)
         adapter = _adapter(returns)
@@ -164,10 +173,12 @@ class CallRecorder:
                 finally:
                     RECORDER.reset(token)
                 try:
-                    dumped = json_data(adapter.dump_python(chunk))
+                    dumped = scrub_data(json_data(adapter.dump_python(chunk)))
                     check_json(dumped)
                 except (PydanticSerializationError, ValueError, TypeError) as exc:
-                    raise UnrecordableCall(kind=kind, what="response", reason=str(exc)) from exc
+                    raise UnrecordableCall(
+                        kind=kind, what="response", reason=scrub_secrets(str(exc))
+                    ) from exc
                 chunks.append(dumped)
                 yield adapter.validate_python(dumped)  # what a replay will yield, exactly
         except anyio.get_cancelled_exc_class():
@@ -183,13 +194,22 @@ class CallRecorder:
 
 
 def _error(exc: Exception) -> dict[str, Any]:
+    """A failed call's exception as a record: scrubbed of secrets, in place and as kept.
+
+    The exception the stage gets is scrubbed too (its ``args`` and chain), so it
+    shows what a replay, rebuilt from this record, will.
+    """
     cls = type(exc)
+    scrub_exception(exc)
+    message = scrub_secrets(str(exc))
     try:
-        args = json_data(exc.args)
+        args = scrub_data(json_data(exc.args))
         check_json(args)
     except (PydanticSerializationError, ValueError, TypeError):
-        args = [str(exc)]
-    return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(exc), "args": args}
+        args = [message]
+    if scrub_secrets(repr(args)) != repr(args):  # a secret the args hold some other way
+        args = [message]
+    return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": message, "args": args}
 
 
 class CallPlayback(CallRecorder):
@@ -237,7 +257,7 @@ class CallPlayback(CallRecorder):
         self, kind: str, request: Any, call: Callable[[], Awaitable[Any]], returns: Any
     ) -> Any:
         """Return (or raise) what the recorded call did; never calls out."""
-        record = await self._answer(kind, request, stream=False)
+        record = await self._answer(kind, scrub_data(request), stream=False)
         if record.get("cancelled"):
             await anyio.sleep_forever()  # until the stage's own timeout fires, as it did
         if "error" in record:
@@ -248,7 +268,7 @@ class CallPlayback(CallRecorder):
         self, kind: str, request: Any, call: Callable[[], AsyncIterator[Any]], returns: Any
     ) -> AsyncGenerator[Any, None]:
         """Yield the recorded chunks, then end (or raise) as the recorded stream did."""
-        record = await self._answer(kind, request, stream=True)
+        record = await self._answer(kind, scrub_data(request), stream=True)
         for chunk in record.get("chunks", []):
             yield self._validate(kind, chunk, returns)
         if record.get("cancelled"):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from arkhon_rheo import AgentSystem, Backoff, Fatal, _tracing
+from arkhon_rheo.models import OpenAIChatClient
 from arkhon_rheo.protocols import AssistantMessage, ModelReply, ToolCall, Usage
 from arkhon_rheo.react import ReactState, react_agent
 from arkhon_rheo.testing import ScriptedModel
@@ -142,6 +143,39 @@ async def test_failed_attempts_and_failed_sessions_have_an_error_status(
     ]
     assert bad.status.status_code is trace.StatusCode.ERROR
     assert bad.status.description == "Fatal: a bug"
+
+
+def _with_cause(error: Exception, cause: Exception) -> Exception:
+    error.__cause__ = cause
+    return error
+
+
+async def test_spans_record_no_secret_of_a_failure(spans: InMemorySpanExporter) -> None:
+    key = "key-seen-by-a-span-0123456789"
+    OpenAIChatClient("m", api_key=key)  # the library is given the key
+    OUTCOMES[:] = [_with_cause(Fatal(f"stage says {key}"), RuntimeError(f"header {key}"))]
+    model = ScriptedModel(
+        [_with_cause(Fatal(f"model says {key}"), UnicodeEncodeError("ascii", key, 0, 1, "no"))]
+    )
+    async with AgentSystem(path=None) as system:
+        failed = await system.run(flow_machine(), Flow(), session_id="leaky")
+        react = await system.run(react_agent(model, [add]), ReactState(task="2+3"))
+    assert not failed.ok
+    assert not react.ok
+    finished = spans.get_finished_spans()
+    named = _by_name(finished)
+    (chat,) = named["chat scripted"]
+    (work,) = named["stage work"]
+    for span in (chat, work):
+        assert span.status.status_code is trace.StatusCode.ERROR
+        (event,) = span.events
+        assert event.name == "exception"
+        assert "[REDACTED]" in str((event.attributes or {})["exception.message"])
+        assert "[REDACTED]" in str((event.attributes or {})["exception.stacktrace"])
+    shown = "".join(span.to_json() for span in finished)
+    assert "says [REDACTED]" in shown
+    pieces = {key[i : i + 8] for i in range(len(key) - 7)}
+    assert not [piece for piece in pieces if piece in shown]
 
 
 def test_without_opentelemetry_nothing_is_traced() -> None:
