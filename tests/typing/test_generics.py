@@ -1,5 +1,8 @@
 """The public generics keep their state type: checked by mypy (``assert_type``), run by pytest.
 
+This folder has no ``__init__.py`` on purpose: a package named ``typing`` under
+``tests/`` would hide the standard library's from scripts run out of ``tests/``.
+
 mypy checks ``tests/`` under ``--strict``: each ``assert_type`` below fails the
 type check if a public generic loses its parameter (turns into ``Any`` or the
 ``AgentState`` base). At run time the same calls run for real.
