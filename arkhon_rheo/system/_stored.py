@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .._construct import internal_only, make
 from .._errors import ConfigurationError, SessionError
+from ..core._seams import compiled
 from ..protocols import (
     SUPERVISOR_FIELDS,
     AgentState,
@@ -23,9 +24,10 @@ from ..protocols import (
     Machine,
     Patch,
 )
-from ..supervision import ExitReason, ReplayReport
-from ..supervision._seams import Journal, compiled, out_of_band_event, verify_stored
+from ..supervision import ExitReason
 from ._children import linked_history
+from ._journal import Journal, out_of_band_event
+from ._verify import ReplayReport, verify_stored
 
 if TYPE_CHECKING:
     from ..protocols import SessionRecord, TransitionEvent
