@@ -82,15 +82,15 @@ from .supervision import Backoff as Backoff
 from .supervision import CallPlayback as CallPlayback
 from .supervision import CallRecorder as CallRecorder
 from .supervision import Classifier as Classifier
-from .supervision import Divergence as Divergence
 from .supervision import ExitReason as ExitReason
-from .supervision import ReplayReport as ReplayReport
 from .supervision import RestartIntensity as RestartIntensity
 from .supervision import RestartStrategy as RestartStrategy
 from .supervision import RestartWindow as RestartWindow
 from .supervision import StageMode as StageMode
 from .system import AgentStatistics as AgentStatistics
 from .system import AgentSystem as AgentSystem
+from .system import Divergence as Divergence
+from .system import ReplayReport as ReplayReport
 from .system import SessionHandle as SessionHandle
 from .system import SessionResult as SessionResult
 from .system import StoredSession as StoredSession

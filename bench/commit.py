@@ -81,8 +81,9 @@ from arkhon_rheo import (
     Machine,
     Patch,
 )
+from arkhon_rheo.core import PatchValidator
 from arkhon_rheo.protocols._faults import current_injector
-from arkhon_rheo.supervision import PatchValidator, SessionConfig, StageMode
+from arkhon_rheo.supervision import SessionConfig, StageMode
 from arkhon_rheo.supervision._record import Session
 from arkhon_rheo.supervision._supervisor import SessionSupervisor
 from arkhon_rheo.testing import FaultPlan, ReferenceState, ReferenceStep
@@ -563,6 +564,7 @@ async def run_backend(sizes: Sizes) -> None:
 LAYERS = (
     ("gc.collect", "(bench set-up, left out)"),
     ("arkhon_rheo/supervision", "arkhon supervision: step, commit, validation"),
+    ("arkhon_rheo/core", "arkhon supervision: step, commit, validation"),
     ("arkhon_rheo/actors", "arkhon actors: mailbox, cell, ask"),
     ("arkhon_rheo/protocols", "arkhon protocols: Patch, StateView, History, Machine"),
     ("/anyio/", "anyio: checkpoints, Event, cancel scopes"),

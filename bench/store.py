@@ -718,6 +718,7 @@ LAYERS = (
     ("epoll", "waiting in the event loop (the SQLite thread: SQL, fsync)"),
     ("arkhon_rheo/store", "arkhon store: encode, queue, writer, plan"),
     ("arkhon_rheo/supervision", "arkhon supervision: step, commit, validation"),
+    ("arkhon_rheo/core", "arkhon supervision: step, commit, validation"),
     ("arkhon_rheo/system", "arkhon supervision: step, commit, validation"),
     ("arkhon_rheo/actors", "arkhon actors: mailbox, cell, ask"),
     ("arkhon_rheo/protocols", "arkhon protocols: Patch, StateView, History, Machine"),

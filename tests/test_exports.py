@@ -15,6 +15,7 @@ PUBLIC_NAMESPACES = [
     "arkhon_rheo",
     "arkhon_rheo.actors",
     "arkhon_rheo.cli",
+    "arkhon_rheo.core",
     "arkhon_rheo.graphs",
     "arkhon_rheo.inspector",
     "arkhon_rheo.models",

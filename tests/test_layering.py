@@ -1,9 +1,11 @@
 """The layering of the package, kept by reading its imports (trio's `_core` is the model).
 
-protocols imports nothing of the package; actors only protocols; supervision
-only those two; models only protocols; graphs (subgraphs) protocols and
-supervision; rules only protocols; system (the `AgentSystem`) sits above
-supervision, store and graphs; testing, cli and the inspector on top. Every
+protocols imports nothing of the package; actors only protocols; core (the
+pure, loop-free core: compiled machine, validation, codec, digest, fold) only
+protocols; supervision (the live supervisor) only those three; models only
+protocols; graphs (subgraphs) protocols and supervision; rules only protocols;
+system (the `AgentSystem`) sits above supervision, core, store and graphs;
+testing, cli and the inspector on top. Every
 layer may use the leaf modules ``_construct``, ``_errors``, ``_exports``,
 ``_json``, ``_log``, ``_lru``, ``_redact`` and ``_tracing``. A subpackage's
 private modules are its own: another layer imports its public namespace or its
@@ -22,7 +24,9 @@ LEAVES = {"_construct", "_errors", "_exports", "_json", "_log", "_lru", "_redact
 ALLOWED: dict[str, set[str]] = {
     "protocols": set(),
     "actors": {"protocols"},
-    "supervision": {"protocols", "actors"},
+    # The pure core: what a machine compiles to, no event loop (no anyio, no actors).
+    "core": {"protocols"},
+    "supervision": {"protocols", "actors", "core"},
     "store": {"protocols"},
     "tools": {"protocols"},
     "react": {"protocols", "models", "tools"},
@@ -31,11 +35,12 @@ ALLOWED: dict[str, set[str]] = {
     "graphs": {"protocols", "supervision"},
     "rules": {"protocols"},
     # The agent system: sessions under supervision, kept in a store, subgraphs run.
-    "system": {"protocols", "actors", "supervision", "store", "graphs"},
+    "system": {"protocols", "actors", "core", "supervision", "store", "graphs"},
     # The command line sits on top: it drives AgentSystem (``system``) and reads the store.
     "cli": {
         "system",
         "protocols",
+        "core",
         "supervision",
         "store",
         "react",
@@ -45,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
         "inspector",
     },
     # The inspector sits on top: the agent system, the store and what they build on.
-    "inspector": {"protocols", "supervision", "system"},
+    "inspector": {"protocols", "core", "supervision", "system"},
     # Metrics read the AgentSystem's statistics (its type only, for annotations).
     "observe": {"protocols", "system"},
 }
@@ -87,6 +92,24 @@ def test_layer_imports_only_what_lies_below(layer: str) -> None:
         assert not forbidden, f"{path.name} in {layer}/ imports {sorted(forbidden)}"
 
 
+def _imported_top_levels(path: Path) -> set[str]:
+    """The top-level packages ``path`` imports absolutely (``anyio`` for ``anyio.lowlevel``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_core_runs_no_event_loop() -> None:
+    # The core is plain functions and objects: no backend, no threads of its own.
+    loops = {"anyio", "asyncio", "trio", "sniffio"}
+    for path in sorted((PACKAGE / "core").rglob("*.py")):
+        assert not _imported_top_levels(path) & loops, path
+
+
 def _leaf_files(leaf: str) -> list[Path]:
     """A leaf's source: one module, or a package's modules (``_errors`` is one)."""
     package = PACKAGE / leaf
@@ -120,7 +143,7 @@ def _private_reaches(path: Path, source: str | None = None) -> list[str]:
                 module = [*base, *(node.module.split(".") if node.module else [])]
             else:
                 module = (node.module or "").split(".")
-            # ``from ..supervision import _journal`` names a module as an imported name.
+            # ``from ..supervision import _persist`` names a module as an imported name.
             modules = [module, *([*module, alias.name] for alias in node.names)]
         else:
             continue
@@ -152,17 +175,17 @@ def test_the_private_module_checker_sees_a_reach() -> None:
     module = PACKAGE / "system" / "_system.py"
     assert _private_reaches(module) == []
     # ...and the checker would notice a reach past them, relative or absolute.
-    reach = "from ..supervision._journal import Journal\n"
-    assert _private_reaches(module, reach) == ["arkhon_rheo.supervision._journal"]
+    reach = "from ..supervision._persist import Persistence\n"
+    assert _private_reaches(module, reach) == ["arkhon_rheo.supervision._persist"]
     absolute = "from arkhon_rheo.protocols._faults import installed\n"
     assert _private_reaches(module, absolute) == ["arkhon_rheo.protocols._faults"]
-    by_name = "from ..supervision import _journal\n"
-    assert _private_reaches(module, by_name) == ["arkhon_rheo.supervision._journal"]
+    by_name = "from ..supervision import _persist\n"
+    assert _private_reaches(module, by_name) == ["arkhon_rheo.supervision._persist"]
     plain = "import arkhon_rheo.store._sqlite\n"
     assert _private_reaches(module, plain) == ["arkhon_rheo.store._sqlite"]
-    seams = "from ..supervision._seams import Journal\nfrom ..supervision import ExitReason\n"
+    seams = "from ..supervision._seams import Session\nfrom ..supervision import ExitReason\n"
     assert _private_reaches(module, seams) == []
-    own = "from ._journal import Journal\n"  # its own private modules are its own
+    own = "from ._persist import Persistence\n"  # its own private modules are its own
     assert _private_reaches(PACKAGE / "supervision" / "_record.py", own) == []
 
 

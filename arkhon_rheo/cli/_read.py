@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from ..core._seams import differences, fingerprint
 from ..store import SQLiteStore
-from ..supervision._seams import differences, fingerprint
 from ._common import (
     CommandError,
     Exit,

@@ -29,7 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._errors import ArkhonError, SessionNotFound
-from ..supervision._seams import differences, fingerprint
+from ..core._seams import differences, fingerprint
 from ..system import AgentSystem
 from ._data import LIVE, load_timeline, summarize
 from ._graph import graph_of

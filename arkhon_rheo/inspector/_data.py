@@ -3,7 +3,7 @@
 Everything here needs the store only. A session's timeline folds its stored
 patches, from its first snapshot, into the state after every event, and
 compares each with the one before. Given the session's machine, the fold is
-the supervisor's own (`arkhon_rheo.supervision.apply_event`), so derived
+the supervisor's own (`arkhon_rheo.core.apply_event`), so derived
 fields (the lifecycle, the iteration count) are exact; without one, the
 stored patches are folded as JSON data and the lifecycle follows each event's
 target state.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..supervision import EventCodec, apply_event
+from ..core import EventCodec, apply_event
 
 if TYPE_CHECKING:
     from ..protocols import Machine, SessionRecord, Store, StoredEvent

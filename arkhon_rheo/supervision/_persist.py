@@ -19,9 +19,9 @@ from ..protocols._seams import takes_encoded
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Mapping
 
+    from ..core import EventCodec
+    from ..core._seams import StateDigest
     from ..protocols import AgentState, Store, TransitionEvent
-    from ._codec import EventCodec
-    from ._digest import StateDigest
 
 __all__ = ["EVENT_BYTES", "SNAPSHOT_MIN_BYTES", "Persistence", "linked"]
 

@@ -20,21 +20,19 @@ import anyio
 
 from .._log import get_logger
 from .._redact import scrub_secrets
+from ..core._seams import EventLog, compiled, state_label
 from ..protocols import ErrorClass, FailureRecord, TransitionEvent
 from ..protocols._seams import PartialHub
-from ._compiled import compiled
-from ._eventlog import EventLog
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
-from ._validate import _label
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from ..core import PatchValidator
+    from ..core._seams import CompiledMachine
     from ..protocols import AgentState, EventKind, Machine, Patch
-    from ._compiled import CompiledMachine
     from ._persist import Persistence
-    from ._validate import PatchValidator
 
 __all__ = [
     "EventListener",
@@ -62,8 +60,8 @@ def _log_commit(event: TransitionEvent) -> None:
         seq=event.seq,
         kind=event.kind.value,
         stage=event.stage,
-        from_state=_label(event.from_state),
-        to_state=_label(event.to_state),
+        from_state=state_label(event.from_state),
+        to_state=state_label(event.to_state),
         writes=sorted(event.writes),
         attempt=event.attempt,
     )
@@ -341,7 +339,7 @@ def failure_record(
         message=scrub_secrets(message),
         error_class=error_class,
         stage=stage,
-        lifecycle=_label(lifecycle),
+        lifecycle=state_label(lifecycle),
         attempt=attempt,
         exit_reason=None if reason is None else reason.value,
     )

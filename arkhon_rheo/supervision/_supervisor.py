@@ -24,10 +24,9 @@ from .. import _tracing
 from .._errors import ArkhonError, IllegalTransition, PreconditionFailed
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
+from ..core._seams import check_edge, check_invariants, state_label, step_moves, with_fields
 from ..protocols import ErrorClass, EventKind, Patch, StateView
-from ._compiled import with_fields
 from ._failures import FailureHandler
-from ._fold import step_moves
 from ._record import ExitReason, StageMode, failure_record
 from ._recording import CallRecorder
 from ._stages import (
@@ -39,11 +38,10 @@ from ._stages import (
     is_cancellation,
     run_stage,
 )
-from ._validate import _label, check_edge, check_invariants
 
 if TYPE_CHECKING:
+    from ..core._seams import StatePlan
     from ..protocols import AgentState, Stage
-    from ._compiled import StatePlan
     from ._record import Session
     from ._stages import StageSlot
 
@@ -122,7 +120,7 @@ class SessionSupervisor(Actor[_Step, None]):
                 "session_started",
                 session_id=session.session_id,
                 machine=session.machine.name,
-                lifecycle=_label(session.state.lifecycle),
+                lifecycle=state_label(session.state.lifecycle),
                 resumed=session.base_seq > 0,
             )
         for name in self.order:
@@ -168,7 +166,7 @@ class SessionSupervisor(Actor[_Step, None]):
                 "session_ended",
                 session_id=session.session_id,
                 exit_reason=reason,
-                lifecycle=_label(session.state.lifecycle),
+                lifecycle=state_label(session.state.lifecycle),
                 steps=session.steps,
                 retries=session.retries,
                 restarts=session.restarts,
@@ -393,16 +391,16 @@ class SessionSupervisor(Actor[_Step, None]):
                 allowed = plan.allowed
                 raise IllegalTransition(
                     stage=name,
-                    from_state=_label(lifecycle),
-                    to_state=_label(target) if isinstance(target, enum.Enum) else repr(target),
-                    allowed=[_label(s) for s in allowed],
+                    from_state=state_label(lifecycle),
+                    to_state=state_label(target) if isinstance(target, enum.Enum) else repr(target),
+                    allowed=[state_label(s) for s in allowed],
                 )
             record = None
             if to.failed:
                 # The stage's own decision to fail: still a structured record.
                 record = failure_record(
                     "StageChoseFailure",
-                    f"stage {name!r} moved the session to {_label(target)!r}",
+                    f"stage {name!r} moved the session to {state_label(target)!r}",
                     ErrorClass.FATAL,
                     stage=name,
                     lifecycle=lifecycle,

@@ -3,7 +3,10 @@
 `AgentSystem` supervises every session one_for_one inside your event loop;
 `SessionHandle` is a running (or ended) session's handle, `SessionResult` how
 it ended; `StoredSession` is a session as the store keeps it (history, replay,
-fork, rollback, resume, and the answers to a gate).
+fork, rollback, resume, and the answers to a gate); `ReplayReport` (and its
+`Divergence`) is what checking a stored log found. A stored session's reads
+and out-of-band writes go through its journal (`_journal`), and the check of
+its log through `_verify`.
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ from ._handle import SessionResult as SessionResult
 from ._registry import AgentStatistics as AgentStatistics
 from ._stored import StoredSession as StoredSession
 from ._system import AgentSystem as AgentSystem
+from ._verify import Divergence as Divergence
+from ._verify import ReplayReport as ReplayReport
 
 __all__ = [
     "AgentStatistics",
     "AgentSystem",
+    "Divergence",
+    "ReplayReport",
     "SessionHandle",
     "SessionResult",
     "StoredSession",

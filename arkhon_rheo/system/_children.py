@@ -13,7 +13,7 @@ from .._errors import SessionNotFound
 from ..graphs import ChildOutcome, SubgraphStage
 from ..protocols import EventKind
 from ..supervision import ExitReason
-from ..supervision._seams import Journal
+from ._journal import Journal
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, UndeclaredWrite
+from ..core._seams import compiled
 from ..protocols import (
     SUPERVISOR_FIELDS,
     AgentState,
@@ -19,7 +20,6 @@ from ..protocols import (
     FailureRecord,
     Patch,
 )
-from ..supervision._seams import compiled
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from .._construct import internal_only, make
 from .._errors import ConfigurationError, SessionError
 from ..protocols import AgentState, EventKind, Machine
-from ..supervision import ExitReason, ReplayReport
-from ..supervision._seams import Journal, out_of_band_event, verify_stored
+from ..supervision import ExitReason
 from ._children import linked_history
 from ._decision import decision_updates
+from ._journal import Journal, out_of_band_event
+from ._verify import ReplayReport, verify_stored
 
 if TYPE_CHECKING:
     from ..protocols import SessionRecord, TransitionEvent

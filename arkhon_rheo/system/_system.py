@@ -25,15 +25,17 @@ from .._errors import (
     SystemNotRunning,
 )
 from ..actors import ActorSystem
+from ..core._seams import compiled
 from ..graphs._seams import session_scope
 from ..protocols import AgentState, Durability, Machine
 from ..protocols._seams import installed
 from ..store import SQLiteStore
 from ..supervision import SessionConfig, StageMode
-from ..supervision._seams import EventListener, Journal, Session, SessionSupervisor, compiled
+from ..supervision._seams import EventListener, Session, SessionSupervisor
 from ._children import ChildHost
 from ._claims import Claims
 from ._handle import SessionHandle, SessionResult, new_handle
+from ._journal import Journal
 from ._options import check_budget, check_initial, check_lease_ttl, check_snapshot_every, kept
 from ._owner import Owner
 from ._recovery import orphaned

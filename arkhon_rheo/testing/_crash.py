@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from ..protocols import Machine
-    from ..supervision import ReplayReport
+    from ..system import ReplayReport
 
 __all__ = ["CrashReport", "CrashRunFailed", "LostCommit", "crash_loop"]
 

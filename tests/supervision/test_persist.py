@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from arkhon_rheo.core._compiled import compiled
 from arkhon_rheo.store import MemoryStore
-from arkhon_rheo.supervision._compiled import compiled
 from arkhon_rheo.supervision._persist import Persistence
 from arkhon_rheo.testing import ReferenceState, reference_machine
 

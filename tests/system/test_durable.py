@@ -20,9 +20,9 @@ from arkhon_rheo import (
     StateView,
     stage,
 )
+from arkhon_rheo.core import EventCodec, fold
 from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import MemoryStore, SQLiteStore
-from arkhon_rheo.supervision import EventCodec, fold
 from arkhon_rheo.testing import ReferenceState, reference_machine
 from tests.helpers import on_virtual_clock
 

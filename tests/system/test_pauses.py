@@ -25,8 +25,8 @@ from arkhon_rheo import (
     UndeclaredWrite,
     stage,
 )
+from arkhon_rheo.core import fold
 from arkhon_rheo.protocols import EventKind, Gate
-from arkhon_rheo.supervision import fold
 
 pytestmark = pytest.mark.anyio
 

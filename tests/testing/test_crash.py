@@ -29,9 +29,9 @@ import anyio
 import pytest
 
 from arkhon_rheo import AgentState, ConfigurationError, Lifecycle, Patch
+from arkhon_rheo.core import EventCodec, StateHasher, apply_event, fold
 from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import SQLiteStore
-from arkhon_rheo.supervision import EventCodec, StateHasher, apply_event, fold
 from arkhon_rheo.testing import CrashReport, CrashRunFailed, LostCommit, ReferenceState, crash_loop
 from tests.crash_child import ROUNDS, SNAPSHOT_EVERY, crash_machine, expected_trace, point
 from tests.crash_child import initial as fresh_state

@@ -22,20 +22,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._errors import StoreCorrupt
+from ..core import apply_event
+from ..core._seams import compiled
 from ..protocols import AgentState, EventKind, StateView, TransitionEvent
-from ._compiled import compiled
-from ._fold import apply_event
-from ._recording import CallPlayback
-from ._stages import run_stage
+from ..supervision import CallPlayback
+from ..supervision._seams import run_stage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ..core import EventCodec, PatchValidator, StateHasher
     from ..protocols import Machine, Stage
-    from ._codec import EventCodec
-    from ._digest import StateHasher
     from ._journal import Journal
-    from ._validate import PatchValidator
 
 __all__ = ["Divergence", "ReplayReport", "verify"]
 

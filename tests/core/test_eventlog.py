@@ -9,9 +9,9 @@ import pytest
 from pydantic import ConfigDict
 
 from arkhon_rheo import AgentSystem, FailureRecord, Lifecycle, Machine, Patch
+from arkhon_rheo.core._compiled import compiled
+from arkhon_rheo.core._eventlog import EventLog, Interner
 from arkhon_rheo.protocols import ErrorClass, EventKind, TransitionEvent
-from arkhon_rheo.supervision._compiled import compiled
-from arkhon_rheo.supervision._eventlog import EventLog, Interner
 from arkhon_rheo.testing import ReferenceState, ReferenceStep, reference_machine
 
 L = Lifecycle

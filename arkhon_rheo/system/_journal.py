@@ -14,11 +14,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
+from ..core import fold
+from ..core._seams import compiled, differences
 from ..protocols import EventKind, Patch, TransitionEvent
-from ._compiled import compiled
-from ._fingerprint import differences
-from ._fold import fold
-from ._persist import Persistence
+from ..supervision._seams import Persistence
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

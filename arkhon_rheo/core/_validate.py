@@ -35,10 +35,11 @@ if TYPE_CHECKING:
 
     from ..protocols import Condition, Machine, TransitionCondition
 
-__all__ = ["PatchValidator", "check_edge", "check_invariants"]
+__all__ = ["PatchValidator", "check_edge", "check_invariants", "state_label"]
 
 
-def _label(state: enum.Enum) -> str:
+def state_label(state: enum.Enum) -> str:
+    """A lifecycle state as events and errors name it: its value if a string, else its name."""
     return str(state.value) if isinstance(state.value, str) else state.name
 
 
@@ -247,11 +248,11 @@ def check_invariants(
             raise InvariantViolation(
                 stage=stage,
                 invariant=f"{condition.name} (the check raised {exc!r})",
-                lifecycle=_label(lifecycle),
+                lifecycle=state_label(lifecycle),
             ) from exc
         if not holds:
             raise InvariantViolation(
-                stage=stage, invariant=condition.name, lifecycle=_label(lifecycle)
+                stage=stage, invariant=condition.name, lifecycle=state_label(lifecycle)
             )
 
 
@@ -275,15 +276,15 @@ def check_edge(
             raise TransitionInvariantViolation(
                 stage=stage,
                 invariant=f"{condition.name} (the check raised {exc!r})",
-                from_state=_label(before.lifecycle),
-                to_state=_label(after.lifecycle),
+                from_state=state_label(before.lifecycle),
+                to_state=state_label(after.lifecycle),
             ) from exc
         if not holds:
             raise TransitionInvariantViolation(
                 stage=stage,
                 invariant=condition.name,
-                from_state=_label(before.lifecycle),
-                to_state=_label(after.lifecycle),
+                from_state=state_label(before.lifecycle),
+                to_state=state_label(after.lifecycle),
             )
 
 

@@ -20,7 +20,7 @@ from arkhon_rheo import (
     StateView,
     stage,
 )
-from arkhon_rheo.supervision._compiled import compiled
+from arkhon_rheo.core._compiled import compiled
 
 if TYPE_CHECKING:
     from pathlib import Path

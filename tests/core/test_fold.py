@@ -22,8 +22,9 @@ from arkhon_rheo import (
     UnserializablePatch,
     stage,
 )
+from arkhon_rheo.core import EventCodec, fold
 from arkhon_rheo.protocols import EventKind, StoredEvent
-from arkhon_rheo.supervision import Backoff, EventCodec, fold
+from arkhon_rheo.supervision import Backoff
 
 pytestmark = pytest.mark.anyio
 

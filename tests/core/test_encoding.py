@@ -29,11 +29,11 @@ from arkhon_rheo import (
     UnserializablePatch,
     stage,
 )
+from arkhon_rheo.core import EventCodec, PatchValidator, StateHasher
+from arkhon_rheo.core._floats import may_hold_floats
 from arkhon_rheo.protocols import EventKind, TransitionEvent
 from arkhon_rheo.protocols._encoded import EncodedPatch
 from arkhon_rheo.store import MemoryStore
-from arkhon_rheo.supervision import EventCodec, PatchValidator, StateHasher
-from arkhon_rheo.supervision._floats import may_hold_floats
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

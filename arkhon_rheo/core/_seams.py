@@ -1,0 +1,23 @@
+"""What the layers above `core` use of its insides: the package's own seams, not API.
+
+A subpackage's private modules are its own; another subpackage imports only
+its public namespace or this module (the layering test holds every module to
+that). The supervisor steps with the compiled machine's tables, the event log
+and the checks of an edge and of the invariants; the agent system, the CLI and
+the inspector read a machine's fingerprint and what differs between two.
+"""
+
+from __future__ import annotations
+
+from ._compiled import CompiledMachine as CompiledMachine
+from ._compiled import StatePlan as StatePlan
+from ._compiled import compiled as compiled
+from ._compiled import with_fields as with_fields
+from ._digest import StateDigest as StateDigest
+from ._eventlog import EventLog as EventLog
+from ._fingerprint import differences as differences
+from ._fingerprint import fingerprint as fingerprint
+from ._fold import step_moves as step_moves
+from ._validate import check_edge as check_edge
+from ._validate import check_invariants as check_invariants
+from ._validate import state_label as state_label
