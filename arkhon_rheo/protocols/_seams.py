@@ -23,6 +23,7 @@ from ._faults import install as install
 from ._faults import installed as installed
 from ._faults import uninstall as uninstall
 from ._io import RECORDER as RECORDER
+from ._io import Recorder as Recorder
 from ._io import aclose_iterator as aclose_iterator
 from ._io import check_json as check_json
 from ._spec import load_machine as load_machine

@@ -148,13 +148,23 @@ class StageScope:
         self.index = 0
         self.closed = False
 
+    def open(self) -> Token[StageScope | None]:
+        """Make this the scope the current context publishes to; `close` undoes it."""
+        return _SCOPE.set(self)
+
+    def close(self, token: Token[StageScope | None]) -> None:
+        """Restore the scope ``token`` replaced; nothing is published here after this."""
+        try:
+            _SCOPE.reset(token)
+        finally:
+            self.closed = True
+
     def __enter__(self) -> StageScope:
-        self._token: Token[StageScope | None] = _SCOPE.set(self)
+        self._token = self.open()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _SCOPE.reset(self._token)
-        self.closed = True
+        self.close(self._token)
 
     def publish(self, data: Any) -> None:
         """Hand ``data`` to every subscriber that has room; never waits."""

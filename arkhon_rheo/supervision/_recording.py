@@ -29,6 +29,9 @@ from ..protocols._seams import RECORDER, aclose_iterator, check_json, json_data,
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+    from contextvars import Token
+
+    from ..protocols._seams import Recorder
 
 __all__ = ["CallPlayback", "CallRecorder"]
 
@@ -72,14 +75,24 @@ class CallRecorder:
         self._done: dict[int, int] = _NONE
         self._after: dict[int, int] = _NONE
 
-    def __enter__(self) -> Self:
-        self._token = RECORDER.set(self)
+    def open(self) -> Token[Recorder | None]:
+        """Make this the recorder of the calls the current context makes; `close` undoes it."""
         self.closed = False
+        return RECORDER.set(self)
+
+    def close(self, token: Token[Recorder | None]) -> None:
+        """Restore the recorder ``token`` replaced; calls made after this are refused."""
+        try:
+            RECORDER.reset(token)
+        finally:
+            self.closed = True
+
+    def __enter__(self) -> Self:
+        self._token = self.open()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        RECORDER.reset(self._token)
-        self.closed = True
+        self.close(self._token)
 
     def finished(self) -> list[dict[str, Any]]:
         """The records of the calls that finished while the stage ran.

@@ -18,7 +18,7 @@ import structlog
 
 from .._errors import StageTimeout
 from ..actors import Actor, ActorRef
-from ..protocols._seams import RECORDER, STAGE_SCOPE, current_injector, enter_session
+from ..protocols._seams import current_injector, enter_session
 
 if TYPE_CHECKING:
     import contextvars
@@ -67,13 +67,11 @@ async def run_stage(
     one) is never caught.
     """
     try:
-        # What ``with recorder, partials:`` does, spelled out: this runs at every
-        # step, and the four calls of the two context managers are a tenth of it.
-        # Keep it in step with `CallRecorder` and `StageScope`'s enter and exit.
-        recording = RECORDER.set(recorder)
+        # ``with recorder, partials:`` without the context-manager protocol: this
+        # runs at every step, and ``open``/``close`` are the whole of what it does.
+        recording = recorder.open()
         try:
-            recorder.closed = False
-            emitting = None if partials is None else STAGE_SCOPE.set(partials)
+            emitting = None if partials is None else partials.open()
             try:
                 if deadline is None:
                     if current_injector() is not None:
@@ -85,15 +83,9 @@ async def run_stage(
                     return await stage.execute(view)
             finally:
                 if partials is not None:
-                    try:
-                        STAGE_SCOPE.reset(emitting)  # type: ignore[arg-type]
-                    finally:
-                        partials.closed = True
+                    partials.close(emitting)  # type: ignore[arg-type]
         finally:
-            try:
-                RECORDER.reset(recording)
-            finally:
-                recorder.closed = True
+            recorder.close(recording)
         if scope.cancelled_caught:
             return StageTimeout(stage=stage.name, deadline=deadline)
         raise AssertionError("unreachable")  # pragma: no cover
