@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from ..core._seams import differences, fingerprint
+from ..protocols import StateGraph
 from ..store import SQLiteStore
 from ._common import (
     CommandError,
@@ -27,7 +28,6 @@ from ._common import (
     shown,
     styled,
 )
-from ._mermaid import machine_diagram, overlay_diagram, path_diagram, path_edges
 
 if TYPE_CHECKING:
     import argparse
@@ -175,12 +175,30 @@ def show(args: argparse.Namespace) -> Exit:
     return Exit.OK
 
 
+def _graph_json(graph: StateGraph) -> dict[str, Any]:
+    """The ``--json`` answer of ``graph``: the Mermaid text, the visits, every edge."""
+    return {
+        "mermaid": graph.mermaid(),
+        "initial": graph.initial,
+        "visits": dict(graph.visits),
+        "edges": [
+            {
+                "from": edge.source,
+                "to": edge.target,
+                "stages": list(edge.stages),
+                "taken": edge.taken,
+                "declared": edge.declared,
+            }
+            for edge in graph.edges
+        ],
+    }
+
+
 def graph(args: argparse.Namespace) -> Exit:
     """``arkhon-rheo graph TARGET``: Mermaid of a machine (MODULE:ATTR) or of a session's path."""
     target: str = args.target
     if ":" in target and not args.session:
-        text = machine_diagram(load_machine(target))
-        edges: list[tuple[str, str, str, int]] = []
+        drawn = load_machine(target).graph()
     else:
         record, events = args.run(_history, existing_store(args.store), target)
         if args.machine:
@@ -192,21 +210,14 @@ def graph(args: argparse.Namespace) -> Exit:
                     f"{machine.name!r}: {'; '.join(found)}",
                     code=Exit.USAGE,
                 )
-            text = overlay_diagram(machine, events)
+            drawn = machine.graph(events)
         else:
-            text = path_diagram(events)
-        edges = path_edges(events)
+            drawn = StateGraph.from_events(events)
     if args.json:
-        print_json(
-            {
-                "mermaid": text,
-                "edges": [
-                    {"from": src, "to": dst, "stages": stages, "visits": visits}
-                    for src, dst, stages, visits in edges
-                ],
-            }
-        )
-    elif args.output:
+        print_json(_graph_json(drawn))
+        return Exit.OK
+    text = drawn.mermaid()
+    if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
             file.write(text)
         console(stderr=True).print(shown(f"wrote {args.output} ({time.strftime('%H:%M:%S')})"))

@@ -30,9 +30,10 @@ from starlette.staticfiles import StaticFiles
 
 from .._errors import ArkhonError, SessionNotFound
 from ..core._seams import differences, fingerprint
+from ..protocols import StateGraph
 from ..system import AgentSystem
 from ._data import LIVE, load_timeline, summarize
-from ._graph import graph_of
+from ._graph import svg
 from ._json import parse_json
 
 if TYPE_CHECKING:
@@ -203,11 +204,12 @@ class _Inspector:
             why = f"the machine could not fold this session ({exc}); showing the stored data"
             machine = None
             timeline = await load_timeline(self.store, session_id)
-        states = (record.fingerprint or {}).get("states", ())
-        first = timeline.steps[0].event.from_state if timeline.steps else None
-        graph = graph_of(
-            machine, states=states, visits=timeline.visits, moves=timeline.moves, initial=first
-        )
+        events = [step.event for step in timeline.steps]
+        if machine is not None:
+            graph = machine.graph(events)
+        else:
+            states = (record.fingerprint or {}).get("states", ())
+            graph = StateGraph.from_events(events, states=states)
         gate_field = None
         if machine is not None and timeline.gate is not None:
             gate = next((g for g in machine.gates if g.name == timeline.gate), None)
@@ -237,6 +239,7 @@ class _Inspector:
             pages=pages,
             page_of=where,
             graph=graph,
+            graph_svg=svg(graph),
             machine=machine,
             why=why,
             gate_field=gate_field,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -131,8 +131,6 @@ class Timeline:
         steps: Its events, in order, each with what it changed.
         state: The state after the last event, field by field, as JSON text.
         exact: Whether the states were folded by the session's machine.
-        visits: How many times each lifecycle state was entered (the first included).
-        moves: How many times each ``(from, to)`` move was taken.
         restarts: Failures the session went on from (recoverable or transient).
         gate: The gate a paused session waits at, if it is paused.
     """
@@ -141,8 +139,6 @@ class Timeline:
     steps: tuple[Step, ...]
     state: dict[str, str]
     exact: bool
-    visits: dict[str, int] = field(default_factory=dict)
-    moves: dict[tuple[str, str], int] = field(default_factory=dict)
     restarts: int = 0
     gate: str | None = None
 
@@ -208,11 +204,7 @@ async def load_timeline(
     _, snapshot = await store.snapshot_at(session_id, 0)
     states, exact = _folded_states(snapshot, events, machine)
     steps: list[Step] = []
-    visits: dict[str, int] = {}
-    moves: dict[tuple[str, str], int] = {}
     restarts = 0
-    if events:
-        visits[events[0].from_state] = 1
     for index, event in enumerate(events):
         before, after = states[index], states[index + 1]
         changes = tuple(
@@ -230,10 +222,6 @@ async def load_timeline(
                 duration_ms=max(0.0, (event.finished_at - event.started_at) * 1000.0),
             )
         )
-        if event.from_state != event.to_state:
-            visits[event.to_state] = visits.get(event.to_state, 0) + 1
-            key = (event.from_state, event.to_state)
-            moves[key] = moves.get(key, 0) + 1
         error = event.error if isinstance(event.error, dict) else None
         if error is not None and error.get("error_class") in ("recoverable", "transient"):
             restarts += 1
@@ -245,8 +233,6 @@ async def load_timeline(
         steps=tuple(steps),
         state={name: dumps(value) for name, value in states[-1].items()},
         exact=exact,
-        visits=visits,
-        moves=moves,
         restarts=restarts,
         gate=gate,
     )

@@ -1,152 +1,124 @@
-"""A machine's graph, and the path a session took through it, as inline SVG and Mermaid.
+"""A `StateGraph` (a machine's graph, and the path a session took through it) as inline SVG.
 
 No JavaScript library draws it: the page must work offline, so the server
 lays the states out in columns by their distance from the initial state and
 writes the SVG itself. Moves the session took are drawn thick, with how many
-times; moves it never took, thin and grey.
+times; moves it never took, thin and grey. The graph itself, and its Mermaid
+text, come from `arkhon_rheo.protocols.StateGraph`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping
 
-    from ..protocols import Machine
+    from ..protocols import GraphEdge, StateGraph
 
-__all__ = ["Graph", "graph_of"]
+__all__ = ["svg"]
 
 _W, _H, _GAP_X, _GAP_Y, _PAD = 150, 44, 80, 36, 24
 
 
-@dataclass(frozen=True, slots=True)
-class Graph:
-    """States and moves, with what a session did with them.
+def svg(graph: StateGraph) -> str:
+    """``graph`` as an inline SVG element (the path taken highlighted)."""
+    columns = _columns(graph)
+    where: dict[str, tuple[float, float]] = {}
+    for col, names in enumerate(columns):
+        for row, name in enumerate(names):
+            where[name] = (_PAD + col * (_W + _GAP_X), _PAD + row * (_H + _GAP_Y))
+    width = _PAD * 2 + len(columns) * (_W + _GAP_X) - _GAP_X
+    height = _PAD * 2 + max(len(names) for names in columns) * (_H + _GAP_Y) - _GAP_Y
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" role="img" '
+        f'aria-label="state graph" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}">',
+        "<defs>"
+        '<marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
+        'markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" '
+        'fill="#9aa3ad"/></marker>'
+        '<marker id="arrow-taken" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
+        'markerHeight="6" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" '
+        'fill="#2563eb"/></marker></defs>',
+    ]
+    parts.extend(_edge(edge, where) for edge in graph.edges)
+    parts.extend(_node(graph, name, *where[name]) for name in graph.states)
+    parts.append("</svg>")
+    return "".join(parts)
 
-    Attributes:
-        states: The states, in layout order.
-        initial: The initial state, if known.
-        terminal: The terminal states.
-        edges: The allowed moves (with a machine), else the moves taken.
-        visits: How many times the session entered each state.
-        moves: How many times the session took each move.
-    """
 
-    states: tuple[str, ...]
-    initial: str | None
-    terminal: frozenset[str]
-    edges: tuple[tuple[str, str], ...]
-    visits: Mapping[str, int]
-    moves: Mapping[tuple[str, str], int]
+def _columns(graph: StateGraph) -> list[list[str]]:
+    """The states by column: their distance from the initial state (unreachable ones last)."""
+    depth: dict[str, int] = {}
+    if graph.initial is not None:
+        depth[graph.initial] = 0
+        frontier = [graph.initial]
+        while frontier:
+            nxt: list[str] = []
+            for src in frontier:
+                for edge in graph.edges:
+                    if edge.source == src and edge.target not in depth:
+                        depth[edge.target] = depth[src] + 1
+                        nxt.append(edge.target)
+            frontier = nxt
+    last = max(depth.values(), default=-1)
+    for name in graph.states:  # unreachable states go in a last column
+        depth.setdefault(name, last + 1)
+    columns: list[list[str]] = [[] for _ in range(max(depth.values(), default=0) + 1)]
+    for name in graph.states:
+        columns[depth[name]].append(name)
+    return [names for names in columns if names] or [[]]
 
-    def mermaid(self) -> str:
-        """The graph as a Mermaid ``stateDiagram-v2``, visit counts on the moves taken."""
-        lines = ["stateDiagram-v2"]
-        if self.initial is not None:
-            lines.append(f"    [*] --> {self.initial}")
-        for src, dst in self.edges:
-            count = self.moves.get((src, dst), 0)
-            lines.append(f"    {src} --> {dst}" + (f" : {count}x" if count else ""))
-        lines.extend(f"    {state} --> [*]" for state in sorted(self.terminal))
-        return "\n".join(lines)
 
-    def svg(self) -> str:
-        """The graph as an inline SVG element (the path taken highlighted)."""
-        columns = self._columns()
-        where: dict[str, tuple[float, float]] = {}
-        for col, names in enumerate(columns):
-            for row, name in enumerate(names):
-                where[name] = (_PAD + col * (_W + _GAP_X), _PAD + row * (_H + _GAP_Y))
-        width = _PAD * 2 + len(columns) * (_W + _GAP_X) - _GAP_X
-        height = _PAD * 2 + max(len(names) for names in columns) * (_H + _GAP_Y) - _GAP_Y
-        parts = [
-            f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" role="img" '
-            f'aria-label="state graph" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}">',
-            "<defs>"
-            '<marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
-            'markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" '
-            'fill="#9aa3ad"/></marker>'
-            '<marker id="arrow-taken" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
-            'markerHeight="6" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" '
-            'fill="#2563eb"/></marker></defs>',
-        ]
-        parts.extend(self._edge(src, dst, where) for src, dst in self.edges)
-        parts.extend(self._node(name, *where[name]) for name in self.states)
-        parts.append("</svg>")
-        return "".join(parts)
+def _node(graph: StateGraph, name: str, x: float, y: float) -> str:
+    visits = graph.visits.get(name, 0)
+    classes = ["state"]
+    if visits:
+        classes.append("visited")
+    if name in graph.terminal:
+        classes.append("terminal")
+    if name == graph.initial:
+        classes.append("initial")
+    label = escape(name) + (f" \u00d7{visits}" if visits else "")
+    return (
+        f'<g class="{" ".join(classes)}" data-state="{escape(name)}">'
+        f'<rect x="{x}" y="{y}" width="{_W}" height="{_H}" rx="10"/>'
+        f'<text x="{x + _W / 2}" y="{y + _H / 2 + 5}" text-anchor="middle">{label}</text></g>'
+    )
 
-    def _columns(self) -> list[list[str]]:
-        depth: dict[str, int] = {}
-        if self.initial is not None:
-            depth[self.initial] = 0
-            frontier = [self.initial]
-            while frontier:
-                nxt: list[str] = []
-                for src in frontier:
-                    for a, b in self.edges:
-                        if a == src and b not in depth:
-                            depth[b] = depth[src] + 1
-                            nxt.append(b)
-                frontier = nxt
-        last = max(depth.values(), default=-1)
-        for name in self.states:  # unreachable states go in a last column
-            depth.setdefault(name, last + 1)
-        columns: list[list[str]] = [[] for _ in range(max(depth.values(), default=0) + 1)]
-        for name in self.states:
-            columns[depth[name]].append(name)
-        return [names for names in columns if names] or [[]]
 
-    def _node(self, name: str, x: float, y: float) -> str:
-        visits = self.visits.get(name, 0)
-        classes = ["state"]
-        if visits:
-            classes.append("visited")
-        if name in self.terminal:
-            classes.append("terminal")
-        if name == self.initial:
-            classes.append("initial")
-        label = escape(name) + (f" \u00d7{visits}" if visits else "")
-        return (
-            f'<g class="{" ".join(classes)}" data-state="{escape(name)}">'
-            f'<rect x="{x}" y="{y}" width="{_W}" height="{_H}" rx="10"/>'
-            f'<text x="{x + _W / 2}" y="{y + _H / 2 + 5}" text-anchor="middle">{label}</text></g>'
+def _edge(edge: GraphEdge, where: Mapping[str, tuple[float, float]]) -> str:
+    src, dst, count = edge.source, edge.target, edge.taken
+    cls = "move taken" if count else "move"
+    marker = "arrow-taken" if count else "arrow"
+    (x1, y1), (x2, y2) = where[src], where[dst]
+    if src == dst:  # a loop over the node's top edge
+        path = (
+            f"M{x1 + _W * 0.35},{y1} C{x1 + _W * 0.3},{y1 - 30} "
+            f"{x1 + _W * 0.7},{y1 - 30} {x1 + _W * 0.65},{y1}"
         )
-
-    def _edge(self, src: str, dst: str, where: Mapping[str, tuple[float, float]]) -> str:
-        count = self.moves.get((src, dst), 0)
-        cls = "move taken" if count else "move"
-        marker = "arrow-taken" if count else "arrow"
-        (x1, y1), (x2, y2) = where[src], where[dst]
-        if src == dst:  # a loop over the node's top edge
-            path = (
-                f"M{x1 + _W * 0.35},{y1} C{x1 + _W * 0.3},{y1 - 30} "
-                f"{x1 + _W * 0.7},{y1 - 30} {x1 + _W * 0.65},{y1}"
-            )
-            lx, ly = x1 + _W / 2, y1 - 24
-        else:
-            (ax, ay), (bx, by) = _border(x1, y1, x2, y2), _border(x2, y2, x1, y1)
-            # Bend each edge a little, so a move and its way back do not overlap.
-            mx, my = (ax + bx) / 2, (ay + by) / 2
-            length = math.hypot(bx - ax, by - ay) or 1.0
-            nx, ny = -(by - ay) / length * 18, (bx - ax) / length * 18
-            path = f"M{ax:.1f},{ay:.1f} Q{mx + nx:.1f},{my + ny:.1f} {bx:.1f},{by:.1f}"
-            # The label sits just outside the curve's middle, on its bent side.
-            lx, ly = mx + nx * 1.4, my + ny * 1.4 + 4
-        label = (
-            f'<text class="count" x="{lx:.1f}" y="{ly:.1f}" '
-            f'text-anchor="middle">{count}\u00d7</text>'
-            if count
-            else ""
-        )
-        return (
-            f'<g class="{cls}" data-move="{escape(src)}->{escape(dst)}">'
-            f'<path d="{path}" fill="none" marker-end="url(#{marker})"/>{label}</g>'
-        )
+        lx, ly = x1 + _W / 2, y1 - 24
+    else:
+        (ax, ay), (bx, by) = _border(x1, y1, x2, y2), _border(x2, y2, x1, y1)
+        # Bend each edge a little, so a move and its way back do not overlap.
+        mx, my = (ax + bx) / 2, (ay + by) / 2
+        length = math.hypot(bx - ax, by - ay) or 1.0
+        nx, ny = -(by - ay) / length * 18, (bx - ax) / length * 18
+        path = f"M{ax:.1f},{ay:.1f} Q{mx + nx:.1f},{my + ny:.1f} {bx:.1f},{by:.1f}"
+        # The label sits just outside the curve's middle, on its bent side.
+        lx, ly = mx + nx * 1.4, my + ny * 1.4 + 4
+    label = (
+        f'<text class="count" x="{lx:.1f}" y="{ly:.1f}" text-anchor="middle">{count}\u00d7</text>'
+        if count
+        else ""
+    )
+    return (
+        f'<g class="{cls}" data-move="{escape(src)}->{escape(dst)}">'
+        f'<path d="{path}" fill="none" marker-end="url(#{marker})"/>{label}</g>'
+    )
 
 
 def _border(x: float, y: float, tx: float, ty: float) -> tuple[float, float]:
@@ -160,60 +132,3 @@ def _border(x: float, y: float, tx: float, ty: float) -> tuple[float, float]:
         (_H / 2) / abs(dy) if dy else math.inf,
     )
     return cx + dx * scale, cy + dy * scale
-
-
-def _name(state: Any) -> str:
-    return str(getattr(state, "name", state))
-
-
-def graph_of(
-    machine: Machine[Any] | None,
-    *,
-    states: Iterable[str] = (),
-    visits: Mapping[str, int] | None = None,
-    moves: Mapping[tuple[str, str], int] | None = None,
-    initial: str | None = None,
-) -> Graph:
-    """The graph of ``machine`` (all its moves), or, without one, of the moves taken.
-
-    Args:
-        machine: The machine, or ``None`` to draw only what the session did.
-        states: States to draw besides those the machine or the moves name (a
-            stored fingerprint's states, say).
-        visits: How many times the session entered each state.
-        moves: How many times the session took each move.
-        initial: The initial state, when there is no machine.
-
-    Returns:
-        The graph.
-    """
-    moves = dict(moves or {})
-    visits = dict(visits or {})
-    if machine is not None:
-        edges = {
-            (_name(src), _name(dst))
-            for src, targets in machine.transitions.items()
-            for dst in targets
-        }
-        edges |= {(_name(src), _name(dst)) for src, dst in machine.error_routes.items()}
-        names = [_name(state) for state in machine.states]
-        initial = _name(machine.initial)
-        terminal = frozenset(_name(state) for state in machine.terminal)
-    else:
-        edges = set()
-        names = []
-        terminal = frozenset()
-    edges |= set(moves)
-    ordered: list[str] = []
-    start = [initial] if initial is not None else []
-    for name in [*start, *names, *states, *(s for e in edges for s in e)]:
-        if name not in ordered:
-            ordered.append(name)
-    return Graph(
-        states=tuple(ordered),
-        initial=initial,
-        terminal=terminal,
-        edges=tuple(sorted(edges)),
-        visits=visits,
-        moves=moves,
-    )

@@ -1,11 +1,12 @@
 """Data contracts and interfaces shared by every layer.
 
 The agent state and its failure record, the patch a stage proposes, the stage
-contract with its read-only view, the machine, the transition event, the entry
-points that record a stage's model and tool calls (`record_call`,
-`record_stream`, `recorded`), the partial output a stage emits while it runs
-(`emit`, `Partial`, `SessionStream`), and the chat contract (messages,
-replies, tool specs, the model-client protocol). This layer imports nothing
+contract with its read-only view, the machine and its graph (`StateGraph`,
+drawn as Mermaid), the transition event, the entry points that record a
+stage's model and tool calls (`record_call`, `record_stream`, `recorded`), the
+partial output a stage emits while it runs (`emit`, `Partial`,
+`SessionStream`), and the chat contract (messages, replies, tool specs, the
+model-client protocol). This layer imports nothing
 from the rest of the package.
 """
 
@@ -16,6 +17,8 @@ from ._events import EventKind as EventKind
 from ._events import TransitionEvent as TransitionEvent
 from ._frozen import FrozenMap as FrozenMap
 from ._gates import Gate as Gate
+from ._graph import GraphEdge as GraphEdge
+from ._graph import StateGraph as StateGraph
 from ._history import History as History
 from ._io import record_call as record_call
 from ._io import record_stream as record_stream
@@ -70,6 +73,7 @@ __all__ = [
     "FinishReason",
     "FrozenMap",
     "Gate",
+    "GraphEdge",
     "History",
     "LeaseRecord",
     "Lifecycle",
@@ -85,6 +89,7 @@ __all__ = [
     "SessionStream",
     "SessionStreamStatistics",
     "Stage",
+    "StateGraph",
     "StateView",
     "Store",
     "StoreStatistics",

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._errors import ConfigurationError
 from ._frozen import mutable_part
 from ._gates import Gate
+from ._graph import StateGraph, build_graph
 from ._stage import Condition, Stage, TransitionCondition
 from ._state import SUPERVISOR_FIELDS, AgentState
+
+if TYPE_CHECKING:
+    from ._events import TransitionEvent
+    from ._store import StoredEvent
 
 __all__ = ["Machine"]
 
@@ -164,6 +169,46 @@ class Machine(Generic[S]):
     def is_terminal(self, state: enum.Enum) -> bool:
         """Whether a session in ``state`` has ended."""
         return state in self.terminal
+
+    def graph(self, events: Iterable[StoredEvent | TransitionEvent] = ()) -> StateGraph:
+        """The machine as a `StateGraph`, with the path of a session's ``events`` over it.
+
+        Every declared transition and error route is an edge, labelled with the
+        stage of its source state; the implicit move of a non-terminal state to
+        ``failed`` is drawn only where declared or taken. Given a session's
+        events (stored or live), each edge it took carries how many times, and
+        moves the machine does not declare (a fatal error's move to ``failed``,
+        a rollback) are added. States are laid out in their enum's declaration
+        order, named by their enum member's name.
+
+        Args:
+            events: A session of this machine's events, in order (none: the
+                machine alone).
+
+        Returns:
+            The graph; ``graph.mermaid()`` draws it.
+        """
+        members = {state: index for index, state in enumerate(type(self.initial))}
+        order = sorted(self.states, key=lambda state: members.get(state, len(members)))
+        declared: list[tuple[str, str, str | None]] = []
+        for source in order:
+            targets = set(self.transitions.get(source, ()))
+            if source in self.error_routes:
+                targets.add(self.error_routes[source])
+            stage = self.stages.get(source)
+            declared.extend(
+                (source.name, target.name, stage.name if stage is not None else None)
+                for target in order
+                if target in targets
+            )
+        return build_graph(
+            events=events,
+            states=[state.name for state in order],
+            initial=self.initial.name,
+            terminal=[state.name for state in self.terminal],
+            failed=self.failed.name,
+            declared=declared,
+        )
 
     # -- the build-time check ----------------------------------------------------
 

@@ -249,18 +249,34 @@ def test_graph_of_the_machine_is_mermaid() -> None:
     assert "    THINKING --> ACTING: think" in lines
     assert "    ACTING --> THINKING: act" in lines
     assert "    FINISHED --> [*]" in lines
+    data = run_json("graph", MACHINE)
+    assert data["mermaid"] == out
+    assert data["visits"] == {}
+    assert {"from": "THINKING", "to": "ACTING", "stages": ["think"], "taken": 0,
+            "declared": True} in data["edges"]  # fmt: skip
 
 
 def test_graph_of_a_session_counts_the_visits(demo_file: Path) -> None:
     sid = sessions(str(demo_file), "finished")[0]
     data = run_json("graph", sid, "--store", str(demo_file))
-    visits = {(edge["from"], edge["to"]): edge["visits"] for edge in data["edges"]}
-    assert visits[("INITIALIZED", "THINKING")] == 1
-    assert visits[("THINKING", "ACTING")] == visits[("ACTING", "THINKING")] == 2
+    taken = {(edge["from"], edge["to"]): edge["taken"] for edge in data["edges"]}
+    assert taken[("INITIALIZED", "THINKING")] == 1
+    assert taken[("THINKING", "ACTING")] == taken[("ACTING", "THINKING")] == 2
+    assert data["initial"] == "INITIALIZED"
+    for state, visits in data["visits"].items():  # the start, then each move into it
+        into = sum(edge["taken"] for edge in data["edges"] if edge["to"] == state)
+        assert visits == into + (state == "INITIALIZED")
     assert "    THINKING --> ACTING: think x2" in data["mermaid"].splitlines()
     overlay = run("graph", sid, "--machine", MACHINE, "--store", str(demo_file))[1]
-    assert "    ACTING --> THINKING: act x2" in overlay  # visited, on the machine's graph
-    assert "    ACTING --> FAILED: act" in overlay  # declared, not taken
+    lines = overlay.splitlines()
+    assert "    ACTING --> THINKING: act x2" in lines  # visited, on the machine's graph
+    assert "    ACTING --> FAILED: act" in lines  # declared, not taken
+    assert "    FINISHED --> [*]" in lines
+    edges = run_json("graph", sid, "-m", MACHINE, "--store", str(demo_file))["edges"]
+    failed = next(edge for edge in edges if (edge["from"], edge["to"]) == ("ACTING", "FAILED"))
+    assert failed == {
+        "from": "ACTING", "to": "FAILED", "stages": ["act"], "taken": 0, "declared": True
+    }  # fmt: skip
 
 
 def test_graph_writes_a_file(demo_file: Path, tmp_path: Path) -> None:

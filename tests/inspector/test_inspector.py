@@ -117,7 +117,10 @@ async def test_a_session_page_shows_steps_diffs_calls_failures_and_the_path(
     # The machine's graph, the moves taken drawn and counted.
     assert 'data-move="OBSERVING->FINISHED"' in page
     assert 'class="move taken" data-move="INITIALIZED->ACTING"' in page
-    assert "INITIALIZED --&gt; ACTING : 1x" in page
+    assert "INITIALIZED --&gt; ACTING: think x1" in page  # the one Mermaid of StateGraph
+    assert "ACTING --&gt; ACTING: act x1" in page  # the recoverable failure, retried in place
+    assert 'data-state="ACTING"><rect' in page
+    assert "ACTING \u00d72" in page  # entered, then retried
     failed = (await client.get(f"/sessions/{ids['failed']}")).text
     assert "class-fatal" in failed
     assert "(ended: failed)" in failed

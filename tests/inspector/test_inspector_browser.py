@@ -169,7 +169,7 @@ def test_the_views_in_a_browser(served: dict[str, Any], browser: Any) -> None:
         )
     )
     taken = browser.find_elements(By.CSS_SELECTOR, "svg.graph .move.taken")
-    assert len(taken) == 3  # INITIALIZED→ACTING→OBSERVING→FINISHED
+    assert len(taken) == 4  # INITIALIZED→ACTING (→ACTING, the retry)→OBSERVING→FINISHED
     _wait(browser).until(
         lambda b: b.find_element(By.CSS_SELECTOR, "#event-1 details.calls summary").click() is None
     )
