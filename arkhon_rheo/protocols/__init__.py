@@ -29,6 +29,7 @@ from ._model import FinishReason as FinishReason
 from ._model import Message as Message
 from ._model import ModelClient as ModelClient
 from ._model import ModelReply as ModelReply
+from ._model import NamedModelClient as NamedModelClient
 from ._model import ReplyDelta as ReplyDelta
 from ._model import StreamingModelClient as StreamingModelClient
 from ._model import SystemMessage as SystemMessage
@@ -82,6 +83,7 @@ __all__ = [
     "Message",
     "ModelClient",
     "ModelReply",
+    "NamedModelClient",
     "Partial",
     "Patch",
     "ReplyDelta",

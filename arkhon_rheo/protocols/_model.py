@@ -23,6 +23,7 @@ __all__ = [
     "Message",
     "ModelClient",
     "ModelReply",
+    "NamedModelClient",
     "ReplyDelta",
     "StreamingModelClient",
     "SystemMessage",
@@ -179,9 +180,13 @@ class ToolSpec(BaseModel):
 class ModelClient(Protocol):
     """Anything that answers a conversation with one `ModelReply`.
 
-    Implementations raise the library's classified errors (`Transient`,
-    `Recoverable`, `Fatal` from ``arkhon_rheo``) so the supervisor can retry,
-    restart or fail the stage that made the call.
+    ``complete`` is all the ReAct engine needs. Implementations raise the
+    library's classified errors (`Transient`, `Recoverable`, `Fatal` from
+    ``arkhon_rheo``) so the supervisor can retry, restart or fail the stage
+    that made the call. A client may offer more, and the engine uses it when
+    it does: ``stream`` (a `StreamingModelClient`, for ``stream=True``) and
+    the ``system`` and ``model`` names of its model-call spans (a
+    `NamedModelClient`; other clients' spans name their class, and no model).
     """
 
     async def complete(
@@ -207,6 +212,28 @@ class StreamingModelClient(ModelClient, Protocol):
         json_mode: bool = False,
     ) -> AsyncIterator[ReplyDelta | ModelReply]:
         """Yield `ReplyDelta` pieces as they arrive, then the full `ModelReply` last."""
+        ...
+
+
+@runtime_checkable
+class NamedModelClient(ModelClient, Protocol):
+    """A `ModelClient` that names its provider and model, for the engine's model-call spans.
+
+    The names follow OpenTelemetry's GenAI conventions: ``system`` is
+    ``gen_ai.system`` (``"openai"``; an empty name stands for the client's
+    class name) and ``model`` is ``gen_ai.request.model``, the model asked
+    (the reply's `ModelReply.model` says which one answered). Plain attributes
+    satisfy it (``system = "openai"`` on the class, ``self.model = ...``).
+    """
+
+    @property
+    def system(self) -> str:
+        """The provider, as ``gen_ai.system`` names it."""
+        ...
+
+    @property
+    def model(self) -> str:
+        """The model the client asks."""
         ...
 
 

@@ -14,10 +14,10 @@ from .._exports import publish
 from ._budget import Budget as Budget
 from ._budget import Used as Used
 from ._calls import MalformedModelOutput as MalformedModelOutput
+from ._config import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
 from ._context import PromptCache as PromptCache
 from ._context import estimate_tokens as estimate_tokens
 from ._context import trim_messages as trim_messages
-from ._engine import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
 from ._engine import react_agent as react_agent
 from ._global_budget import STRATEGIES as STRATEGIES
 from ._global_budget import BudgetState as BudgetState

@@ -1,8 +1,8 @@
 """The engine's dealings with model replies and tool calls, outside its loop.
 
-What is new to the model in a turn, whether a tool call's arguments can be
-used, which failure of concurrent tool calls to report, and the error a model
-that keeps answering in an unusable form ends with.
+What is new to the model in a turn, whether a reply (and a tool call's
+arguments) can be used, which failure of concurrent tool calls to report, and
+the error a model that keeps answering in an unusable form ends with.
 """
 
 from __future__ import annotations
@@ -10,17 +10,24 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from .._errors import Fatal, Recoverable, StageFailure
-from ..protocols import AssistantMessage, Message, ToolRunner
+from ..protocols import AssistantMessage, Message, ToolMessage, ToolRunner, UserMessage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..protocols import ToolCall
+    from ..protocols import ModelReply, ToolCall
 
-__all__ = ["MalformedModelOutput", "bad_arguments", "tail", "tool_runner", "unwrap"]
+__all__ = [
+    "MalformedModelOutput",
+    "bad_arguments",
+    "check_reply",
+    "tail",
+    "tool_runner",
+    "unwrap",
+]
 
 _MESSAGES = TypeAdapter(tuple[Message, ...])
 
@@ -59,6 +66,63 @@ def bad_arguments(call: ToolCall) -> str | None:
     if not isinstance(value, dict):
         return f"the arguments of tool call {call.name!r} must be a JSON object"
     return None
+
+
+def check_reply(
+    reply: ModelReply, wrapup: bool, answer: TypeAdapter[Any] | None
+) -> tuple[str, list[Message]]:
+    """What is wrong with ``reply`` ("" if nothing), and the messages that tell the model.
+
+    Args:
+        reply: The model's reply.
+        wrapup: Whether it is the wrap-up turn (no tool may be called).
+        answer: The validator of a final answer, if its JSON has a type.
+
+    Returns:
+        The problem and the messages to send back, or ``("", [])``.
+    """
+    calls = reply.tool_calls
+    if calls:
+        return _check_calls(calls, wrapup)
+    text = reply.text or ""
+    if not text.strip():
+        problem = "the reply was empty: answer in text or call a tool"
+        return problem, [UserMessage(content=f"Your reply could not be used: {problem}.")]
+    if answer is not None:
+        try:
+            answer.validate_json(text)
+        except ValidationError as exc:
+            problem = "the answer does not fit the expected JSON schema: " + "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'answer'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            message = f"Your reply could not be used: {problem}. Reply with JSON only."
+            return problem, [UserMessage(content=message)]
+    return "", []
+
+
+def _check_calls(calls: Sequence[ToolCall], wrapup: bool) -> tuple[str, list[Message]]:
+    """The first problem of a turn's tool calls, and an answer to each call if there is one."""
+    problems = [
+        "no tools are available in the wrap-up turn: answer in text"
+        if wrapup
+        else bad_arguments(call)
+        for call in calls
+    ]
+    if not any(problems):
+        return "", []
+    answers: list[Message] = [
+        ToolMessage(
+            tool_call_id=call.id,
+            name=call.name,
+            content=f"error: {problem}; call again with corrected arguments"
+            if problem
+            else "not run: another call of this turn was malformed",
+            is_error=True,
+        )
+        for call, problem in zip(calls, problems, strict=True)
+    ]
+    return next(p for p in problems if p) or "", answers
 
 
 def unwrap(group: BaseExceptionGroup[Any]) -> BaseException:

@@ -109,12 +109,18 @@ class ScriptedModel:
         script: The steps not taken yet.
         requests: Every call received, in order (for assertions).
         model: The model name the replies carry.
+        system: The provider name of its model-call spans: its class's name.
     """
 
     def __init__(self, script: Iterable[Step] = (), *, model: str = "scripted") -> None:
         self.script: list[Step] = list(script)
         self.model = model
         self.requests: list[ScriptedRequest] = []
+
+    @property
+    def system(self) -> str:
+        """The provider name of its model-call spans (a `NamedModelClient`): its class's name."""
+        return type(self).__name__
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,125 @@
+"""`ReactConfig`: everything `react_agent`'s arguments decide, checked once and frozen.
+
+The engine's stages read their settings from one `ReactConfig` (bound to
+them when the machine is built), never from a closure: the arguments as
+given, and what follows from them (the tool runner, the budget, the prices,
+the answer's validator, the names of the model-call spans).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import TypeAdapter
+
+from .._errors import ConfigurationError
+from ..models import ModelPrice, Pricing
+from ..protocols import NamedModelClient, StreamingModelClient
+from ._budget import Budget
+from ._calls import tool_runner
+from ._state import ReactState
+
+if TYPE_CHECKING:
+    import enum
+    from collections.abc import Mapping, Sequence
+
+    from ..protocols import Gate, ModelClient, ToolRunner
+    from ._context import PromptCache
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "ReactConfig"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful agent. Use the tools when they help; when you know the answer, "
+    "reply with it in plain text and call no tool."
+)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ReactConfig:
+    """The settings of one ReAct machine, validated when made.
+
+    The fields given are `react_agent`'s arguments, with its defaults; the
+    ones after them are derived from those (not given).
+
+    Attributes:
+        runner: The tools, as a `ToolRunner`.
+        limits: The budget (no limit when none was given).
+        pricing: The prices as a `Pricing`, or None.
+        answer_adapter: The validator of the final answer, or None.
+        ask_json: Whether the model is asked for JSON.
+        timed: Whether the budget limits time (the clock is then read and recorded).
+        trace_system: ``gen_ai.system`` of the model-call spans.
+        trace_model: ``gen_ai.request.model`` of the model-call spans.
+
+    Raises:
+        ConfigurationError: If an argument is out of range, ``state_type`` is not
+            a `ReactState`, or ``stream`` is asked of a client that cannot.
+    """
+
+    model: ModelClient
+    tools: ToolRunner | Sequence[Any] = ()
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+    budget: Budget | None = None
+    max_steps: int = 50
+    max_format_retries: int = 2
+    max_parallel_tools: int = 8
+    json_mode: bool = False
+    answer_type: Any = None
+    cache: PromptCache | None = None
+    max_context_tokens: int | None = None
+    prices: Pricing | Mapping[str, ModelPrice | tuple[float, float]] | None = None
+    stream: bool = False
+    state_type: type[ReactState] = ReactState
+    name: str = "react-agent"
+    gates: Sequence[Gate] = ()
+    deadlines: Mapping[enum.Enum, float] | None = None
+    runner: ToolRunner = field(init=False)
+    limits: Budget = field(init=False)
+    pricing: Pricing | None = field(init=False)
+    answer_adapter: TypeAdapter[Any] | None = field(init=False)
+    ask_json: bool = field(init=False)
+    timed: bool = field(init=False)
+    trace_system: str = field(init=False)
+    trace_model: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        state_type = self.state_type
+        if not (isinstance(state_type, type) and issubclass(state_type, ReactState)):
+            raise ConfigurationError(
+                f"react_agent: state_type must be ReactState or a subclass, got {state_type!r}"
+            )
+        for label, value in (
+            ("max_steps", self.max_steps),
+            ("max_parallel_tools", self.max_parallel_tools),
+            ("max_format_retries", self.max_format_retries + 1),
+        ):
+            if value < 1:
+                raise ConfigurationError(f"react_agent: {label} must be at least 1, got {value}")
+        self._derive("runner", tool_runner(self.tools))
+        self._derive("limits", self.budget or Budget())
+        prices = self.prices
+        pricing = prices if isinstance(prices, Pricing) or prices is None else Pricing(prices)
+        self._derive("pricing", pricing)
+        if self.stream and not isinstance(self.model, StreamingModelClient):
+            raise ConfigurationError(
+                f"react_agent(stream=True) needs a model client with stream(); "
+                f"{self.model!r} has none"
+            )
+        adapter = TypeAdapter(self.answer_type) if self.answer_type is not None else None
+        self._derive("answer_adapter", adapter)
+        self._derive("ask_json", self.json_mode or adapter is not None)
+        self._derive("timed", self.limits.max_seconds is not None)
+        system, model = _span_names(self.model)
+        self._derive("trace_system", system)
+        self._derive("trace_model", model)
+
+    def _derive(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+
+
+def _span_names(model: ModelClient) -> tuple[str, str]:
+    """``gen_ai.system`` and ``gen_ai.request.model`` of a client's model-call spans."""
+    if isinstance(model, NamedModelClient):
+        return str(model.system or type(model).__name__), str(model.model or "")
+    return type(model).__name__, ""

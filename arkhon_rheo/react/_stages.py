@@ -1,0 +1,327 @@
+"""The ReAct engine's three stages, each reading its settings from a bound `ReactConfig`.
+
+A machine's stages are classes its supervisor makes one instance of per
+session, with no arguments; `ReactStage.bind` gives each machine its own
+subclass carrying that machine's configuration (the stage's name, reads and
+writes stay those declared here).
+
+- `StartStage` (Initialized → Thinking) writes the system prompt and the task
+  into ``messages``.
+- `ThinkStage` (Thinking → Acting, or Finished) asks the model, through
+  `record_call` so a replay can answer it from the record; checks the reply
+  (bounded format retries, the error shown to the model); counts turns,
+  tokens, cost and time against the `Budget`; and either leaves tool calls in
+  ``pending`` or records the final answer and why the agent finished.
+- `ActStage` (Acting → Thinking) runs the pending tool calls concurrently
+  (bounded) and appends their results to ``messages`` in call order.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import types
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+
+from .. import _tracing
+from .._errors import Fatal, Recoverable
+from .._log import get_logger
+from ..protocols import (
+    Lifecycle,
+    Message,
+    ModelReply,
+    Patch,
+    ReplyDelta,
+    Stage,
+    StreamingModelClient,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+    emit,
+    record_call,
+    record_stream,
+)
+from ..protocols._seams import current_injector, current_session
+from ._budget import Used
+from ._calls import MalformedModelOutput, check_reply, tail, unwrap
+from ._context import trim_messages
+from ._state import AgentExit, ReactState
+
+if TYPE_CHECKING:
+    import enum
+    from collections.abc import AsyncIterator, Callable, Sequence
+    from typing import Self
+
+    from ..protocols import StateView, ToolCall, ToolSpec
+    from ._config import ReactConfig
+
+__all__ = ["ActStage", "ReactStage", "StartStage", "ThinkStage"]
+
+L = Lifecycle
+_log = get_logger("arkhon_rheo.react")
+
+
+class ReactStage(Stage[ReactState]):
+    """A stage of the engine; `bind` makes the class a machine's stages are instances of."""
+
+    config: ClassVar[ReactConfig]
+
+    @classmethod
+    def bind(cls, config: ReactConfig) -> type[Self]:
+        """A subclass of this stage reading its settings from ``config``."""
+        namespace = {"config": config, "__module__": cls.__module__, "__doc__": cls.__doc__}
+        return types.new_class(
+            cls.__name__, (cls,), {"name": cls.name}, lambda ns: ns.update(namespace)
+        )
+
+
+class StartStage(ReactStage, name="start", reads={"task", "messages"}, writes={"messages"}):
+    """Open the conversation: the system prompt, then the task."""
+
+    async def execute(self, view: StateView[ReactState]) -> Patch:
+        """The opening messages, unless the caller gave a conversation."""
+        if len(view.messages):
+            return Patch()  # a conversation given by the caller: keep it as it is
+        if not view.task:
+            raise Fatal("nothing to do: start the agent with ReactState(task='...')")
+        opening: list[Message] = [UserMessage(content=view.task)]
+        system_prompt = self.config.system_prompt
+        if system_prompt is not None:
+            opening.insert(0, SystemMessage(content=system_prompt))
+        return Patch().append("messages", *opening)
+
+    def next(self, state: ReactState) -> enum.Enum:
+        """Think next."""
+        return L.THINKING
+
+
+class ThinkStage(
+    ReactStage,
+    name="think",
+    reads={"messages", "turns", "tool_calls", "usage", "cost", "started_at", "wrapup", "stop"},
+    writes={
+        "messages",
+        "pending",
+        "turns",
+        "usage",
+        "cost",
+        "started_at",
+        "elapsed",
+        "wrapup",
+        "answer",
+        "exit",
+    },
+):
+    """One model turn: ask, check the reply (retrying its format), count what it used."""
+
+    async def execute(self, view: StateView[ReactState]) -> Patch:
+        """The turn's messages and counters, and its tool calls or the final answer."""
+        config = self.config
+        if view.stop:
+            return Patch(exit=AgentExit.STOPPED)
+        if view.turns >= config.max_steps:
+            _log.warning("react_max_steps", turns=view.turns, max_steps=config.max_steps)
+            return Patch(exit=AgentExit.MAX_STEPS)
+        started, elapsed = view.started_at, 0.0
+        if config.timed:  # the clock is read (and recorded, for replay) only when time is limited
+            now = await record_call("clock", {"turn": view.turns}, _now, returns=float)
+            started = now if started is None else started
+            elapsed = max(0.0, now - started)
+        turns, usage, cost = view.turns, view.usage, view.cost
+        wrapup, new = self._budget_check(view, elapsed)
+        offered: Sequence[ToolSpec] = () if wrapup else config.runner.specs
+        problem = ""
+        for attempt in range(config.max_format_retries + 1):
+            used = Used(turns, view.tool_calls, usage.total_tokens, cost, elapsed)
+            reply = await self._turn(view.messages, new, used, wrapup, offered, attempt)
+            turns += 1
+            usage = usage + reply.usage
+            if config.pricing is not None:
+                cost += config.pricing.cost(reply.usage, reply.model)
+            new.append(reply.message)
+            problem, feedback = check_reply(reply, wrapup, config.answer_adapter)
+            if not problem:
+                break
+            _log.info("react_format_retry", attempt=attempt + 1, problem=problem)
+            new.extend(feedback)
+        else:
+            raise MalformedModelOutput(problem, retries=config.max_format_retries)
+        patch = Patch(
+            turns=turns, usage=usage, cost=cost, started_at=started, elapsed=elapsed, wrapup=wrapup
+        ).append("messages", *new)
+        if reply.tool_calls:
+            return patch.set(pending=reply.tool_calls)
+        exit_reason = AgentExit.BUDGET_EXHAUSTED if wrapup else AgentExit.ANSWERED
+        return patch.set(pending=(), answer=reply.text, exit=exit_reason)
+
+    def next(self, state: ReactState) -> enum.Enum:
+        """Finish once the agent has an exit reason, else act on the tool calls."""
+        return L.FINISHED if state.exit is not None else L.ACTING
+
+    def _budget_check(
+        self, view: StateView[ReactState], elapsed: float
+    ) -> tuple[bool, list[Message]]:
+        """Whether this is the wrap-up turn, and the message that tells the model it became one."""
+        if view.wrapup:
+            return True, []
+        used = Used(view.turns, view.tool_calls, view.usage.total_tokens, view.cost, elapsed)
+        reason = self.config.limits.exhausted(used)
+        if reason is None:
+            return False, []
+        notice = (
+            f"Budget reached ({reason}). Give your final answer now, in text; "
+            "no tools are available."
+        )
+        return True, [UserMessage(content=notice)]
+
+    async def _turn(
+        self,
+        messages: Sequence[Message],
+        new: Sequence[Message],
+        used: Used,
+        wrapup: bool,
+        offered: Sequence[ToolSpec],
+        attempt: int,
+    ) -> ModelReply:
+        """Ask the model once, under its span: the conversation trimmed, with the budget line."""
+        config = self.config
+        conversation = (*messages, *new)
+        line = config.limits.render(used, wrapup=wrapup)
+        payload: tuple[Message, ...] = trim_messages(conversation, config.max_context_tokens)
+        if line:
+            payload = (*payload, SystemMessage(content=line))
+        request = {
+            "turn": used.turns,
+            "attempt": attempt,
+            "new": tail(conversation),
+            "tools": [spec.name for spec in offered],
+            "budget": line,
+        }
+        with _tracing.model_call(config.trace_system, config.trace_model) as span:
+            if config.stream:
+                reply = await self._stream(request, payload, offered)
+            else:
+                reply = await record_call(
+                    "model",
+                    request,
+                    functools.partial(self._ask, payload, offered),
+                    returns=ModelReply,
+                )
+            _tracing.model_reply(
+                span,
+                reply.model,
+                reply.usage.prompt_tokens,
+                reply.usage.completion_tokens,
+                reply.finish_reason,
+            )
+        return reply
+
+    async def _ask(self, payload: Sequence[Message], offered: Sequence[ToolSpec]) -> ModelReply:
+        """The model's reply (or the prompt cache's), under the fault plan if one is installed."""
+        config = self.config
+        model, cache, ask_json = config.model, config.cache, config.ask_json
+        key = ""
+        if cache is not None:
+            key = cache.key(payload, offered, ask_json)
+            hit = cache.get(key)
+            if hit is not None:
+                return hit
+        if current_injector() is None:
+            reply = await model.complete(payload, tools=offered, json_mode=ask_json)
+        else:  # the model seam of fault injection
+            alter = await _inject_model(len(payload))
+            reply = await model.complete(payload, tools=offered, json_mode=ask_json)
+            if alter is not None:
+                reply = alter(reply)
+        if cache is not None:
+            cache.put(key, reply)
+        return reply
+
+    async def _stream(
+        self, request: Any, payload: Sequence[Message], offered: Sequence[ToolSpec]
+    ) -> ModelReply:
+        """The model's streamed reply: its text pieces emitted, its chunks recorded."""
+        model, ask_json = self.config.model, self.config.ask_json
+        assert isinstance(model, StreamingModelClient)
+        final: ModelReply | None = None
+        chunks = record_stream(
+            "model",
+            request,
+            lambda: (
+                model.stream(payload, tools=offered, json_mode=ask_json)
+                if current_injector() is None
+                else _faulted_stream(model, payload, offered, ask_json)
+            ),
+            returns=ReplyDelta | ModelReply,
+        )
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                if isinstance(chunk, ReplyDelta):
+                    emit(chunk)  # never waits: a slow reader loses pieces, not time
+                else:
+                    final = chunk
+        if final is None:
+            raise Recoverable("the model's stream ended without its full reply")
+        return final
+
+
+class ActStage(
+    ReactStage,
+    name="act",
+    reads={"pending", "tool_calls"},
+    writes={"messages", "pending", "tool_calls"},
+):
+    """Run the pending tool calls, at most ``max_parallel_tools`` at once."""
+
+    async def execute(self, view: StateView[ReactState]) -> Patch:
+        """The calls' results, appended in call order."""
+        calls = view.pending
+        runner = self.config.runner
+        if len(calls) == 1:  # the common case: no task group needed
+            result = await runner.call(calls[0])
+            return Patch(pending=(), tool_calls=view.tool_calls + 1).append("messages", result)
+        results: list[ToolMessage | None] = [None] * len(calls)
+        limiter = anyio.CapacityLimiter(self.config.max_parallel_tools)
+
+        async def run(index: int, call: ToolCall) -> None:
+            async with limiter:
+                results[index] = await runner.call(call)
+
+        try:
+            async with anyio.create_task_group() as group:
+                for index, call in enumerate(calls):
+                    group.start_soon(run, index, call)
+        except BaseExceptionGroup as errors:
+            raise unwrap(errors) from None
+        done = [result for result in results if result is not None]
+        return Patch(pending=(), tool_calls=view.tool_calls + len(calls)).append("messages", *done)
+
+    def next(self, state: ReactState) -> enum.Enum:
+        """Think again."""
+        return L.THINKING
+
+
+async def _now() -> float:
+    return time.time()
+
+
+async def _inject_model(messages: int) -> Callable[[Any], Any] | None:
+    injector = current_injector()
+    if injector is None:
+        return None
+    return await injector.inject("model", current_session(), {"messages": messages})
+
+
+async def _faulted_stream(
+    model: StreamingModelClient,
+    payload: Sequence[Message],
+    offered: Sequence[ToolSpec],
+    json_mode: bool,
+) -> AsyncIterator[ReplyDelta | ModelReply]:
+    """A model stream under an installed fault plan: its fault acted out, its reply altered."""
+    alter = await _inject_model(len(payload))
+    async for chunk in model.stream(payload, tools=offered, json_mode=json_mode):
+        yield alter(chunk) if alter is not None and isinstance(chunk, ModelReply) else chunk
