@@ -1,57 +1,29 @@
 """arkhon-rheo: a supervised actor runtime for LLM agents, on anyio.
 
-This module is the facade: it re-exports the public names and has no side
-effects (no logging set-up, no event loop, no threads).
+This module is the facade: it re-exports what most programs need (the machine
+and its stages, the agent system, the stores, the supervision policy, the
+common errors) and has no side effects (no logging set-up, no event loop, no
+threads). The rest lives in its subpackage: the whole error tree in
+`arkhon_rheo.errors`, actors in `arkhon_rheo.actors`, the agent engine in
+`arkhon_rheo.react`, model clients in `arkhon_rheo.models`, tools in
+`arkhon_rheo.tools`, test doubles in `arkhon_rheo.testing`.
 """
 
 from __future__ import annotations
 
-from ._errors import ActorError as ActorError
-from ._errors import ActorStopped as ActorStopped
-from ._errors import ArkhonError as ArkhonError
-from ._errors import AskTimeout as AskTimeout
-from ._errors import ConfigurationError as ConfigurationError
-from ._errors import ContractViolation as ContractViolation
-from ._errors import DuplicateEvent as DuplicateEvent
-from ._errors import Fatal as Fatal
-from ._errors import IllegalTransition as IllegalTransition
-from ._errors import InvalidPatch as InvalidPatch
-from ._errors import InvariantViolation as InvariantViolation
-from ._errors import MailboxClosed as MailboxClosed
-from ._errors import MailboxError as MailboxError
-from ._errors import MailboxFull as MailboxFull
-from ._errors import PreconditionFailed as PreconditionFailed
-from ._errors import ReadOnlyState as ReadOnlyState
-from ._errors import RecordedCallFailed as RecordedCallFailed
-from ._errors import Recoverable as Recoverable
-from ._errors import ReplayDiverged as ReplayDiverged
-from ._errors import RestartIntensityExceeded as RestartIntensityExceeded
-from ._errors import SessionBusy as SessionBusy
-from ._errors import SessionError as SessionError
-from ._errors import SessionLocked as SessionLocked
-from ._errors import SessionNotFound as SessionNotFound
-from ._errors import StageFailure as StageFailure
-from ._errors import StageTimeout as StageTimeout
-from ._errors import StoreCorrupt as StoreCorrupt
-from ._errors import StoreError as StoreError
-from ._errors import SubgraphFailed as SubgraphFailed
-from ._errors import SystemNotRunning as SystemNotRunning
-from ._errors import ToolTimeout as ToolTimeout
-from ._errors import Transient as Transient
-from ._errors import TransitionInvariantViolation as TransitionInvariantViolation
-from ._errors import UndeclaredRead as UndeclaredRead
-from ._errors import UndeclaredWrite as UndeclaredWrite
-from ._errors import UnrecordableCall as UnrecordableCall
-from ._errors import UnserializablePatch as UnserializablePatch
 from ._exports import publish
 from ._log import configure_logging as configure_logging
 from ._redact import redact_secrets as redact_secrets
-from .actors import Actor as Actor
-from .actors import ActorRef as ActorRef
-from .actors import ActorSystem as ActorSystem
-from .actors import Directive as Directive
-from .actors import Termination as Termination
-from .actors import TerminationKind as TerminationKind
+from .errors import ArkhonError as ArkhonError
+from .errors import ConfigurationError as ConfigurationError
+from .errors import Fatal as Fatal
+from .errors import Recoverable as Recoverable
+from .errors import SessionBusy as SessionBusy
+from .errors import SessionError as SessionError
+from .errors import SessionLocked as SessionLocked
+from .errors import SessionNotFound as SessionNotFound
+from .errors import StoreError as StoreError
+from .errors import Transient as Transient
 from .graphs import SubgraphStage as SubgraphStage
 from .graphs import subgraph as subgraph
 from .protocols import AgentState as AgentState
@@ -79,17 +51,13 @@ from .protocols import stage as stage
 from .store import MemoryStore as MemoryStore
 from .store import SQLiteStore as SQLiteStore
 from .supervision import Backoff as Backoff
-from .supervision import CallPlayback as CallPlayback
-from .supervision import CallRecorder as CallRecorder
 from .supervision import Classifier as Classifier
 from .supervision import ExitReason as ExitReason
 from .supervision import RestartIntensity as RestartIntensity
 from .supervision import RestartStrategy as RestartStrategy
 from .supervision import RestartWindow as RestartWindow
 from .supervision import StageMode as StageMode
-from .system import AgentStatistics as AgentStatistics
 from .system import AgentSystem as AgentSystem
-from .system import Divergence as Divergence
 from .system import ReplayReport as ReplayReport
 from .system import SessionHandle as SessionHandle
 from .system import SessionResult as SessionResult
@@ -98,26 +66,13 @@ from .system import StoredSession as StoredSession
 __version__ = "0.1.0"
 
 __all__ = [
-    "Actor",
-    "ActorError",
-    "ActorRef",
-    "ActorStopped",
-    "ActorSystem",
     "AgentState",
-    "AgentStatistics",
     "AgentSystem",
     "ArkhonError",
-    "AskTimeout",
     "Backoff",
-    "CallPlayback",
-    "CallRecorder",
     "Classifier",
     "Condition",
     "ConfigurationError",
-    "ContractViolation",
-    "Directive",
-    "Divergence",
-    "DuplicateEvent",
     "Durability",
     "ErrorClass",
     "ExitReason",
@@ -126,25 +81,14 @@ __all__ = [
     "FrozenMap",
     "Gate",
     "History",
-    "IllegalTransition",
-    "InvalidPatch",
-    "InvariantViolation",
     "Lifecycle",
     "Machine",
-    "MailboxClosed",
-    "MailboxError",
-    "MailboxFull",
     "MemoryStore",
     "Partial",
     "Patch",
-    "PreconditionFailed",
-    "ReadOnlyState",
-    "RecordedCallFailed",
     "Recoverable",
-    "ReplayDiverged",
     "ReplayReport",
     "RestartIntensity",
-    "RestartIntensityExceeded",
     "RestartStrategy",
     "RestartWindow",
     "SQLiteStore",
@@ -156,27 +100,14 @@ __all__ = [
     "SessionResult",
     "SessionStream",
     "Stage",
-    "StageFailure",
     "StageMode",
-    "StageTimeout",
     "StateView",
-    "StoreCorrupt",
     "StoreError",
     "StoredSession",
-    "SubgraphFailed",
     "SubgraphStage",
-    "SystemNotRunning",
-    "Termination",
-    "TerminationKind",
-    "ToolTimeout",
     "Transient",
     "TransitionCondition",
     "TransitionEvent",
-    "TransitionInvariantViolation",
-    "UndeclaredRead",
-    "UndeclaredWrite",
-    "UnrecordableCall",
-    "UnserializablePatch",
     "configure_logging",
     "emit",
     "record_call",

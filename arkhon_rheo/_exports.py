@@ -11,7 +11,13 @@ if TYPE_CHECKING:
 __all__ = ["publish"]
 
 
-def publish(module: str, names: Iterable[str], namespace: Mapping[str, object]) -> None:
+def publish(
+    module: str,
+    names: Iterable[str],
+    namespace: Mapping[str, object],
+    *,
+    private: str | None = None,
+) -> None:
     """Set ``__module__`` of each re-exported class or function to ``module``.
 
     Tracebacks and reprs then say ``arkhon_rheo.actors.ActorRef`` rather than the
@@ -23,8 +29,10 @@ def publish(module: str, names: Iterable[str], namespace: Mapping[str, object]) 
         module: The public module's name (``__name__`` of the facade).
         names: The facade's ``__all__``.
         namespace: The facade's ``globals()``.
+        private: The private package whose names the facade claims, when it is
+            not the facade's own (``arkhon_rheo.errors`` claims ``arkhon_rheo._errors``).
     """
-    prefix = module + "._"
+    prefix = (private + ".") if private is not None else module + "._"
     for name in names:
         obj = namespace[name]
         if getattr(obj, "__module__", "").startswith(prefix):

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from arkhon_rheo import Actor, ActorRef, ActorSystem
+from arkhon_rheo.actors import Actor, ActorRef, ActorSystem
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator

@@ -72,19 +72,13 @@ import anyio
 import structlog
 from _loop import SESSION_CYCLES, Gate, build_machine, check_finished
 
-from arkhon_rheo import (
-    Actor,
-    ActorSystem,
-    AgentSystem,
-    History,
-    Lifecycle,
-    Machine,
-    Patch,
-)
-from arkhon_rheo.core import PatchValidator
+from arkhon_rheo import AgentSystem, History, Lifecycle, Machine, Patch
+from arkhon_rheo.actors import Actor, ActorSystem
+from arkhon_rheo.core._seams import PatchValidator
 from arkhon_rheo.protocols._faults import current_injector
-from arkhon_rheo.supervision import SessionConfig, StageMode
+from arkhon_rheo.supervision import StageMode
 from arkhon_rheo.supervision._record import Session
+from arkhon_rheo.supervision._seams import SessionConfig
 from arkhon_rheo.supervision._supervisor import SessionSupervisor
 from arkhon_rheo.testing import FaultPlan, ReferenceState, ReferenceStep
 

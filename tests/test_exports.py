@@ -16,6 +16,7 @@ PUBLIC_NAMESPACES = [
     "arkhon_rheo.actors",
     "arkhon_rheo.cli",
     "arkhon_rheo.core",
+    "arkhon_rheo.errors",
     "arkhon_rheo.graphs",
     "arkhon_rheo.inspector",
     "arkhon_rheo.models",
@@ -84,3 +85,72 @@ def test_the_exception_tree_has_one_root() -> None:
 
 def test_version_is_a_string() -> None:
     assert isinstance(arkhon_rheo.__version__, str)
+
+
+#: The top-level names: what most programs need, pinned (the rest is in the subpackages).
+TOP_LEVEL = [
+    "AgentState",
+    "AgentSystem",
+    "ArkhonError",
+    "Backoff",
+    "Classifier",
+    "Condition",
+    "ConfigurationError",
+    "Durability",
+    "ErrorClass",
+    "ExitReason",
+    "FailureRecord",
+    "Fatal",
+    "FrozenMap",
+    "Gate",
+    "History",
+    "Lifecycle",
+    "Machine",
+    "MemoryStore",
+    "Partial",
+    "Patch",
+    "Recoverable",
+    "ReplayReport",
+    "RestartIntensity",
+    "RestartStrategy",
+    "RestartWindow",
+    "SQLiteStore",
+    "SessionBusy",
+    "SessionError",
+    "SessionHandle",
+    "SessionLocked",
+    "SessionNotFound",
+    "SessionResult",
+    "SessionStream",
+    "Stage",
+    "StageMode",
+    "StateView",
+    "StoreError",
+    "StoredSession",
+    "SubgraphStage",
+    "Transient",
+    "TransitionCondition",
+    "TransitionEvent",
+    "configure_logging",
+    "emit",
+    "record_call",
+    "record_stream",
+    "recorded",
+    "redact_secrets",
+    "stage",
+    "subgraph",
+]
+
+
+def test_the_top_level_exports_exactly_the_pinned_names() -> None:
+    assert sorted(arkhon_rheo.__all__) == TOP_LEVEL
+    assert len(TOP_LEVEL) <= 50
+
+
+def test_every_error_is_in_the_errors_namespace() -> None:
+    errors = importlib.import_module("arkhon_rheo.errors")
+    for name in arkhon_rheo.__all__:
+        value = getattr(arkhon_rheo, name)
+        if isinstance(value, type) and issubclass(value, BaseException):
+            assert getattr(errors, name) is value
+            assert value.__module__ == "arkhon_rheo.errors"

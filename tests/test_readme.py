@@ -95,7 +95,6 @@ def test_every_class_the_prose_names_is_importable_from_a_public_namespace() -> 
         "StageMode",
         "MemoryStore",
         "SQLiteStore",
-        "Directive",
         "Classifier",
         "Backoff",
         "RestartIntensity",

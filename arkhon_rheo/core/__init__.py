@@ -53,13 +53,10 @@ configuration error rather than a value that "does not validate".
 from __future__ import annotations
 
 from .._exports import publish
-from ._codec import EventCodec as EventCodec
-from ._digest import StateHasher as StateHasher
 from ._fold import apply_event as apply_event
 from ._fold import fold as fold
-from ._validate import PatchValidator as PatchValidator
 
-__all__ = ["EventCodec", "PatchValidator", "StateHasher", "apply_event", "fold"]
+__all__ = ["apply_event", "fold"]
 
 publish(__name__, __all__, globals())
 del publish

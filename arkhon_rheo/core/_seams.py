@@ -9,15 +9,18 @@ the inspector read a machine's fingerprint and what differs between two.
 
 from __future__ import annotations
 
+from ._codec import EventCodec as EventCodec
 from ._compiled import CompiledMachine as CompiledMachine
 from ._compiled import StatePlan as StatePlan
 from ._compiled import compiled as compiled
 from ._compiled import with_fields as with_fields
 from ._digest import StateDigest as StateDigest
+from ._digest import StateHasher as StateHasher
 from ._eventlog import EventLog as EventLog
 from ._fingerprint import differences as differences
 from ._fingerprint import fingerprint as fingerprint
 from ._fold import step_moves as step_moves
+from ._validate import PatchValidator as PatchValidator
 from ._validate import check_edge as check_edge
 from ._validate import check_invariants as check_invariants
 from ._validate import state_label as state_label

@@ -7,12 +7,10 @@ system, above it, runs the child sessions.
 from __future__ import annotations
 
 from .._exports import publish
-from ._host import ChildOutcome as ChildOutcome
-from ._host import SubgraphHost as SubgraphHost
 from ._subgraph import SubgraphStage as SubgraphStage
 from ._subgraph import subgraph as subgraph
 
-__all__ = ["ChildOutcome", "SubgraphHost", "SubgraphStage", "subgraph"]
+__all__ = ["SubgraphStage", "subgraph"]
 
 publish(__name__, __all__, globals())
 del publish

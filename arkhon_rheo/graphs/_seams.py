@@ -6,4 +6,6 @@ the subgraph stages find the host that runs their child sessions.
 
 from __future__ import annotations
 
+from ._host import ChildOutcome as ChildOutcome
+from ._host import SubgraphHost as SubgraphHost
 from ._host import session_scope as session_scope

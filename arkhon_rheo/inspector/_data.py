@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..core import EventCodec, apply_event
+from ..core import apply_event
+from ..core._seams import EventCodec
 
 if TYPE_CHECKING:
     from ..protocols import Machine, SessionRecord, Store, StoredEvent

@@ -17,21 +17,15 @@ from ._policy import RestartIntensity as RestartIntensity
 from ._policy import RestartStrategy as RestartStrategy
 from ._policy import RestartWindow as RestartWindow
 from ._record import ExitReason as ExitReason
-from ._record import SessionConfig as SessionConfig
 from ._record import StageMode as StageMode
-from ._recording import CallPlayback as CallPlayback
-from ._recording import CallRecorder as CallRecorder
 
 __all__ = [
     "Backoff",
-    "CallPlayback",
-    "CallRecorder",
     "Classifier",
     "ExitReason",
     "RestartIntensity",
     "RestartStrategy",
     "RestartWindow",
-    "SessionConfig",
     "StageMode",
 ]
 

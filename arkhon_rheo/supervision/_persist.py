@@ -19,8 +19,7 @@ from ..protocols._seams import takes_encoded
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Mapping
 
-    from ..core import EventCodec
-    from ..core._seams import StateDigest
+    from ..core._seams import EventCodec, StateDigest
     from ..protocols import AgentState, Store, TransitionEvent
 
 __all__ = ["EVENT_BYTES", "SNAPSHOT_MIN_BYTES", "Persistence", "linked"]

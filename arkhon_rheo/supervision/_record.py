@@ -29,8 +29,7 @@ from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from ..core import PatchValidator
-    from ..core._seams import CompiledMachine
+    from ..core._seams import CompiledMachine, PatchValidator
     from ..protocols import AgentState, EventKind, Machine, Patch
     from ._persist import Persistence
 

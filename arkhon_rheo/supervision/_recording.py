@@ -362,6 +362,8 @@ def _rebuild(kind: str, error: dict[str, Any]) -> Exception:
     name = str(error.get("type", "Exception"))
     message = str(error.get("message", ""))
     module_name, _, qualname = name.rpartition(".")
+    if module_name == "arkhon_rheo" and not hasattr(sys.modules.get(module_name), qualname):
+        module_name = "arkhon_rheo.errors"  # recorded when every error was a top-level name
     found: Any = sys.modules.get(module_name)
     for part in qualname.split("."):
         found = getattr(found, part, None)

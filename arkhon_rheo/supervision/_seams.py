@@ -13,5 +13,8 @@ from __future__ import annotations
 from ._persist import Persistence as Persistence
 from ._record import EventListener as EventListener
 from ._record import Session as Session
+from ._record import SessionConfig as SessionConfig
+from ._recording import CallPlayback as CallPlayback
+from ._recording import CallRecorder as CallRecorder
 from ._stages import run_stage as run_stage
 from ._supervisor import SessionSupervisor as SessionSupervisor

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import SessionNotFound
-from ..graphs import ChildOutcome, SubgraphStage
+from ..graphs import SubgraphStage
+from ..graphs._seams import ChildOutcome
 from ..protocols import EventKind
 from ..supervision import ExitReason
 from ._journal import Journal

@@ -30,8 +30,8 @@ from ..graphs._seams import session_scope
 from ..protocols import AgentState, Durability, Machine
 from ..protocols._seams import installed
 from ..store import SQLiteStore
-from ..supervision import SessionConfig, StageMode
-from ..supervision._seams import EventListener, Session, SessionSupervisor
+from ..supervision import StageMode
+from ..supervision._seams import EventListener, Session, SessionConfig, SessionSupervisor
 from ._children import ChildHost
 from ._claims import Claims
 from ._handle import SessionHandle, SessionResult, new_handle

@@ -25,13 +25,12 @@ from .._errors import StoreCorrupt
 from ..core import apply_event
 from ..core._seams import compiled
 from ..protocols import AgentState, EventKind, StateView, TransitionEvent
-from ..supervision import CallPlayback
-from ..supervision._seams import run_stage
+from ..supervision._seams import CallPlayback, run_stage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..core import EventCodec, PatchValidator, StateHasher
+    from ..core._seams import EventCodec, PatchValidator, StateHasher
     from ..protocols import Machine, Stage
     from ._journal import Journal
 

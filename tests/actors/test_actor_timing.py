@@ -7,8 +7,8 @@ import pytest
 import trio
 import trio.testing
 
-from arkhon_rheo import AskTimeout
 from arkhon_rheo.actors import ActorSystem, Termination, TerminationKind
+from arkhon_rheo.errors import AskTimeout
 from tests.helpers import Gate
 
 

@@ -9,7 +9,7 @@ import structlog
 from anyio import wait_all_tasks_blocked
 from structlog.testing import capture_logs
 
-from arkhon_rheo import ActorStopped, ConfigurationError, MailboxFull, SystemNotRunning
+from arkhon_rheo import ConfigurationError
 from arkhon_rheo.actors import (
     Actor,
     ActorRef,
@@ -21,6 +21,7 @@ from arkhon_rheo.actors import (
     TerminationKind,
 )
 from arkhon_rheo.actors._cell import Cell
+from arkhon_rheo.errors import ActorStopped, MailboxFull, SystemNotRunning
 from tests.helpers import Boom, Crasher, Gate, Recorder, Watcher
 
 pytestmark = pytest.mark.anyio
@@ -489,8 +490,8 @@ async def test_ended_watchers_are_not_kept_by_their_targets() -> None:
 
 
 async def test_closing_the_receive_side_wakes_a_waiting_receiver() -> None:
-    from arkhon_rheo import MailboxClosed
     from arkhon_rheo.actors import open_mailbox
+    from arkhon_rheo.errors import MailboxClosed
 
     tx, rx = open_mailbox[int](1)
     errors: list[Exception] = []

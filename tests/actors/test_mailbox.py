@@ -8,8 +8,9 @@ from anyio import wait_all_tasks_blocked
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arkhon_rheo import ConfigurationError, MailboxClosed, MailboxFull
+from arkhon_rheo import ConfigurationError
 from arkhon_rheo.actors import open_mailbox
+from arkhon_rheo.errors import MailboxClosed, MailboxFull
 
 pytestmark = pytest.mark.anyio
 

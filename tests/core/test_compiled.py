@@ -12,8 +12,6 @@ from arkhon_rheo import (
     AgentState,
     AgentSystem,
     ExitReason,
-    IllegalTransition,
-    InvariantViolation,
     Lifecycle,
     Machine,
     Patch,
@@ -21,6 +19,7 @@ from arkhon_rheo import (
     stage,
 )
 from arkhon_rheo.core._compiled import compiled
+from arkhon_rheo.errors import IllegalTransition, InvariantViolation
 
 if TYPE_CHECKING:
     from pathlib import Path

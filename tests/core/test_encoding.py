@@ -21,16 +21,15 @@ from arkhon_rheo import (
     AgentSystem,
     ExitReason,
     History,
-    InvalidPatch,
     Lifecycle,
     Machine,
     Patch,
     StateView,
-    UnserializablePatch,
     stage,
 )
-from arkhon_rheo.core import EventCodec, PatchValidator, StateHasher
 from arkhon_rheo.core._floats import may_hold_floats
+from arkhon_rheo.core._seams import EventCodec, PatchValidator, StateHasher
+from arkhon_rheo.errors import InvalidPatch, UnserializablePatch
 from arkhon_rheo.protocols import EventKind, TransitionEvent
 from arkhon_rheo.protocols._encoded import EncodedPatch
 from arkhon_rheo.store import MemoryStore

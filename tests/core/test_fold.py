@@ -19,10 +19,11 @@ from arkhon_rheo import (
     Recoverable,
     StateView,
     Transient,
-    UnserializablePatch,
     stage,
 )
-from arkhon_rheo.core import EventCodec, fold
+from arkhon_rheo.core import fold
+from arkhon_rheo.core._seams import EventCodec
+from arkhon_rheo.errors import UnserializablePatch
 from arkhon_rheo.protocols import EventKind, StoredEvent
 from arkhon_rheo.supervision import Backoff
 

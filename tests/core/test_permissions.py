@@ -21,10 +21,7 @@ from arkhon_rheo import (
     AgentSystem,
     Condition,
     ConfigurationError,
-    ContractViolation,
     ExitReason,
-    InvalidPatch,
-    InvariantViolation,
     Machine,
     Patch,
     Recoverable,
@@ -32,11 +29,16 @@ from arkhon_rheo import (
     Stage,
     StateView,
     TransitionEvent,
-    UndeclaredRead,
-    UndeclaredWrite,
     stage,
 )
-from arkhon_rheo.core import PatchValidator
+from arkhon_rheo.core._seams import PatchValidator
+from arkhon_rheo.errors import (
+    ContractViolation,
+    InvalidPatch,
+    InvariantViolation,
+    UndeclaredRead,
+    UndeclaredWrite,
+)
 from arkhon_rheo.protocols import ErrorClass, EventKind, FailureRecord
 from arkhon_rheo.supervision import RestartIntensity
 from tests.helpers import on_virtual_clock

@@ -24,19 +24,9 @@ from pydantic import (
     field_validator,
 )
 
-from arkhon_rheo import (
-    AgentState,
-    Condition,
-    History,
-    InvalidPatch,
-    InvariantViolation,
-    Machine,
-    Patch,
-    StateView,
-    UndeclaredWrite,
-    stage,
-)
-from arkhon_rheo.core import PatchValidator
+from arkhon_rheo import AgentState, Condition, History, Machine, Patch, StateView, stage
+from arkhon_rheo.core._seams import PatchValidator
+from arkhon_rheo.errors import InvalidPatch, InvariantViolation, UndeclaredWrite
 from arkhon_rheo.protocols import SUPERVISOR_FIELDS, ErrorClass, FailureRecord
 
 # == patch validation =====================================================================

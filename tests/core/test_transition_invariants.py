@@ -15,9 +15,9 @@ from arkhon_rheo import (
     SessionResult,
     StateView,
     TransitionCondition,
-    TransitionInvariantViolation,
     stage,
 )
+from arkhon_rheo.errors import TransitionInvariantViolation
 from arkhon_rheo.testing import run_machine
 
 pytestmark = pytest.mark.anyio

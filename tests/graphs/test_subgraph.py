@@ -17,10 +17,10 @@ from arkhon_rheo import (
     Machine,
     Patch,
     StateView,
-    SubgraphFailed,
     stage,
     subgraph,
 )
+from arkhon_rheo.errors import SubgraphFailed
 from arkhon_rheo.protocols import ErrorClass, EventKind
 from arkhon_rheo.supervision import Classifier, StageMode
 

@@ -21,15 +21,8 @@ import anyio.lowlevel
 import anyio.to_thread
 import pytest
 
-from arkhon_rheo import (
-    ConfigurationError,
-    DuplicateEvent,
-    SessionError,
-    SessionLocked,
-    SessionNotFound,
-    StoreError,
-    UnserializablePatch,
-)
+from arkhon_rheo import ConfigurationError, SessionError, SessionLocked, SessionNotFound, StoreError
+from arkhon_rheo.errors import DuplicateEvent, UnserializablePatch
 from arkhon_rheo.protocols import Durability, Store, StoredEvent
 from arkhon_rheo.protocols._encoded import EncodedJson, EncodedPatch
 from arkhon_rheo.store import MemoryStore, SQLiteStore, StoreState

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
-from arkhon_rheo import SessionLocked, StoreCorrupt, StoreError
+from arkhon_rheo import SessionLocked, StoreError
+from arkhon_rheo.errors import StoreCorrupt
 from arkhon_rheo.protocols import StoredEvent
 from arkhon_rheo.store import SQLiteStore, StoreState
 from arkhon_rheo.store._schema import APPLICATION_ID, SCHEMA_VERSION

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from arkhon_rheo import DuplicateEvent, SessionError, SessionLocked, SessionNotFound
+from arkhon_rheo import SessionError, SessionLocked, SessionNotFound
+from arkhon_rheo.errors import DuplicateEvent
 from arkhon_rheo.store._plan import Acquire, Append, Create, Flush, Release, SetStatus, plan
 
 if TYPE_CHECKING:

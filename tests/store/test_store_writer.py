@@ -13,7 +13,7 @@ import anyio.to_thread
 import pytest
 from structlog.testing import capture_logs
 
-from arkhon_rheo import DuplicateEvent
+from arkhon_rheo.errors import DuplicateEvent
 from arkhon_rheo.protocols import Durability
 from arkhon_rheo.store import SQLiteStore
 from tests.store.test_store import event, events

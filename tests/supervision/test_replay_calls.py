@@ -21,15 +21,15 @@ from arkhon_rheo import (
     Lifecycle,
     Machine,
     Patch,
-    ReplayDiverged,
     StateView,
-    UnrecordableCall,
     record_call,
     recorded,
     stage,
 )
+from arkhon_rheo.errors import ReplayDiverged, UnrecordableCall
 from arkhon_rheo.store._schema import SCHEMA_VERSION
-from arkhon_rheo.supervision import CallPlayback, CallRecorder, StageMode
+from arkhon_rheo.supervision import StageMode
+from arkhon_rheo.supervision._seams import CallPlayback, CallRecorder
 from arkhon_rheo.testing import ReferenceState, reference_machine
 
 pytestmark = pytest.mark.anyio

@@ -15,15 +15,15 @@ from arkhon_rheo import (
     Lifecycle,
     Machine,
     Patch,
-    ReplayDiverged,
     StateView,
     Transient,
     record_call,
     record_stream,
     stage,
 )
+from arkhon_rheo.errors import ReplayDiverged
 from arkhon_rheo.protocols import AssistantMessage, ModelReply, ReplyDelta
-from arkhon_rheo.supervision import CallPlayback, CallRecorder
+from arkhon_rheo.supervision._seams import CallPlayback, CallRecorder
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

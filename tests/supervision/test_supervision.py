@@ -28,9 +28,9 @@ from arkhon_rheo import (
     SessionNotFound,
     Stage,
     StateView,
-    SystemNotRunning,
     Transient,
 )
+from arkhon_rheo.errors import SystemNotRunning
 from arkhon_rheo.protocols import ErrorClass, EventKind
 from arkhon_rheo.protocols import stage as stage_fn
 from arkhon_rheo.supervision import (
@@ -684,7 +684,7 @@ async def test_a_broad_user_rule_cannot_make_a_contract_violation_retryable() ->
 
 
 async def test_a_predicate_that_raises_is_a_typed_violation() -> None:
-    from arkhon_rheo import InvariantViolation
+    from arkhon_rheo.errors import InvariantViolation
 
     def fragile(state: LoopState) -> bool:
         raise KeyError("oops")

@@ -20,7 +20,8 @@ from arkhon_rheo import (
     StateView,
     stage,
 )
-from arkhon_rheo.core import EventCodec, fold
+from arkhon_rheo.core import fold
+from arkhon_rheo.core._seams import EventCodec
 from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.testing import ReferenceState, reference_machine

@@ -14,18 +14,16 @@ from arkhon_rheo import (
     ErrorClass,
     ExitReason,
     FailureRecord,
-    InvalidPatch,
-    InvariantViolation,
     Lifecycle,
     Machine,
     Patch,
     SessionError,
     SessionNotFound,
     StateView,
-    UndeclaredWrite,
     stage,
 )
 from arkhon_rheo.core import fold
+from arkhon_rheo.errors import InvalidPatch, InvariantViolation, UndeclaredWrite
 from arkhon_rheo.protocols import EventKind, Gate
 
 pytestmark = pytest.mark.anyio

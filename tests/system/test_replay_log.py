@@ -19,17 +19,15 @@ from arkhon_rheo import (
     Lifecycle,
     Machine,
     Patch,
-    RecordedCallFailed,
-    ReplayDiverged,
     SessionNotFound,
     StateView,
-    UnrecordableCall,
     record_call,
     recorded,
     stage,
 )
+from arkhon_rheo.errors import RecordedCallFailed, ReplayDiverged, UnrecordableCall
 from arkhon_rheo.protocols import EventKind, Gate
-from arkhon_rheo.supervision import CallPlayback, CallRecorder
+from arkhon_rheo.supervision._seams import CallPlayback, CallRecorder
 from tests.store_rows import event_patch, set_event, snapshot_state
 
 if TYPE_CHECKING:

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from arkhon_rheo import (
-    ActorRef,
     AgentSystem,
     ConfigurationError,
     SessionHandle,
     SessionNotFound,
     StoredSession,
 )
+from arkhon_rheo.actors import ActorRef
 from arkhon_rheo.protocols import EventKind, Gate
 from tests.system.test_pauses import L, Order, order_machine
 

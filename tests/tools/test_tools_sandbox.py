@@ -12,7 +12,8 @@ from typing import Any
 import anyio
 import pytest
 
-from arkhon_rheo import ConfigurationError, ToolTimeout, Transient
+from arkhon_rheo import ConfigurationError, Transient
+from arkhon_rheo.errors import ToolTimeout
 from arkhon_rheo.protocols import ToolCall
 from arkhon_rheo.tools import Sandbox, Toolbox, tool
 

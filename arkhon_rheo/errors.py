@@ -1,0 +1,148 @@
+"""The whole exception tree of arkhon-rheo.
+
+Every error the library raises on purpose derives from one base, so callers can
+catch the lot with ``except ArkhonError``, or one branch at a time::
+
+    ArkhonError
+    ├── ConfigurationError        a value passed to a constructor or call is wrong
+    ├── SystemNotRunning          the actor system is not inside its ``async with``
+    ├── MailboxError              a mailbox could not take or give a message
+    │   ├── MailboxFull           no room, and the caller would not wait
+    │   └── MailboxClosed         the mailbox no longer accepts messages
+    ├── ActorError                an operation on an actor failed
+    │   ├── ActorStopped          the actor has terminated (or is draining)
+    │   └── AskTimeout            no reply arrived within the ask's timeout
+    ├── StageFailure              raised by stages to classify their own failure
+    │   ├── Transient             retry after a backoff
+    │   │   └── ToolTimeout       a tool ran past its timeout (a sandboxed one is killed)
+    │   ├── Recoverable           restart the stage, record the error, go on
+    │   │   ├── SubgraphFailed    a subgraph's child session ended without finishing
+    │   │   └── MalformedModelOutput  the model's replies stayed unusable (react)
+    │   └── Fatal                 fail the session
+    ├── ContractViolation         the supervisor refused what a stage did
+    │   ├── UndeclaredRead        read a field outside the read set
+    │   ├── ReadOnlyState         tried to change the state through its view
+    │   ├── UndeclaredWrite       patch writes a field outside the write set
+    │   ├── InvalidPatch          a written value fails its field's validation
+    │   ├── PreconditionFailed    the state does not meet a stage's precondition
+    │   ├── InvariantViolation    a state would break an invariant of its lifecycle
+    │   │   └── TransitionInvariantViolation  ...or of the transition that reaches it
+    │   └── IllegalTransition     the machine does not allow the chosen transition
+    ├── StageTimeout              a stage overran its state's deadline
+    ├── RestartIntensityExceeded  too many restarts in the window: escalates to fatal
+    ├── RecordedCallFailed        a recorded call failed; replayed, its class not rebuilt
+    ├── SessionError              a session could not be started or run
+    │   ├── SessionBusy           it runs in this system, or another call here changes it
+    │   ├── SessionNotFound       no session has that id
+    │   └── ReplayDiverged        a re-executed stage called out unlike the recorded run
+    └── StoreError                the store failed, or refused what was asked
+        ├── StoreCorrupt          not our file, another schema version, or damaged
+        ├── DuplicateEvent        an event number is taken or out of order
+        ├── UnserializablePatch   a patch value cannot be stored (refused before commit)
+        ├── UnrecordableCall      a recorded call's request or response cannot be stored
+        └── SessionLocked         another owner holds the session's lease
+
+Three more live beside the layer that raises them, in the same tree:
+``ToolError`` (`arkhon_rheo.tools`: a tool's error answer to the model, an
+``ArkhonError``), ``CrashRunFailed`` (`arkhon_rheo.testing`: a crash harness's
+child failed on its own, an ``ArkhonError``) and ``CommandError`` (here: a
+command of ``arkhon-rheo`` cannot go on, with its exit status).
+
+An exception raised by an actor's own handler during an ``ask`` is not wrapped:
+it is re-raised at the caller as it is, with a note naming the actor.
+
+Classification (`Transient`, `Recoverable`, `Fatal`) applies to ``Exception``
+only: cancellation is never classified and always propagates, and any other
+``BaseException`` a stage raises crashes its session and leaves the
+``AgentSystem`` block in a ``BaseExceptionGroup``.
+
+The most common of them are also importable from ``arkhon_rheo`` itself.
+"""
+
+from __future__ import annotations
+
+from ._errors import (
+    ActorError,
+    ActorStopped,
+    ArkhonError,
+    AskTimeout,
+    CommandError,
+    ConfigurationError,
+    ContractViolation,
+    DuplicateEvent,
+    Fatal,
+    IllegalTransition,
+    InvalidPatch,
+    InvariantViolation,
+    MailboxClosed,
+    MailboxError,
+    MailboxFull,
+    PreconditionFailed,
+    ReadOnlyState,
+    RecordedCallFailed,
+    Recoverable,
+    ReplayDiverged,
+    RestartIntensityExceeded,
+    SessionBusy,
+    SessionError,
+    SessionLocked,
+    SessionNotFound,
+    StageFailure,
+    StageTimeout,
+    StoreCorrupt,
+    StoreError,
+    SubgraphFailed,
+    SystemNotRunning,
+    ToolTimeout,
+    Transient,
+    TransitionInvariantViolation,
+    UndeclaredRead,
+    UndeclaredWrite,
+    UnrecordableCall,
+    UnserializablePatch,
+)
+from ._exports import publish
+
+__all__ = [
+    "ActorError",
+    "ActorStopped",
+    "ArkhonError",
+    "AskTimeout",
+    "CommandError",
+    "ConfigurationError",
+    "ContractViolation",
+    "DuplicateEvent",
+    "Fatal",
+    "IllegalTransition",
+    "InvalidPatch",
+    "InvariantViolation",
+    "MailboxClosed",
+    "MailboxError",
+    "MailboxFull",
+    "PreconditionFailed",
+    "ReadOnlyState",
+    "RecordedCallFailed",
+    "Recoverable",
+    "ReplayDiverged",
+    "RestartIntensityExceeded",
+    "SessionBusy",
+    "SessionError",
+    "SessionLocked",
+    "SessionNotFound",
+    "StageFailure",
+    "StageTimeout",
+    "StoreCorrupt",
+    "StoreError",
+    "SubgraphFailed",
+    "SystemNotRunning",
+    "ToolTimeout",
+    "Transient",
+    "TransitionInvariantViolation",
+    "UndeclaredRead",
+    "UndeclaredWrite",
+    "UnrecordableCall",
+    "UnserializablePatch",
+]
+
+publish(__name__, __all__, globals(), private="arkhon_rheo._errors")
+del publish
