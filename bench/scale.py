@@ -51,7 +51,7 @@ from arkhon_rheo import (
     RestartIntensity,
 )
 from arkhon_rheo.protocols import Durability, ModelReply, ToolCall, UserMessage
-from arkhon_rheo.react import AgentExit, ReactState, react_agent
+from arkhon_rheo.react import ReactState, StopReason, react_agent
 from arkhon_rheo.store import SQLiteStore
 from arkhon_rheo.testing import FaultPlan, ScriptedModel
 from arkhon_rheo.tools import tool
@@ -143,7 +143,7 @@ def mismatch(result: SessionResult[ReactState], met: Counter[str]) -> str | None
             return f"a fatal fault, but it failed of {failure.error_type}"
     elif not (
         result.exit_reason is ExitReason.FINISHED
-        and result.state.exit is AgentExit.ANSWERED
+        and result.state.exit is StopReason.ANSWERED
         and result.state.tool_calls == CYCLES
     ):
         return f"no fatal fault, but it ended {result.exit_reason.value} ({result.failure})"

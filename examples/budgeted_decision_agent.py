@@ -18,7 +18,7 @@ rule the supervisor enforces: no other stage may write ``exit_reason``. The
 ``exit`` stage's final analysis turns a ``complete`` with pending slots into
 ``incomplete_contract`` (in ``final_exit_reason``).
 
-Budgets are `arkhon_rheo.react.BudgetState`: the model sees the
+Budgets are `arkhon_rheo.react.DecisionBudget`: the model sees the
 ``BUDGET_STATE`` line in every round's journal; past the must-finish gate the
 run ends with ``max_iterations`` unless an exploit overdraft is granted.
 
@@ -56,9 +56,9 @@ from arkhon_rheo.protocols import (
 )
 from arkhon_rheo.react import (
     STRATEGIES,
-    BudgetState,
-    GlobalBudget,
-    StageBudget,
+    DecisionBudget,
+    RoundBudget,
+    SlotBudget,
     format_budget_for_llm,
 )
 from arkhon_rheo.testing import ScriptedModel
@@ -141,8 +141,8 @@ class Slot(BaseModel):
     artifact_id: str | None = None
 
 
-def default_budget() -> BudgetState:
-    return BudgetState(GlobalBudget(6, 6, 3, 3, 1, 2, 4))
+def default_budget() -> DecisionBudget:
+    return DecisionBudget(RoundBudget(6, 6, 3, 3, 1, 2, 4))
 
 
 class DecisionState(AgentState):
@@ -152,7 +152,7 @@ class DecisionState(AgentState):
     task: str = ""
     contract: tuple[Slot, ...] = ()
     artifacts: tuple[Artifact, ...] = ()
-    budget: BudgetState = Field(default_factory=default_budget)
+    budget: DecisionBudget = Field(default_factory=default_budget)
     budget_line: str = ""
     last_decision: Decision | None = None
     pending_exit_reason: Exit | None = None
@@ -586,17 +586,17 @@ def build_machine(
 def task_state(
     task: str = "What is the capital of France?",
     *,
-    budget: GlobalBudget | None = None,
+    budget: RoundBudget | None = None,
     slots: Mapping[str, str] | None = None,
-    stage: StageBudget | None = None,
+    stage: SlotBudget | None = None,
 ) -> DecisionState:
     """A fresh session: the task, its contract slots, and their budgets."""
     slots = {"capital": "The capital of France"} if slots is None else slots
-    stages = {slot_id: stage or StageBudget(2, 2, 1, 2) for slot_id in slots}
+    stages = {slot_id: stage or SlotBudget(2, 2, 1, 2) for slot_id in slots}
     return DecisionState(
         task=task,
         contract=tuple(Slot(slot_id=k, description=v) for k, v in slots.items()),
-        budget=BudgetState(budget or GlobalBudget(6, 6, 3, 3, 1, 2, 4), FrozenMap(stages)),
+        budget=DecisionBudget(budget or RoundBudget(6, 6, 3, 3, 1, 2, 4), FrozenMap(stages)),
     )
 
 
@@ -623,16 +623,16 @@ SCENARIOS: dict[str, tuple[DecisionState, list[str]]] = {
     ),
     "clarify": (task_state(), [say("clarify", message="Which France do you mean?")]),
     "max_iterations": (
-        task_state(budget=GlobalBudget(2, 6, 3, 0, 1, 2, 4)),
+        task_state(budget=RoundBudget(2, 6, 3, 0, 1, 2, 4)),
         [SEARCH, SEARCH, SEARCH],
     ),
     "context_reads_exhausted": (
-        task_state(budget=GlobalBudget(6, 6, 3, 3, 1, 2, 1)),
+        task_state(budget=RoundBudget(6, 6, 3, 3, 1, 2, 1)),
         [SEARCH, say("decision", show_artifacts=["a1"], show_skills=["citation"])],
     ),
     "decision_no_progress": (task_state(), [say("decision")]),
     "decision_reruns_exhausted": (
-        task_state(budget=GlobalBudget(6, 6, 3, 3, 1, 1, 4)),
+        task_state(budget=RoundBudget(6, 6, 3, 3, 1, 1, 4)),
         [say("decision", show_skills=["mapping"]), say("decision", show_skills=["citation"])],
     ),
     "wrapup_no_decision_rerun": (
@@ -640,7 +640,7 @@ SCENARIOS: dict[str, tuple[DecisionState, list[str]]] = {
         [LOOKUP, say("complete", message="done"), say("decision", show_artifacts=["a1"])],
     ),
     "exploit_overdraft_blocked": (
-        task_state(budget=GlobalBudget(1, 6, 3, 3, 1, 2, 4)),
+        task_state(budget=RoundBudget(1, 6, 3, 3, 1, 2, 4)),
         [SEARCH, SEARCH],
     ),
     "incomplete_contract": (task_state(), [SEARCH, say("complete", message="Paris, I think")]),

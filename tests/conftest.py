@@ -3,9 +3,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import structlog
 import trio.testing
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
 #: The `anyio_backend` value of a test on trio's virtual clock (see `helpers.on_virtual_clock`).
@@ -40,3 +42,21 @@ def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, 
 def _work_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """AgentSystem() keeps sessions in ./arkhon-rheo.db: keep that out of the checkout."""
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _structlog_as_it_was() -> Iterator[None]:
+    """Leave structlog as each test found it.
+
+    ``structlog.testing.capture_logs`` restores the processors but leaves
+    structlog marked as configured, after which the library's events go
+    through structlog's default printer to stdout, and a later test reading a
+    command's stdout reads log lines too.
+    """
+    configured = structlog.is_configured()
+    saved = structlog.get_config()
+    yield
+    if configured:
+        structlog.configure(**saved)
+    else:
+        structlog.reset_defaults()

@@ -1,10 +1,10 @@
 """``main(argv)``: the parser of ``arkhon-rheo``, the dispatch, and errors turned into exit codes.
 
-Each command is a function of the parsed arguments returning an `Exit`;
+Each command is a function of the parsed arguments returning an `ExitStatus`;
 commands that touch the store run their async part with ``args.run(fn,
 *args)`` on the backend ``--backend`` names. Every error the library raises
 for bad input (and `CommandError`) becomes one line on stderr and an exit
-status, never a traceback; see `Exit` for the codes.
+status, never a traceback; see `ExitStatus` for the codes.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .._errors import (
     SessionLocked,
     SessionNotFound,
 )
-from ._common import DEFAULT_STORE, CommandError, Exit, shown
+from ._common import DEFAULT_STORE, CommandError, ExitStatus, shown
 from ._demo import demo
 from ._read import graph, list_sessions, show
 from ._steer import decide, fork, replay, resume, rollback, run
@@ -179,7 +179,7 @@ def inspect(args: argparse.Namespace) -> int:
     try:
         return inspector_main(list(args.args))
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
-        return int(exc.code or 0) if not isinstance(exc.code, str) else Exit.USAGE
+        return int(exc.code or 0) if not isinstance(exc.code, str) else ExitStatus.USAGE
 
 
 def _positive(text: str) -> int:
@@ -203,19 +203,19 @@ def _rate(text: str) -> float:
     return value
 
 
-def _exit_code(exc: ArkhonError) -> Exit:
+def _exit_code(exc: ArkhonError) -> ExitStatus:
     """The exit status for an error the library raised."""
     if isinstance(exc, CommandError):
-        return Exit(exc.code)
+        return ExitStatus(exc.code)
     if isinstance(exc, SessionNotFound):
-        return Exit.NOT_FOUND
+        return ExitStatus.NOT_FOUND
     if isinstance(exc, SessionLocked):
-        return Exit.LOCKED
+        return ExitStatus.LOCKED
     if isinstance(exc, SessionBusy):
-        return Exit.LOCKED
+        return ExitStatus.LOCKED
     if isinstance(exc, ConfigurationError):
-        return Exit.USAGE
-    return Exit.FAILED  # refused or failed: a contract, a session, the store
+        return ExitStatus.USAGE
+    return ExitStatus.FAILED  # refused or failed: a contract, a session, the store
 
 
 def _runner(backend: str) -> Callable[..., Any]:
@@ -241,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(arguments)
     except SystemExit as exc:  # argparse: --help, --version (0) or a usage error (2)
-        return int(exc.code or 0) if not isinstance(exc.code, str) else Exit.USAGE
+        return int(exc.code or 0) if not isinstance(exc.code, str) else ExitStatus.USAGE
     args.run = _runner(args.backend)
     try:
         return int(args.handler(args))

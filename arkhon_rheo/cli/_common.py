@@ -5,7 +5,7 @@ messages come from the store or the user, so `console` has markup and emoji
 codes off (styles are given as `Text` spans, see `styled`), and `shown` makes
 terminal control characters visible as escapes.
 
-Exit codes (documented in the README, "Command line"):
+Exit statuses (documented in the README, "Command line"):
 
 ====  ==================================================================
 0     done
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_STORE",
     "CommandError",
-    "Exit",
+    "ExitStatus",
     "console",
     "existing_store",
     "load_machine",
@@ -56,7 +56,7 @@ __all__ = [
 DEFAULT_STORE = "arkhon-rheo.db"
 
 
-class Exit(enum.IntEnum):
+class ExitStatus(enum.IntEnum):
     """The exit status of ``arkhon-rheo``."""
 
     #: Done.
@@ -138,7 +138,7 @@ def parse_json(text: str, *, what: str) -> Any:
         )
         hint = "; quote strings, e.g. '\"text\"'" if isinstance(exc, JsonSyntaxError) else ""
         raise CommandError(
-            f"{what} is not valid JSON ({exc}): {quoted}{hint}", code=Exit.USAGE
+            f"{what} is not valid JSON ({exc}): {quoted}{hint}", code=ExitStatus.USAGE
         ) from None
 
 
@@ -164,13 +164,15 @@ def store_file(path: str) -> str:
     except FileNotFoundError:
         return path
     except OSError as exc:
-        raise CommandError(f"cannot use {path!r} as the store: {exc}", code=Exit.USAGE) from None
+        raise CommandError(
+            f"cannot use {path!r} as the store: {exc}", code=ExitStatus.USAGE
+        ) from None
     if not stat.S_ISREG(mode):
         kind = next((name for test, name in _KINDS if test(mode)), "not a file")
         raise CommandError(
             f"{path!r} is {kind}, not a regular file: pass --store with the path of a "
             "store file (or of one to create)",
-            code=Exit.USAGE,
+            code=ExitStatus.USAGE,
         )
     return path
 
@@ -186,7 +188,7 @@ def existing_store(path: str) -> str:
         raise CommandError(
             f"no store file at {path!r}; pass --store PATH, or create one with "
             "`arkhon-rheo demo` or `arkhon-rheo run MODULE:ATTR`",
-            code=Exit.NOT_FOUND,
+            code=ExitStatus.NOT_FOUND,
         )
     return path
 
@@ -195,7 +197,7 @@ def _resolve(target: str) -> Any:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise CommandError(
-            f"expected MODULE:ATTR (like 'myagents:machine'), got {target!r}", code=Exit.USAGE
+            f"expected MODULE:ATTR (like 'myagents:machine'), got {target!r}", code=ExitStatus.USAGE
         )
     if os.getcwd() not in sys.path:  # as `python -m` would: modules beside you import
         sys.path.insert(0, os.getcwd())
@@ -206,7 +208,7 @@ def _resolve(target: str) -> Any:
             raise CommandError(
                 f"no module {module_name!r} (from {target!r}); run from the folder that holds "
                 "it, or set PYTHONPATH",
-                code=Exit.NOT_FOUND,
+                code=ExitStatus.NOT_FOUND,
             ) from None
         raise
     found: Any = module
@@ -215,7 +217,7 @@ def _resolve(target: str) -> Any:
             found = getattr(found, part)
         except AttributeError:
             raise CommandError(
-                f"module {module_name!r} has no attribute {attr!r}", code=Exit.NOT_FOUND
+                f"module {module_name!r} has no attribute {attr!r}", code=ExitStatus.NOT_FOUND
             ) from None
     return found
 
@@ -237,14 +239,14 @@ def load_machine(target: str) -> Machine[Any]:
         except TypeError as exc:
             raise CommandError(
                 f"{target} is not a Machine, and calling it with no arguments failed: {exc}",
-                code=Exit.USAGE,
+                code=ExitStatus.USAGE,
             ) from None
         if isinstance(made, Machine):
             return made
         raise CommandError(
-            f"{target}() returned {type(made).__name__}, not a Machine", code=Exit.USAGE
+            f"{target}() returned {type(made).__name__}, not a Machine", code=ExitStatus.USAGE
         )
     raise CommandError(
         f"{target} is a {type(found).__name__}: expected a Machine or a function that returns one",
-        code=Exit.USAGE,
+        code=ExitStatus.USAGE,
     )

@@ -20,7 +20,7 @@ from ..protocols import StateGraph
 from ..store import SQLiteStore
 from ._common import (
     CommandError,
-    Exit,
+    ExitStatus,
     console,
     existing_store,
     load_machine,
@@ -77,7 +77,7 @@ async def _sessions(path: str) -> list[dict[str, Any]]:
         return rows
 
 
-def list_sessions(args: argparse.Namespace) -> Exit:
+def list_sessions(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo sessions``: every stored session, newest last."""
     rows = args.run(_sessions, existing_store(args.store))
     if args.status:
@@ -86,7 +86,7 @@ def list_sessions(args: argparse.Namespace) -> Exit:
         rows = rows[-args.limit :]
     if args.json:
         print_json(rows)
-        return Exit.OK
+        return ExitStatus.OK
     table = Table(title=shown(f"{len(rows)} session(s) in {args.store}"))
     for column in ("session", "machine", "status", "steps", "last commit", "exit reason"):
         table.add_column(column, justify="right" if column == "steps" else "left")
@@ -100,7 +100,7 @@ def list_sessions(args: argparse.Namespace) -> Exit:
             shown(row["exit_reason"]),
         )
     console().print(table)
-    return Exit.OK
+    return ExitStatus.OK
 
 
 async def _history(path: str, session_id: str) -> tuple[SessionRecord, tuple[StoredEvent, ...]]:
@@ -131,7 +131,7 @@ def _event_json(event: StoredEvent) -> dict[str, Any]:
     return data
 
 
-def show(args: argparse.Namespace) -> Exit:
+def show(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo show SESSION``: a session's record and its event history."""
     record, events = args.run(_history, existing_store(args.store), args.session)
     if args.json:
@@ -141,7 +141,7 @@ def show(args: argparse.Namespace) -> Exit:
                 "events": [_event_json(event) for event in events],
             }
         )
-        return Exit.OK
+        return ExitStatus.OK
     out = console()
     out.print(
         styled(
@@ -172,7 +172,7 @@ def show(args: argparse.Namespace) -> Exit:
             f"{(event.finished_at - event.started_at) * 1000:.1f}",
         )
     out.print(table)
-    return Exit.OK
+    return ExitStatus.OK
 
 
 def _graph_json(graph: StateGraph) -> dict[str, Any]:
@@ -194,7 +194,7 @@ def _graph_json(graph: StateGraph) -> dict[str, Any]:
     }
 
 
-def graph(args: argparse.Namespace) -> Exit:
+def graph(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo graph TARGET``: Mermaid of a machine (MODULE:ATTR) or of a session's path."""
     target: str = args.target
     if ":" in target and not args.session:
@@ -208,14 +208,14 @@ def graph(args: argparse.Namespace) -> Exit:
                 raise CommandError(
                     f"session {record.session_id!r} runs machine {record.machine!r}, not "
                     f"{machine.name!r}: {'; '.join(found)}",
-                    code=Exit.USAGE,
+                    code=ExitStatus.USAGE,
                 )
             drawn = machine.graph(events)
         else:
             drawn = StateGraph.from_events(events)
     if args.json:
         print_json(_graph_json(drawn))
-        return Exit.OK
+        return ExitStatus.OK
     text = drawn.mermaid()
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
@@ -223,4 +223,4 @@ def graph(args: argparse.Namespace) -> Exit:
         console(stderr=True).print(shown(f"wrote {args.output} ({time.strftime('%H:%M:%S')})"))
     else:
         console().out(shown(text), end="")
-    return Exit.OK
+    return ExitStatus.OK

@@ -19,7 +19,7 @@ from ..supervision import ExitReason
 from ..system import AgentSystem
 from ._common import (
     CommandError,
-    Exit,
+    ExitStatus,
     console,
     existing_store,
     load_machine,
@@ -59,7 +59,7 @@ def _result_data(result: SessionResult[Any]) -> dict[str, Any]:
     }
 
 
-def _report(args: argparse.Namespace, result: SessionResult[Any]) -> Exit:
+def _report(args: argparse.Namespace, result: SessionResult[Any]) -> ExitStatus:
     """Print how a session ended; its exit status."""
     if args.json:
         print_json(_result_data(result))
@@ -86,7 +86,7 @@ def _report(args: argparse.Namespace, result: SessionResult[Any]) -> Exit:
                 )
             )
         out.print(styled(f"  history: arkhon-rheo show {result.session_id} --store {args.store}"))
-    return Exit.OK if result.exit_reason in _ENDED_OK else Exit.FAILED
+    return ExitStatus.OK if result.exit_reason in _ENDED_OK else ExitStatus.FAILED
 
 
 async def _wait(handle: SessionHandle[Any] | None) -> SessionResult[Any] | None:
@@ -99,7 +99,7 @@ def _initial_state(machine: Machine[Any], text: str | None) -> AgentState:
         raise CommandError(
             f"--input must be a JSON object of {machine.state_type.__name__}'s fields, "
             f"got {text!r}",
-            code=Exit.USAGE,
+            code=ExitStatus.USAGE,
         )
     try:
         state: AgentState = machine.state_type.model_validate(data)
@@ -110,12 +110,12 @@ def _initial_state(machine: Machine[Any], text: str | None) -> AgentState:
         )
         raise CommandError(
             f"--input does not validate as {machine.state_type.__name__}: {problems}",
-            code=Exit.USAGE,
+            code=ExitStatus.USAGE,
         ) from None
     return state
 
 
-def run(args: argparse.Namespace) -> Exit:
+def run(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo run MODULE:ATTR``: start a session of a machine and wait for its end."""
     store = store_file(args.store)
     machine = load_machine(args.target)
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> Exit:
     return _report(args, args.run(go))
 
 
-def resume(args: argparse.Namespace) -> Exit:
+def resume(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo resume SESSION``: continue a stored session and wait for its end."""
     machine = load_machine(args.machine)
 
@@ -151,23 +151,23 @@ def _edits(pairs: list[str]) -> dict[str, Any]:
         if not sep or not name:
             raise CommandError(
                 f"--set takes FIELD=JSON (like answer='\"42\"' or turns=3), got {pair!r}",
-                code=Exit.USAGE,
+                code=ExitStatus.USAGE,
             )
         edit[name.strip()] = parse_json(text, what=f"the value of --set {name}")
     return edit
 
 
-def decide(args: argparse.Namespace) -> Exit:
+def decide(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo decide SESSION resume|abort|edit``: answer a session paused at a gate."""
     if args.decision != "edit" and args.set:
         raise CommandError(
             f"--set is for `edit`, not {args.decision!r}; use --value for a resume value",
-            code=Exit.USAGE,
+            code=ExitStatus.USAGE,
         )
     if args.decision == "edit" and not args.set:
-        raise CommandError("`edit` needs at least one --set FIELD=JSON", code=Exit.USAGE)
+        raise CommandError("`edit` needs at least one --set FIELD=JSON", code=ExitStatus.USAGE)
     if args.decision != "resume" and args.value is not None:
-        raise CommandError("--value is for `resume` only", code=Exit.USAGE)
+        raise CommandError("--value is for `resume` only", code=ExitStatus.USAGE)
     value = None if args.value is None else parse_json(args.value, what="--value")
     edit = _edits(args.set or [])
     machine = load_machine(args.machine)
@@ -201,7 +201,7 @@ def decide(args: argparse.Namespace) -> Exit:
                 f" edited ({', '.join(edit)}); still paused: decide resume or abort next",
             )
         )
-    return Exit.OK
+    return ExitStatus.OK
 
 
 def _event_data(event: TransitionEvent) -> dict[str, Any]:
@@ -216,7 +216,7 @@ def _event_data(event: TransitionEvent) -> dict[str, Any]:
     }
 
 
-def rollback(args: argparse.Namespace) -> Exit:
+def rollback(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo rollback SESSION SEQ``: return a stopped session to its state after SEQ."""
     machine = load_machine(args.machine)
 
@@ -237,10 +237,10 @@ def rollback(args: argparse.Namespace) -> Exit:
                 f"`arkhon-rheo resume {args.session} --machine {args.machine}` goes on from there",
             )
         )
-    return Exit.OK
+    return ExitStatus.OK
 
 
-def fork(args: argparse.Namespace) -> Exit:
+def fork(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo fork SESSION --at SEQ``: a new session from another's state after SEQ."""
     machine = load_machine(args.machine)
 
@@ -262,10 +262,10 @@ def fork(args: argparse.Namespace) -> Exit:
                 f"`arkhon-rheo resume {new_id} --machine {args.machine}`",
             )
         )
-    return Exit.OK
+    return ExitStatus.OK
 
 
-def replay(args: argparse.Namespace) -> Exit:
+def replay(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo replay SESSION``: fold a session's log and check every stored digest."""
     machine = load_machine(args.machine)
 
@@ -302,4 +302,4 @@ def replay(args: argparse.Namespace) -> Exit:
             table.add_row("result", styled((f"diverged at event {divergence.seq}", "red")))
             table.add_row("reason", shown(divergence.reason))
         console().print(table)
-    return Exit.OK if report.ok else Exit.FAILED
+    return ExitStatus.OK if report.ok else ExitStatus.FAILED

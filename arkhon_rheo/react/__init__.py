@@ -19,14 +19,14 @@ from ._context import PromptCache as PromptCache
 from ._context import estimate_tokens as estimate_tokens
 from ._context import trim_messages as trim_messages
 from ._engine import react_agent as react_agent
-from ._global_budget import STRATEGIES as STRATEGIES
-from ._global_budget import BudgetState as BudgetState
-from ._global_budget import GlobalBudget as GlobalBudget
-from ._global_budget import StageBudget as StageBudget
-from ._global_budget import Strategy as Strategy
-from ._global_budget import format_budget_for_llm as format_budget_for_llm
-from ._state import AgentExit as AgentExit
+from ._rounds import STRATEGIES as STRATEGIES
+from ._rounds import DecisionBudget as DecisionBudget
+from ._rounds import RoundBudget as RoundBudget
+from ._rounds import SlotBudget as SlotBudget
+from ._rounds import Strategy as Strategy
+from ._rounds import format_budget_for_llm as format_budget_for_llm
 from ._state import ReactState as ReactState
+from ._state import StopReason as StopReason
 from ._stuck import PHASE_ACTIONS as PHASE_ACTIONS
 from ._stuck import PHASE_TIMEOUTS as PHASE_TIMEOUTS
 from ._stuck import PHASE_TRANSITIONS as PHASE_TRANSITIONS
@@ -47,17 +47,17 @@ __all__ = [
     "PHASE_TIMEOUTS",
     "PHASE_TRANSITIONS",
     "STRATEGIES",
-    "AgentExit",
     "Budget",
-    "BudgetState",
-    "GlobalBudget",
+    "DecisionBudget",
     "MalformedModelOutput",
     "Phase",
     "PhaseStep",
     "PhaseTrack",
     "PromptCache",
     "ReactState",
-    "StageBudget",
+    "RoundBudget",
+    "SlotBudget",
+    "StopReason",
     "Strategy",
     "StuckDetector",
     "StuckPolicy",

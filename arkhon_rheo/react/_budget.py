@@ -26,11 +26,13 @@ class Used:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """Limits on one agent session; ``None`` means no limit.
+    """Limits on one ReAct agent session (``react_agent(budget=...)``); ``None``: no limit.
+
+    Seed 001's decision loop counts rounds instead, with `RoundBudget`.
 
     When a limit is reached the agent gets one wrap-up turn: the model is told
     so, is offered no tools, and its reply is the final answer (the session
-    ends with `AgentExit.BUDGET_EXHAUSTED`).
+    ends with `StopReason.BUDGET_EXHAUSTED`).
 
     Attributes:
         max_turns: Model turns (one call to the model, format retries included).

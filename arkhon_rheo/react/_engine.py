@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocols import Condition, Lifecycle, Machine
 from ._config import DEFAULT_SYSTEM_PROMPT, ReactConfig
 from ._stages import ActStage, StartStage, ThinkStage
-from ._state import AgentExit, ReactState
+from ._state import ReactState, StopReason
 
 if TYPE_CHECKING:
     import enum
@@ -62,7 +62,7 @@ def react_agent(
         budget: Limits on turns, tool calls, tokens, cost and time; reaching one
             gives the model a wrap-up turn without tools.
         max_steps: The hard cap on model turns: past it the agent ends with
-            `AgentExit.MAX_STEPS` and no answer (a warning is logged).
+            `StopReason.MAX_STEPS` and no answer (a warning is logged).
         max_format_retries: How many times a reply the engine cannot use is sent
             back to the model with what was wrong, before `MalformedModelOutput`.
         max_parallel_tools: How many tool calls of one turn run at once.
@@ -147,7 +147,7 @@ def _says_why(state: ReactState) -> bool:
 
 
 def _answered_has_answer(state: ReactState) -> bool:
-    return state.exit is not AgentExit.ANSWERED or bool(state.answer)
+    return state.exit is not StopReason.ANSWERED or bool(state.answer)
 
 
 def _has_pending(state: ReactState) -> bool:

@@ -48,7 +48,7 @@ from ..protocols._seams import current_injector, current_session
 from ._budget import Used
 from ._calls import MalformedModelOutput, check_reply, tail, unwrap
 from ._context import trim_messages
-from ._state import AgentExit, ReactState
+from ._state import ReactState, StopReason
 
 if TYPE_CHECKING:
     import enum
@@ -121,10 +121,10 @@ class ThinkStage(
         """The turn's messages and counters, and its tool calls or the final answer."""
         config = self.config
         if view.stop:
-            return Patch(exit=AgentExit.STOPPED)
+            return Patch(exit=StopReason.STOPPED)
         if view.turns >= config.max_steps:
             _log.warning("react_max_steps", turns=view.turns, max_steps=config.max_steps)
-            return Patch(exit=AgentExit.MAX_STEPS)
+            return Patch(exit=StopReason.MAX_STEPS)
         started, elapsed = view.started_at, 0.0
         if config.timed:  # the clock is read (and recorded, for replay) only when time is limited
             now = await record_call("clock", {"turn": view.turns}, _now, returns=float)
@@ -154,7 +154,7 @@ class ThinkStage(
         ).append("messages", *new)
         if reply.tool_calls:
             return patch.set(pending=reply.tool_calls)
-        exit_reason = AgentExit.BUDGET_EXHAUSTED if wrapup else AgentExit.ANSWERED
+        exit_reason = StopReason.BUDGET_EXHAUSTED if wrapup else StopReason.ANSWERED
         return patch.set(pending=(), answer=reply.text, exit=exit_reason)
 
     def next(self, state: ReactState) -> enum.Enum:

@@ -8,10 +8,10 @@ from pydantic import Field
 
 from ..protocols import AgentState, History, Lifecycle, Message, ToolCall, Usage
 
-__all__ = ["AgentExit", "ReactState"]
+__all__ = ["ReactState", "StopReason"]
 
 
-class AgentExit(enum.Enum):
+class StopReason(enum.Enum):
     """Why a ReAct agent finished (``state.exit``); the session itself ends ``finished``."""
 
     #: The model gave a final answer (a reply without tool calls).
@@ -64,4 +64,4 @@ class ReactState(AgentState):
     wrapup: bool = False
     stop: bool = False
     answer: str | None = None
-    exit: AgentExit | None = None
+    exit: StopReason | None = None

@@ -597,11 +597,16 @@ def test_exit_codes_follow_the_error_type_never_its_words() -> None:
     from arkhon_rheo import SessionBusy, SessionError, SessionLocked
     from arkhon_rheo._errors import CommandError
     from arkhon_rheo.cli._app import _exit_code
-    from arkhon_rheo.cli._common import Exit
+    from arkhon_rheo.cli._common import ExitStatus
 
     busy = SessionBusy("session 's' is in use", session_id="s")
-    assert _exit_code(busy) is Exit.LOCKED
-    assert _exit_code(SessionLocked(session_id="s", owner="h/1/x", expires_at=0.0)) is Exit.LOCKED
+    assert _exit_code(busy) is ExitStatus.LOCKED
+    assert (
+        _exit_code(SessionLocked(session_id="s", owner="h/1/x", expires_at=0.0))
+        is ExitStatus.LOCKED
+    )
     # A message that only mentions being busy is not a busy session.
-    assert _exit_code(SessionError("upstream busy, running here", session_id="s")) is Exit.FAILED
-    assert _exit_code(CommandError("bad", code=Exit.USAGE)) is Exit.USAGE
+    assert (
+        _exit_code(SessionError("upstream busy, running here", session_id="s")) is ExitStatus.FAILED
+    )
+    assert _exit_code(CommandError("bad", code=ExitStatus.USAGE)) is ExitStatus.USAGE

@@ -24,11 +24,11 @@ from arkhon_rheo.protocols import (
     UserMessage,
 )
 from arkhon_rheo.react import (
-    AgentExit,
     Budget,
     MalformedModelOutput,
     PromptCache,
     ReactState,
+    StopReason,
     Used,
     react_agent,
     trim_messages,
@@ -72,7 +72,7 @@ async def test_a_tool_using_agent_answers() -> None:
     state = result.state
     assert (state.answer, state.exit, state.turns, state.tool_calls) == (
         "2 + 3 = 5",
-        AgentExit.ANSWERED,
+        StopReason.ANSWERED,
         2,
         1,
     )
@@ -194,7 +194,7 @@ async def test_a_budget_reached_mid_loop_ends_with_the_wrapup_turn() -> None:
     agent = react_agent(model, [add], budget=Budget(max_tool_calls=1, max_turns=10))
     async with AgentSystem(path=None) as system:
         result = await system.run(agent, ReactState(task="1+1"))
-    assert result.state.exit is AgentExit.BUDGET_EXHAUSTED
+    assert result.state.exit is StopReason.BUDGET_EXHAUSTED
     assert result.state.answer == "final: 2"
     wrapup = model.requests[-1]
     assert wrapup.tools == ()  # no tools in the wrap-up turn
@@ -213,7 +213,7 @@ async def test_a_tool_call_in_the_wrapup_turn_is_sent_back() -> None:
     agent = react_agent(model, [add], budget=Budget(max_turns=0))
     async with AgentSystem(path=None) as system:
         result = await system.run(agent, ReactState(task="1+2"))
-    assert result.state.exit is AgentExit.BUDGET_EXHAUSTED
+    assert result.state.exit is StopReason.BUDGET_EXHAUSTED
     assert result.state.answer == "3"
     assert result.state.tool_calls == 0
 
@@ -226,7 +226,7 @@ async def test_max_steps_ends_the_agent_with_a_warning() -> None:
             result = await system.run(agent, ReactState(task="loop"))
     assert result.ok
     assert (result.state.exit, result.state.answer, result.state.turns) == (
-        AgentExit.MAX_STEPS,
+        StopReason.MAX_STEPS,
         None,
         2,
     )
@@ -243,7 +243,7 @@ async def test_a_human_stop_at_a_gate_ends_the_agent(tmp_path: Path) -> None:
         handle = await system.stored(agent, "s").approve()
         assert handle is not None
         result = await handle.result()
-    assert result.state.exit is AgentExit.STOPPED
+    assert result.state.exit is StopReason.STOPPED
     assert model.requests == []
 
 

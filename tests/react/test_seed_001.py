@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from arkhon_rheo import AgentSystem
-from arkhon_rheo.react import GlobalBudget, StageBudget
+from arkhon_rheo.react import RoundBudget, SlotBudget
 from arkhon_rheo.store import MemoryStore
 from arkhon_rheo.testing import ScriptedModel, run_machine
 from arkhon_rheo.tools import Toolbox, tool
@@ -146,7 +146,7 @@ async def test_max_iterations_still_asks_the_model_once_past_the_gate() -> None:
 
 
 async def test_the_tool_call_budget_is_a_must_finish_gate_too() -> None:
-    state = seed.task_state(budget=GlobalBudget(6, 1, 3, 0, 1, 2, 4))
+    state = seed.task_state(budget=RoundBudget(6, 1, 3, 0, 1, 2, 4))
     done = await run(state, [SEARCH, SEARCH])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("max_iterations", "max_iterations")
@@ -154,7 +154,7 @@ async def test_the_tool_call_budget_is_a_must_finish_gate_too() -> None:
 
 
 async def test_an_explicit_exit_in_the_must_finish_round_wins_over_max_iterations() -> None:
-    state = seed.task_state(budget=GlobalBudget(1, 6, 3, 0, 1, 2, 4))
+    state = seed.task_state(budget=RoundBudget(1, 6, 3, 0, 1, 2, 4))
     done = await run(state, [LOOKUP, say("complete", map={"capital": "a1"}, message="Paris")])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("complete", "complete")
@@ -199,7 +199,7 @@ async def test_a_tool_call_in_the_wrapup_round_forces_the_exit() -> None:
 
 
 async def test_a_forced_wrapup_exit_preserves_a_pending_max_iterations() -> None:
-    state = seed.task_state(budget=GlobalBudget(1, 6, 3, 0, 1, 2, 4))
+    state = seed.task_state(budget=RoundBudget(1, 6, 3, 0, 1, 2, 4))
     done = await run(state, [LOOKUP, SEARCH, SEARCH])
     assert done.states == "D PV TE D R D R X DONE"
     assert done.reasons == ("max_iterations", "max_iterations")
@@ -256,7 +256,7 @@ async def test_no_wrapup_when_the_mappable_artifact_is_already_mapped() -> None:
 
 
 async def test_an_exploit_overdraft_round_runs_past_the_gate() -> None:
-    state = seed.task_state(budget=GlobalBudget(1, 6, 3, 3, 1, 2, 4))
+    state = seed.task_state(budget=RoundBudget(1, 6, 3, 3, 1, 2, 4))
     script = [SEARCH, FETCH, say("complete", map={"capital": "a2"}, message="Paris")]
     done = await run(state, script)
     assert done.states == "D PV TE D PV TE D R X DONE"
@@ -275,14 +275,14 @@ async def test_an_exploit_overdraft_round_runs_past_the_gate() -> None:
 
 
 async def test_a_decision_rerun_in_the_overdraft_is_blocked() -> None:
-    state = seed.task_state(budget=GlobalBudget(1, 6, 3, 3, 1, 2, 4))
+    state = seed.task_state(budget=RoundBudget(1, 6, 3, 3, 1, 2, 4))
     done = await run(state, [SEARCH, say("decision", show_artifacts=["a1"])])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("exploit_overdraft_blocked", "exploit_overdraft_blocked")
 
 
 async def test_no_overdraft_when_the_pending_slots_stage_has_no_exploit_left() -> None:
-    state = seed.task_state(budget=GlobalBudget(1, 6, 3, 3, 1, 2, 4), stage=StageBudget(2, 0, 1, 2))
+    state = seed.task_state(budget=RoundBudget(1, 6, 3, 3, 1, 2, 4), stage=SlotBudget(2, 0, 1, 2))
     done = await run(state, [SEARCH, FETCH])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("max_iterations", "max_iterations")
@@ -290,7 +290,7 @@ async def test_no_overdraft_when_the_pending_slots_stage_has_no_exploit_left() -
 
 
 async def test_the_overdraft_ends_when_its_rounds_are_used() -> None:
-    state = seed.task_state(budget=GlobalBudget(1, 6, 3, 1, 1, 2, 4))
+    state = seed.task_state(budget=RoundBudget(1, 6, 3, 1, 1, 2, 4))
     done = await run(state, [SEARCH, FETCH, FETCH, SEARCH])
     # Round 3 is past the gate with no overdraft left: max_iterations, then the wrap-up
     # round for the unmapped page; its tool call forces the exit, max_iterations kept.
@@ -328,7 +328,7 @@ async def test_a_rerun_shows_an_artifact_in_full() -> None:
 
 
 async def test_no_rerun_past_the_gate() -> None:
-    state = seed.task_state(budget=GlobalBudget(1, 6, 3, 0, 1, 2, 4))
+    state = seed.task_state(budget=RoundBudget(1, 6, 3, 0, 1, 2, 4))
     done = await run(state, [SEARCH, say("decision", show_skills=["mapping"])])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("max_iterations", "max_iterations")

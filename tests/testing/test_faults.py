@@ -20,7 +20,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo import Lifecycle as L
 from arkhon_rheo.protocols import ToolCall
-from arkhon_rheo.react import AgentExit, ReactState, react_agent
+from arkhon_rheo.react import ReactState, StopReason, react_agent
 from arkhon_rheo.store import MemoryStore
 from arkhon_rheo.supervision import Backoff, ExitReason
 from arkhon_rheo.testing import (
@@ -157,7 +157,7 @@ async def test_a_truncated_reply_is_cut_in_half_and_marked_length() -> None:
     async with AgentSystem(path=None, fault_plan=plan) as system:
         result = await system.run(machine, ReactState(task="2+3"), session_id="r")
     # The engine does not check finish_reason: a truncated answer is taken as it is.
-    assert (result.state.answer, result.state.exit) == ("The su", AgentExit.ANSWERED)
+    assert (result.state.answer, result.state.exit) == ("The su", StopReason.ANSWERED)
 
 
 async def test_a_streamed_reply_is_faulted_too() -> None:

@@ -11,9 +11,9 @@ from arkhon_rheo import AgentState, ConfigurationError, Lifecycle, Machine, Patc
 from arkhon_rheo.protocols import FrozenMap
 from arkhon_rheo.react import (
     STRATEGIES,
-    BudgetState,
-    GlobalBudget,
-    StageBudget,
+    DecisionBudget,
+    RoundBudget,
+    SlotBudget,
     format_budget_for_llm,
 )
 
@@ -26,14 +26,14 @@ SEED_FORMAT = (
 )
 
 
-def budget(**used: int) -> GlobalBudget:
-    return GlobalBudget(9, 8, 7, 6, 5, 4, 3, **used)
+def budget(**used: int) -> RoundBudget:
+    return RoundBudget(9, 8, 7, 6, 5, 4, 3, **used)
 
 
 def test_the_line_has_the_seeds_format_character_for_character() -> None:
-    state = BudgetState(
+    state = DecisionBudget(
         budget(decision_rounds_used=2, tool_calls_used=1, context_reads_used=1),
-        FrozenMap({"slot_id": StageBudget(4, 3, 2, 1, explore_used=1)}),
+        FrozenMap({"slot_id": SlotBudget(4, 3, 2, 1, explore_used=1)}),
     )
     line = format_budget_for_llm(state, "slot_id")
     assert line == (
@@ -47,7 +47,7 @@ def test_the_line_has_the_seeds_format_character_for_character() -> None:
 
 
 def test_the_global_part_alone_without_a_stage() -> None:
-    state = BudgetState(budget(), FrozenMap({"a": StageBudget(1, 1, 1, 1)}))
+    state = DecisionBudget(budget(), FrozenMap({"a": SlotBudget(1, 1, 1, 1)}))
     expected = (
         "BUDGET_STATE: global(decisions left 9/9, tools left 8/8, explore left 7/7, exploit left "
         "6/6, render left 5/5, decision_reruns left 4/4, context_reads left 3/3)"
@@ -58,9 +58,9 @@ def test_the_global_part_alone_without_a_stage() -> None:
 
 
 def test_the_flags_follow_the_global_part() -> None:
-    state = BudgetState(
+    state = DecisionBudget(
         budget(decision_rounds_used=9, exploit_rounds_used=1),
-        FrozenMap({"s": StageBudget(1, 1, 1, 1)}),
+        FrozenMap({"s": SlotBudget(1, 1, 1, 1)}),
         exploit_overdraft_used=1,
         exploit_overdraft_limit=5,
     )
@@ -81,7 +81,7 @@ def test_the_flags_follow_the_global_part() -> None:
 
 
 def test_an_overdrawn_counter_shows_zero_left() -> None:
-    state = BudgetState(budget(decision_rounds_used=11, tool_calls_used=8))
+    state = DecisionBudget(budget(decision_rounds_used=11, tool_calls_used=8))
     assert "decisions left 0/9, tools left 0/8," in format_budget_for_llm(state)
     assert state.global_budget.remaining_decision_rounds == -2
 
@@ -102,21 +102,21 @@ def test_must_finish_is_no_decision_or_no_tool_call_left(
     used: dict[str, int], must_finish: bool
 ) -> None:
     assert budget(**used).must_finish is must_finish
-    assert BudgetState(budget(**used)).must_finish is must_finish
+    assert DecisionBudget(budget(**used)).must_finish is must_finish
 
 
 def test_spending_returns_new_values_and_leaves_the_old_ones() -> None:
-    start = BudgetState(budget(), FrozenMap({"s": StageBudget(2, 2, 1, 2)}))
+    start = DecisionBudget(budget(), FrozenMap({"s": SlotBudget(2, 2, 1, 2)}))
     after = start.spend_round("exploit", "s").spend_context_reads(2, "s")
     after = dataclasses.replace(
         after, global_budget=after.global_budget.spend(decision_rounds=1, tool_calls=1)
     )
     assert start.global_budget == budget()
-    assert start.stages["s"] == StageBudget(2, 2, 1, 2)
+    assert start.stages["s"] == SlotBudget(2, 2, 1, 2)
     g = after.global_budget
     assert (g.decision_rounds_used, g.tool_calls_used, g.exploit_rounds_used) == (1, 1, 1)
     assert (g.context_reads_used, g.remaining_context_reads) == (2, 1)
-    assert after.stages["s"] == StageBudget(2, 2, 1, 2, exploit_used=1, context_reads_used=2)
+    assert after.stages["s"] == SlotBudget(2, 2, 1, 2, exploit_used=1, context_reads_used=2)
     for strategy in STRATEGIES:  # a slot without a stage budget counts globally only
         assert start.spend_round(strategy, "other").stages == start.stages
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -124,31 +124,31 @@ def test_spending_returns_new_values_and_leaves_the_old_ones() -> None:
 
 
 def test_bad_counts_are_refused_with_a_typed_error() -> None:
-    with pytest.raises(ConfigurationError, match=r"GlobalBudget\(max_tool_calls=-1\)"):
-        GlobalBudget(1, -1, 1, 1, 1, 1, 1)
-    with pytest.raises(ConfigurationError, match=r"StageBudget\(render=1.5\)"):
-        StageBudget(1, 1, 1.5, 1)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"RoundBudget\(max_tool_calls=-1\)"):
+        RoundBudget(1, -1, 1, 1, 1, 1, 1)
+    with pytest.raises(ConfigurationError, match=r"SlotBudget\(render=1.5\)"):
+        SlotBudget(1, 1, 1.5, 1)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="unknown strategy 'search'"):
-        BudgetState(budget()).spend_round("search")  # type: ignore[arg-type]
+        DecisionBudget(budget()).spend_round("search")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match=r"stages\['s'\]"):
-        BudgetState(budget(), FrozenMap({"s": 3}))  # type: ignore[dict-item]
+        DecisionBudget(budget(), FrozenMap({"s": 3}))  # type: ignore[dict-item]
     with pytest.raises(ConfigurationError, match="exploit_overdraft_used"):
-        BudgetState(budget(), exploit_overdraft_used=-1)
+        DecisionBudget(budget(), exploit_overdraft_used=-1)
 
 
 def test_exploit_overdraft_needs_exploit_rounds_globally_and_in_a_pending_slot() -> None:
-    stages = FrozenMap({"a": StageBudget(1, 1, 1, 1), "b": StageBudget(1, 0, 1, 1)})
-    state = BudgetState(budget(decision_rounds_used=9), stages)
+    stages = FrozenMap({"a": SlotBudget(1, 1, 1, 1), "b": SlotBudget(1, 0, 1, 1)})
+    state = DecisionBudget(budget(decision_rounds_used=9), stages)
     assert state.exploit_overdraft_available(["a"])
     assert not state.exploit_overdraft_available(["b"])  # b's stage has no exploit round left
     assert state.exploit_overdraft_available(["b", "c"])  # c has no stage budget
     assert not state.exploit_overdraft_available([])  # nothing pending: nothing to exploit for
-    spent = BudgetState(budget(exploit_rounds_used=6), stages)
+    spent = DecisionBudget(budget(exploit_rounds_used=6), stages)
     assert not spent.exploit_overdraft_available(["a"])
 
 
 def test_the_overdraft_limit_is_fixed_when_it_begins() -> None:
-    state = BudgetState(budget(decision_rounds_used=9, exploit_rounds_used=4))
+    state = DecisionBudget(budget(decision_rounds_used=9, exploit_rounds_used=4))
     first = state.take_overdraft_round()
     assert (first.exploit_overdraft_used, first.exploit_overdraft_limit) == (1, 2)
     second = first.take_overdraft_round()
@@ -160,13 +160,13 @@ def test_the_overdraft_limit_is_fixed_when_it_begins() -> None:
 def test_a_budget_state_is_a_field_of_an_agent_state_and_round_trips() -> None:
     class Counted(AgentState):
         lifecycle: Lifecycle = Lifecycle.INITIALIZED
-        budget: BudgetState = BudgetState(GlobalBudget(1, 1, 1, 1, 1, 1, 1))
+        budget: DecisionBudget = DecisionBudget(RoundBudget(1, 1, 1, 1, 1, 1, 1))
 
     @stage(reads={"budget"}, writes={"budget"}, next=Lifecycle.FINISHED)
     async def spend(view: object) -> Patch:
         return Patch()
 
-    # Machine refuses mutable field types: a BudgetState passes.
+    # Machine refuses mutable field types: a DecisionBudget passes.
     Machine(
         state_type=Counted,
         initial=Lifecycle.INITIALIZED,
@@ -176,9 +176,9 @@ def test_a_budget_state_is_a_field_of_an_agent_state_and_round_trips() -> None:
         failed=Lifecycle.FAILED,
     )
     state = Counted(
-        budget=BudgetState(
+        budget=DecisionBudget(
             budget(tool_calls_used=2),
-            FrozenMap({"s": StageBudget(1, 2, 3, 4, exploit_used=1)}),
+            FrozenMap({"s": SlotBudget(1, 2, 3, 4, exploit_used=1)}),
             exploit_overdraft_used=1,
             exploit_overdraft_limit=2,
         )

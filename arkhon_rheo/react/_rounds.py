@@ -1,8 +1,12 @@
-"""Seed 001's budgets: global and per-slot counters, the must-finish gate, the ``BUDGET_STATE`` line.
+"""Seed 001's round budgets: global and per-slot round counters, the must-finish gate, the line.
 
-A decision agent that works toward a contract of slots keeps a `BudgetState`
-in its state: one `GlobalBudget` (seven limit / used pairs) and an advisory
-`StageBudget` per contract slot. Every value is a frozen dataclass, so it can
+These count a decision loop's rounds (decisions, tool calls, explore/exploit/
+render rounds, context reads); they are not the engine's `Budget`, which limits
+one ReAct agent's turns, tool calls, tokens, cost and time.
+
+A decision agent that works toward a contract of slots keeps a `DecisionBudget`
+in its state: one `RoundBudget` (seven limit / used pairs) and an advisory
+`SlotBudget` per contract slot. Every value is a frozen dataclass, so it can
 be a field of an `AgentState`; spending returns a new value. Nothing reads a
 clock: a budget survives resume and replay exactly.
 
@@ -30,9 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STRATEGIES",
-    "BudgetState",
-    "GlobalBudget",
-    "StageBudget",
+    "DecisionBudget",
+    "RoundBudget",
+    "SlotBudget",
     "Strategy",
     "format_budget_for_llm",
 ]
@@ -62,7 +66,7 @@ def _left(limit: int, used: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class GlobalBudget:
+class RoundBudget:
     """The seven global counters of seed 001: a limit and what is used of each.
 
     The names are the seed's (the limit of context reads is ``ctx_reads``).
@@ -135,7 +139,7 @@ class GlobalBudget:
         render: int = 0,
         decision_reruns: int = 0,
         context_reads: int = 0,
-    ) -> GlobalBudget:
+    ) -> RoundBudget:
         """A copy with the given amounts added to the used counters.
 
         Raises:
@@ -166,7 +170,7 @@ class GlobalBudget:
 
 
 @dataclass(frozen=True, slots=True)
-class StageBudget:
+class SlotBudget:
     """The advisory budget of one contract slot (seed 001's per-stage budget).
 
     It guides the model (it appears in the budget line) and decides exploit
@@ -195,7 +199,7 @@ class StageBudget:
 
     def spend(
         self, *, explore: int = 0, exploit: int = 0, render: int = 0, context_reads: int = 0
-    ) -> StageBudget:
+    ) -> SlotBudget:
         """A copy with the given amounts added to the used counters."""
         return dataclasses.replace(
             self,
@@ -216,7 +220,7 @@ class StageBudget:
 
 
 @dataclass(frozen=True, slots=True)
-class BudgetState:
+class DecisionBudget:
     """Everything seed 001 tracks about budgets: global, per slot, and the exploit overdraft.
 
     Attributes:
@@ -227,11 +231,11 @@ class BudgetState:
             began: the global exploit rounds left then (``t``); 0 before.
 
     Raises:
-        ConfigurationError: An overdraft count is negative, or a stage is not a `StageBudget`.
+        ConfigurationError: An overdraft count is negative, or a stage is not a `SlotBudget`.
     """
 
-    global_budget: GlobalBudget
-    stages: FrozenMap[str, StageBudget] = field(default_factory=FrozenMap)
+    global_budget: RoundBudget
+    stages: FrozenMap[str, SlotBudget] = field(default_factory=FrozenMap)
     exploit_overdraft_used: int = 0
     exploit_overdraft_limit: int = 0
 
@@ -239,23 +243,23 @@ class BudgetState:
         if not isinstance(self.stages, FrozenMap):
             object.__setattr__(self, "stages", FrozenMap(self.stages))
         for slot_id, budget in self.stages.items():
-            if not isinstance(budget, StageBudget):
+            if not isinstance(budget, SlotBudget):
                 raise ConfigurationError(
-                    f"BudgetState.stages[{slot_id!r}] is {budget!r}; give a StageBudget"
+                    f"DecisionBudget.stages[{slot_id!r}] is {budget!r}; give a SlotBudget"
                 )
         for name in ("exploit_overdraft_used", "exploit_overdraft_limit"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigurationError(
-                    f"BudgetState({name}={value!r}): must be an int of zero or more"
+                    f"DecisionBudget({name}={value!r}): must be an int of zero or more"
                 )
 
     @property
     def must_finish(self) -> bool:
-        """The hard gate of the global budget (`GlobalBudget.must_finish`)."""
+        """The hard gate of the global budget (`RoundBudget.must_finish`)."""
         return self.global_budget.must_finish
 
-    def spend_round(self, strategy: Strategy, slot_id: str | None = None) -> BudgetState:
+    def spend_round(self, strategy: Strategy, slot_id: str | None = None) -> DecisionBudget:
         """Count one tool-calling round of ``strategy`` globally and in ``slot_id``'s stage.
 
         Raises:
@@ -272,7 +276,7 @@ class BudgetState:
         spent = self.global_budget.spend(**one)
         return dataclasses.replace(self, global_budget=spent, stages=stages)
 
-    def spend_context_reads(self, count: int, slot_id: str | None = None) -> BudgetState:
+    def spend_context_reads(self, count: int, slot_id: str | None = None) -> DecisionBudget:
         """Count ``count`` context reads globally and in ``slot_id``'s stage."""
         stages = self.stages
         if slot_id is not None and slot_id in stages:
@@ -299,7 +303,7 @@ class BudgetState:
             for slot in pending_slots
         )
 
-    def take_overdraft_round(self) -> BudgetState:
+    def take_overdraft_round(self) -> DecisionBudget:
         """Count one exploit overdraft round (granting the overdraft on the first)."""
         limit = self.exploit_overdraft_limit or self.global_budget.remaining_rounds("exploit")
         used = self.exploit_overdraft_used + 1
@@ -307,7 +311,7 @@ class BudgetState:
 
 
 def format_budget_for_llm(
-    budget: BudgetState,
+    budget: DecisionBudget,
     slot_id: str | None = None,
     *,
     wrapup: bool = False,
@@ -343,7 +347,7 @@ def format_budget_for_llm(
 # The facade gives these classes its own ``__module__``, where ``FrozenMap`` and the
 # others are not defined: resolve the annotations here, once, for pydantic and
 # `Machine`'s immutability check, which read them later.
-for _cls in (GlobalBudget, StageBudget, BudgetState):
+for _cls in (RoundBudget, SlotBudget, DecisionBudget):
     _hints = typing.get_type_hints(_cls)
     _cls.__annotations__.update(_hints)
     for _field in dataclasses.fields(_cls):
