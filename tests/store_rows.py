@@ -1,5 +1,7 @@
 """Reading and writing a store file's rows behind the store's back, for tests that damage them.
 
+Also `WriterBegins`, which tells a test when the writer thread has taken its batch.
+
 Since schema version 4 an event row names its session by number and its
 repeated parts (kind, stage, lifecycle states, read and write sets, the names
 its patch writes) by the number of a *shape* (see ``arkhon_rheo.store._codec``).
@@ -12,11 +14,17 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import threading
 import zlib
 from typing import TYPE_CHECKING, Any
 
+import anyio
+import anyio.to_thread
+
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from arkhon_rheo.store import SQLiteStore
 
 #: An event's parts kept in its shape, by their place in it.
 SHAPE_PARTS = ("kind", "stage", "from_state", "to_state", "reads", "writes")
@@ -159,3 +167,35 @@ def write_schema_3(path: Path | str) -> None:
         db.execute("PRAGMA user_version = 3")
         db.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
         db.execute("COMMIT")
+
+
+class WriterBegins:
+    """Counts the write transactions a `SQLiteStore`'s writer thread has begun.
+
+    Its connection traces each statement as it starts running, so once
+    ``BEGIN IMMEDIATE`` is traced the writer has taken its batch, even while it
+    still waits there for another connection's lock: tests wait for that
+    instead of sleeping and assuming the thread got there meanwhile.
+    """
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._seen = threading.Condition()
+        self.count = 0
+        connection = store._writer._driver._connection  # type: ignore[union-attr]
+        assert connection is not None
+        connection.set_trace_callback(self._trace)
+
+    def _trace(self, statement: str) -> None:
+        if statement.startswith("BEGIN IMMEDIATE"):
+            with self._seen:
+                self.count += 1
+                self._seen.notify_all()
+
+    async def wait(self, count: int = 1) -> None:
+        """Return once the writer has begun ``count`` write transactions."""
+        await anyio.to_thread.run_sync(self._wait, count)
+
+    def _wait(self, count: int) -> None:
+        with self._seen:
+            # A bound only so that a broken store fails the test instead of hanging it.
+            assert self._seen.wait_for(lambda: self.count >= count, timeout=60), self.count

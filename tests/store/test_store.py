@@ -13,7 +13,6 @@ import dataclasses
 import json
 import math
 import sqlite3
-import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -26,6 +25,7 @@ from arkhon_rheo.errors import DuplicateEvent, UnserializablePatch
 from arkhon_rheo.protocols import Durability, Store, StoredEvent
 from arkhon_rheo.protocols._encoded import EncodedJson, EncodedPatch
 from arkhon_rheo.store import MemoryStore, SQLiteStore, StoreState
+from tests.store_rows import WriterBegins
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -606,6 +606,7 @@ async def test_a_write_in_flight_when_the_store_closes_is_committed(
     try:
         store = SQLiteStore(path, durability=Durability.SYNC)
         async with anyio.create_task_group() as tg, store:
+            begins = WriterBegins(store)
             blocker.execute("BEGIN IMMEDIATE")  # the write waits for this lock
 
             async def write() -> None:
@@ -613,9 +614,7 @@ async def test_a_write_in_flight_when_the_store_closes_is_committed(
                 outcome.append("acknowledged")
 
             tg.start_soon(write)
-            while store.statistics().pending == 0:
-                await anyio.lowlevel.checkpoint()
-            await anyio.to_thread.run_sync(time.sleep, 0.05)
+            await begins.wait()  # the writer took it and waits for the lock
             blocker.execute("COMMIT")
             # leaving the store waits for the write to finish before closing
     finally:
@@ -635,13 +634,12 @@ async def test_a_native_asyncio_cancel_abandons_the_wait_never_the_transaction(
     async with SQLiteStore(path, durability=Durability.SYNC) as store:
         for sid in ("s", "t"):
             await store.create_session(sid, machine="m", snapshot={})
+        begins = WriterBegins(store)
         blocker = sqlite3.connect(path, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
         try:
             task = asyncio.ensure_future(store.append("s", [event("s", 1)]))
-            while store.statistics().pending == 0:
-                await anyio.lowlevel.checkpoint()
-            await anyio.to_thread.run_sync(time.sleep, 0.05)  # the writer waits for the lock
+            await begins.wait()  # the writer took it and waits for the lock
             task.cancel()  # anyio's shield does not stop this one
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -675,14 +673,13 @@ async def test_a_caller_cancelled_in_a_shared_batch_leaves_the_others_acknowledg
                 await write("t")
             gone.set()
 
+        begins = WriterBegins(store)
         blocker = sqlite3.connect(path, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")  # the first batch waits for this lock
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(write, "s")
-                while store.statistics().pending < 1:
-                    await anyio.lowlevel.checkpoint()
-                await anyio.to_thread.run_sync(time.sleep, 0.05)  # s's batch is taken
+                await begins.wait()  # s's batch is taken: it waits for the lock
                 tg.start_soon(write_cancelled)  # t and u share the next batch
                 tg.start_soon(write, "u")
                 while store.statistics().pending < 3:

@@ -4,7 +4,6 @@ and what happens to a write whose caller stopped waiting."""
 from __future__ import annotations
 
 import sqlite3
-import time
 from typing import TYPE_CHECKING
 
 import anyio
@@ -17,6 +16,7 @@ from arkhon_rheo.errors import DuplicateEvent
 from arkhon_rheo.protocols import Durability
 from arkhon_rheo.store import SQLiteStore
 from tests.store.test_store import event, events
+from tests.store_rows import WriterBegins
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -65,6 +65,7 @@ async def test_a_refused_write_whose_caller_was_cancelled_is_logged(tmp_path: Pa
     path = tmp_path / "cancelled.db"
     async with SQLiteStore(path, durability=Durability.SYNC) as store:
         await store.create_session("s", machine="m", snapshot={})
+        begins = WriterBegins(store)
         blocker = sqlite3.connect(path, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")  # the writer's thread waits for this lock
         try:
@@ -80,7 +81,7 @@ async def test_a_refused_write_whose_caller_was_cancelled_is_logged(tmp_path: Pa
                         tg.start_soon(cancel_once_queued)
                         await store.append("s", [event("s", 2)])  # not the next number
                 assert scope.cancelled_caught
-                await anyio.to_thread.run_sync(time.sleep, 0.01)
+                await begins.wait()  # the writer took the abandoned write; it waits for the lock
                 blocker.execute("COMMIT")
                 await store.append("s", [event("s", 1)])  # behind the refused one
         finally:
