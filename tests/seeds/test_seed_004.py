@@ -18,7 +18,7 @@ from arkhon_rheo.testing import ScriptedModel
 pytestmark = pytest.mark.anyio
 L = Lifecycle
 
-_PATH = Path(__file__).resolve().parents[1] / "examples" / "lifecycle_agent.py"
+_PATH = Path(__file__).resolve().parents[2] / "examples" / "lifecycle_agent.py"
 _spec = importlib.util.spec_from_file_location("lifecycle_agent", _PATH)
 assert _spec is not None
 assert _spec.loader is not None

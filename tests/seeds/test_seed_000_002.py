@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.anyio
 
-_PATH = Path(__file__).resolve().parents[1] / "examples" / "thought_validate_agent.py"
+_PATH = Path(__file__).resolve().parents[2] / "examples" / "thought_validate_agent.py"
 _spec = importlib.util.spec_from_file_location("thought_validate_agent", _PATH)
 assert _spec is not None
 assert _spec.loader is not None
