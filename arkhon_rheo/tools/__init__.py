@@ -5,13 +5,17 @@ model of its arguments and a `ToolSpec` for the model. A `Toolbox` of tools
 answers the model's `ToolCall` with a `ToolMessage` (it implements
 `arkhon_rheo.protocols.ToolRunner`), bounds concurrent calls per tool and in
 all, and records every call for replay. ``@tool(sandbox=Sandbox(...))`` runs
-each call in a confined subprocess.
+each call in a confined subprocess (with bubblewrap on Linux: no network, no
+file system but its own directory and read-only system paths, its own PID
+namespace); `Sandbox.enforcement` says what holds on this machine.
 """
 
 from __future__ import annotations
 
 from .._errors import ToolTimeout as ToolTimeout
 from .._exports import publish
+from ._isolation import Enforcement as Enforcement
+from ._isolation import IsolationUnavailable as IsolationUnavailable
 from ._sandbox import Sandbox as Sandbox
 from ._tool import SANDBOX_TIMEOUT as SANDBOX_TIMEOUT
 from ._tool import Tool as Tool
@@ -22,6 +26,8 @@ from ._toolbox import ToolboxStatistics as ToolboxStatistics
 
 __all__ = [
     "SANDBOX_TIMEOUT",
+    "Enforcement",
+    "IsolationUnavailable",
     "Sandbox",
     "Tool",
     "ToolError",
