@@ -27,7 +27,8 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from arkhon_rheo import ConfigurationError, ToolTimeout
+from arkhon_rheo import ConfigurationError
+from arkhon_rheo.errors import ToolTimeout
 from arkhon_rheo.protocols import ToolCall
 from arkhon_rheo.tools import IsolationUnavailable, Sandbox, Toolbox, tool
 
