@@ -231,6 +231,24 @@ class Session:
                 _logger.error("event_listener_failed", session_id=self.session_id, error=repr(exc))
         self._notify()
 
+    def commit_out_of_band(self, state: AgentState, event: TransitionEvent) -> None:
+        """Commit ``event``, made outside any stage while the session is stopped (a decision).
+
+        Without a store, the session is its own record: ``state`` becomes its
+        state and ``event`` joins its log, as `commit` would do, but nobody is
+        told (no run is under way; a stored session's journal tells nobody
+        either), and the event is kept as it was made. An event that moves the
+        session to the machine's failed state ends it failed, with the event's
+        error.
+        """
+        self.state = state
+        self.seq = event.seq
+        if self.keep_log:
+            self.log.append(event)
+        if event.to_state is self.machine.failed:
+            self.failure = event.error
+            self.exit_reason = ExitReason.FAILED
+
     def finish(self, reason: ExitReason) -> None:
         """Record how the session ended (the first reason recorded stands)."""
         if self.exit_reason is None:

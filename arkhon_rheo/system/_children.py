@@ -2,40 +2,81 @@
 
 `ChildHost` is what a subgraph stage finds in its session scope (see
 `arkhon_rheo.graphs`): it runs each child id at most once, resuming a child the
-store has in flight and answering an ended one from its stored state.
+store has in flight and answering an ended one from its stored state. It runs
+children through the agent system's public operations (`SessionRunner`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._errors import SessionNotFound
 from ..graphs import SubgraphStage
 from ..graphs._seams import ChildOutcome
-from ..protocols import EventKind
+from ..protocols import AgentState, EventKind
 from ..supervision import ExitReason
+from ._handle import session_of
 from ._journal import Journal
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ..protocols import AgentState, Machine, TransitionEvent
+    from ..protocols import Machine, Store, TransitionEvent
     from ._handle import SessionHandle
-    from ._system import AgentSystem
+    from ._registry import Registry
 
-__all__ = ["ChildHost", "linked_history"]
+__all__ = ["ChildHost", "SessionRunner", "linked_history"]
+
+S = TypeVar("S", bound=AgentState)
+
+
+class SessionRunner(Protocol):
+    """What `ChildHost` uses of the agent system: its public operations on sessions."""
+
+    @property
+    def store(self) -> Store | None:
+        """Where sessions are recorded (``None``: in memory only)."""
+        ...
+
+    async def start(
+        self,
+        machine: Machine[S],
+        state: S,
+        *,
+        session_id: str | None = None,
+        max_steps: int | None = None,
+    ) -> SessionHandle[S]:
+        """Start a session (see `AgentSystem.start`)."""
+        ...
+
+    async def resume(
+        self, machine: Machine[S], session_id: str, *, max_steps: int | None = None
+    ) -> SessionHandle[S]:
+        """Resume a stored session (see `AgentSystem.resume`)."""
+        ...
+
+    def forget(self, session_id: str) -> None:
+        """Drop an ended session's record (see `AgentSystem.forget`)."""
+        ...
+
 
 #: How a child that ran here may have ended without an outcome of its own: run on.
 _INTERRUPTED = frozenset({ExitReason.CANCELLED, ExitReason.CRASHED})
 
 
 class ChildHost:
-    """Runs the child sessions of subgraph stages in one agent system."""
+    """Runs the child sessions of subgraph stages in one agent system.
 
-    __slots__ = ("_system",)
+    Args:
+        system: The agent system's public operations.
+        registry: The sessions it holds, and the links of its child sessions.
+    """
 
-    def __init__(self, system: AgentSystem) -> None:
+    __slots__ = ("_registry", "_system")
+
+    def __init__(self, system: SessionRunner, registry: Registry) -> None:
         self._system = system
+        self._registry = registry
 
     async def run_child(
         self,
@@ -48,9 +89,9 @@ class ChildHost:
     ) -> ChildOutcome:
         """Run the child ``session_id`` to its end (see `SubgraphHost.run_child`)."""
         system = self._system
-        system._registry.links[session_id] = dict(link)
-        handle: SessionHandle[Any] | None = system._registry.get(session_id)
-        if handle is not None and handle.done and handle._session.exit_reason in _INTERRUPTED:
+        self._registry.links[session_id] = dict(link)
+        handle: SessionHandle[Any] | None = self._registry.get(session_id)
+        if handle is not None and handle.done and session_of(handle).exit_reason in _INTERRUPTED:
             if system.store is None:
                 system.forget(session_id)  # nothing to resume from: start it afresh
             handle = None
@@ -97,16 +138,20 @@ def _subgraphs(machine: Machine[Any]) -> dict[str, Machine[Any]]:
     }
 
 
-async def linked_history(
-    system: AgentSystem, machine: Machine[Any], session_id: str
-) -> list[TransitionEvent]:
-    """A session's events with its children's spliced in, each before the parent step.
+async def linked_history(journal: Journal) -> list[TransitionEvent]:
+    """A stored session's events with its children's spliced in, each before the parent step.
 
     A child's events come right before the parent's event that has the child's
     seq (the step that committed its result, or the failure it caused); a child
     still in flight comes last. Grandchildren are spliced the same way.
+
+    Raises:
+        ConfigurationError: If the machine is not the session's.
+        SessionNotFound: If the store has no such session.
     """
-    events = await system.stored(machine, session_id).history()
+    machine, session_id = journal.machine, journal.session_id
+    await journal.record()
+    events = await journal.history()
     subgraphs = _subgraphs(machine)
     if not subgraphs:
         return events
@@ -128,7 +173,8 @@ async def linked_history(
     for at, step, name in candidates:
         child_id = f"{session_id}/{name}/{step}"
         try:
-            spliced[at] = await linked_history(system, subgraphs[name], child_id)
+            child = Journal(journal.store, subgraphs[name], child_id)
+            spliced[at] = await linked_history(child)
         except SessionNotFound:
             continue
     tree: list[TransitionEvent] = []

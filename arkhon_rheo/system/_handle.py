@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..protocols import Partial, SessionStream
     from ..supervision._seams import Session
 
-__all__ = ["SessionHandle", "SessionResult", "new_handle"]
+__all__ = ["SessionHandle", "SessionResult", "new_handle", "session_of"]
 
 S = TypeVar("S", bound=AgentState)
 
@@ -190,6 +190,11 @@ def new_handle(session: Session, ref: ActorRef[Any, Any]) -> SessionHandle[Any]:
     """The handle of ``session``, run by the supervisor behind ``ref`` (the system's only way)."""
     handle: SessionHandle[Any] = make(SessionHandle, _session=session, _ref=ref)
     return handle
+
+
+def session_of(handle: SessionHandle[Any]) -> Session:
+    """The record of the session behind ``handle`` (for the system's own modules)."""
+    return handle._session
 
 
 async def stored_events(session: Session) -> list[TransitionEvent]:

@@ -6,21 +6,27 @@ after any event, its history, the events made outside any stage (a rollback, a
 human decision) and the status it ends with. While the session runs, its
 `Persistence` (made here) records each commit. Leases are the agent system's
 (see its claims): a journal writes only under one.
+
+A session kept in memory only (no store) is its own record: `MemoryJournal`
+answers for it what a `Journal` answers for a stored one about the gate it is
+paused at, and commits an event made outside any stage through the session
+itself. Both are a `Ledger`, so a human decision takes one path either way.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, SessionError
 from ..core import fold
 from ..core._seams import compiled, differences
 from ..protocols import EventKind, Patch, TransitionEvent
+from ..supervision import ExitReason
 from ..supervision._seams import Persistence
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from ..protocols import (
         AgentState,
@@ -30,8 +36,40 @@ if TYPE_CHECKING:
         SessionRecord,
         Store,
     )
+    from ..supervision._seams import Session
 
-__all__ = ["Journal", "out_of_band_event"]
+__all__ = ["Journal", "Ledger", "MemoryJournal", "PausedAt", "out_of_band_event"]
+
+
+class PausedAt(NamedTuple):
+    """A session paused at a gate, as its record has it: what a decision starts from."""
+
+    #: The state it is paused in.
+    state: AgentState
+    #: The name of the gate it is paused at (``None`` for a pause no gate named).
+    gate: str | None
+    #: The number the decision's event takes.
+    next_seq: int
+    #: What a run launched after the decision counts its events from.
+    base_seq: int
+    #: The events that run keeps in memory before its own (none with a store).
+    history: Sequence[TransitionEvent]
+
+
+class Ledger(Protocol):
+    """A session's record, for an event made outside any stage: its `Journal` or itself."""
+
+    async def paused(self) -> PausedAt:
+        """The gate the session is paused at, and its state there.
+
+        Raises:
+            SessionError: If it is not paused.
+        """
+        ...
+
+    async def commit(self, event: TransitionEvent, state: AgentState, *, status: str) -> None:
+        """Commit ``event``, which leads to ``state``; ``status`` is the session's from now on."""
+        ...
 
 
 class Journal:
@@ -160,14 +198,36 @@ class Journal:
         event = out_of_band_event(
             self.session_id, record.last_seq + 1, kind, before, after, updates, info, error
         )
+        await self.commit(event, after, status=status)
+        return event
+
+    async def commit(self, event: TransitionEvent, state: AgentState, *, status: str) -> None:
+        """Store ``event``, made outside any stage, with a snapshot of ``state`` and ``status``.
+
+        The event must follow the session's last one; all three go in one write.
+        """
         codec = self._compiled.codec
         await self.store.append(
             self.session_id,
-            [codec.encode_event(event, self._compiled.hasher.of(after))],
-            snapshot=(event.seq, codec.encode_state(after)),
+            [codec.encode_event(event, self._compiled.hasher.of(state))],
+            snapshot=(event.seq, codec.encode_state(state)),
             status=status,
         )
-        return event
+
+    async def paused(self) -> PausedAt:
+        """The gate the stored session is paused at, and its state there (read under its lease).
+
+        Raises:
+            SessionError: If it is not paused.
+        """
+        loaded = await self.load()
+        record = loaded.record
+        if record.status != "paused":
+            raise not_paused(self.session_id, record.status)
+        state = self.current(loaded)
+        pause = await self.last_event(loaded)
+        after = record.last_seq + 1
+        return PausedAt(state, _gate(pause), after, after, ())
 
     async def set_status(self, status: str) -> None:
         """Store the session's status (a record a crash left behind, repaired)."""
@@ -210,6 +270,67 @@ class Journal:
                 f"session {record.session_id!r} runs machine {record.machine!r}, not "
                 f"{machine.name!r}: {'; '.join(found)}. Pass the machine it was started with"
             )
+
+
+class MemoryJournal:
+    """A session kept in memory only (no store), as its own record: a `Journal`'s twin.
+
+    Args:
+        session: The session, held by the agent system.
+        machine: The machine it must run (`ConfigurationError` otherwise).
+    """
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session, machine: Machine[Any]) -> None:
+        if session.machine.name != machine.name:
+            raise ConfigurationError(
+                f"session {session.session_id!r} runs machine {session.machine.name!r}, "
+                f"not {machine.name!r}"
+            )
+        self.session = session
+
+    async def paused(self) -> PausedAt:
+        """The gate the session is paused at, and its state there.
+
+        Raises:
+            SessionError: If it is not paused.
+        """
+        session = self.session
+        reason = session.exit_reason
+        if reason is not ExitReason.PAUSED:
+            status = "running" if reason is None else reason.value
+            raise not_paused(session.session_id, status)
+        log = session.log
+        return PausedAt(
+            session.state,
+            _gate(log[-1] if log else None),
+            session.next_seq(),
+            session.base_seq,
+            log,
+        )
+
+    async def commit(self, event: TransitionEvent, state: AgentState, *, status: str) -> None:
+        """Commit ``event`` through the session (`Session.commit_out_of_band`).
+
+        ``status`` is the stored record's; in memory the event says it (an event
+        that moves the session to its failed state ends it failed).
+        """
+        self.session.commit_out_of_band(state, event)
+
+
+def not_paused(session_id: str, status: str) -> SessionError:
+    """The error for a decision on a session that is not paused (it is ``status``)."""
+    return SessionError(
+        f"session {session_id!r} is not paused (it is {status}); "
+        "only a session waiting at a gate takes a decision",
+        session_id=session_id,
+    )
+
+
+def _gate(pause: TransitionEvent | None) -> str | None:
+    """The name of the gate ``pause`` (a session's last event) paused it at."""
+    return ((pause.info if pause else None) or {}).get("gate")
 
 
 def out_of_band_event(

@@ -4,6 +4,13 @@ Read it (`record`, `state`, `history`), check it (`replay`), branch it (`fork`,
 `rollback`), run it again (`resume`) and answer the gate it is paused at
 (`approve`, `abort`, `edit`). Each write happens under the session's lease and
 the agent system's claim on it, so nothing else drives or changes it meanwhile.
+What it needs of the agent system is the `SessionHost` the system hands it.
+
+A decision takes one path (`_decide`), for a stored session and for one paused
+in memory alike: the session is claimed (and, with a store, leased), its record
+(a `Ledger`: its journal, or the session itself) says where it is paused, the
+decision is checked (`decision_updates`), its event is committed to that record,
+and a resume launches the run.
 """
 
 from __future__ import annotations
@@ -15,20 +22,24 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from .._construct import internal_only, make
 from .._errors import ConfigurationError, SessionError
 from ..protocols import AgentState, EventKind, Machine
-from ..supervision import ExitReason
 from ._children import linked_history
 from ._decision import decision_updates
-from ._journal import Journal, out_of_band_event
+from ._journal import Journal, MemoryJournal, out_of_band_event
 from ._verify import ReplayReport, verify_stored
 
 if TYPE_CHECKING:
     from ..protocols import SessionRecord, TransitionEvent
+    from ._claims import Claim
     from ._handle import SessionHandle
-    from ._system import AgentSystem
+    from ._host import SessionHost
+    from ._journal import Ledger
 
 __all__ = ["StoredSession", "new_stored"]
 
 S = TypeVar("S", bound=AgentState)
+
+#: The status a decision leaves the session in: an edit leaves it paused.
+_STATUS = {"resume": "running", "abort": "aborted"}
 
 
 class StoredSession(Generic[S]):
@@ -44,9 +55,9 @@ class StoredSession(Generic[S]):
         session_id: The session.
     """
 
-    __slots__ = ("_system", "machine", "session_id")
+    __slots__ = ("_host", "machine", "session_id")
 
-    _system: AgentSystem
+    _host: SessionHost
     machine: Machine[S]
     session_id: str
 
@@ -56,7 +67,7 @@ class StoredSession(Generic[S]):
         return f"<StoredSession {self.session_id!r} of {self.machine.name!r}>"
 
     def _journal(self, purpose: str) -> Journal:
-        return Journal(self._system._require_store(purpose), self.machine, self.session_id)
+        return Journal(self._host.require_store(purpose), self.machine, self.session_id)
 
     async def record(self) -> SessionRecord:
         """The session's record: its status, last event number, parent, owner...
@@ -90,9 +101,9 @@ class StoredSession(Generic[S]):
             ConfigurationError: Without a store, or if the machine is not the session's.
             SessionNotFound: If the store has no such session.
         """
-        if children:
-            return await linked_history(self._system, self.machine, self.session_id)
         journal = self._journal("read a session's history")
+        if children:
+            return await linked_history(journal)
         await journal.record()
         return await journal.history()
 
@@ -147,13 +158,13 @@ class StoredSession(Generic[S]):
                 f"fork(new_id=...) takes a non-empty string, got {new_id!r}; "
                 "leave it out for a fresh id"
             )
-        system = self._system
-        async with system._claim(new_id):
+        host = self._host
+        async with host.claim(new_id):
             state, _ = await source.state(at_seq)
             state = state.model_copy(update={"session_id": new_id})
             fork = Journal(source.store, self.machine, new_id)
             await fork.create(state, parent=self.session_id, status="forked")
-        return new_stored(system, self.machine, new_id)
+        return new_stored(host, self.machine, new_id)
 
     async def rollback(self, to_seq: int) -> TransitionEvent:
         """Return the stopped session's state to what it was after event ``to_seq``.
@@ -173,7 +184,7 @@ class StoredSession(Generic[S]):
             SessionLocked: If another system drives it.
         """
         journal = self._journal("roll a session back")
-        async with self._system._claim(self.session_id) as claim:
+        async with self._host.claim(self.session_id) as claim:
             await claim.lease()  # nobody drives it
             current, record = await journal.state(None)
             target, _ = await journal.state(to_seq)
@@ -213,11 +224,11 @@ class StoredSession(Generic[S]):
             SessionLocked: If a live owner elsewhere drives it.
             StoreCorrupt: If what is stored does not decode.
         """
-        system = self._system
+        host = self._host
         journal = self._journal("resume a session")
-        system._check_running()
-        config = system._config_for(max_steps)
-        async with system._claim(self.session_id) as claim:
+        host.check_running()
+        config = host.config_for(max_steps)
+        async with host.claim(self.session_id) as claim:
             await journal.exists()  # SessionNotFound before any lease
             taken_over = await claim.lease()
             loaded = await journal.load()  # again, now that nobody else can write
@@ -241,7 +252,7 @@ class StoredSession(Generic[S]):
                 )
             stage = machine.stages.get(state.lifecycle)
             info = {
-                "resumed_by": system._identity.describe(),
+                "resumed_by": host.owner.describe(),
                 "from_seq": record.last_seq,
                 "previous_status": record.status,
                 "taken_over": taken_over,
@@ -253,8 +264,8 @@ class StoredSession(Generic[S]):
             event = await journal.append(
                 record, EventKind.RESUME, state, state, {}, info=info, status="running"
             )
-            system._registry.drop(self.session_id)
-            return await system._launch(
+            host.drop(self.session_id)
+            return await host.launch(
                 machine,
                 state,
                 config,
@@ -337,99 +348,49 @@ class StoredSession(Generic[S]):
     async def _decide(
         self, decision: str, *, value: Any = None, edit: Mapping[str, Any] | None = None
     ) -> SessionHandle[S] | None:
-        system = self._system
-        system._check_running()
-        store = system.store
-        if store is None:
-            async with system._claim(self.session_id):
-                return await self._decide_in_memory(decision, value, edit)
-        journal = Journal(store, self.machine, self.session_id)
-        async with system._claim(self.session_id) as claim:
-            await journal.exists()  # SessionNotFound before any lease
-            await claim.lease()
-            loaded = await journal.load()
-            record = loaded.record
-            if record.status != "paused":
-                raise _not_paused(self.session_id, record.status)
-            state = journal.current(loaded)
-            pause = await journal.last_event(loaded)
-            gate = ((pause.info if pause else None) or {}).get("gate")
-            updates, kind, error = decision_updates(
-                self.machine, state, gate, decision, value, edit
+        """Answer the gate the session is paused at: the one path, stored or in memory."""
+        host, machine, session_id = self._host, self.machine, self.session_id
+        host.check_running()
+        async with host.claim(session_id) as claim:
+            ledger = await _ledger(host, machine, session_id, claim)
+            paused = await ledger.paused()
+            state, gate = paused.state, paused.gate
+            updates, kind, error = decision_updates(machine, state, gate, decision, value, edit)
+            decided = cast("S", state.model_copy(update=updates))
+            info = {"decision": decision, "gate": gate}
+            event = out_of_band_event(
+                session_id, paused.next_seq, kind, state, decided, updates, info, error
             )
-            decided = state.model_copy(update=updates)
-            status = {"resume": "running", "abort": "aborted"}.get(decision, "paused")
-            event = await journal.append(
-                record,
-                kind,
-                state,
-                decided,
-                updates,
-                info={"decision": decision, "gate": gate},
-                status=status,
-                error=error,
-            )
+            await ledger.commit(event, decided, status=_STATUS.get(decision, "paused"))
             if decision != "resume":
                 return None
-            return await system._launch(
-                self.machine,
-                cast("S", decided),
-                system._config,
-                self.session_id,
-                base_seq=event.seq,
+            return await host.launch(
+                machine,
+                decided,
+                host.config,
+                session_id,
+                base_seq=paused.base_seq,
                 gates_passed=True,
                 claim=claim,
+                history=paused.history,
             )
 
-    async def _decide_in_memory(
-        self, decision: str, value: Any, edit: Mapping[str, Any] | None
-    ) -> SessionHandle[S] | None:
-        """A decision on a session paused here without a store."""
-        system, session_id = self._system, self.session_id
-        session = system.session(session_id)._session
-        if session.machine.name != self.machine.name:
-            raise ConfigurationError(
-                f"session {session_id!r} runs machine {session.machine.name!r}, "
-                f"not {self.machine.name!r}"
-            )
-        reason = session.exit_reason
-        if reason is not ExitReason.PAUSED:
-            raise _not_paused(session_id, "running" if reason is None else reason.value)
-        state = session.state
-        gate = (session.log[-1].info or {}).get("gate")
-        updates, kind, error = decision_updates(self.machine, state, gate, decision, value, edit)
-        decided = state.model_copy(update=updates)
-        event = out_of_band_event(
-            session_id,
-            session.next_seq(),
-            kind,
-            state,
-            decided,
-            updates,
-            {"decision": decision, "gate": gate},
-            error,
-        )
-        session.log.append(event)
-        session.seq = event.seq
-        session.state = decided
-        if decision == "abort":
-            session.failure = error
-            session.exit_reason = ExitReason.FAILED
-        if decision != "resume":
-            return None
-        return await system._launch(
-            self.machine,
-            cast("S", decided),
-            system._config,
-            session_id,
-            base_seq=session.base_seq,
-            gates_passed=True,
-            history=session.log,
-        )
+
+async def _ledger(
+    host: SessionHost, machine: Machine[Any], session_id: str, claim: Claim
+) -> Ledger:
+    """A session's record: its journal, leased (with a store), or the session held here."""
+    store = host.store
+    if store is None:
+        return MemoryJournal(host.held(session_id), machine)
+    journal = Journal(store, machine, session_id)
+    await journal.exists()  # SessionNotFound before any lease
+    await claim.lease()
+    return journal
 
 
-def new_stored(system: AgentSystem, machine: Machine[S], session_id: str) -> StoredSession[S]:
-    """``session_id`` of ``machine`` as ``system`` stores it (the system's only way to make one)."""
+def new_stored(host: SessionHost, machine: Machine[S], session_id: str) -> StoredSession[S]:
+    """``session_id`` of ``machine`` as ``host``'s system stores it (its only way to make one)."""
     if not isinstance(machine, Machine):
         raise ConfigurationError(
             f"stored() takes the machine first, then the session id: got {machine!r}"
@@ -437,14 +398,6 @@ def new_stored(system: AgentSystem, machine: Machine[S], session_id: str) -> Sto
     if not isinstance(session_id, str) or not session_id:
         raise ConfigurationError(f"a session id is a non-empty string, got {session_id!r}")
     stored: StoredSession[S] = make(
-        StoredSession, _system=system, machine=machine, session_id=session_id
+        StoredSession, _host=host, machine=machine, session_id=session_id
     )
     return stored
-
-
-def _not_paused(session_id: str, status: str) -> SessionError:
-    return SessionError(
-        f"session {session_id!r} is not paused (it is {status}); "
-        "only a session waiting at a gate takes a decision",
-        session_id=session_id,
-    )

@@ -1,20 +1,19 @@
 """`AgentSystem`: the main entry point, supervising every session one_for_one.
 
-It keeps the system's lifecycle, its leases and the launching of sessions; the
-operations on stored sessions are `StoredSession`'s, a session's store record
-is its `Journal`'s. It sits above both `supervision` and `store`, since by
+It keeps the system's lifecycle and its leases; what the operations on
+sessions need of it (the claim on a session, the launch of its supervisor...)
+is its `SessionHost`'s, which it hands to each `StoredSession`; the operations
+on stored sessions are `StoredSession`'s, a session's store record is its
+`Journal`'s. It sits above both `supervision` and `store`, since by
 default it keeps its sessions in a SQLite file.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import anyio
 
 from .._errors import (
     ConfigurationError,
@@ -22,19 +21,16 @@ from .._errors import (
     SessionError,
     SessionLocked,
     SessionNotFound,
-    SystemNotRunning,
 )
 from ..actors import ActorSystem
 from ..core._seams import compiled
-from ..graphs._seams import session_scope
 from ..protocols import AgentState, Durability, Machine
-from ..protocols._seams import installed
 from ..store import SQLiteStore
 from ..supervision import StageMode
-from ..supervision._seams import EventListener, Session, SessionConfig, SessionSupervisor
+from ..supervision._seams import EventListener, SessionConfig
 from ._children import ChildHost
 from ._claims import Claims
-from ._handle import SessionHandle, SessionResult, new_handle
+from ._host import SessionHost
 from ._journal import Journal
 from ._options import check_budget, check_initial, check_lease_ttl, check_snapshot_every, kept
 from ._owner import Owner
@@ -44,14 +40,14 @@ from ._stored import StoredSession, new_stored
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterable, Sequence
-    from contextlib import AbstractAsyncContextManager
+    from collections.abc import Iterable
     from types import TracebackType
 
-    from ..protocols import SessionRecord, Store, TransitionEvent
+    from ..protocols import SessionRecord, Store
     from ..protocols._seams import FaultInjector
     from ..supervision import Backoff, Classifier, RestartIntensity, RestartStrategy
-    from ._claims import Claim
+    from ..supervision._seams import EventListener
+    from ._handle import SessionHandle, SessionResult
 
 __all__ = ["AgentSystem"]
 
@@ -151,28 +147,33 @@ class AgentSystem:
             "restart_strategy": restart_strategy,
             "restart_intensity": restart_intensity,
         }
-        self._config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
         check_budget(max_steps)
         check_snapshot_every(snapshot_every)
-        self._seed = seed
-        self._lease_ttl = check_lease_ttl(lease_ttl)
-        self._identity = Owner.current()
-        self._owner = str(self._identity)
+        lease_ttl = check_lease_ttl(lease_ttl)
+        identity = Owner.current()
         self._exit = contextlib.AsyncExitStack()
         self._owned_store: SQLiteStore | None = None
         if store is None and path is not None:
             store = self._owned_store = SQLiteStore(path, durability=durability)
         self._store = store
-        self._snapshot_every = snapshot_every
-        self._listeners = tuple(listeners)
         self._actors = ActorSystem(
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
         )
         self._registry = Registry(kept(keep_ended, with_store=store is not None))
-        self._counter = itertools.count()
-        self._claims = Claims(store, self._owner, self._lease_ttl)
-        self._children = ChildHost(self)
-        self._faults = fault_plan
+        self._claims = Claims(store, str(identity), lease_ttl)
+        self._host = SessionHost(
+            actors=self._actors,
+            registry=self._registry,
+            claims=self._claims,
+            children=ChildHost(self, self._registry),
+            config=replace(config, **{k: v for k, v in overrides.items() if v is not None}),
+            store=store,
+            owner=identity,
+            seed=seed,
+            snapshot_every=snapshot_every,
+            listeners=tuple(listeners),
+            faults=fault_plan,
+        )
 
     async def __aenter__(self) -> AgentSystem:
         async with contextlib.AsyncExitStack() as stack:
@@ -242,17 +243,18 @@ class AgentSystem:
             raise SessionError(
                 f"session {session_id!r} exists already; pick another id", session_id=session_id
             )
-        config = self._config_for(max_steps)
+        host = self._host
+        config = host.config_for(max_steps)
         validator = compiled(machine).validator
         if state.session_id != session_id:
             state = state.model_copy(update={"session_id": session_id})
         validator.check_invariants(state, machine.initial, stage="(start)")
-        self._check_running()
-        async with self._claim(session_id) as claim:
+        host.check_running()
+        async with host.claim(session_id) as claim:
             if self._store is not None:
                 await Journal(self._store, machine, session_id).create(state)
                 await claim.lease()
-            return await self._launch(machine, state, config, session_id, base_seq=0, claim=claim)
+            return await host.launch(machine, state, config, session_id, base_seq=0, claim=claim)
 
     async def resume(
         self, machine: Machine[S], session_id: str, *, max_steps: int | None = None
@@ -299,7 +301,7 @@ class AgentSystem:
         Raises:
             ConfigurationError: Without a store.
         """
-        store = self._require_store("find orphaned sessions")
+        store = self._host.require_store("find orphaned sessions")
         return await orphaned(store, self._registry, machine)
 
     async def recover(self, machine: Machine[S]) -> list[SessionHandle[S]]:
@@ -318,10 +320,10 @@ class AgentSystem:
                 resumed then).
             SystemNotRunning: Outside the ``async with`` block.
         """
-        self._check_running()
+        self._host.check_running()
         orphans = await self.orphans(machine)
         for record in orphans:
-            Journal(self._require_store("recover"), machine, record.session_id).check(record)
+            Journal(self._host.require_store("recover"), machine, record.session_id).check(record)
         handles = []
         for record in orphans:
             try:
@@ -341,102 +343,7 @@ class AgentSystem:
         Raises:
             ConfigurationError: If ``machine`` is not a `Machine` or the id is empty.
         """
-        return new_stored(self, machine, session_id)
-
-    def _claim(self, session_id: str) -> AbstractAsyncContextManager[Claim]:
-        """Hold ``session_id`` for one operation: not running here, and no other call on it.
-
-        Entering reserves the id before any await; leaving gives up the lease the
-        operation took (unless a launched session took it over) and frees the id.
-
-        Raises:
-            SessionBusy: If the session runs here, or another call here holds it.
-        """
-        if self._registry.running(session_id):
-            raise SessionBusy(
-                f"session {session_id!r} is running here; cancel it (or wait for it) first",
-                session_id=session_id,
-            )
-        return self._claims.hold(session_id)
-
-    def _config_for(self, max_steps: int | None) -> SessionConfig:
-        """The sessions' configuration, with ``max_steps`` if one is given (checked)."""
-        if max_steps is None:
-            return self._config
-        check_budget(max_steps)
-        return replace(self._config, max_steps=max_steps)
-
-    async def _launch(
-        self,
-        machine: Machine[S],
-        state: S,
-        config: SessionConfig,
-        session_id: str,
-        *,
-        base_seq: int,
-        gates_passed: bool = False,
-        claim: Claim | None = None,
-        history: Sequence[TransitionEvent] = (),
-        anchor_seq: int | None = None,
-    ) -> SessionHandle[S]:
-        """Spawn the session's supervisor; it takes over ``claim``'s lease, if any."""
-        seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
-        link = self._registry.links.get(session_id)
-        persistence = None
-        if self._store is not None:
-            persistence = Journal(self._store, machine, session_id).persistence(
-                state, snapshot_every=self._snapshot_every, owner=self._owner, link=link
-            )
-        session = Session(
-            session_id,
-            machine,
-            state,
-            config,
-            validator=compiled(machine).validator,
-            seed=seed,
-            listeners=self._listeners,
-            persistence=persistence,
-            base_seq=base_seq,
-            link=link,
-            anchor_seq=anchor_seq,
-        )
-        session.gates_passed = gates_passed
-        session.log.extend(history)  # an in-memory session's earlier events, kept on
-        session.seq += len(history)
-        session.on_close = self._registry.closed
-        try:
-            # Shielded: the session starts whole (and the lease passes to it) or not at all.
-            with anyio.CancelScope(shield=True):
-                with (
-                    session_scope(self._children, session),  # subgraph stages find us
-                    installed(self._faults),  # its tasks inherit the fault plan, if any
-                ):
-                    ref = await self._actors.spawn(
-                        SessionSupervisor, session, name=f"{session_id}/supervisor"
-                    )
-        except BaseException:
-            if claim is not None and session.done.is_set():
-                claim.hand_over()  # its supervisor ran and stopped: it gave the lease up
-            raise
-        if claim is not None:
-            claim.hand_over()
-        handle: SessionHandle[S] = new_handle(session, ref)
-        self._registry.add(handle)  # replaces a run before this one (a pause decided here)
-        return handle
-
-    def _check_running(self) -> None:
-        if self._actors.state.value != "running":
-            raise SystemNotRunning(
-                f"cannot start a session: the agent system is {self._actors.state.value}; "
-                "start sessions inside its `async with` block"
-            )
-
-    def _require_store(self, purpose: str) -> Store:
-        if self._store is None:
-            raise ConfigurationError(
-                f"cannot {purpose} without a store: pass store=... to AgentSystem"
-            )
-        return self._store
+        return new_stored(self._host, machine, session_id)
 
     async def run(
         self,

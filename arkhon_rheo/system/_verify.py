@@ -181,17 +181,10 @@ async def verify(
     for event, expected in events:
         if isinstance(event, str):
             return report(Divergence(folded + 1, event))
+        divergence = _out_of_place(event, folded, state)
+        if divergence is not None:
+            return report(divergence)
         seq = event.seq
-        if seq != folded + 1:
-            return report(Divergence(folded + 1, f"the log skips from #{folded} to #{seq}"))
-        if event.from_state is not state.lifecycle:
-            return report(
-                Divergence(
-                    seq,
-                    f"the event starts in {event.from_state.name}, "
-                    f"the replayed state is in {state.lifecycle.name}",
-                )
-            )
         if reexecute and event.kind is EventKind.STEP:
             reason = await verifier.reexecute(state, event)
             reexecuted += 1
@@ -204,40 +197,56 @@ async def verify(
             return report(Divergence(seq, f"the event does not apply: {exc!r}"))
         if expected is not None:
             if following.value != expected:
-                hint = (
-                    "; at the first event, this often means the state type changed since"
-                    if checked == 0
-                    else ""
-                )
-                return report(
-                    Divergence(
-                        seq,
-                        "the replayed state differs from the state committed by this event "
-                        f"(digest {following.value:#x}, stored {expected:#x}){hint}",
-                    )
-                )
+                return report(_digest_differs(seq, following.value, expected, first=checked == 0))
             checked += 1
         state = after
         digest.accept(following)
         folded = seq
+    return report(_stored_differs(stored, folded, hasher, digest.value))
+
+
+def _out_of_place(event: TransitionEvent, folded: int, state: AgentState) -> Divergence | None:
+    """Why ``event`` cannot follow event ``folded``, which led to ``state`` (``None``: it can)."""
+    seq = event.seq
+    if seq != folded + 1:
+        return Divergence(folded + 1, f"the log skips from #{folded} to #{seq}")
+    if event.from_state is not state.lifecycle:
+        return Divergence(
+            seq,
+            f"the event starts in {event.from_state.name}, "
+            f"the replayed state is in {state.lifecycle.name}",
+        )
+    return None
+
+
+def _digest_differs(seq: int, replayed: int, expected: int, *, first: bool) -> Divergence:
+    """Event ``seq``'s replayed state has digest ``replayed``; it was stored with ``expected``."""
+    hint = "; at the first event, this often means the state type changed since" if first else ""
+    return Divergence(
+        seq,
+        "the replayed state differs from the state committed by this event "
+        f"(digest {replayed:#x}, stored {expected:#x}){hint}",
+    )
+
+
+def _stored_differs(
+    stored: tuple[int, AgentState | str], folded: int, hasher: StateHasher, replayed: int
+) -> Divergence | None:
+    """Why the state a resume would run from is not the replay's end (``None``: it is)."""
     stored_seq, stored_state = stored
     if isinstance(stored_state, str):
-        return report(Divergence(stored_seq, stored_state))
+        return Divergence(stored_seq, stored_state)
     if stored_seq != folded:
-        return report(
-            Divergence(
-                stored_seq, f"the session's last event is #{stored_seq}, the log's #{folded}"
-            )
+        return Divergence(
+            stored_seq, f"the session's last event is #{stored_seq}, the log's #{folded}"
         )
-    if hasher.of(stored_state) != digest.value:
-        return report(
-            Divergence(
-                stored_seq,
-                "the stored state (latest snapshot and the events after it) differs from the "
-                "replay of the whole log: the snapshot does not match the events before it",
-            )
+    if hasher.of(stored_state) != replayed:
+        return Divergence(
+            stored_seq,
+            "the stored state (latest snapshot and the events after it) differs from the "
+            "replay of the whole log: the snapshot does not match the events before it",
         )
-    return report(None)
+    return None
 
 
 async def verify_stored(journal: Journal, *, reexecute: bool = False) -> ReplayReport[Any]:

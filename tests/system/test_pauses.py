@@ -185,6 +185,43 @@ async def test_without_a_store_a_pause_is_decided_in_memory() -> None:
     assert aborted.state.last_error == aborted.failure
 
 
+def _decisions(events: Any) -> list[Any]:
+    """The decision events, but for their times."""
+    return [
+        e._replace(started_at=0.0, finished_at=0.0)
+        for e in events
+        if e.kind is EventKind.DECISION or (e.kind is EventKind.FAILURE and e.stage is None)
+    ]
+
+
+async def test_a_decision_is_the_same_event_in_memory_and_stored(tmp_path: Any) -> None:
+    # One path: the decision's event is made once and committed to the session's
+    # record, its journal or (without a store) the session itself.
+    machine = order_machine(Gate.before("ship", field="approved"))
+    found = []
+    for path in (None, tmp_path / "orders.db"):
+        async with AgentSystem(path=path) as system:
+            await system.run(machine, Order(item="book"), session_id="d1")
+            await system.stored(machine, "d1").edit({"item": "atlas"})
+            handle = await system.stored(machine, "d1").approve(True)
+            assert (await handle.result()).ok
+            await system.run(machine, Order(item="lamp"), session_id="d2")
+            await system.stored(machine, "d2").abort()
+            if path is None:
+                events = [*await handle.history(), *await system.session("d2").history()]
+                assert system.session("d2").state.lifecycle is L.FAILED
+            else:
+                events = [
+                    *await system.stored(machine, "d1").history(),
+                    *await system.stored(machine, "d2").history(),
+                ]
+                assert (await system.stored(machine, "d2").record()).status == "aborted"
+            found.append(_decisions(events))
+    in_memory, stored = found
+    assert len(in_memory) == 3
+    assert in_memory == stored
+
+
 #: Edits a human may not make: each writes a field only the supervisor writes.
 FORGERIES: list[dict[str, Any]] = [
     {"last_error": FailureRecord(error_type="Fine", message="ok", error_class=ErrorClass.FATAL)},

@@ -1,0 +1,240 @@
+"""`SessionHost`: what the operations on sessions need of the agent system running them.
+
+`AgentSystem` builds one from its parts, uses it itself and hands it to each
+`StoredSession`: the check that the system runs, the claim on a session for one
+operation, the launch of a session's supervisor, the sessions' configuration,
+the store, and the sessions it holds in memory. Nothing else of the system is
+reached from another module.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from .._errors import ConfigurationError, SessionBusy, SessionNotFound, SystemNotRunning
+from ..core._seams import compiled
+from ..graphs._seams import session_scope
+from ..protocols import AgentState
+from ..protocols._seams import installed
+from ..supervision._seams import Session, SessionSupervisor
+from ._handle import new_handle, session_of
+from ._journal import Journal
+from ._options import check_budget
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from contextlib import AbstractAsyncContextManager
+
+    from ..actors import ActorSystem
+    from ..graphs._seams import SubgraphHost
+    from ..protocols import Machine, Store, TransitionEvent
+    from ..protocols._seams import FaultInjector
+    from ..supervision._seams import EventListener, SessionConfig
+    from ._claims import Claim, Claims
+    from ._handle import SessionHandle
+    from ._owner import Owner
+    from ._registry import Registry
+
+__all__ = ["SessionHost"]
+
+S = TypeVar("S", bound=AgentState)
+
+
+class SessionHost:
+    """An agent system's operations on its sessions, for the code that runs them.
+
+    Args:
+        actors: The actor system the sessions' supervisors run in.
+        registry: The sessions held in memory.
+        claims: The operations under way, and their leases.
+        children: What the subgraph stages of a launched session run their
+            child sessions with.
+        config: The sessions' configuration.
+        store: Where sessions are recorded (``None``: in memory only).
+        owner: Who this system is, for the store's leases and resume events.
+        seed: Seeds each session's RNG, for exact tests.
+        snapshot_every: The snapshot interval of a stored session's runs.
+        listeners: Called with every committed event of every session.
+        faults: The faults to inject into every session launched, if any.
+
+    Attributes:
+        config: The sessions' configuration.
+        store: Where sessions are recorded (``None``: in memory only).
+        owner: Who this system is.
+    """
+
+    __slots__ = (
+        "_actors",
+        "_children",
+        "_claims",
+        "_counter",
+        "_faults",
+        "_listeners",
+        "_owner_name",
+        "_registry",
+        "_seed",
+        "_snapshot_every",
+        "config",
+        "owner",
+        "store",
+    )
+
+    def __init__(
+        self,
+        *,
+        actors: ActorSystem,
+        registry: Registry,
+        claims: Claims,
+        children: SubgraphHost,
+        config: SessionConfig,
+        store: Store | None,
+        owner: Owner,
+        seed: int | None,
+        snapshot_every: int | None,
+        listeners: tuple[EventListener, ...],
+        faults: FaultInjector | None,
+    ) -> None:
+        self._actors = actors
+        self._registry = registry
+        self._claims = claims
+        self._children = children
+        self.config = config
+        self.store = store
+        self.owner = owner
+        self._owner_name = str(owner)
+        self._seed = seed
+        self._counter = itertools.count()
+        self._snapshot_every = snapshot_every
+        self._listeners = listeners
+        self._faults = faults
+
+    def check_running(self) -> None:
+        """Raise `SystemNotRunning` outside the agent system's ``async with`` block."""
+        if self._actors.state.value != "running":
+            raise SystemNotRunning(
+                f"cannot start a session: the agent system is {self._actors.state.value}; "
+                "start sessions inside its `async with` block"
+            )
+
+    def require_store(self, purpose: str) -> Store:
+        """The store; `ConfigurationError` (naming ``purpose``) without one."""
+        if self.store is None:
+            raise ConfigurationError(
+                f"cannot {purpose} without a store: pass store=... to AgentSystem"
+            )
+        return self.store
+
+    def config_for(self, max_steps: int | None) -> SessionConfig:
+        """The sessions' configuration, with ``max_steps`` if one is given (checked)."""
+        if max_steps is None:
+            return self.config
+        check_budget(max_steps)
+        return replace(self.config, max_steps=max_steps)
+
+    def claim(self, session_id: str) -> AbstractAsyncContextManager[Claim]:
+        """Hold ``session_id`` for one operation: not running here, and no other call on it.
+
+        Entering reserves the id before any await; leaving gives up the lease the
+        operation took (unless a launched session took it over) and frees the id.
+
+        Raises:
+            SessionBusy: If the session runs here, or another call here holds it.
+        """
+        if self._registry.running(session_id):
+            raise SessionBusy(
+                f"session {session_id!r} is running here; cancel it (or wait for it) first",
+                session_id=session_id,
+            )
+        return self._claims.hold(session_id)
+
+    def held(self, session_id: str) -> Session:
+        """The record of session ``session_id`` held here in memory.
+
+        Raises:
+            SessionNotFound: If no session here has that id.
+        """
+        handle = self._registry.find(session_id)
+        if handle is None:
+            raise SessionNotFound(session_id=session_id)
+        return session_of(handle)
+
+    def drop(self, session_id: str) -> None:
+        """Stop holding an earlier run of ``session_id``, which is about to run again."""
+        self._registry.drop(session_id)
+
+    async def launch(
+        self,
+        machine: Machine[S],
+        state: S,
+        config: SessionConfig,
+        session_id: str,
+        *,
+        base_seq: int,
+        gates_passed: bool = False,
+        claim: Claim | None = None,
+        history: Sequence[TransitionEvent] = (),
+        anchor_seq: int | None = None,
+    ) -> SessionHandle[S]:
+        """Spawn the session's supervisor; it takes over ``claim``'s lease, if any.
+
+        ``history`` is an in-memory session's earlier events, kept on by this run.
+        """
+        session = self._session(machine, state, config, session_id, base_seq, anchor_seq)
+        session.gates_passed = gates_passed
+        session.log.extend(history)
+        session.seq += len(history)
+        session.on_close = self._registry.closed
+        try:
+            # Shielded: the session starts whole (and the lease passes to it) or not at all.
+            with anyio.CancelScope(shield=True):
+                with (
+                    session_scope(self._children, session),  # subgraph stages find us
+                    installed(self._faults),  # its tasks inherit the fault plan, if any
+                ):
+                    ref = await self._actors.spawn(
+                        SessionSupervisor, session, name=f"{session_id}/supervisor"
+                    )
+        except BaseException:
+            if claim is not None and session.done.is_set():
+                claim.hand_over()  # its supervisor ran and stopped: it gave the lease up
+            raise
+        if claim is not None:
+            claim.hand_over()
+        handle: SessionHandle[S] = new_handle(session, ref)
+        self._registry.add(handle)  # replaces a run before this one (a pause decided here)
+        return handle
+
+    def _session(
+        self,
+        machine: Machine[Any],
+        state: AgentState,
+        config: SessionConfig,
+        session_id: str,
+        base_seq: int,
+        anchor_seq: int | None,
+    ) -> Session:
+        """A new run's session record, recording each commit to the store if there is one."""
+        seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
+        link = self._registry.links.get(session_id)
+        persistence = None
+        if self.store is not None:
+            persistence = Journal(self.store, machine, session_id).persistence(
+                state, snapshot_every=self._snapshot_every, owner=self._owner_name, link=link
+            )
+        return Session(
+            session_id,
+            machine,
+            state,
+            config,
+            validator=compiled(machine).validator,
+            seed=seed,
+            listeners=self._listeners,
+            persistence=persistence,
+            base_seq=base_seq,
+            link=link,
+            anchor_seq=anchor_seq,
+        )
