@@ -10,6 +10,9 @@ layer may use the leaf modules ``_construct``, ``_errors``, ``_exports``,
 ``_json``, ``_log``, ``_lru``, ``_redact`` and ``_tracing``. A subpackage's
 private modules are its own: another layer imports its public namespace or its
 ``_seams`` module (the insides the layers above may use, listed in one place).
+
+Also: no function of the package is over `MAX_FUNCTION_LINES` lines (ruff's
+``C90`` keeps their complexity in bounds, see ``pyproject.toml``).
 """
 
 from __future__ import annotations
@@ -192,3 +195,39 @@ def test_the_private_module_checker_sees_a_reach() -> None:
 def test_the_checker_sees_a_violation() -> None:
     # ``actors/_cell.py`` imports the leaf ``_errors``: the checker must notice it.
     assert "_errors" in _imported_subpackages(PACKAGE / "actors" / "_cell.py")
+
+
+#: The most lines a function of the package may have, from ``def`` to its last line.
+MAX_FUNCTION_LINES = 80
+
+
+def _long_functions(path: Path, source: str | None = None) -> list[str]:
+    """``"<name> (<lines> lines)"`` for each function in ``path`` over the limit, nested too."""
+    tree = ast.parse(path.read_text() if source is None else source, filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            assert node.end_lineno is not None
+            lines = node.end_lineno - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES:
+                found.append(f"{node.name} ({lines} lines)")
+    return found
+
+
+def test_no_function_is_over_80_lines() -> None:
+    # Tests, benches and examples are exempt: the package only.
+    long = {
+        str(path.relative_to(PACKAGE)): found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (found := _long_functions(path))
+    }
+    assert not long, f"split these by meaning, into named helpers: {long}"
+
+
+def test_the_function_length_checker_sees_a_long_one() -> None:
+    # A method (nested in a class) of exactly the limit passes; one line more does not.
+    lines = "".join(f"        x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    method = f"class C:\n    async def g(self) -> None:\n{lines}"
+    assert _long_functions(PACKAGE / "x.py", method) == []
+    too_long = method + "        y = 0\n"
+    assert _long_functions(PACKAGE / "x.py", too_long) == [f"g ({MAX_FUNCTION_LINES + 1} lines)"]

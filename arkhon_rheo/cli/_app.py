@@ -31,6 +31,9 @@ from ._steer import decide, fork, replay, resume, rollback, run
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    #: ``add(name, handler, help)``: a new subcommand's parser.
+    _Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+
 __all__ = ["build_parser", "main"]
 
 _EPILOG = """exit status: 0 done; 1 refused or failed (validation, divergence, a failed
@@ -76,11 +79,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"arkhon-rheo {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: Callable[[argparse.Namespace], int], text: str) -> Any:
+    def add(
+        name: str, handler: Callable[[argparse.Namespace], int], text: str
+    ) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text, description=text, epilog=_EPILOG)
         sub.set_defaults(handler=handler)
         return sub
 
+    _add_demo(add)
+    _add_read_commands(add)
+    _add_session_commands(add)
+    _add_steering_commands(add)
+    sub = commands.add_parser(
+        "inspect",
+        help="serve the session inspector page ('inspector' extra); --help for its options",
+        add_help=False,
+    )
+    sub.add_argument("args", nargs=argparse.REMAINDER)
+    sub.set_defaults(handler=inspect)
+    return parser
+
+
+def _add_demo(add: _Add) -> None:
+    """``demo``: the seeded fault-plan run of many ReAct agents."""
     sub = add("demo", demo, "run a few hundred supervised ReAct agents under a seeded fault plan")
     _common(sub)
     sub.add_argument("--sessions", type=_positive, default=300, help="agents to run (300)")
@@ -98,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--gate-rate", type=_rate, default=0.05, help="chance an agent pauses for a human (0.05)"
     )
 
+
+def _add_read_commands(add: _Add) -> None:
+    """``sessions``, ``show``, ``graph``: read the store or a machine, change nothing."""
     sub = add("sessions", list_sessions, "list the stored sessions (no machine needed)")
     _common(sub)
     sub.add_argument(
@@ -116,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     _machine(sub, required=False)
     sub.add_argument("--output", "-o", metavar="FILE", help="write the diagram to FILE")
 
+
+def _add_session_commands(add: _Add) -> None:
+    """``run``, ``resume``: drive a session of a machine until it ends."""
     sub = add("run", run, "start a session of MODULE:ATTR and wait for its end")
     _common(sub)
     sub.add_argument("target", metavar="MODULE:ATTR")
@@ -129,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     _machine(sub)
     sub.add_argument("--max-steps", type=_positive, help="the step budget of this run")
 
+
+def _add_steering_commands(add: _Add) -> None:
+    """``decide``, ``rollback``, ``fork``, ``replay``: steer or check a stored session."""
     sub = add("decide", decide, "answer a session paused at a gate: resume, abort or edit")
     _common(sub)
     sub.add_argument("session", metavar="SESSION")
@@ -162,14 +192,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--reexecute", action="store_true", help="also run every stage again on its recorded calls"
     )
-    sub = commands.add_parser(
-        "inspect",
-        help="serve the session inspector page ('inspector' extra); --help for its options",
-        add_help=False,
-    )
-    sub.add_argument("args", nargs=argparse.REMAINDER)
-    sub.set_defaults(handler=inspect)
-    return parser
 
 
 def inspect(args: argparse.Namespace) -> int:

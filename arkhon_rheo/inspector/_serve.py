@@ -166,6 +166,29 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _check_address(host: str, port: int, *, token: str | None, allow_remote: bool) -> bool:
+    """Refuse a port out of range, and an address that would expose the inspector unasked.
+
+    Returns:
+        Whether ``host`` is reachable from other machines (it is then allowed).
+    """
+    remote = not is_loopback(host)
+    if remote and not allow_remote:
+        raise ConfigurationError(
+            f"refusing to serve the inspector on {host!r}, which other machines can reach: "
+            f"pass allow_remote=True (--allow-remote) and a token to do so"
+        )
+    if remote and not token:
+        raise ConfigurationError(
+            f"serving on {host!r} needs a token of your own (token=..., --token-file "
+            f"or ARKHON_INSPECTOR_TOKEN): "
+            f"everyone who can reach the address would otherwise depend on a printed one"
+        )
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigurationError(f"port must be an integer from 0 to 65535, got {port!r}")
+    return remote
+
+
 async def serve(
     store_path: str | os.PathLike[str],
     *,
@@ -198,20 +221,7 @@ async def serve(
             ``allow_remote`` is false or no token is given; if the port cannot
             be listened on; or for anything `create_app` refuses.
     """
-    remote = not is_loopback(host)
-    if remote and not allow_remote:
-        raise ConfigurationError(
-            f"refusing to serve the inspector on {host!r}, which other machines can reach: "
-            f"pass allow_remote=True (--allow-remote) and a token to do so"
-        )
-    if remote and not token:
-        raise ConfigurationError(
-            f"serving on {host!r} needs a token of your own (token=..., --token-file "
-            f"or ARKHON_INSPECTOR_TOKEN): "
-            f"everyone who can reach the address would otherwise depend on a printed one"
-        )
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ConfigurationError(f"port must be an integer from 0 to 65535, got {port!r}")
+    remote = _check_address(host, port, token=token, allow_remote=allow_remote)
     app = create_app(
         store_path,
         machines=machines,

@@ -221,6 +221,19 @@ class Machine(Generic[S]):
         for where, state in self._mentioned_states():
             if state not in declared:
                 raise self._fail(f"{where} names unknown state {state!r}")
+        self._check_terminal_states()
+        self._check_edge_settings()
+        for state, seconds in self.deadlines.items():
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+                raise self._fail(
+                    f"deadline of {state!r} must be a positive number, got {seconds!r}"
+                )
+        self._check_stages()
+        self._check_reachable()
+        self._check_gates()
+
+    def _check_terminal_states(self) -> None:
+        """Sessions end in the terminal states only, failed included; the others run a stage."""
         if self.failed not in self.terminal:
             raise self._fail(f"failed state {self.failed!r} must be terminal")
         if self.initial in self.terminal:
@@ -233,6 +246,9 @@ class Machine(Generic[S]):
         for state in self.states - self.terminal:
             if state not in self.stages:
                 raise self._fail(f"non-terminal state {state!r} has no stage to run in it")
+
+    def _check_edge_settings(self) -> None:
+        """Error routes and transition invariants name transitions the machine allows."""
         for state, target in self.error_routes.items():
             if target not in self.transitions.get(state, frozenset()) | {self.failed}:
                 raise self._fail(
@@ -246,14 +262,6 @@ class Machine(Generic[S]):
                     f"transition invariant on {src!r} -> {dst!r}: the machine does not "
                     "allow that transition, so the invariant would never be checked"
                 )
-        for state, seconds in self.deadlines.items():
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
-                raise self._fail(
-                    f"deadline of {state!r} must be a positive number, got {seconds!r}"
-                )
-        self._check_stages()
-        self._check_reachable()
-        self._check_gates()
 
     def _check_state_type(self) -> None:
         name = self.state_type.__name__

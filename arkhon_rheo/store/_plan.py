@@ -138,6 +138,68 @@ def _check_append(request: Append, last_seq: int, location: str) -> int:
     return new_last
 
 
+def _acquire(
+    request: Acquire, held: dict[str, Lease], out: Plan, location: str
+) -> SessionLocked | None:
+    """Take the lease ``request`` asks for, or refuse if another owner's is unexpired."""
+    sid = request.session_id
+    lease = held.get(sid)
+    if (
+        lease is not None
+        and lease[0] not in (request.owner, request.replacing)
+        and lease[1] > request.now
+    ):
+        return SessionLocked(
+            session_id=sid,
+            owner=lease[0],
+            expires_at=lease[1],
+            location=location,
+            now=request.now,
+        )
+    held[sid] = out.leases[sid] = (request.owner, request.expires_at)
+    return None
+
+
+def _release(request: Release, held: dict[str, Lease], out: Plan) -> None:
+    """Drop the session's lease if ``request``'s owner holds it (else nothing to do)."""
+    sid = request.session_id
+    lease = held.get(sid)
+    if lease is not None and lease[0] == request.owner:
+        del held[sid]
+        out.leases[sid] = None
+
+
+def _create(
+    request: Create,
+    current: tuple[int, str] | None,
+    state: dict[str, tuple[int, str]],
+    out: Plan,
+    now: float,
+) -> SessionError | None:
+    """Add the session's row and initial snapshot, or refuse if it exists already."""
+    sid = request.session_id
+    if current is not None:
+        return SessionError(
+            f"session {sid!r} exists already; choose another id, or resume it",
+            session_id=sid,
+        )
+    out.created.append(
+        (
+            sid,
+            request.machine,
+            request.status,
+            0,
+            request.created_at,
+            now,
+            request.parent,
+            request.fingerprint,
+        )
+    )
+    out.snapshots.append((sid, 0, request.snapshot))
+    state[sid] = out.updated[sid] = (0, request.status)
+    return None
+
+
 def plan(
     requests: list[Request],
     known: dict[str, tuple[int, str]],
@@ -170,48 +232,11 @@ def plan(
         if isinstance(request, Flush):
             pass
         elif isinstance(request, Acquire):
-            lease = held.get(sid)
-            if (
-                lease is not None
-                and lease[0] not in (request.owner, request.replacing)
-                and lease[1] > request.now
-            ):
-                error = SessionLocked(
-                    session_id=sid,
-                    owner=lease[0],
-                    expires_at=lease[1],
-                    location=location,
-                    now=request.now,
-                )
-            else:
-                held[sid] = (request.owner, request.expires_at)
-                out.leases[sid] = held[sid]
+            error = _acquire(request, held, out, location)
         elif isinstance(request, Release):
-            lease = held.get(sid)
-            if lease is not None and lease[0] == request.owner:
-                del held[sid]
-                out.leases[sid] = None
+            _release(request, held, out)
         elif isinstance(request, Create):
-            if current is not None:
-                error = SessionError(
-                    f"session {sid!r} exists already; choose another id, or resume it",
-                    session_id=sid,
-                )
-            else:
-                out.created.append(
-                    (
-                        sid,
-                        request.machine,
-                        request.status,
-                        0,
-                        request.created_at,
-                        now,
-                        request.parent,
-                        request.fingerprint,
-                    )
-                )
-                out.snapshots.append((sid, 0, request.snapshot))
-                state[sid] = out.updated[sid] = (0, request.status)
+            error = _create(request, current, state, out, now)
         elif current is None:
             error = SessionNotFound(session_id=sid)
         elif isinstance(request, SetStatus):

@@ -114,34 +114,7 @@ def write_batch(
     the batch again without it. The cache is
     not updated here: the caller does that once the transaction commits.
     """
-    ids = sorted(
-        {
-            r.session_id
-            for r in requests
-            if isinstance(r, Create | Append | SetStatus)
-            and (cache is None or r.session_id not in cache)
-        }
-    )
-    known: dict[str, tuple[int, str]] = {}
-    if cache is not None:
-        for r in requests:
-            if (entry := cache.get(r.session_id)) is not None:
-                known[r.session_id] = entry
-    for start in range(0, len(ids), _CHUNK):
-        chunk = ids[start : start + _CHUNK]
-        marks = ",".join("?" * len(chunk))
-        rows = yield sql(f"SELECT id, last_seq, status FROM sessions WHERE id IN ({marks})", chunk)
-        known.update((row[0], (row[1], row[2])) for row in rows)
-    leased = sorted({r.session_id for r in requests if isinstance(r, Acquire | Release)})
-    leases: dict[str, Lease] = {}
-    for start in range(0, len(leased), _CHUNK):
-        chunk = leased[start : start + _CHUNK]
-        marks = ",".join("?" * len(chunk))
-        rows = yield sql(
-            f"SELECT session_id, owner, expires_at FROM leases WHERE session_id IN ({marks})",
-            chunk,
-        )
-        leases.update((row[0], (row[1], row[2])) for row in rows)
+    known, leases = yield from _current(requests, cache)
     result = plan(requests, known, now=now, location=location, leases=leases)
     if cache is not None and any(
         error is not None and isinstance(r, Append | SetStatus) and r.session_id in cache
@@ -181,6 +154,45 @@ def write_batch(
         if dropped:
             yield _rows(DELETE_LEASE, dropped)
     return result
+
+
+def _current(
+    requests: list[Request], cache: dict[str, tuple[int, str]] | None
+) -> Script[tuple[dict[str, tuple[int, str]], dict[str, Lease]]]:
+    """What ``plan`` needs to know of the batch's sessions and leases as they stand.
+
+    The ``(last_seq, status)`` of each session the batch touches (the cache's
+    entry, or else its row) and the lease of each session it takes or releases.
+    """
+    ids = sorted(
+        {
+            r.session_id
+            for r in requests
+            if isinstance(r, Create | Append | SetStatus)
+            and (cache is None or r.session_id not in cache)
+        }
+    )
+    known: dict[str, tuple[int, str]] = {}
+    if cache is not None:
+        for r in requests:
+            if (entry := cache.get(r.session_id)) is not None:
+                known[r.session_id] = entry
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        rows = yield sql(f"SELECT id, last_seq, status FROM sessions WHERE id IN ({marks})", chunk)
+        known.update((row[0], (row[1], row[2])) for row in rows)
+    leased = sorted({r.session_id for r in requests if isinstance(r, Acquire | Release)})
+    leases: dict[str, Lease] = {}
+    for start in range(0, len(leased), _CHUNK):
+        chunk = leased[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        rows = yield sql(
+            f"SELECT session_id, owner, expires_at FROM leases WHERE session_id IN ({marks})",
+            chunk,
+        )
+        leases.update((row[0], (row[1], row[2])) for row in rows)
+    return known, leases
 
 
 def _rows(text: str, rows: list[Any], *, count: bool = False) -> Statement:

@@ -41,7 +41,7 @@ from ._stages import (
 
 if TYPE_CHECKING:
     from ..core._seams import StatePlan
-    from ..protocols import AgentState, Stage
+    from ..protocols import AgentState, FailureRecord, Stage
     from ._record import Session
     from ._stages import StageSlot
 
@@ -70,6 +70,33 @@ _STEP = _Step()
 #: yields there anyway (``bench/scale.py`` shows the effect at 10,000 sessions).
 _STEPS_PER_YIELD = 16
 _set = object.__setattr__
+
+
+def _illegal_transition(
+    stage: str, lifecycle: enum.Enum, target: object, plan: StatePlan
+) -> IllegalTransition:
+    """The refusal of a move from ``lifecycle`` to ``target`` that ``plan`` does not allow."""
+    return IllegalTransition(
+        stage=stage,
+        from_state=state_label(lifecycle),
+        to_state=state_label(target) if isinstance(target, enum.Enum) else repr(target),
+        allowed=[state_label(s) for s in plan.allowed],
+    )
+
+
+def _chosen_failure(
+    stage: str, lifecycle: enum.Enum, target: enum.Enum, attempt: int
+) -> FailureRecord:
+    """The record of a stage that moved its session to a failed state itself."""
+    return failure_record(
+        "StageChoseFailure",
+        f"stage {stage!r} moved the session to {state_label(target)!r}",
+        ErrorClass.FATAL,
+        stage=stage,
+        lifecycle=lifecycle,
+        attempt=attempt,
+        reason=ExitReason.FAILED,
+    )
 
 
 class SessionSupervisor(Actor[_Step, None]):
@@ -388,25 +415,9 @@ class SessionSupervisor(Actor[_Step, None]):
             # The plan's targets are keyed by the identity of the allowed states.
             to = plan.targets.get(id(target))
             if to is None:
-                allowed = plan.allowed
-                raise IllegalTransition(
-                    stage=name,
-                    from_state=state_label(lifecycle),
-                    to_state=state_label(target) if isinstance(target, enum.Enum) else repr(target),
-                    allowed=[state_label(s) for s in allowed],
-                )
-            record = None
-            if to.failed:
-                # The stage's own decision to fail: still a structured record.
-                record = failure_record(
-                    "StageChoseFailure",
-                    f"stage {name!r} moved the session to {state_label(target)!r}",
-                    ErrorClass.FATAL,
-                    stage=name,
-                    lifecycle=lifecycle,
-                    attempt=attempt,
-                    reason=ExitReason.FAILED,
-                )
+                raise _illegal_transition(name, lifecycle, target, plan)
+            # The stage's own decision to fail: still a structured record.
+            record = _chosen_failure(name, lifecycle, target, attempt) if to.failed else None
             moved = step_moves(machine, state, lifecycle, target, record, updates)
             # The candidate is still private to this call: set the moves on it
             # rather than copying the state a second time.

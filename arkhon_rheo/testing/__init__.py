@@ -21,10 +21,10 @@ from ._capture import EventCapture as EventCapture
 from ._chaos import ChaosReport as ChaosReport
 from ._chaos import chaos_run as chaos_run
 from ._chaos import fault_class as fault_class
-from ._crash import CrashReport as CrashReport
-from ._crash import CrashRunFailed as CrashRunFailed
-from ._crash import LostCommit as LostCommit
 from ._crash import crash_loop as crash_loop
+from ._crash_report import CrashReport as CrashReport
+from ._crash_report import CrashRunFailed as CrashRunFailed
+from ._crash_report import LostCommit as LostCommit
 from ._fault_rules import FaultCall as FaultCall
 from ._fault_rules import FaultKind as FaultKind
 from ._fault_rules import FaultRule as FaultRule

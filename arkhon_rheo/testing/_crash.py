@@ -36,118 +36,22 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import ArkhonError, ConfigurationError
+from .._errors import ConfigurationError
 from ..protocols import Durability
 from ..protocols._seams import load_machine, load_state_factory
 from ..store import SQLiteStore
 from ..system import AgentSystem
+from ._crash_report import CrashReport, CrashRunFailed, LostCommit
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
     from ..protocols import Machine
     from ..system import ReplayReport
 
-__all__ = ["CrashReport", "CrashRunFailed", "LostCommit", "crash_loop"]
+__all__ = ["crash_loop"]
 
 _CHILD = "arkhon_rheo.testing._crash_child"
-
-
-class CrashRunFailed(ArkhonError):
-    """The child process of a `crash_loop` failed on its own, not by the kill.
-
-    The message carries the end of the child's output (its traceback, usually).
-
-    Attributes:
-        output: The child's stdout and stderr.
-    """
-
-    def __init__(self, problem: str, output: str) -> None:
-        tail = output[-4000:]
-        super().__init__(f"{problem}; the child's output ends:\n{tail}")
-        self.output = output
-
-
-@dataclass(frozen=True, slots=True)
-class LostCommit:
-    """A commit the child was told was stored, which the store does not have.
-
-    Attributes:
-        session_id: The session.
-        acknowledged: The highest event number acknowledged (0: its creation).
-        stored: The session's last stored event number (``None``: no such session).
-    """
-
-    session_id: str
-    acknowledged: int
-    stored: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class CrashReport:
-    """What a `crash_loop` did and found.
-
-    Attributes:
-        kills: SIGKILLs sent to a running child.
-        runs: Child processes started (the last one ran undisturbed).
-        acknowledged: Commits (and session creations) the children reported
-            as acknowledged by the store, over all runs.
-        lost: Acknowledged commits missing from the store at some check: must
-            be empty in `Durability.SYNC` (and `Durability.BATCHED`, whose
-            acknowledgement also waits for the disk).
-        integrity: Problems ``PRAGMA integrity_check`` reported at some check
-            (empty: ``ok`` every time).
-        checks: How many times the file was checked (after each run).
-        replays: Each session's `ReplayReport` after the last run.
-        unfinished: Sessions not in a terminal state after the last run.
-        failed: ``"<session id> <exit reason>"`` for sessions that ended badly.
-    """
-
-    kills: int
-    runs: int
-    acknowledged: int
-    lost: tuple[LostCommit, ...]
-    integrity: tuple[str, ...]
-    checks: int
-    replays: Mapping[str, ReplayReport[Any]]
-    unfinished: tuple[str, ...]
-    failed: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        """Nothing lost, the file always sound, every session ended well and replays."""
-        return not (self.lost or self.integrity or self.unfinished or self.failed) and all(
-            report.ok for report in self.replays.values()
-        )
-
-    @property
-    def diverged(self) -> dict[str, str]:
-        """The sessions whose replay does not fit their log, with the reason."""
-        return {
-            session_id: str(report.divergence)
-            for session_id, report in self.replays.items()
-            if report.divergence is not None
-        }
-
-    def summary(self) -> str:
-        """One line per finding, for a test's failure message or a log."""
-        lines = [
-            f"{self.kills} kills over {self.runs} runs, {self.acknowledged} acknowledged "
-            f"commits, {len(self.lost)} lost, {self.checks} integrity checks "
-            f"({len(self.integrity)} failed), {len(self.replays)} sessions replayed "
-            f"({len(self.diverged)} diverged), {len(self.unfinished)} unfinished, "
-            f"{len(self.failed)} failed"
-        ]
-        lines += [
-            f"lost: {lost.session_id} acknowledged #{lost.acknowledged}, stored "
-            f"{'nothing' if lost.stored is None else f'up to #{lost.stored}'}"
-            for lost in self.lost
-        ]
-        lines += [f"integrity: {problem}" for problem in self.integrity]
-        lines += [f"diverged: {sid}: {why}" for sid, why in self.diverged.items()]
-        lines += [f"unfinished: {sid}" for sid in self.unfinished]
-        lines += [f"failed: {line}" for line in self.failed]
-        return "\n".join(lines)
 
 
 @dataclass
@@ -159,6 +63,10 @@ class _Loop:
     db: Path
     settings: dict[str, Any]
     timeout: float
+    #: The most acknowledged commits a run may make before its kill.
+    most: int
+    #: The user's own check of the file, after each run.
+    check: Callable[[Path], None] | None
     runs: int = 0
     kills: int = 0
     acknowledged: int = 0
@@ -299,7 +207,7 @@ def _integrity(db: Path) -> list[str]:
     return [] if rows == [("ok",)] else [str(row[0]) for row in rows]
 
 
-def _check(loop: _Loop, check: Callable[[Path], None] | None) -> None:
+def _check(loop: _Loop) -> None:
     """Check the file as the next process finds it: nothing acknowledged lost, sound."""
     loop.checks += 1
     stored = anyio.run(_stored, loop.db, backend=loop.settings["backend"])
@@ -308,8 +216,8 @@ def _check(loop: _Loop, check: Callable[[Path], None] | None) -> None:
         if (last is None or last < acked) and session_id not in loop.lost:
             loop.lost[session_id] = LostCommit(session_id, acked, last)
     loop.integrity += [f"after run {loop.runs - 1}: {line}" for line in _integrity(loop.db)]
-    if check is not None:
-        check(loop.db)
+    if loop.check is not None:
+        loop.check(loop.db)
 
 
 async def _replay_all(
@@ -324,6 +232,109 @@ async def _replay_all(
             if not machine.is_terminal(report.state.lifecycle):
                 unfinished.append(record.session_id)
     return replays, unfinished
+
+
+def _check_arguments(
+    machine: str,
+    state: str,
+    backend: str,
+    kills: int,
+    sessions: int,
+    new_per_run: int,
+    commits_between_kills: int,
+) -> Machine[Any]:
+    """Refuse what a child would fail on, here: a name that does not resolve, a bad number.
+
+    Returns:
+        The machine ``machine`` names.
+    """
+    if not hasattr(signal, "SIGKILL"):
+        raise ConfigurationError("crash_loop needs SIGKILL (POSIX); this platform has none")
+    found = load_machine(machine)  # fail here, not in a child
+    load_state_factory(state)
+    for name, value, least in (
+        ("kills", kills, 0),
+        ("sessions", sessions, 0),
+        ("new_per_run", new_per_run, 0),
+        ("commits_between_kills", commits_between_kills, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigurationError(f"{name} must be an integer >= {least}, got {value!r}")
+    if sessions + new_per_run == 0:
+        raise ConfigurationError("sessions and new_per_run are both 0: there is nothing to run")
+    if backend not in ("asyncio", "trio"):
+        raise ConfigurationError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
+    return found
+
+
+def _killed_run(loop: _Loop, log: Path, rng: random.Random) -> None:
+    """One run: a child SIGKILLed after a seeded number of commits (unless it ends first)."""
+    child = _Child(loop, log)
+    try:
+        commits, delay = _kill_point(rng, loop.most)
+        reached = child.wait_for(functools.partial(_reached, child, commits), loop.timeout)
+        if reached and delay:
+            time.sleep(delay)
+        killed = reached and "done" not in child.lines and child.process.poll() is None
+        if killed:
+            os.kill(child.process.pid, signal.SIGKILL)
+            loop.kills += 1
+        child.finish(loop.timeout)
+    finally:
+        if child.process.poll() is None:
+            child.kill()
+    _take_report(loop, child, killed=killed)
+    _check(loop)
+
+
+def _last_run(loop: _Loop, log: Path) -> None:
+    """The last run: a child left undisturbed until every session has ended."""
+    child = _Child(loop, log)
+    try:
+        child.finish(max(loop.timeout, 120.0))
+    finally:
+        if child.process.poll() is None:
+            child.kill()
+    _take_report(loop, child, killed=False)
+    if "done" not in child.lines:
+        raise CrashRunFailed("the last run did not finish its sessions", child.output())
+    _check(loop)
+
+
+def _run_all(loop: _Loop, kills: int, rng: random.Random) -> None:
+    """Run children until ``kills`` of them were killed, then the last one undisturbed.
+
+    Raises:
+        CrashRunFailed: If too many runs end on their own before their kill.
+    """
+    with tempfile.TemporaryDirectory(prefix="arkhon-crash-") as logs:
+        log = Path(logs) / "child.log"
+        while loop.kills < kills:
+            if loop.runs >= 3 * kills + 10:
+                raise CrashRunFailed(
+                    f"the child finished its work before its kill in {loop.runs} runs out of "
+                    f"{loop.runs + loop.kills}: give it more work per run (new_per_run, longer "
+                    "sessions) or lower commits_between_kills",
+                    "",
+                )
+            _killed_run(loop, log, rng)
+        _last_run(loop, log)
+
+
+def _report(loop: _Loop, machine: Machine[Any]) -> CrashReport:
+    """Replay every stored session, and report what the loop found."""
+    replays, unfinished = anyio.run(_replay_all, machine, loop.db, backend=loop.settings["backend"])
+    return CrashReport(
+        kills=loop.kills,
+        runs=loop.runs,
+        acknowledged=loop.acknowledged,
+        lost=tuple(loop.lost.values()),
+        integrity=tuple(loop.integrity),
+        checks=loop.checks,
+        replays=replays,
+        unfinished=tuple(unfinished),
+        failed=tuple(loop.failed),
+    )
 
 
 def crash_loop(
@@ -388,22 +399,9 @@ def crash_loop(
         CrashRunFailed: If a child fails on its own (not by the kill), hangs,
             or keeps finishing before its kill.
     """
-    if not hasattr(signal, "SIGKILL"):
-        raise ConfigurationError("crash_loop needs SIGKILL (POSIX); this platform has none")
-    found = load_machine(machine)  # fail here, not in a child
-    load_state_factory(state)
-    for name, value, least in (
-        ("kills", kills, 0),
-        ("sessions", sessions, 0),
-        ("new_per_run", new_per_run, 0),
-        ("commits_between_kills", commits_between_kills, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ConfigurationError(f"{name} must be an integer >= {least}, got {value!r}")
-    if sessions + new_per_run == 0:
-        raise ConfigurationError("sessions and new_per_run are both 0: there is nothing to run")
-    if backend not in ("asyncio", "trio"):
-        raise ConfigurationError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
+    found = _check_arguments(
+        machine, state, backend, kills, sessions, new_per_run, commits_between_kills
+    )
     settings = {
         "seed": seed,
         "backend": backend,
@@ -414,54 +412,6 @@ def crash_loop(
         "snapshot_every": snapshot_every,
         "max_steps": max_steps,
     }
-    loop = _Loop(machine, state, Path(path), settings, timeout)
-    rng = random.Random(seed)
-    with tempfile.TemporaryDirectory(prefix="arkhon-crash-") as logs:
-        log = Path(logs) / "child.log"
-        while loop.kills < kills:
-            if loop.runs >= 3 * kills + 10:
-                raise CrashRunFailed(
-                    f"the child finished its work before its kill in {loop.runs} runs out of "
-                    f"{loop.runs + loop.kills}: give it more work per run (new_per_run, longer "
-                    "sessions) or lower commits_between_kills",
-                    "",
-                )
-            child = _Child(loop, log)
-            try:
-                commits, delay = _kill_point(rng, commits_between_kills)
-                reached = child.wait_for(functools.partial(_reached, child, commits), timeout)
-                if reached and delay:
-                    time.sleep(delay)
-                killed = reached and "done" not in child.lines and child.process.poll() is None
-                if killed:
-                    os.kill(child.process.pid, signal.SIGKILL)
-                    loop.kills += 1
-                child.finish(timeout)
-            finally:
-                if child.process.poll() is None:
-                    child.kill()
-            _take_report(loop, child, killed=killed)
-            _check(loop, check)
-        # The last run: undisturbed, every session ends.
-        child = _Child(loop, log)
-        try:
-            child.finish(max(timeout, 120.0))
-        finally:
-            if child.process.poll() is None:
-                child.kill()
-        _take_report(loop, child, killed=False)
-        if "done" not in child.lines:
-            raise CrashRunFailed("the last run did not finish its sessions", child.output())
-        _check(loop, check)
-    replays, unfinished = anyio.run(_replay_all, found, loop.db, backend=backend)
-    return CrashReport(
-        kills=loop.kills,
-        runs=loop.runs,
-        acknowledged=loop.acknowledged,
-        lost=tuple(loop.lost.values()),
-        integrity=tuple(loop.integrity),
-        checks=loop.checks,
-        replays=replays,
-        unfinished=tuple(unfinished),
-        failed=tuple(loop.failed),
-    )
+    loop = _Loop(machine, state, Path(path), settings, timeout, commits_between_kills, check)
+    _run_all(loop, kills, random.Random(seed))
+    return _report(loop, found)

@@ -23,7 +23,7 @@ for a random time, or fail the stage by raising.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import Field
 
@@ -32,8 +32,12 @@ from ..protocols import AgentState, History, Lifecycle, Machine, Patch, StateVie
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Mapping
+    from enum import Enum
 
-    from ..protocols import Gate
+    from ..protocols import Gate, Stage
+
+    #: A hook before a stage: awaited with the cycle number.
+    Hook = Callable[[int], Awaitable[None]]
 
 __all__ = ["ReferenceState", "ReferenceStep", "reference_machine"]
 
@@ -80,7 +84,7 @@ class ReferenceState(AgentState):
 def reference_machine(
     *,
     name: str = "reference",
-    before: Mapping[str, Callable[[int], Awaitable[None]]] | None = None,
+    before: Mapping[str, Hook] | None = None,
     gates: Iterable[Gate] = (),
 ) -> Machine[ReferenceState]:
     """The reference loop machine over `ReferenceState` (see the module's diagram).
@@ -113,6 +117,32 @@ def reference_machine(
         ConfigurationError: If ``before`` names a stage the machine does not have,
             or a hook that is not callable.
     """
+    stages = _stages(*_hooks(before))
+    return Machine(
+        name=name,
+        state_type=ReferenceState,
+        initial=L.THINKING,
+        terminal={L.FINISHED, L.FAILED},
+        failed=L.FAILED,
+        loop_state=L.THINKING,
+        transitions={
+            L.THINKING: {L.ACTING},
+            L.ACTING: {L.OBSERVING},
+            L.OBSERVING: {L.THINKING, L.FINISHED},
+        },
+        stages=stages,
+        invariants={
+            None: [_has_task],
+            L.ACTING: [_has_thought],
+            L.OBSERVING: [_has_steps],
+            L.FINISHED: [_has_observation],
+        },
+        gates=gates,
+    )
+
+
+def _hooks(before: Mapping[str, Hook] | None) -> tuple[Hook | None, Hook | None, Hook | None]:
+    """The hooks before ``think``, ``act`` and ``observe``; refuses an unknown stage's."""
     hooks = dict(before or {})
     for stage_name, hook in hooks.items():
         if stage_name not in STAGES:
@@ -125,6 +155,13 @@ def reference_machine(
                 f"got {hook!r}"
             )
     on_think, on_act, on_observe = (hooks.get(stage_name) for stage_name in STAGES)
+    return on_think, on_act, on_observe
+
+
+def _stages(
+    on_think: Hook | None, on_act: Hook | None, on_observe: Hook | None
+) -> dict[Enum, type[Stage[Any]]]:
+    """New stage classes for one machine, awaiting the hooks given before their work."""
 
     @stage(reads={"user_input", "iteration", "observation"}, writes={"thought"}, next=L.ACTING)
     async def think(view: StateView[ReferenceState]) -> Patch:
@@ -146,27 +183,7 @@ def reference_machine(
             await on_observe(last.cycle)
         return Patch(observation=last.output)
 
-    return Machine(
-        name=name,
-        state_type=ReferenceState,
-        initial=L.THINKING,
-        terminal={L.FINISHED, L.FAILED},
-        failed=L.FAILED,
-        loop_state=L.THINKING,
-        transitions={
-            L.THINKING: {L.ACTING},
-            L.ACTING: {L.OBSERVING},
-            L.OBSERVING: {L.THINKING, L.FINISHED},
-        },
-        stages={L.THINKING: think, L.ACTING: act, L.OBSERVING: observe},
-        invariants={
-            None: [_has_task],
-            L.ACTING: [_has_thought],
-            L.OBSERVING: [_has_steps],
-            L.FINISHED: [_has_observation],
-        },
-        gates=gates,
-    )
+    return {L.THINKING: think, L.ACTING: act, L.OBSERVING: observe}
 
 
 def _after_observe(state: ReferenceState) -> Lifecycle:
