@@ -8,7 +8,7 @@ import pytest
 import sniffio
 import trio
 
-from tests.helpers import on_virtual_clock
+from tests.support.helpers import on_virtual_clock
 
 pytestmark = pytest.mark.anyio
 

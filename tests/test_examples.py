@@ -106,7 +106,7 @@ def test_the_react_example_answers_with_both_tools_and_replays(
 
 @pytest.mark.anyio
 async def test_the_react_example_talks_to_a_real_server_when_configured(tmp_path: Path) -> None:
-    from tests.chat_server import Canned, open_chat_server
+    from tests.support.chat_server import Canned, open_chat_server
 
     script = next(path for path in EXAMPLES if path.stem == "react_agent")
     async with open_chat_server() as server:

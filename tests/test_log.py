@@ -29,7 +29,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo._log import get_logger, unconfigure_logging
 from arkhon_rheo._redact import register_secret
-from tests.observe_machine import OUTCOMES, Flow, flow_machine, troubled
+from tests.support.observe_machine import OUTCOMES, Flow, flow_machine, troubled
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, MutableMapping, Sequence

@@ -15,7 +15,7 @@ from arkhon_rheo.protocols import AssistantMessage, ModelReply, ToolCall, Usage
 from arkhon_rheo.react import ReactState, react_agent
 from arkhon_rheo.testing import ScriptedModel
 from arkhon_rheo.tools import tool
-from tests.observe_machine import OUTCOMES, Flow, flow_machine, troubled
+from tests.support.observe_machine import OUTCOMES, Flow, flow_machine, troubled
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

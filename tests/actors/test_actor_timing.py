@@ -9,7 +9,7 @@ import trio.testing
 
 from arkhon_rheo.actors import ActorSystem, Termination, TerminationKind
 from arkhon_rheo.errors import AskTimeout
-from tests.helpers import Gate
+from tests.support.helpers import Gate
 
 
 @pytest.mark.trio

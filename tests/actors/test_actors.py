@@ -22,7 +22,7 @@ from arkhon_rheo.actors import (
 )
 from arkhon_rheo.actors._cell import Cell
 from arkhon_rheo.errors import ActorStopped, MailboxFull, SystemNotRunning
-from tests.helpers import Boom, Crasher, Gate, Recorder, Watcher
+from tests.support.helpers import Boom, Crasher, Gate, Recorder, Watcher
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ and the same seed gives the same report on asyncio and trio.
 
 from __future__ import annotations
 
-from tests.helpers import run_bench_quick
+from tests.support.helpers import run_bench_quick
 
 
 def test_chaos_bench_quick_run_reports_no_hang_and_no_violation() -> None:

@@ -5,7 +5,7 @@ Nothing about the figures themselves is checked; timings are not tested.
 
 from __future__ import annotations
 
-from tests.helpers import run_bench_quick
+from tests.support.helpers import run_bench_quick
 
 
 def test_commit_bench_quick_run_prints_every_figure_on_both_backends() -> None:

@@ -6,7 +6,7 @@ a test); that every session ended and was forgotten in both runs is.
 
 from __future__ import annotations
 
-from tests.helpers import run_bench_quick
+from tests.support.helpers import run_bench_quick
 
 
 def test_machines_bench_quick_run_prints_every_figure_on_both_backends() -> None:

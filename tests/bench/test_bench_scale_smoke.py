@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from tests.helpers import run_bench_quick
+from tests.support.helpers import run_bench_quick
 
 
 def test_scale_bench_quick_run_reports_every_figure_and_no_hung_session() -> None:

@@ -5,7 +5,7 @@ Nothing about the figures themselves is checked; timings are not tested.
 
 from __future__ import annotations
 
-from tests.helpers import run_bench_quick
+from tests.support.helpers import run_bench_quick
 
 LABELS = (
     "tell ",

@@ -12,7 +12,7 @@ import importlib.util
 
 import pytest
 
-from tests.helpers import run_bench_quick
+from tests.support.helpers import run_bench_quick
 
 MISSING = "langgraph not installed: pip install -e .[bench]"
 REFERENCE_LABELS = (

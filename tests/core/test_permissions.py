@@ -41,7 +41,7 @@ from arkhon_rheo.errors import (
 )
 from arkhon_rheo.protocols import ErrorClass, EventKind, FailureRecord
 from arkhon_rheo.supervision import RestartIntensity
-from tests.helpers import on_virtual_clock
+from tests.support.helpers import on_virtual_clock
 
 if TYPE_CHECKING:
     import trio.testing

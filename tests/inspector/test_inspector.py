@@ -18,7 +18,7 @@ pytest.importorskip("starlette", reason="the inspector extra is not installed")
 pytest.importorskip("hypercorn", reason="the inspector extra is not installed")
 
 from arkhon_rheo.inspector import create_app, serve
-from tests.inspector_fixture import desk, populate
+from tests.support.inspector_fixture import desk, populate
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -388,13 +388,13 @@ def test_the_module_entry_refuses_bad_arguments(
     from arkhon_rheo.inspector.__main__ import main
     from arkhon_rheo.protocols._spec import load_machine
 
-    assert load_machine("tests.inspector_fixture:desk") is desk
+    assert load_machine("tests.support.inspector_fixture:desk") is desk
     for spec, expected in [
         ("nocolon", "'module:attr'"),
         ("no_such_module_xyz:m", "cannot import"),
-        ("tests.inspector_fixture:nothing", "has no attribute"),
-        ("tests.inspector_fixture:TOKEN_IS_NOT_HERE", "has no attribute"),
-        ("tests.inspector_fixture:Reply", "must name a Machine"),
+        ("tests.support.inspector_fixture:nothing", "has no attribute"),
+        ("tests.support.inspector_fixture:TOKEN_IS_NOT_HERE", "has no attribute"),
+        ("tests.support.inspector_fixture:Reply", "must name a Machine"),
     ]:
         with pytest.raises(ConfigurationError, match=expected):
             load_machine(spec)
@@ -463,7 +463,7 @@ async def test_every_kind_of_session_id_round_trips_through_the_links(
 ) -> None:
     from html import escape
 
-    from tests.inspector_fixture import populate_ids
+    from tests.support.inspector_fixture import populate_ids
 
     await populate_ids(str(store_path), ODD_IDS)
     async with _client(create_app(store_path, machines=[desk], token=TOKEN)) as client:
@@ -528,7 +528,7 @@ async def test_a_long_session_is_shown_a_page_of_events_at_a_time(
     import re
 
     from arkhon_rheo.inspector._app import PAGE_SIZE
-    from tests.inspector_fixture import populate_long, tally
+    from tests.support.inspector_fixture import populate_long, tally
 
     total = PAGE_SIZE * 2 + PAGE_SIZE // 2
     session_id = await populate_long(str(store_path), total)
@@ -644,7 +644,7 @@ def test_inspect_serves_with_the_token_from_a_file_or_the_environment(
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     env.pop("ARKHON_INSPECTOR_TOKEN", None)
     argv = [sys.executable, "-m", "arkhon_rheo", "inspect", "--store", str(path), "--port", "0"]
-    argv += ["--machine", "tests.inspector_fixture:desk"]
+    argv += ["--machine", "tests.support.inspector_fixture:desk"]
     if source == "file":
         token_file = tmp_path / "token"
         token_file.write_text(secret + "\n")

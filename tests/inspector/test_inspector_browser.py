@@ -33,7 +33,7 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-from tests.inspector_fixture import populate, populate_ids  # noqa: E402
+from tests.support.inspector_fixture import populate, populate_ids  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -93,7 +93,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             "--port",
             "0",
             "--machine",
-            "tests.inspector_fixture:desk",
+            "tests.support.inspector_fixture:desk",
             "--backend",
             "trio",
         ],

@@ -25,7 +25,7 @@ from arkhon_rheo.protocols import (
     Usage,
     UserMessage,
 )
-from tests.chat_server import Canned, ChatServer, open_chat_server, text_chunks
+from tests.support.chat_server import Canned, ChatServer, open_chat_server, text_chunks
 
 pytestmark = pytest.mark.anyio
 

@@ -34,7 +34,7 @@ from arkhon_rheo._redact import ScrubbedError, StreamScrubber, register_secret, 
 from arkhon_rheo.models import OpenAIChatClient
 from arkhon_rheo.protocols import ModelReply, ReplyDelta, UserMessage
 from arkhon_rheo.supervision import Backoff, RestartIntensity
-from tests.chat_server import Canned, Received, open_chat_server, text_chunks
+from tests.support.chat_server import Canned, Received, open_chat_server, text_chunks
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -25,7 +25,7 @@ from arkhon_rheo import (
 from arkhon_rheo.models import DEFAULT_PRICING, ModelPrice, OpenAIChatClient, Pricing, cost
 from arkhon_rheo.protocols import ModelReply, Usage, UserMessage
 from arkhon_rheo.supervision import Backoff
-from tests.chat_server import Canned, open_chat_server
+from tests.support.chat_server import Canned, open_chat_server
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,7 @@ from arkhon_rheo.observe import (
     Sample,
     prometheus_text,
 )
-from tests.observe_machine import OUTCOMES, Flow, flow_machine, troubled
+from tests.support.observe_machine import OUTCOMES, Flow, flow_machine, troubled
 
 if TYPE_CHECKING:
     from pathlib import Path

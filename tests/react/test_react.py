@@ -404,7 +404,7 @@ async def test_bad_configuration_is_refused() -> None:
 
 async def test_a_429_storm_from_a_real_server_is_ridden_out() -> None:
     from arkhon_rheo.models import OpenAIChatClient
-    from tests.chat_server import Canned, open_chat_server
+    from tests.support.chat_server import Canned, open_chat_server
 
     async with open_chat_server() as server:
         server.add(

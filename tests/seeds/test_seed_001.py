@@ -448,7 +448,7 @@ def test_the_example_runs_every_scenario_and_replays_them(backend: str) -> None:
 
 async def test_the_machine_runs_on_an_openai_compatible_server() -> None:
     from arkhon_rheo.models import OpenAIChatClient
-    from tests.chat_server import Canned, open_chat_server
+    from tests.support.chat_server import Canned, open_chat_server
 
     state, script = seed.SCENARIOS["complete"]
     async with open_chat_server() as server:

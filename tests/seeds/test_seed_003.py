@@ -30,7 +30,7 @@ from arkhon_rheo.react import (
     offered_actions,
 )
 from arkhon_rheo.testing import Delay, ScriptedModel
-from tests.helpers import on_virtual_clock
+from tests.support.helpers import on_virtual_clock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import phase_agent

@@ -25,7 +25,7 @@ from arkhon_rheo.errors import DuplicateEvent, UnserializablePatch
 from arkhon_rheo.protocols import Durability, Store, StoredEvent
 from arkhon_rheo.protocols._encoded import EncodedJson, EncodedPatch
 from arkhon_rheo.store import MemoryStore, SQLiteStore, StoreState
-from tests.store_rows import WriterBegins
+from tests.support.store_rows import WriterBegins
 
 if TYPE_CHECKING:
     from collections.abc import Callable

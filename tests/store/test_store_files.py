@@ -17,7 +17,7 @@ from arkhon_rheo.errors import StoreCorrupt
 from arkhon_rheo.protocols import StoredEvent
 from arkhon_rheo.store import SQLiteStore, StoreState
 from arkhon_rheo.store._schema import APPLICATION_ID, SCHEMA_VERSION
-from tests.store_rows import insert_event
+from tests.support.store_rows import insert_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable

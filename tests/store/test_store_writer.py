@@ -16,7 +16,7 @@ from arkhon_rheo.errors import DuplicateEvent
 from arkhon_rheo.protocols import Durability
 from arkhon_rheo.store import SQLiteStore
 from tests.store.test_store import event, events
-from tests.store_rows import WriterBegins
+from tests.support.store_rows import WriterBegins
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -309,7 +309,7 @@ async def test_a_store_of_schema_version_1_is_upgraded_in_place() -> None:
     async with AgentSystem() as agents:
         await agents.run(machine, Box(), session_id="old")
     # (Imported here: a subprocess test imports this module on its own, outside the package.)
-    from tests.store_rows import write_schema_3
+    from tests.support.store_rows import write_schema_3
 
     write_schema_3("arkhon-rheo.db")  # rows laid out as before version 4...
     with sqlite3.connect("arkhon-rheo.db", isolation_level=None) as db:  # ...as version 1 left it

@@ -21,7 +21,7 @@ import pytest
 from arkhon_rheo import AgentSystem, ExitReason
 from arkhon_rheo.supervision._persist import EVENT_BYTES, SNAPSHOT_MIN_BYTES
 from tests.fixtures.store_v3 import Ledger, ledger_machine
-from tests.store_rows import snapshot_state
+from tests.support.store_rows import snapshot_state
 
 if TYPE_CHECKING:
     from pathlib import Path

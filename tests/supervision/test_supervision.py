@@ -41,7 +41,7 @@ from arkhon_rheo.supervision import (
     RestartWindow,
     StageMode,
 )
-from tests.helpers import on_virtual_clock
+from tests.support.helpers import on_virtual_clock
 
 L = Lifecycle
 

@@ -25,7 +25,7 @@ from arkhon_rheo.core._seams import EventCodec
 from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.testing import ReferenceState, reference_machine
-from tests.helpers import on_virtual_clock
+from tests.support.helpers import on_virtual_clock
 
 pytestmark = pytest.mark.anyio
 

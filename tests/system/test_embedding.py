@@ -9,7 +9,7 @@ import anyio
 import trio
 
 from arkhon_rheo.actors import ActorSystem
-from tests.helpers import Recorder
+from tests.support.helpers import Recorder
 
 
 async def _host_main() -> list[object]:

@@ -22,7 +22,7 @@ from arkhon_rheo import (
 from arkhon_rheo.protocols import Gate
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.store._schema import SCHEMA_VERSION
-from tests.store_rows import write_schema_3
+from tests.support.store_rows import write_schema_3
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -26,7 +26,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.protocols import EventKind, Partial, TransitionEvent
 from arkhon_rheo.testing import ReferenceState, reference_machine
-from tests.helpers import run_bench_quick
+from tests.support.helpers import run_bench_quick
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -1,6 +1,6 @@
 """Recovery after a crash: a dead owner's lease is taken over at once, and the resume is told.
 
-A child process (`tests/recover_child.py`) takes sessions and is SIGKILLed
+A child process (`tests/support/recover_child.py`) takes sessions and is SIGKILLed
 inside a stage; this process then finds them orphaned, resumes or recovers
 them without waiting for the lease to run out, and their history records the
 resume. A live owner's sessions are left alone, with a readable refusal.
@@ -24,7 +24,7 @@ from arkhon_rheo import AgentSystem, SessionLocked
 from arkhon_rheo.protocols import EventKind
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.system._owner import Owner, is_dead
-from tests.recover_child import job_machine
+from tests.support.recover_child import job_machine
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(
     not hasattr(signal, "SIGKILL"), reason="the recovery tests kill their child with SIGKILL"
 )
 
-CHILD = Path(__file__).resolve().parents[1] / "recover_child.py"
+CHILD = Path(__file__).resolve().parents[1] / "support" / "recover_child.py"
 HOST = socket.gethostname()
 
 

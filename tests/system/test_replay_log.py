@@ -28,7 +28,7 @@ from arkhon_rheo import (
 from arkhon_rheo.errors import RecordedCallFailed, ReplayDiverged, UnrecordableCall
 from arkhon_rheo.protocols import EventKind, Gate
 from arkhon_rheo.supervision._seams import CallPlayback, CallRecorder
-from tests.store_rows import event_patch, set_event, snapshot_state
+from tests.support.store_rows import event_patch, set_event, snapshot_state
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -34,8 +34,8 @@ from arkhon_rheo.core._seams import EventCodec, StateHasher
 from arkhon_rheo.protocols import Durability, EventKind
 from arkhon_rheo.store import SQLiteStore
 from arkhon_rheo.testing import CrashReport, CrashRunFailed, LostCommit, ReferenceState, crash_loop
-from tests.crash_child import ROUNDS, SNAPSHOT_EVERY, crash_machine, expected_trace, point
-from tests.crash_child import initial as fresh_state
+from tests.support.crash_child import ROUNDS, SNAPSHOT_EVERY, crash_machine, expected_trace, point
+from tests.support.crash_child import initial as fresh_state
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -135,8 +135,8 @@ async def _verify(crashes: Crashes, db: Path) -> None:
 def run_crashes(tmp_path: Path, *, seed: int, backend: str, kills: int) -> CrashReport:
     crashes = Crashes(seed)
     report = crash_loop(
-        "tests.crash_child:machine",
-        "tests.crash_child:initial",
+        "tests.support.crash_child:machine",
+        "tests.support.crash_child:initial",
         path=tmp_path / "crash.db",
         kills=kills,
         sessions=INITIAL,
@@ -189,8 +189,8 @@ def test_sessions_survive_many_sigkills(tmp_path: Path, seed: int, backend: str)
 
 # -- the harness as a user calls it ------------------------------------------------------
 
-MACHINE = "tests.crash_child:machine"
-STATE = "tests.crash_child:initial"
+MACHINE = "tests.support.crash_child:machine"
+STATE = "tests.support.crash_child:initial"
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
@@ -262,11 +262,11 @@ def test_a_report_says_what_was_lost() -> None:
 @pytest.mark.parametrize(
     ("machine", "state", "words"),
     [
-        ("tests.crash_child", STATE, "'module:attr'"),
+        ("tests.support.crash_child", STATE, "'module:attr'"),
         ("tests.no_such_module:machine", STATE, "cannot import module"),
-        ("tests.crash_child:nothing", STATE, "has no attribute 'nothing'"),
-        ("tests.crash_child:ROUNDS", STATE, "must name a Machine"),
-        (MACHINE, "tests.crash_child:ROUNDS", "fresh initial state"),
+        ("tests.support.crash_child:nothing", STATE, "has no attribute 'nothing'"),
+        ("tests.support.crash_child:ROUNDS", STATE, "must name a Machine"),
+        (MACHINE, "tests.support.crash_child:ROUNDS", "fresh initial state"),
     ],
 )
 def test_a_bad_name_is_refused_before_any_child_runs(
@@ -295,7 +295,7 @@ def test_a_child_failing_on_its_own_is_an_error_with_its_output(tmp_path: Path) 
     with pytest.raises(CrashRunFailed, match="broken_state cannot make a state") as caught:
         crash_loop(
             MACHINE,
-            "tests.crash_child:broken_state",
+            "tests.support.crash_child:broken_state",
             path=tmp_path / "agent.db",
             kills=2,
             durability=Durability.BATCHED,

@@ -9,8 +9,8 @@ restarted once then finished, failed (fatal) and paused at the gate.
 (hostile ones: a subgraph child's ``a/b/1``, ``?``, ``#``, ``%41``...), and
 ``populate_long(path, marks)`` runs one ``tally`` session of ``marks`` events.
 
-Run ``python -m tests.inspector_fixture PATH`` to make such a file, then
-``python -m arkhon_rheo.inspector --store PATH --machine tests.inspector_fixture:desk``.
+Run ``python -m tests.support.inspector_fixture PATH`` to make such a file, then
+``python -m arkhon_rheo.inspector --store PATH --machine tests.support.inspector_fixture:desk``.
 """
 
 from __future__ import annotations

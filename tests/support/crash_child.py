@@ -1,7 +1,7 @@
 """The machine of the crash test (`tests/testing/test_crash.py`), imported by its children.
 
 The crash test runs it under `arkhon_rheo.testing.crash_loop`, whose child
-processes import ``tests.crash_child:machine`` and ``tests.crash_child:initial``.
+processes import ``tests.support.crash_child:machine`` and ``tests.support.crash_child:initial``.
 It is the reference machine (`arkhon_rheo.testing.reference_machine`), looping
 think -> act -> observe for `ROUNDS` cycles, with hooks that make its stages
 await small random pauses (drawn from `random`, which each child seeds with the

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from arkhon_rheo.actors import Actor, Termination
-
-from .conftest import VIRTUAL_CLOCK
+from tests.conftest import VIRTUAL_CLOCK
 
 #: Run an anyio test once, on trio's virtual clock (ask for the ``autojump_clock``
 #: fixture to read or move it); a module's ``pytestmark = pytest.mark.anyio`` applies.
@@ -94,7 +93,7 @@ def run_bench_quick(script: str, *, timeout: float, extra: tuple[str, ...] = ())
     import sys
     from pathlib import Path
 
-    bench = Path(__file__).resolve().parents[1] / "bench" / script
+    bench = Path(__file__).resolve().parents[2] / "bench" / script
     result = subprocess.run(
         [sys.executable, "-W", "error::ResourceWarning", str(bench), "--quick", *extra],
         capture_output=True,

@@ -1,6 +1,6 @@
 """The child process of the recovery tests (`tests/system/test_recover.py`); not a test module.
 
-Run as ``python tests/recover_child.py DB ID...``, it starts one session of
+Run as ``python tests/support/recover_child.py DB ID...``, it starts one session of
 `job_machine` per id in the SQLite store at ``DB`` (leased for the default
 30 s), prints ``ready`` once each has committed its first step and is inside
 its second stage, and then waits until it is killed.

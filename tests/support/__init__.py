@@ -1,0 +1,1 @@
+"""What the tests share: small actors and machines, fake servers, child processes, row surgery."""
