@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import ArkhonError, ConfigurationError
+from .._errors import ConfigurationError, CrashRunFailed
 from ..protocols import Durability
 from ..protocols._seams import load_machine, load_state_factory
 from ..store import SQLiteStore
@@ -48,24 +48,9 @@ if TYPE_CHECKING:
     from ..protocols import Machine
     from ..system import ReplayReport
 
-__all__ = ["CrashReport", "CrashRunFailed", "LostCommit", "crash_loop"]
+__all__ = ["CrashReport", "LostCommit", "crash_loop"]
 
 _CHILD = "arkhon_rheo.testing._crash_child"
-
-
-class CrashRunFailed(ArkhonError):
-    """The child process of a `crash_loop` failed on its own, not by the kill.
-
-    The message carries the end of the child's output (its traceback, usually).
-
-    Attributes:
-        output: The child's stdout and stderr.
-    """
-
-    def __init__(self, problem: str, output: str) -> None:
-        tail = output[-4000:]
-        super().__init__(f"{problem}; the child's output ends:\n{tail}")
-        self.output = output
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .._errors import ConfigurationError
+from .._errors import IsolationUnavailable
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Enforcement",
-    "IsolationUnavailable",
     "backend",
     "bwrap_command",
     "enforcement",
@@ -79,14 +78,6 @@ _INSTALL = (
     "install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
     "bubblewrap; Arch: pacman -S bubblewrap) or point Sandbox(bwrap=...) at it"
 )
-
-
-class IsolationUnavailable(ConfigurationError):
-    """A sandbox with ``isolation="require"`` cannot isolate its tool on this machine.
-
-    The message says what is missing (bubblewrap, Linux, permission to create
-    namespaces) and how to get it. Nothing was run.
-    """
 
 
 @dataclass(frozen=True)

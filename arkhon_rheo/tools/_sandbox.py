@@ -69,10 +69,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from .._errors import ConfigurationError, Fatal, Recoverable, ToolTimeout, Transient
+from .._errors import ConfigurationError, Fatal, Recoverable, ToolError, ToolTimeout, Transient
 from .._log import get_logger
 from . import _isolation
-from ._tool import ToolError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticSerializationError, to_json
 
-from .._errors import ArkhonError, ConfigurationError, ToolTimeout
+from .._errors import ConfigurationError, ToolError, ToolTimeout
 from ..protocols import ToolSpec
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from ._sandbox import Sandbox
 
-__all__ = ["SANDBOX_TIMEOUT", "Tool", "ToolError", "tool"]
+__all__ = ["SANDBOX_TIMEOUT", "Tool", "result_text", "tool"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,15 +43,6 @@ SANDBOX_TIMEOUT = 30.0
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SECTION = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
 _ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-
-
-class ToolError(ArkhonError):
-    """A tool call failed in a way the model should hear about, in so many words.
-
-    Raise it from a tool to answer the call with exactly this message as an
-    error result (an ordinary exception is answered as ``"Type: message"``).
-    A sandbox raises it for a crash, a limit kill or refused output.
-    """
 
 
 class _Schema(GenerateJsonSchema):
