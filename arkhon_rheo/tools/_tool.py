@@ -24,13 +24,14 @@ from pydantic_core import PydanticSerializationError, to_json
 
 from .._errors import ConfigurationError, ToolError, ToolTimeout
 from ..protocols import ToolSpec
+from ._sandbox import run_sandboxed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from pydantic_core import CoreSchema
 
-    from ._sandbox import Sandbox
+    from ._config import Sandbox
 
 __all__ = ["SANDBOX_TIMEOUT", "Tool", "result_text", "tool"]
 
@@ -191,10 +192,10 @@ class Tool(Generic[P, R]):
             Exception: Whatever the tool itself raised.
         """
         if self.sandbox is not None:
-            from ._sandbox import run_sandboxed  # it imports this module
-
             assert self.timeout is not None
-            return await run_sandboxed(self, arguments, self.sandbox, self.timeout)
+            return await run_sandboxed(
+                self.name, self.target, arguments, self.sandbox, self.timeout
+            )
         with anyio.move_on_after(math.inf if self.timeout is None else self.timeout) as scope:
             return result_text(await self.call_with(arguments))
         assert scope.cancelled_caught
