@@ -5,6 +5,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
 
     ArkhonError
     ├── ConfigurationError        a value passed to a constructor or call is wrong
+    │   └── IsolationUnavailable  a sandbox that requires isolation cannot have it here
     ├── SystemNotRunning          the actor system is not inside its ``async with``
     ├── MailboxError              a mailbox could not take or give a message
     │   ├── MailboxFull           no room, and the caller would not wait
@@ -31,22 +32,19 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     ├── StageTimeout              a stage overran its state's deadline
     ├── RestartIntensityExceeded  too many restarts in the window: escalates to fatal
     ├── RecordedCallFailed        a recorded call failed; replayed, its class not rebuilt
+    ├── ToolError                 a tool's error answer to the model, in so many words
     ├── SessionError              a session could not be started or run
     │   ├── SessionBusy           it runs in this system, or another call here changes it
     │   ├── SessionNotFound       no session has that id
     │   └── ReplayDiverged        a re-executed stage called out unlike the recorded run
-    └── StoreError                the store failed, or refused what was asked
-        ├── StoreCorrupt          not our file, another schema version, or damaged
-        ├── DuplicateEvent        an event number is taken or out of order
-        ├── UnserializablePatch   a patch value cannot be stored (refused before commit)
-        ├── UnrecordableCall      a recorded call's request or response cannot be stored
-        └── SessionLocked         another owner holds the session's lease
-
-Three more live beside the layer that raises them, in the same tree:
-``ToolError`` (`arkhon_rheo.tools`: a tool's error answer to the model, an
-``ArkhonError``), ``CrashRunFailed`` (`arkhon_rheo.testing`: a crash harness's
-child failed on its own, an ``ArkhonError``) and ``CommandError`` (here: a
-command of ``arkhon-rheo`` cannot go on, with its exit status).
+    ├── StoreError                the store failed, or refused what was asked
+    │   ├── StoreCorrupt          not our file, another schema version, or damaged
+    │   ├── DuplicateEvent        an event number is taken or out of order
+    │   ├── UnserializablePatch   a patch value cannot be stored (refused before commit)
+    │   ├── UnrecordableCall      a recorded call's request or response cannot be stored
+    │   └── SessionLocked         another owner holds the session's lease
+    ├── CommandError              a command of ``arkhon-rheo`` cannot go on (its exit status)
+    └── CrashRunFailed            a `crash_loop` child failed on its own, not by the kill
 
 An exception raised by an actor's own handler during an ``ask`` is not wrapped:
 it is re-raised at the caller as it is, with a note naming the actor.
@@ -56,7 +54,11 @@ only: cancellation is never classified and always propagates, and any other
 ``BaseException`` a stage raises crashes its session and leaves the
 ``AgentSystem`` block in a ``BaseExceptionGroup``.
 
-The most common of them are also importable from ``arkhon_rheo`` itself.
+The most common of them are also importable from ``arkhon_rheo`` itself, and
+those of a layer from its namespace, as the same classes: ``ToolError``,
+``ToolTimeout`` and ``IsolationUnavailable`` from `arkhon_rheo.tools`,
+``MalformedModelOutput`` from `arkhon_rheo.react`, ``CrashRunFailed`` from
+`arkhon_rheo.testing`.
 """
 
 from __future__ import annotations
@@ -69,14 +71,17 @@ from ._errors import (
     CommandError,
     ConfigurationError,
     ContractViolation,
+    CrashRunFailed,
     DuplicateEvent,
     Fatal,
     IllegalTransition,
     InvalidPatch,
     InvariantViolation,
+    IsolationUnavailable,
     MailboxClosed,
     MailboxError,
     MailboxFull,
+    MalformedModelOutput,
     PreconditionFailed,
     ReadOnlyState,
     RecordedCallFailed,
@@ -93,6 +98,7 @@ from ._errors import (
     StoreError,
     SubgraphFailed,
     SystemNotRunning,
+    ToolError,
     ToolTimeout,
     Transient,
     TransitionInvariantViolation,
@@ -111,14 +117,17 @@ __all__ = [
     "CommandError",
     "ConfigurationError",
     "ContractViolation",
+    "CrashRunFailed",
     "DuplicateEvent",
     "Fatal",
     "IllegalTransition",
     "InvalidPatch",
     "InvariantViolation",
+    "IsolationUnavailable",
     "MailboxClosed",
     "MailboxError",
     "MailboxFull",
+    "MalformedModelOutput",
     "PreconditionFailed",
     "ReadOnlyState",
     "RecordedCallFailed",
@@ -135,6 +144,7 @@ __all__ = [
     "StoreError",
     "SubgraphFailed",
     "SystemNotRunning",
+    "ToolError",
     "ToolTimeout",
     "Transient",
     "TransitionInvariantViolation",

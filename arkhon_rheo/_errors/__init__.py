@@ -1,66 +1,17 @@
-"""The whole exception tree of arkhon-rheo.
+"""Every exception class of arkhon-rheo, one module per layer that raises them.
 
-Every error the library raises on purpose derives from one base, so callers can
-catch the lot with ``except ArkhonError``, or one branch at a time::
-
-    ArkhonError
-    ├── ConfigurationError        a value passed to a constructor or call is wrong
-    ├── SystemNotRunning          the actor system is not inside its ``async with``
-    ├── MailboxError              a mailbox could not take or give a message
-    │   ├── MailboxFull           no room, and the caller would not wait
-    │   └── MailboxClosed         the mailbox no longer accepts messages
-    ├── ActorError                an operation on an actor failed
-    │   ├── ActorStopped          the actor has terminated (or is draining)
-    │   └── AskTimeout            no reply arrived within the ask's timeout
-    ├── StageFailure              raised by stages to classify their own failure
-    │   ├── Transient             retry after a backoff
-    │   │   └── ToolTimeout       a tool ran past its timeout (a sandboxed one is killed)
-    │   ├── Recoverable           restart the stage, record the error, go on
-    │   │   ├── SubgraphFailed    a subgraph's child session ended without finishing
-    │   │   └── MalformedModelOutput  the model's replies stayed unusable (react)
-    │   └── Fatal                 fail the session
-    ├── ContractViolation         the supervisor refused what a stage did
-    │   ├── UndeclaredRead        read a field outside the read set
-    │   ├── ReadOnlyState         tried to change the state through its view
-    │   ├── UndeclaredWrite       patch writes a field outside the write set
-    │   ├── InvalidPatch          a written value fails its field's validation
-    │   ├── PreconditionFailed    the state does not meet a stage's precondition
-    │   ├── InvariantViolation    a state would break an invariant of its lifecycle
-    │   │   └── TransitionInvariantViolation  ...or of the transition that reaches it
-    │   └── IllegalTransition     the machine does not allow the chosen transition
-    ├── StageTimeout              a stage overran its state's deadline
-    ├── RestartIntensityExceeded  too many restarts in the window: escalates to fatal
-    ├── RecordedCallFailed        a recorded call failed; replayed, its class not rebuilt
-    ├── SessionError              a session could not be started or run
-    │   ├── SessionBusy           it runs in this system, or another call here changes it
-    │   ├── SessionNotFound       no session has that id
-    │   └── ReplayDiverged        a re-executed stage called out unlike the recorded run
-    └── StoreError                the store failed, or refused what was asked
-        ├── StoreCorrupt          not our file, another schema version, or damaged
-        ├── DuplicateEvent        an event number is taken or out of order
-        ├── UnserializablePatch   a patch value cannot be stored (refused before commit)
-        ├── UnrecordableCall      a recorded call's request or response cannot be stored
-        └── SessionLocked         another owner holds the session's lease
-
-Three more live beside the layer that raises them, in the same tree:
-``ToolError`` (`arkhon_rheo.tools`: a tool's error answer to the model, an
-``ArkhonError``), ``CrashRunFailed`` (`arkhon_rheo.testing`: a crash harness's
-child failed on its own, an ``ArkhonError``) and ``CommandError`` (here: a
-command of ``arkhon-rheo`` cannot go on, with its exit status).
-
-An exception raised by an actor's own handler during an ``ask`` is not wrapped:
-it is re-raised at the caller as it is, with a note naming the actor.
-
-Classification (`Transient`, `Recoverable`, `Fatal`) applies to ``Exception``
-only: cancellation is never classified and always propagates, and any other
-``BaseException`` a stage raises crashes its session and leaves the
-``AgentSystem`` block in a ``BaseExceptionGroup``.
+The tree, and what each class means, is drawn once: in the docstring of
+`arkhon_rheo.errors`, the public home of every name here. A new class is
+defined here, exported below and in `arkhon_rheo.errors`, and drawn in that tree.
 
 This module imports nothing from the package, so every layer may use it.
 """
 
 from __future__ import annotations
 
+from ._agent import IsolationUnavailable as IsolationUnavailable
+from ._agent import MalformedModelOutput as MalformedModelOutput
+from ._agent import ToolError as ToolError
 from ._base import ActorError as ActorError
 from ._base import ActorStopped as ActorStopped
 from ._base import ArkhonError as ArkhonError
@@ -99,6 +50,7 @@ from ._stages import Transient as Transient
 from ._stages import TransitionInvariantViolation as TransitionInvariantViolation
 from ._stages import UndeclaredRead as UndeclaredRead
 from ._stages import UndeclaredWrite as UndeclaredWrite
+from ._testing import CrashRunFailed as CrashRunFailed
 
 __all__ = [
     "ActorError",
@@ -108,14 +60,17 @@ __all__ = [
     "CommandError",
     "ConfigurationError",
     "ContractViolation",
+    "CrashRunFailed",
     "DuplicateEvent",
     "Fatal",
     "IllegalTransition",
     "InvalidPatch",
     "InvariantViolation",
+    "IsolationUnavailable",
     "MailboxClosed",
     "MailboxError",
     "MailboxFull",
+    "MalformedModelOutput",
     "PreconditionFailed",
     "ReadOnlyState",
     "RecordedCallFailed",
@@ -132,6 +87,7 @@ __all__ = [
     "StoreError",
     "SubgraphFailed",
     "SystemNotRunning",
+    "ToolError",
     "ToolTimeout",
     "Transient",
     "TransitionInvariantViolation",

@@ -10,10 +10,10 @@ tell an agent what phase it is in and when it is going nowhere.
 
 from __future__ import annotations
 
+from .._errors import MalformedModelOutput as MalformedModelOutput
 from .._exports import publish
 from ._budget import Budget as Budget
 from ._budget import Used as Used
-from ._calls import MalformedModelOutput as MalformedModelOutput
 from ._config import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
 from ._context import PromptCache as PromptCache
 from ._context import estimate_tokens as estimate_tokens

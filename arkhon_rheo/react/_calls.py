@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from ..protocols import ModelReply, ToolCall
 
 __all__ = [
-    "MalformedModelOutput",
     "bad_arguments",
     "check_reply",
     "tail",
@@ -30,22 +29,6 @@ __all__ = [
 ]
 
 _MESSAGES = TypeAdapter(tuple[Message, ...])
-
-
-class MalformedModelOutput(Recoverable):
-    """The model kept answering in a form the engine cannot use, past its format retries.
-
-    Attributes:
-        problem: What was wrong with the last reply.
-    """
-
-    def __init__(self, problem: str, *, retries: int) -> None:
-        super().__init__(
-            f"the model's reply could not be used after {retries} format retries: {problem}; "
-            "check that the model supports tool calls (and JSON mode, if asked), or raise "
-            "max_format_retries"
-        )
-        self.problem = problem
 
 
 def tail(messages: Sequence[Message]) -> list[Any]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 
 from .. import _tracing
-from .._errors import Fatal, Recoverable
+from .._errors import Fatal, MalformedModelOutput, Recoverable
 from .._log import get_logger
 from ..protocols import (
     Lifecycle,
@@ -46,7 +46,7 @@ from ..protocols import (
 )
 from ..protocols._seams import current_injector, current_session
 from ._budget import Used
-from ._calls import MalformedModelOutput, check_reply, tail, unwrap
+from ._calls import check_reply, tail, unwrap
 from ._context import trim_messages
 from ._state import ReactState, StopReason
 

@@ -12,6 +12,7 @@ nothing it was told was stored is lost.
 
 from __future__ import annotations
 
+from .._errors import CrashRunFailed as CrashRunFailed
 from .._exports import publish
 from ._asserts import assert_all_ended as assert_all_ended
 from ._asserts import assert_none_hung as assert_none_hung
@@ -23,7 +24,6 @@ from ._chaos import chaos_run as chaos_run
 from ._chaos import fault_class as fault_class
 from ._crash import crash_loop as crash_loop
 from ._crash_report import CrashReport as CrashReport
-from ._crash_report import CrashRunFailed as CrashRunFailed
 from ._crash_report import LostCommit as LostCommit
 from ._fault_rules import FaultCall as FaultCall
 from ._fault_rules import FaultKind as FaultKind

@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, CrashRunFailed
 from ..protocols import Durability
 from ..protocols._seams import load_machine, load_state_factory
 from ..store import SQLiteStore
 from ..system import AgentSystem
-from ._crash_report import CrashReport, CrashRunFailed, LostCommit
+from ._crash_report import CrashReport, LostCommit
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,33 +1,16 @@
-"""What a `crash_loop` found: `CrashReport`, its `LostCommit` entries, and `CrashRunFailed`."""
+"""What a `crash_loop` found: `CrashReport` and its `LostCommit` entries."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ArkhonError
-
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ..system import ReplayReport
 
-__all__ = ["CrashReport", "CrashRunFailed", "LostCommit"]
-
-
-class CrashRunFailed(ArkhonError):
-    """The child process of a `crash_loop` failed on its own, not by the kill.
-
-    The message carries the end of the child's output (its traceback, usually).
-
-    Attributes:
-        output: The child's stdout and stderr.
-    """
-
-    def __init__(self, problem: str, output: str) -> None:
-        tail = output[-4000:]
-        super().__init__(f"{problem}; the child's output ends:\n{tail}")
-        self.output = output
+__all__ = ["CrashReport", "LostCommit"]
 
 
 @dataclass(frozen=True, slots=True)

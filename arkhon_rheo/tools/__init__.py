@@ -12,14 +12,14 @@ namespace); `Sandbox.enforcement` says what holds on this machine.
 
 from __future__ import annotations
 
+from .._errors import IsolationUnavailable as IsolationUnavailable
+from .._errors import ToolError as ToolError
 from .._errors import ToolTimeout as ToolTimeout
 from .._exports import publish
+from ._config import Sandbox as Sandbox
 from ._isolation import Enforcement as Enforcement
-from ._isolation import IsolationUnavailable as IsolationUnavailable
-from ._sandbox import Sandbox as Sandbox
 from ._tool import SANDBOX_TIMEOUT as SANDBOX_TIMEOUT
 from ._tool import Tool as Tool
-from ._tool import ToolError as ToolError
 from ._tool import tool as tool
 from ._toolbox import Toolbox as Toolbox
 from ._toolbox import ToolboxStatistics as ToolboxStatistics

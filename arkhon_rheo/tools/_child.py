@@ -50,9 +50,9 @@ from typing import Any, NoReturn
 
 import anyio
 
-from .._errors import Fatal, Recoverable, Transient
+from .._errors import Fatal, Recoverable, ToolError, Transient
 from ._sandbox import envelope_cap
-from ._tool import Tool, ToolError, result_text
+from ._tool import Tool, result_text
 
 try:
     import resource

@@ -31,18 +31,18 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from .._errors import ConfigurationError
+from .._errors import IsolationUnavailable
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ._sandbox import Sandbox
-
 __all__ = [
+    "Backend",
     "Enforcement",
-    "IsolationUnavailable",
+    "Isolation",
+    "SandboxOptions",
     "backend",
     "bwrap_command",
     "enforcement",
@@ -81,12 +81,35 @@ _INSTALL = (
 )
 
 
-class IsolationUnavailable(ConfigurationError):
-    """A sandbox with ``isolation="require"`` cannot isolate its tool on this machine.
+class SandboxOptions(Protocol):
+    """What of a `Sandbox`'s options this module reads (a `Sandbox` has them all).
 
-    The message says what is missing (bubblewrap, Linux, permission to create
-    namespaces) and how to get it. Nothing was run.
+    The `Sandbox` is defined above this module (its ``enforcement`` asks this
+    one), so the functions here name the options they need rather than the class.
     """
+
+    @property
+    def isolation(self) -> Isolation: ...
+    @property
+    def bwrap(self) -> str | None: ...
+    @property
+    def python(self) -> str: ...
+    @property
+    def network(self) -> bool: ...
+    @property
+    def pass_sys_path(self) -> bool: ...
+    @property
+    def read_only(self) -> Iterable[str | os.PathLike[str]]: ...
+    @property
+    def read_write(self) -> Iterable[str | os.PathLike[str]]: ...
+    @property
+    def cpu_seconds(self) -> int | None: ...
+    @property
+    def memory_bytes(self) -> int | None: ...
+    @property
+    def max_processes(self) -> int | None: ...
+    @property
+    def max_file_bytes(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -140,7 +163,7 @@ class Backend:
 _probed: dict[tuple[str, str, bool, int], Backend] = {}
 
 
-def backend(sandbox: Sandbox) -> Backend:
+def backend(sandbox: SandboxOptions) -> Backend:
     """The backend of ``sandbox`` here: bubblewrap if it is usable and wanted.
 
     The first call for a bubblewrap path runs it once (a few milliseconds);
@@ -161,7 +184,7 @@ def backend(sandbox: Sandbox) -> Backend:
     return found
 
 
-def _usable(sandbox: Sandbox) -> Backend:
+def _usable(sandbox: SandboxOptions) -> Backend:
     if not sys.platform.startswith("linux"):
         return Backend(None, note=f"namespaces need Linux and this is {sys.platform}")
     path = sandbox.bwrap or shutil.which("bwrap") or "/usr/bin/bwrap"
@@ -174,7 +197,7 @@ def _usable(sandbox: Sandbox) -> Backend:
     return _probed[key]
 
 
-def _probe(path: str, sandbox: Sandbox) -> Backend:
+def _probe(path: str, sandbox: SandboxOptions) -> Backend:
     root = os.geteuid() == 0
     try:
         help_text = subprocess.run(
@@ -214,7 +237,7 @@ def _nobody() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def enforcement(sandbox: Sandbox) -> Enforcement:
+def enforcement(sandbox: SandboxOptions) -> Enforcement:
     """What ``sandbox`` enforces on this machine (see `Enforcement`).
 
     Raises:
@@ -248,7 +271,7 @@ def enforcement(sandbox: Sandbox) -> Enforcement:
     )
 
 
-def import_roots(sandbox: Sandbox, modules: Iterable[str]) -> list[str]:
+def import_roots(sandbox: SandboxOptions, modules: Iterable[str]) -> list[str]:
     """Directories a call needs to read: the Python installation and import paths.
 
     They are the interpreter's prefixes, the directories ``modules`` (the tool's
@@ -275,7 +298,7 @@ def import_roots(sandbox: Sandbox, modules: Iterable[str]) -> list[str]:
 
 def bwrap_command(
     found: Backend,
-    sandbox: Sandbox,
+    sandbox: SandboxOptions,
     workdir: str | None,
     roots: Iterable[str],
     command: list[str],

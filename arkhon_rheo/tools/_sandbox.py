@@ -60,30 +60,24 @@ import json
 import os
 import shutil
 import signal
-import sys
 import tempfile
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
 
-from .._errors import ConfigurationError, Fatal, Recoverable, ToolTimeout, Transient
+from .._errors import ConfigurationError, Fatal, Recoverable, ToolError, ToolTimeout, Transient
 from .._log import get_logger
 from . import _isolation
-from ._tool import ToolError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
-
     from anyio.abc import ByteReceiveStream, Process
     from pydantic import BaseModel
 
-    from ._isolation import Enforcement, Isolation
-    from ._tool import Tool
+    from ._config import Sandbox
 
-__all__ = ["Sandbox", "envelope_cap", "run_sandboxed"]
+__all__ = ["envelope_cap", "run_sandboxed"]
 
 _CHILD = "arkhon_rheo.tools._child"
 _TAIL = 800
@@ -91,115 +85,8 @@ _TAIL = 800
 #: pipes to reach their end once it exited, before the caller kills what is left.
 _GRACE = 5.0
 _RAISED = {"Transient": Transient, "Recoverable": Recoverable, "Fatal": Fatal}
-_ISOLATIONS = ("auto", "require", "none")
 _logger = get_logger("arkhon_rheo.tools")
 _warned: set[str] = set()
-
-
-@dataclass(frozen=True, kw_only=True)
-class Sandbox:
-    """How a sandboxed tool's calls are confined (see the module's notes).
-
-    Attributes:
-        env: Variables to set in the child, as given.
-        env_allow: Names of the parent's variables the child inherits (when set).
-        cpu_seconds: CPU seconds the tool may use (whole seconds, counted from
-            when it is called); past them the child is killed (``SIGXCPU``).
-        memory_bytes: The most address space the whole child may map,
-            interpreter and imported modules included (a Python with pydantic
-            maps ~100-300 MB before the tool runs).
-        max_output: Bytes of the result and of stderr read at most.
-        python: The interpreter that runs the child.
-        pass_sys_path: Give the child the parent's ``sys.path`` as ``PYTHONPATH``
-            (with bubblewrap, those directories are visible to it, read-only).
-        network: Let the tool use the network (with bubblewrap it has none
-            otherwise; without, nothing stops it).
-        isolation: ``"auto"``: bubblewrap where it is usable, else a plain
-            subprocess (a warning is logged once); ``"require"``: refuse to run
-            (`IsolationUnavailable`) unless bubblewrap isolates the tool;
-            ``"none"``: a plain subprocess.
-        bwrap: bubblewrap's path (by default ``bwrap`` on ``PATH``, or
-            ``/usr/bin/bwrap``).
-        max_processes: Processes (threads included) the tool may run at once,
-            itself included (``RLIMIT_NPROC``); a ``fork`` past it fails.
-        max_file_bytes: The largest file the tool may write (``RLIMIT_FSIZE``);
-            a write past it fails with ``EFBIG``.
-        read_only: More absolute paths the tool may read (with bubblewrap).
-        read_write: Absolute paths the tool may read and write (with
-            bubblewrap; run by root, the tool is ``nobody`` and needs the
-            permissions to do so).
-    """
-
-    env: Mapping[str, str] = field(default_factory=dict)
-    env_allow: Iterable[str] = ()
-    cpu_seconds: int | None = None
-    memory_bytes: int | None = None
-    max_output: int = 1 << 20
-    python: str = sys.executable
-    pass_sys_path: bool = True
-    network: bool = False
-    isolation: Isolation = "auto"
-    bwrap: str | None = None
-    max_processes: int | None = 64
-    max_file_bytes: int | None = 1 << 30
-    read_only: Iterable[str | os.PathLike[str]] = ()
-    read_write: Iterable[str | os.PathLike[str]] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
-        object.__setattr__(self, "env_allow", frozenset(self.env_allow))
-        names = ("cpu_seconds", "memory_bytes", "max_output", "max_processes", "max_file_bytes")
-        for name in names:
-            value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or value < 1
-            ):
-                raise ConfigurationError(
-                    f"Sandbox {name} must be a positive int (or None for no limit), got {value!r}"
-                )
-        if not self.max_output:
-            raise ConfigurationError("Sandbox max_output must be a positive int")
-        if self.isolation not in _ISOLATIONS:
-            raise ConfigurationError(
-                f"Sandbox isolation must be one of {', '.join(map(repr, _ISOLATIONS))}, "
-                f"got {self.isolation!r}"
-            )
-        for name in ("read_only", "read_write"):
-            paths = tuple(os.fspath(p) for p in getattr(self, name))
-            relative = [p for p in paths if not os.path.isabs(p)]
-            if relative:
-                raise ConfigurationError(
-                    f"Sandbox {name} takes absolute paths, got {relative[0]!r}; "
-                    "pass os.path.abspath(...) of it"
-                )
-            object.__setattr__(self, name, paths)
-
-    def environment(self, workdir: str) -> dict[str, str]:
-        """The child's whole environment, given its working directory."""
-        env = {
-            "PATH": os.defpath,
-            "HOME": workdir,
-            "TMPDIR": workdir,
-            "PYTHONUTF8": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        if self.pass_sys_path:
-            paths = (os.path.realpath(p) for p in sys.path if p)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in paths if os.path.isdir(p))
-        env.update({name: os.environ[name] for name in self.env_allow if name in os.environ})
-        env.update(self.env)
-        return env
-
-    def enforcement(self) -> Enforcement:
-        """What this sandbox enforces on this machine.
-
-        The first call for a bubblewrap path runs it once to see that the
-        namespaces work (a few milliseconds, blocking); the answer is kept.
-
-        Raises:
-            IsolationUnavailable: ``isolation="require"`` and it cannot isolate here.
-        """
-        return _isolation.enforcement(self)
 
 
 def envelope_cap(max_output: int) -> int:
@@ -248,9 +135,16 @@ class _Ended:
 
 
 async def run_sandboxed(
-    tool: Tool[..., Any], arguments: BaseModel, sandbox: Sandbox, limit: float
+    name: str, target: str, arguments: BaseModel, sandbox: Sandbox, limit: float
 ) -> str:
-    """Run one call of ``tool`` in a subprocess confined by ``sandbox``; return its result text.
+    """Run one call of a tool in a subprocess confined by ``sandbox``; return its result text.
+
+    Args:
+        name: The tool's name (for messages).
+        target: ``"module:qualname"`` of its function, which the subprocess imports.
+        arguments: The validated arguments of the call.
+        sandbox: The confinement.
+        limit: Seconds the call may run.
 
     Raises:
         ToolTimeout: It ran past ``limit`` seconds; its processes were killed.
@@ -265,9 +159,9 @@ async def run_sandboxed(
         _logger.warning("sandbox_not_isolated", reason=found.note)
     workdir = await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "arkhon-tool-")
     try:
-        command = await anyio.to_thread.run_sync(_command, found, sandbox, tool, workdir)
+        command = await anyio.to_thread.run_sync(_command, found, sandbox, target, workdir)
         request = {
-            "target": tool.target,
+            "target": target,
             "arguments": arguments.model_dump(mode="json", by_alias=True),
             "workdir": workdir,
             "user": found.user,
@@ -282,15 +176,13 @@ async def run_sandboxed(
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(shutil.rmtree, workdir, True)
     if ended.timed_out:
-        raise ToolTimeout(tool=tool.name, timeout=limit, detail=ended.err.tail().lstrip("; "))
+        raise ToolTimeout(tool=name, timeout=limit, detail=ended.err.tail().lstrip("; "))
     if ended.out.overflow or ended.err.overflow:
-        _refuse(tool.name, "its result" if ended.out.overflow else "its stderr", sandbox)
-    return _outcome(tool.name, ended, sandbox)
+        _refuse(name, "its result" if ended.out.overflow else "its stderr", sandbox)
+    return _outcome(name, ended, sandbox)
 
 
-def _command(
-    found: _isolation.Backend, sandbox: Sandbox, tool: Tool[..., Any], workdir: str
-) -> list[str]:
+def _command(found: _isolation.Backend, sandbox: Sandbox, target: str, workdir: str) -> list[str]:
     """The runner's command line (inside bubblewrap where it is used).
 
     Raises:
@@ -310,7 +202,8 @@ def _command(
     command = [python, "-m", _CHILD]
     if found.bwrap is None:
         return command
-    roots = _isolation.import_roots(sandbox, [tool.fn.__module__, __name__])
+    module = target.partition(":")[0]
+    roots = _isolation.import_roots(sandbox, [module, __name__])
     return _isolation.bwrap_command(found, sandbox, workdir, roots, command)
 
 

@@ -22,17 +22,18 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticSerializationError, to_json
 
-from .._errors import ArkhonError, ConfigurationError, ToolTimeout
+from .._errors import ConfigurationError, ToolError, ToolTimeout
 from ..protocols import ToolSpec
+from ._sandbox import run_sandboxed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from pydantic_core import CoreSchema
 
-    from ._sandbox import Sandbox
+    from ._config import Sandbox
 
-__all__ = ["SANDBOX_TIMEOUT", "Tool", "ToolError", "tool"]
+__all__ = ["SANDBOX_TIMEOUT", "Tool", "result_text", "tool"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,15 +44,6 @@ SANDBOX_TIMEOUT = 30.0
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SECTION = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
 _ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-
-
-class ToolError(ArkhonError):
-    """A tool call failed in a way the model should hear about, in so many words.
-
-    Raise it from a tool to answer the call with exactly this message as an
-    error result (an ordinary exception is answered as ``"Type: message"``).
-    A sandbox raises it for a crash, a limit kill or refused output.
-    """
 
 
 class _Schema(GenerateJsonSchema):
@@ -200,10 +192,10 @@ class Tool(Generic[P, R]):
             Exception: Whatever the tool itself raised.
         """
         if self.sandbox is not None:
-            from ._sandbox import run_sandboxed  # it imports this module
-
             assert self.timeout is not None
-            return await run_sandboxed(self, arguments, self.sandbox, self.timeout)
+            return await run_sandboxed(
+                self.name, self.target, arguments, self.sandbox, self.timeout
+            )
         with anyio.move_on_after(math.inf if self.timeout is None else self.timeout) as scope:
             return result_text(await self.call_with(arguments))
         assert scope.cancelled_caught

@@ -20,10 +20,10 @@ import anyio
 from pydantic import ValidationError
 
 from .. import _tracing
-from .._errors import ArkhonError, ConfigurationError
+from .._errors import ArkhonError, ConfigurationError, ToolError
 from ..protocols import ToolCall, ToolMessage, ToolSpec, record_call
 from ..protocols._seams import current_injector, current_session
-from ._tool import Tool, ToolError
+from ._tool import Tool
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
