@@ -231,3 +231,66 @@ def test_the_function_length_checker_sees_a_long_one() -> None:
     assert _long_functions(PACKAGE / "x.py", method) == []
     too_long = method + "        y = 0\n"
     assert _long_functions(PACKAGE / "x.py", too_long) == [f"g ({MAX_FUNCTION_LINES + 1} lines)"]
+
+
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_over_500_lines() -> None:
+    big = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not big, f"split these modules by what they do: {big}"
+
+
+def _module_imports(path: Path) -> set[str]:
+    """The sibling modules ``path`` imports relatively, type-only imports included."""
+    siblings = {p.stem for p in path.parent.glob("*.py")} - {"__init__", path.stem}
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+            found.update(name for name in names if name in siblings)
+    return found
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (module -> modules it imports), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for other in sorted(graph[module]):
+            if state.get(other) == 1:
+                return [*path[path.index(other) :], other]
+            if other not in state and (found := visit(other)) is not None:
+                return found
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)) is not None:
+            return found
+    return None
+
+
+@pytest.mark.parametrize(
+    "package", sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+)
+def test_no_import_circle_inside_a_package(package: str) -> None:
+    # Among a package's own modules, type-only imports count: they are how the
+    # modules know each other, and a circle there is a circle of knowledge.
+    modules = {p.stem: p for p in (PACKAGE / package).glob("*.py") if p.stem != "__init__"}
+    graph = {name: _module_imports(path) for name, path in modules.items()}
+    circle = _circle(graph)
+    assert circle is None, f"{package}: {' -> '.join(circle or [])}"
+
+
+def test_the_circle_finder_finds_one() -> None:
+    assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _circle({"a": {"b"}, "b": set()}) is None
