@@ -196,7 +196,7 @@ async def test_a_path_that_is_not_a_regular_file_is_refused_unread(tmp_path: Pat
 FIFO_CHILD = textwrap.dedent(
     """
     import sys, anyio
-    from arkhon_rheo import StoreCorrupt
+    from arkhon_rheo.errors import StoreCorrupt
     from arkhon_rheo.store import SQLiteStore
 
     async def main(path: str) -> None:

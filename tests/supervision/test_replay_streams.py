@@ -21,7 +21,7 @@ from arkhon_rheo import (
     record_stream,
     stage,
 )
-from arkhon_rheo.errors import ReplayDiverged
+from arkhon_rheo.errors import MailboxFull, ReplayDiverged
 from arkhon_rheo.protocols import AssistantMessage, ModelReply, ReplyDelta
 from arkhon_rheo.supervision._seams import CallPlayback, CallRecorder
 
@@ -80,7 +80,7 @@ async def test_a_stream_that_fails_replays_its_chunks_then_the_error() -> None:
     with CallRecorder() as recorder, pytest.raises(Transient, match="dropped"):
         await _drain(seen)
     (record,) = recorder.finished()
-    assert record["error"]["type"] == "arkhon_rheo.Transient"
+    assert record["error"]["type"] == "arkhon_rheo.errors.Transient"
     assert len(record["chunks"]) == 1
     replayed: list[Any] = []
     with CallPlayback(recorder.finished()), pytest.raises(Transient, match="dropped"):
@@ -142,3 +142,18 @@ async def test_a_streaming_stage_replays_from_its_stored_event() -> None:
     assert result.state.out == ("Hello",)
     assert report.ok, report.divergence
     assert calls == [1]  # the replay streamed from the record
+
+
+async def test_an_error_recorded_under_its_old_top_level_name_replays_as_its_class() -> None:
+    # Recorded before the error tree moved to arkhon_rheo.errors (and left the top level).
+    seen: list[Any] = []
+    with CallRecorder() as recorder, pytest.raises(Transient, match="dropped"):
+        await _drain(seen)
+    (record,) = recorder.finished()
+    for old_name, cls in (
+        ("arkhon_rheo.Transient", Transient),
+        ("arkhon_rheo.MailboxFull", MailboxFull),
+    ):
+        old = {**record, "error": {**record["error"], "type": old_name}}
+        with CallPlayback([old]), pytest.raises(cls):
+            await _drain([])
