@@ -73,16 +73,20 @@ def api_key(value: str | None, source: str) -> str | None:
 
 
 def shown_url(url: str) -> str:
-    """``url`` as it may be shown: a password in it is masked, and registered as a secret.
+    """``url`` as it may be shown: its credentials masked, and registered as secrets.
 
     ``http://user:pass@host/v1`` shows as ``http://user:[REDACTED]@host/v1``; a
     lone user part (``https://token@host``) is masked whole, and registered if
-    it is long enough to be a token rather than a name (`_TOKEN` characters).
+    it is long enough to be a token rather than a name (`_TOKEN` characters). A
+    query parameter named like a credential (``?api-key=...``) is masked and
+    registered too.
     """
     parts = urllib.parse.urlsplit(url)
+    if parts.query:
+        parts = parts._replace(query=_shown_query(parts.query))
     userinfo, at, host = parts.netloc.rpartition("@")
     if not at:
-        return url
+        return urllib.parse.urlunsplit(parts)
     user, colon, password = userinfo.partition(":")
     secret = password if colon else user
     if colon or len(secret) >= _TOKEN:
@@ -92,6 +96,19 @@ def shown_url(url: str) -> str:
     register_secret(base64.b64encode(plain.encode()).decode())  # as a Basic header sends it
     shown = f"{user}:{REDACTED}" if colon else REDACTED
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{shown}@{host}"))
+
+
+def _shown_query(query: str) -> str:
+    """``query`` with the values of parameters named like a credential masked (and registered)."""
+    shown = []
+    for item in query.split("&"):
+        name, equals, value = item.partition("=")
+        if equals and value and is_secret_key(urllib.parse.unquote_plus(name)):
+            for form in {value, urllib.parse.unquote_plus(value)}:
+                register_secret(form)
+            item = f"{name}={REDACTED}"
+        shown.append(item)
+    return "&".join(shown)
 
 
 def register_http_client(http: httpx.AsyncClient) -> None:

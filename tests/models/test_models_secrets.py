@@ -461,6 +461,17 @@ def test_a_token_alone_in_the_base_url_is_masked_too() -> None:
     assert scrub_secrets("alice") == "alice"  # a name is not masked in every text
 
 
+def test_a_key_in_the_base_urls_query_is_masked_and_registered() -> None:
+    key = "qk-0123456789abcdefQRS"
+    client = OpenAIChatClient("m", base_url=f"https://example.test/v1?api-key={key}&v=2")
+    assert client.base_url == "https://example.test/v1?api-key=[REDACTED]&v=2"
+    for text in (repr(client), client.base_url, client.url):
+        assert key not in text
+    assert scrub_secrets(f"echoed {key}") == "echoed [REDACTED]"
+    plain = OpenAIChatClient("m", base_url="https://example.test/v1?version=2024-10")
+    assert plain.base_url == "https://example.test/v1?version=2024-10"  # not a credential
+
+
 @pytest.mark.parametrize(
     ("header", "value"),
     [
