@@ -24,7 +24,6 @@ import enum
 import importlib
 import json
 import os
-import stat
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +33,7 @@ from rich.text import Text
 from .._errors import CommandError
 from .._json import JsonSyntaxError, read_json
 from ..protocols import Machine
+from ..store._seams import not_a_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -142,15 +142,6 @@ def parse_json(text: str, *, what: str) -> Any:
         ) from None
 
 
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
-
-
 def store_file(path: str) -> str:
     """``path`` if a store file may be there: a regular file, or nothing yet.
 
@@ -167,8 +158,8 @@ def store_file(path: str) -> str:
         raise CommandError(
             f"cannot use {path!r} as the store: {exc}", code=ExitStatus.USAGE
         ) from None
-    if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+    kind = not_a_file(mode)
+    if kind is not None:
         raise CommandError(
             f"{path!r} is {kind}, not a regular file: pass --store with the path of a "
             "store file (or of one to create)",

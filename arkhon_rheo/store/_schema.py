@@ -138,10 +138,17 @@ _KINDS = (
 )
 
 
+def not_a_file(mode: int) -> str | None:
+    """What a path of ``mode`` is when it is not a regular file ("a FIFO"...), else ``None``."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a file")
+
+
 def _regular(path: str, mode: int) -> None:
     """Refuse a path whose ``mode`` is not a regular file's."""
-    if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+    kind = not_a_file(mode)
+    if kind is not None:
         raise _foreign(path, f"it is {kind}, not a regular file")
 
 
