@@ -36,6 +36,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     ├── SessionError              a session could not be started or run
     │   ├── SessionBusy           it runs in this system, or another call here changes it
     │   ├── SessionNotFound       no session has that id
+    │   ├── MessageRefused        a message's kind or payload is not one the session takes
     │   └── ReplayDiverged        a re-executed stage called out unlike the recorded run
     ├── StoreError                the store failed, or refused what was asked
     │   ├── StoreCorrupt          not our file, another schema version, or damaged

@@ -23,6 +23,7 @@ from ._base import MailboxFull as MailboxFull
 from ._base import SystemNotRunning as SystemNotRunning
 from ._cli import CommandError as CommandError
 from ._sessions import DuplicateEvent as DuplicateEvent
+from ._sessions import MessageRefused as MessageRefused
 from ._sessions import RecordedCallFailed as RecordedCallFailed
 from ._sessions import ReplayDiverged as ReplayDiverged
 from ._sessions import SessionBusy as SessionBusy
@@ -71,6 +72,7 @@ __all__ = [
     "MailboxError",
     "MailboxFull",
     "MalformedModelOutput",
+    "MessageRefused",
     "PreconditionFailed",
     "ReadOnlyState",
     "RecordedCallFailed",

@@ -41,6 +41,15 @@ class SessionBusy(SessionError):
     """
 
 
+class MessageRefused(SessionError):
+    """A message sent to a session was refused: nothing was stored.
+
+    Its kind is not one the session's machine accepts, its payload fails that
+    kind's validation, or the session has ended. Fix the message (or send it to
+    a session that takes it) and send it again.
+    """
+
+
 class SessionNotFound(SessionError, KeyError):
     """No session with that id exists here."""
 

@@ -27,6 +27,7 @@ from ._common import DEFAULT_STORE, CommandError, ExitStatus, shown
 from ._demo import demo
 from ._read import graph, list_sessions, show
 from ._steer import decide, fork, replay, resume, rollback, run
+from ._talk import send
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -147,8 +148,27 @@ def _add_session_commands(add: _Add) -> None:
     _common(sub)
     sub.add_argument("target", metavar="MODULE:ATTR")
     sub.add_argument("--input", metavar="JSON", help="the initial state's fields, as JSON")
+    sub.add_argument(
+        "--text",
+        metavar="TEXT",
+        help="a conversational agent's first user message (its task); it parks for the next",
+    )
     sub.add_argument("--session-id", metavar="ID", help="the new session's id")
     sub.add_argument("--max-steps", type=_positive, help="the step budget")
+
+    sub = add(
+        "send",
+        send,
+        "send a session a message; drive it until it waits or ends, and print its reply",
+    )
+    _common(sub)
+    sub.add_argument("session", metavar="SESSION")
+    _machine(sub)
+    sub.add_argument(
+        "--message", metavar="JSON", help="the message's fields, its kind's name under 'kind'"
+    )
+    sub.add_argument("--text", metavar="TEXT", help="a user message to a conversational agent")
+    sub.add_argument("--message-id", metavar="ID", help="its id: a re-send stores nothing")
 
     sub = add("resume", resume, "continue a stored session and wait for its end")
     _common(sub)

@@ -29,6 +29,7 @@ from ._common import (
     store_file,
     styled,
 )
+from ._talk import first_message, report_reply
 
 if TYPE_CHECKING:
     import argparse
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["decide", "fork", "replay", "resume", "rollback", "run"]
 
 #: How a session's end maps to the exit status: only a finished or paused one is a success.
-_ENDED_OK = frozenset({ExitReason.FINISHED, ExitReason.PAUSED})
+_ENDED_OK = frozenset({ExitReason.FINISHED, ExitReason.PAUSED, ExitReason.WAITING})
 _MASK = (1 << 64) - 1
 
 
@@ -120,6 +121,8 @@ def run(args: argparse.Namespace) -> ExitStatus:
     store = store_file(args.store)
     machine = load_machine(args.target)
     state = _initial_state(machine, args.input)
+    if args.text is not None:
+        state = first_message(machine, state, args.text)
     args.machine = args.target
 
     async def go() -> SessionResult[Any]:
@@ -128,7 +131,10 @@ def run(args: argparse.Namespace) -> ExitStatus:
                 machine, state, session_id=args.session_id, max_steps=args.max_steps
             )
 
-    return _report(args, args.run(go))
+    result = args.run(go)
+    if args.text is not None:
+        return report_reply(args, result)
+    return _report(args, result)
 
 
 def resume(args: argparse.Namespace) -> ExitStatus:

@@ -71,6 +71,7 @@ class StatePlan:
         "name",
         "preconditions",
         "reads",
+        "receives",
         "stage_type",
         "state",
         "targets",
@@ -92,6 +93,8 @@ class StatePlan:
             () if stage_type is None else tuple(stage_type.preconditions)
         )
         self.deadline: float | None = machine.deadlines.get(state)
+        #: Whether the state waits for messages (its stage is a `Receive` stage).
+        self.receives = machine.waits_in(state)
         self.invariants: tuple[Condition[Any], ...] = machine.invariants_of(state)
         self.allowed: frozenset[enum.Enum] = machine.allowed(state)
         self.targets: dict[int, StatePlan] = {}

@@ -20,6 +20,11 @@ from ._gates import Gate as Gate
 from ._graph import GraphEdge as GraphEdge
 from ._graph import StateGraph as StateGraph
 from ._history import History as History
+from ._inbox import Clock as Clock
+from ._inbox import Receive as Receive
+from ._inbox import WallClock as WallClock
+from ._inbox import message_kind as message_kind
+from ._inbox import schedule as schedule
 from ._io import record_call as record_call
 from ._io import record_stream as record_stream
 from ._io import recorded as recorded
@@ -66,6 +71,7 @@ __all__ = [
     "SUPERVISOR_FIELDS",
     "AgentState",
     "AssistantMessage",
+    "Clock",
     "Condition",
     "Durability",
     "ErrorClass",
@@ -86,6 +92,7 @@ __all__ = [
     "NamedModelClient",
     "Partial",
     "Patch",
+    "Receive",
     "ReplyDelta",
     "SessionRecord",
     "SessionStream",
@@ -106,10 +113,13 @@ __all__ = [
     "TransitionEvent",
     "Usage",
     "UserMessage",
+    "WallClock",
     "emit",
+    "message_kind",
     "record_call",
     "record_stream",
     "recorded",
+    "schedule",
     "stage",
 ]
 

@@ -10,6 +10,7 @@ from .._errors import ConfigurationError
 from ._frozen import mutable_part
 from ._gates import Gate
 from ._graph import StateGraph, build_graph
+from ._inbox import Receive
 from ._stage import Condition, Stage, TransitionCondition
 from ._state import SUPERVISOR_FIELDS, AgentState
 
@@ -135,6 +136,8 @@ class Machine(Generic[S]):
             | {dst for dsts in self.transitions.values() for dst in dsts}
         )
         self._check()
+        #: Every message kind a `Receive` stage of the machine accepts, by name.
+        self.messages: dict[str, type[Any]] = self._message_kinds()
         # Precomputed for the supervisor's hot path.
         self._allowed: dict[enum.Enum, frozenset[enum.Enum]] = {
             state: self.transitions.get(state, frozenset())
@@ -343,6 +346,24 @@ class Machine(Generic[S]):
                     f"stage {name!r} reads {sorted(missing)}, which "
                     f"{self.state_type.__name__} does not have"
                 )
+
+    def _message_kinds(self) -> dict[str, type[Any]]:
+        kinds: dict[str, type[Any]] = {}
+        for stage_type in self.stages.values():
+            if not issubclass(stage_type, Receive):
+                continue
+            for name, kind in stage_type.kinds().items():
+                if kinds.setdefault(name, kind) is not kind:
+                    raise self._fail(
+                        f"two different message kinds are named {name!r} ({kinds[name].__qualname__} "
+                        f"and {kind.__qualname__}); give one a `kind` class variable of its own"
+                    )
+        return kinds
+
+    def waits_in(self, state: enum.Enum) -> bool:
+        """Whether ``state`` waits for messages (its stage is a `Receive` stage)."""
+        stage_type = self.stages.get(state)
+        return stage_type is not None and issubclass(stage_type, Receive)
 
     def _check_gates(self) -> None:
         names = {stage.name for stage in self.stages.values()}

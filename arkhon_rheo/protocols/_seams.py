@@ -26,6 +26,7 @@ from ._io import RECORDER as RECORDER
 from ._io import Recorder as Recorder
 from ._io import aclose_iterator as aclose_iterator
 from ._io import check_json as check_json
+from ._inbox import ScheduledMessage as ScheduledMessage
 from ._spec import load_machine as load_machine
 from ._spec import load_state_factory as load_state_factory
 from ._stream import _SCOPE

@@ -23,6 +23,8 @@ class Lifecycle(enum.Enum):
     ACTING = "Acting"
     #: Results are being turned into an observation or a final answer.
     OBSERVING = "Observing"
+    #: Waiting for the next message (a conversational agent between turns).
+    WAITING = "Waiting"
     #: Done, with a final answer.
     FINISHED = "Finished"
     #: Stopped by an error; ``last_error`` says which.

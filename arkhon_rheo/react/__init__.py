@@ -16,9 +16,12 @@ from ._budget import Budget as Budget
 from ._budget import Used as Used
 from ._config import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
 from ._context import PromptCache as PromptCache
+from ._conversation import Conversation as Conversation
 from ._context import estimate_tokens as estimate_tokens
 from ._context import trim_messages as trim_messages
 from ._engine import react_agent as react_agent
+from ._listen import Close as Close
+from ._listen import UserInput as UserInput
 from ._rounds import STRATEGIES as STRATEGIES
 from ._rounds import DecisionBudget as DecisionBudget
 from ._rounds import RoundBudget as RoundBudget
@@ -48,6 +51,8 @@ __all__ = [
     "PHASE_TRANSITIONS",
     "STRATEGIES",
     "Budget",
+    "Close",
+    "Conversation",
     "DecisionBudget",
     "MalformedModelOutput",
     "Phase",
@@ -63,6 +68,7 @@ __all__ = [
     "StuckPolicy",
     "StuckReason",
     "Used",
+    "UserInput",
     "action_allowed",
     "estimate_tokens",
     "exit_suggestion",

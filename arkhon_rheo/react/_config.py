@@ -74,6 +74,7 @@ class ReactConfig:
     name: str = "react-agent"
     gates: Sequence[Gate] = ()
     deadlines: Mapping[enum.Enum, float] | None = None
+    conversational: bool = False
     runner: ToolRunner = field(init=False)
     limits: Budget = field(init=False)
     pricing: Pricing | None = field(init=False)

@@ -9,19 +9,20 @@ and replay apply to an agent exactly as to any machine.
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING, Any
 
 from ..protocols import Condition, Lifecycle, Machine
 from ._config import DEFAULT_SYSTEM_PROMPT, ReactConfig
+from ._listen import ListenStage
 from ._stages import ActStage, StartStage, ThinkStage
 from ._state import ReactState, StopReason
 
 if TYPE_CHECKING:
-    import enum
     from collections.abc import Mapping, Sequence
 
     from ..models import ModelPrice, Pricing
-    from ..protocols import Gate, ModelClient, ToolRunner
+    from ..protocols import Gate, ModelClient, Stage, ToolRunner
     from ._budget import Budget
     from ._context import PromptCache
 
@@ -49,6 +50,7 @@ def react_agent(
     name: str = "react-agent",
     gates: Sequence[Gate] = (),
     deadlines: Mapping[enum.Enum, float] | None = None,
+    conversational: bool = False,
 ) -> Machine[ReactState]:
     """Build a ReAct agent: an ordinary `Machine` over a model client and tools.
 
@@ -82,6 +84,12 @@ def react_agent(
         name: The machine's name.
         gates: Human-in-the-loop gates (``Gate.before("act")`` to approve tool calls).
         deadlines: Per-state deadlines in seconds (``{Lifecycle.ACTING: 30}``).
+        conversational: After each answer, wait (parked, ``Lifecycle.WAITING``)
+            for the user's next message instead of finishing: send it a
+            `UserInput` (``system.send(agent, id, UserInput(text=...))``, or
+            use a `Conversation`) and it answers with the whole conversation;
+            a `Close` ends it. Budgets and ``max_steps`` count over the whole
+            conversation. Its sessions need a store (``MemoryStore`` will do).
 
     Returns:
         The machine.
@@ -107,26 +115,37 @@ def react_agent(
         name=name,
         gates=gates,
         deadlines=deadlines,
+        conversational=conversational,
     )
     return react_machine(config)
 
 
 def react_machine(config: ReactConfig) -> Machine[ReactState]:
-    """The ReAct machine of ``config``: its three stages bound to it, and their lifecycle."""
+    """The ReAct machine of ``config``: its stages bound to it, and their lifecycle.
+
+    A conversational agent has a fourth state, ``WAITING``, between an answer
+    and the user's next message (its stage, `ListenStage`, receives them).
+    """
+    transitions: dict[enum.Enum, set[enum.Enum]] = {
+        L.INITIALIZED: {L.THINKING, L.FAILED},
+        L.THINKING: {L.ACTING, L.FINISHED, L.FAILED},
+        L.ACTING: {L.THINKING, L.FAILED},
+    }
+    stages: dict[enum.Enum, type[Stage[Any]]] = {
+        L.INITIALIZED: StartStage.bind(config),
+        L.THINKING: ThinkStage.bind(config),
+        L.ACTING: ActStage.bind(config),
+    }
+    if config.conversational:
+        transitions[L.THINKING] = {L.ACTING, L.WAITING, L.FAILED}
+        transitions[L.WAITING] = {L.THINKING, L.FINISHED, L.FAILED}
+        stages[L.WAITING] = ListenStage.bind(config)
     return Machine(
         name=config.name,
         state_type=config.state_type,
         initial=L.INITIALIZED,
-        transitions={
-            L.INITIALIZED: {L.THINKING, L.FAILED},
-            L.THINKING: {L.ACTING, L.FINISHED, L.FAILED},
-            L.ACTING: {L.THINKING, L.FAILED},
-        },
-        stages={
-            L.INITIALIZED: StartStage.bind(config),
-            L.THINKING: ThinkStage.bind(config),
-            L.ACTING: ActStage.bind(config),
-        },
+        transitions=transitions,
+        stages=stages,
         terminal={L.FINISHED, L.FAILED},
         failed=L.FAILED,
         loop_state=L.THINKING,

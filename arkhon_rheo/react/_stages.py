@@ -158,8 +158,10 @@ class ThinkStage(
         return patch.set(pending=(), answer=reply.text, exit=exit_reason)
 
     def next(self, state: ReactState) -> enum.Enum:
-        """Finish once the agent has an exit reason, else act on the tool calls."""
-        return L.FINISHED if state.exit is not None else L.ACTING
+        """Act on the tool calls; with an exit reason, finish (or, conversational, wait)."""
+        if state.exit is None:
+            return L.ACTING
+        return L.WAITING if self.config.conversational else L.FINISHED
 
     def _budget_check(
         self, view: StateView[ReactState], elapsed: float

@@ -23,6 +23,9 @@ class StopReason(enum.Enum):
     #: The engine's ``max_steps`` model turns were used up without an answer (logged as a
     #: warning); ``answer`` is empty.
     MAX_STEPS = "max_steps"
+    #: A conversational agent's conversation was closed (a `Close` message);
+    #: ``answer`` is the last reply.
+    CLOSED = "closed"
 
 
 class ReactState(AgentState):

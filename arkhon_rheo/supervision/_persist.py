@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from ..protocols._seams import takes_encoded
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Mapping
+    from collections.abc import Awaitable, Mapping, Sequence
 
     from ..core._seams import EventCodec, StateDigest
-    from ..protocols import AgentState, Store, TransitionEvent
+    from ..protocols import AgentState, NewMessage, Store, TransitionEvent
 
 __all__ = ["EVENT_BYTES", "SNAPSHOT_MIN_BYTES", "Persistence", "linked"]
 
@@ -116,7 +116,13 @@ class Persistence:
         self.accept()
 
     def write(
-        self, event: TransitionEvent, state: AgentState, *, status: str | None = None
+        self,
+        event: TransitionEvent,
+        state: AgentState,
+        *,
+        status: str | None = None,
+        applied: int | None = None,
+        posts: Sequence[NewMessage] = (),
     ) -> Awaitable[None]:
         """Encode ``event`` and hand it to the store; return the store's write to await.
 
@@ -124,6 +130,10 @@ class Persistence:
         digest and the snapshot policy stay where they were. The supervisor's
         step awaits the store's ``append`` itself this way, with no coroutine of
         this class alive (and walked by the cyclic GC) while it waits.
+
+        ``applied`` is the inbox position of the message the step applied and
+        ``posts`` the timers it set: the store records both in the transaction
+        that stores the event.
 
         Raises:
             UnserializablePatch: If the event cannot be encoded (nothing was written).
@@ -164,11 +174,16 @@ class Persistence:
         self._next, self._next_since, self._next_size = digest, since, size
         # The store may drop the encoded event (and its patch) once it has its
         # rows, rather than hold it until the write is durable.
+        events = [self.codec.encode_event(event, digest.value, patch=patch)]
+        if applied is None and not posts:
+            return self.store.append(self.session_id, events, snapshot=snapshot, status=status)
         return self.store.append(
             self.session_id,
-            [self.codec.encode_event(event, digest.value, patch=patch)],
+            events,
             snapshot=snapshot,
             status=status,
+            applied=applied,
+            posts=posts,
         )
 
     def accept(self) -> None:

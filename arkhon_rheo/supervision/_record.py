@@ -21,7 +21,7 @@ import anyio
 from .._log import get_logger
 from .._redact import scrub_secrets
 from ..core._seams import EventLog, compiled, state_label
-from ..protocols import ErrorClass, FailureRecord, TransitionEvent
+from ..protocols import Clock, ErrorClass, FailureRecord, TransitionEvent, WallClock
 from ..protocols._seams import PartialHub
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
@@ -46,6 +46,9 @@ _logger = get_logger("arkhon_rheo.supervision")
 
 #: Called with every committed event; a listener's failure is logged, never raised.
 EventListener = Callable[[TransitionEvent], None]
+
+#: The clock of a session given none: the machine's own.
+_WALL: Clock = WallClock()
 
 #: The read and write sets of an event that reads or writes nothing.
 _NOTHING: frozenset[str] = frozenset()
@@ -84,6 +87,10 @@ class ExitReason(enum.Enum):
     CRASHED = "crashed"
     #: It reached a gate and waits, durably, for a human decision.
     PAUSED = "paused"
+    #: It reached a state that waits for a message (or a timer) and none was due:
+    #: it parked, stored as ``"waiting"``, holding no lease and no memory; a
+    #: message sent to it (or a timer falling due) wakes it where it is served.
+    WAITING = "waiting"
 
 
 class StageMode(enum.Enum):
@@ -137,6 +144,7 @@ class Session:
         "_rng",
         "anchor_seq",
         "base_seq",
+        "clock",
         "compiled",
         "config",
         "done",
@@ -175,8 +183,11 @@ class Session:
         base_seq: int = 0,
         link: Mapping[str, Any] | None = None,
         anchor_seq: int | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.session_id = session_id
+        #: What the session tells the time by, for its messages and timers.
+        self.clock: Clock = _WALL if clock is None else clock
         #: After a resume: the number of the last event that was not a resume.
         self.anchor_seq = anchor_seq
         #: A child session's link to its parent step, stamped on each of its events.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
     from contextvars import Token
 
-    from ..protocols._seams import Recorder
+    from ..protocols._seams import Recorder, ScheduledMessage
 
 __all__ = ["CallPlayback", "CallRecorder"]
 
@@ -64,11 +65,15 @@ class CallRecorder:
         calls: The records, in the order the calls started.
     """
 
-    __slots__ = ("_after", "_done", "_token", "calls", "closed", "session_id")
+    __slots__ = ("_after", "_done", "_token", "calls", "closed", "session_id", "step", "timers")
 
-    def __init__(self, session_id: str = "") -> None:
+    def __init__(self, session_id: str = "", step: int = 0) -> None:
         self.session_id = session_id
+        #: The number naming the step (the same across a crash and its resume).
+        self.step = step
         self.calls: list[dict[str, Any]] = []
+        #: The timers the stage scheduled (`schedule`), ``None`` until the first.
+        self.timers: list[ScheduledMessage] | None = None
         self.closed = False
         # Made by the first call (most steps make none): id(record) -> its place in
         # completion order, and id(record) -> calls finished when it started.
@@ -114,6 +119,16 @@ class CallRecorder:
                 record = {**record, "done": done, "after": after}
             records.append(record)
         return records
+
+    def schedule(self, timer: ScheduledMessage) -> str:
+        """Keep ``timer`` for the step's commit; return its id (made from the step's, if none)."""
+        timers = self.timers
+        if timers is None:
+            timers = self.timers = []
+        if not timer.message_id:
+            timer = replace(timer, message_id=f"timer-{self.step}.{len(timers) + 1}")
+        timers.append(timer)
+        return timer.message_id
 
     def _start(self, record: dict[str, Any]) -> None:
         if self._after is _NONE:

@@ -27,6 +27,7 @@ from ..actors import Actor, Termination, TerminationKind
 from ..core._seams import check_edge, check_invariants, state_label, step_moves, with_fields
 from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ._failures import FailureHandler
+from ._inbox import Inbox
 from ._record import ExitReason, StageMode, failure_record
 from ._recording import CallRecorder
 from ._stages import (
@@ -42,12 +43,18 @@ from ._stages import (
 if TYPE_CHECKING:
     from ..core._seams import StatePlan
     from ..protocols import AgentState, FailureRecord, Stage
+    from ._inbox import Mail
     from ._record import Session
     from ._stages import StageSlot
 
 __all__ = ["SessionSupervisor"]
 
 _logger = get_logger("arkhon_rheo.supervision")
+
+#: The statuses stored with the run's last write (the final commit, or the park).
+_STORED_WITH_COMMIT = frozenset(
+    {ExitReason.FINISHED.value, ExitReason.FAILED.value, ExitReason.WAITING.value}
+)
 
 #: How long a stopping session may wait to store its status and give up its lease.
 _STATUS_TIMEOUT = 10.0
@@ -134,6 +141,8 @@ class SessionSupervisor(Actor[_Step, None]):
         self.verified: AgentState | None = None
         #: The plan of the state the last commit moved the session to.
         self.landed: StatePlan = session.compiled.plan(session.state.lifecycle)
+        #: The session's inbox: the messages its waiting states apply, its timers.
+        self.inbox = Inbox(session)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -179,7 +188,8 @@ class SessionSupervisor(Actor[_Step, None]):
         assert persistence is not None
         try:
             # "finished" and "failed" went with the final commit, in its transaction.
-            ended = status in (ExitReason.FINISHED.value, ExitReason.FAILED.value)
+            # "waiting" was stored by the park itself, which gave the lease up too.
+            ended = status in (_STORED_WITH_COMMIT)
             await persistence.close(None if ended else status)
         except Exception as exc:  # the outcome is known in memory; the record catches up on resume
             _logger.error("status_not_stored", session_id=self.session.session_id, error=repr(exc))
@@ -288,6 +298,14 @@ class SessionSupervisor(Actor[_Step, None]):
             return True
         if machine.gates and await self._pause_at_gate(state, name):
             return True
+        delivery = None
+        if plan.receives:
+            try:
+                delivery = await self.inbox.receive(stage_type, state)
+            except Exception as refused:  # no store, a stored message that no longer fits
+                return await self.failures.failed(refused, name, 1, self._restart)
+            if delivery is None:
+                return True  # parked
         started = time.time()
         try:
             if plan.invariants and state is not self.verified:
@@ -309,8 +327,10 @@ class SessionSupervisor(Actor[_Step, None]):
         while True:
             slot = self.stages[name]
             view: StateView[Any] = StateView(state, plan.reads, name)
-            recorder = CallRecorder(session.session_id)
             seq = session.next_seq()
+            recorder = CallRecorder(session.session_id, seq)
+            if delivery is not None:
+                slot.stage.delivered = delivery.message  # type: ignore[attr-defined]
             scope = session.partials.scope(name, seq, attempt)
             if self.span is None and type(slot) is _InlineSlot:
                 # The common case, without a layer: inline, nothing traced.
@@ -323,14 +343,19 @@ class SessionSupervisor(Actor[_Step, None]):
             if isinstance(outcome, Escaped):
                 raise outcome.error
             calls = recorder.finished() or None  # no empty list kept while a commit waits
+            timers = recorder.timers
             # Not kept alive while a durable commit waits for its store (the GC would
             # walk them, and promote them, with every session that waits).
             del view, recorder, scope
-            failure = (
-                outcome
-                if isinstance(outcome, Exception)
-                else await self._commit(state, outcome, slot.stage, started, attempt, calls, plan)
-            )
+            if isinstance(outcome, Exception):
+                failure: Exception | None = outcome
+            elif delivery is None and timers is None:
+                failure = await self._commit(state, outcome, slot.stage, started, attempt, calls, plan)
+            else:
+                mail = self.inbox.mail(delivery, timers)
+                failure = await self._commit(
+                    state, outcome, slot.stage, started, attempt, calls, plan, mail
+                )
             if failure is None:
                 session.steps += 1
                 return self.landed.terminal and self._ended()
@@ -392,10 +417,12 @@ class SessionSupervisor(Actor[_Step, None]):
         attempt: int,
         calls: list[dict[str, Any]] | None = None,
         plan: StatePlan | None = None,
+        mail: Mail | None = None,
     ) -> Exception | None:
         """Validate and commit one stage's patch; return the refusal instead of raising.
 
-        ``plan`` is the compiled plan of ``state``'s lifecycle, when the caller has it.
+        ``plan`` is the compiled plan of ``state``'s lifecycle, when the caller has it;
+        ``mail`` the message the step applied and the timers it scheduled, if any.
         """
         session = self.session
         machine = session.machine
@@ -448,11 +475,20 @@ class SessionSupervisor(Actor[_Step, None]):
             info={"io": calls} if calls else None,
         )
         persistence = session.persistence
+        if mail is not None:
+            event = event._replace(info={**(event.info or {}), **mail.info})
+            if persistence is None:
+                return self.inbox.unstored()
         if persistence is not None:
             # Not kept alive (and walked by the GC) while the commit waits for its store.
             del updates, moved
             try:  # write-ahead: the store has it before it becomes authoritative
-                await persistence.write(event, candidate)
+                if mail is None:
+                    await persistence.write(event, candidate)
+                else:
+                    await persistence.write(
+                        event, candidate, applied=mail.applied, posts=mail.posts
+                    )
             except Exception as exc:
                 return exc
             persistence.accept()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from .._exports import publish
 from ._handle import SessionHandle as SessionHandle
 from ._handle import SessionResult as SessionResult
+from ._mail import Sent as Sent
 from ._registry import AgentStatistics as AgentStatistics
 from ._stored import StoredSession as StoredSession
 from ._system import AgentSystem as AgentSystem
@@ -25,6 +26,7 @@ __all__ = [
     "AgentSystem",
     "Divergence",
     "ReplayReport",
+    "Sent",
     "SessionHandle",
     "SessionResult",
     "StoredSession",

@@ -46,8 +46,8 @@ class SessionResult(Generic[S]):
 
     @property
     def ok(self) -> bool:
-        """Whether the session finished in a terminal state other than the failed one."""
-        return self.exit_reason is ExitReason.FINISHED
+        """Whether the run went well: it finished (not failed), or parked waiting for a message."""
+        return self.exit_reason is ExitReason.FINISHED or self.exit_reason is ExitReason.WAITING
 
 
 class SessionHandle(Generic[S]):

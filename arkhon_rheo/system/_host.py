@@ -18,20 +18,21 @@ import anyio
 from .._errors import ConfigurationError, SessionBusy, SessionNotFound, SystemNotRunning
 from ..core._seams import compiled
 from ..graphs._seams import session_scope
-from ..protocols import AgentState
+from ..protocols import AgentState, WallClock
 from ..protocols._seams import installed
+from ..supervision import ExitReason
 from ..supervision._seams import Session, SessionSupervisor
 from ._handle import new_handle, session_of
 from ._journal import Journal
 from ._options import check_budget
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from ..actors import ActorSystem
     from ..graphs._seams import SubgraphHost
-    from ..protocols import Machine, Store, TransitionEvent
+    from ..protocols import Clock, Machine, Store, TransitionEvent
     from ..protocols._seams import FaultInjector
     from ..supervision._seams import EventListener, SessionConfig
     from ._claims import Claim, Claims
@@ -60,6 +61,7 @@ class SessionHost:
         snapshot_every: The snapshot interval of a stored session's runs.
         listeners: Called with every committed event of every session.
         faults: The faults to inject into every session launched, if any.
+        clock: What the sessions' messages and timers are timed by.
 
     Attributes:
         config: The sessions' configuration.
@@ -72,12 +74,14 @@ class SessionHost:
         "_children",
         "_claims",
         "_counter",
+        "_on_park",
         "_faults",
         "_listeners",
         "_owner_name",
         "_registry",
         "_seed",
         "_snapshot_every",
+        "clock",
         "config",
         "owner",
         "store",
@@ -97,6 +101,7 @@ class SessionHost:
         snapshot_every: int | None,
         listeners: tuple[EventListener, ...],
         faults: FaultInjector | None,
+        clock: Clock | None = None,
     ) -> None:
         self._actors = actors
         self._registry = registry
@@ -111,6 +116,9 @@ class SessionHost:
         self._snapshot_every = snapshot_every
         self._listeners = listeners
         self._faults = faults
+        self.clock: Clock = WallClock() if clock is None else clock
+        #: Called when a session launched here parks (the system's timer watch looks again).
+        self._on_park: Callable[[], None] | None = None
 
     def check_running(self) -> None:
         """Raise `SystemNotRunning` outside the agent system's ``async with`` block."""
@@ -151,6 +159,21 @@ class SessionHost:
             )
         return self._claims.hold(session_id)
 
+    def running(self, session_id: str) -> SessionHandle[Any] | None:
+        """The handle of ``session_id``'s run here, if it is running."""
+        if not self._registry.running(session_id):
+            return None
+        return self._registry.get(session_id)
+
+    def on_park(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever a session launched here parks."""
+        self._on_park = callback
+
+    def _closed(self, session: Session) -> None:
+        self._registry.closed(session)
+        if session.exit_reason is ExitReason.WAITING and self._on_park is not None:
+            self._on_park()
+
     def held(self, session_id: str) -> Session:
         """The record of session ``session_id`` held here in memory.
 
@@ -187,7 +210,7 @@ class SessionHost:
         session.gates_passed = gates_passed
         session.log.extend(history)
         session.seq += len(history)
-        session.on_close = self._registry.closed
+        session.on_close = self._closed
         try:
             # Shielded: the session starts whole (and the lease passes to it) or not at all.
             with anyio.CancelScope(shield=True):
@@ -237,4 +260,5 @@ class SessionHost:
             base_seq=base_seq,
             link=link,
             anchor_seq=anchor_seq,
+            clock=self.clock,
         )

@@ -14,6 +14,7 @@ __all__ = [
     "check_budget",
     "check_initial",
     "check_lease_ttl",
+    "check_positive",
     "check_snapshot_every",
     "kept",
 ]
@@ -46,6 +47,14 @@ def check_lease_ttl(lease_ttl: float) -> float:
     if not (isinstance(lease_ttl, int | float) and lease_ttl > 0):
         raise ConfigurationError(f"lease_ttl must be positive seconds, got {lease_ttl!r}")
     return float(lease_ttl)
+
+
+def check_positive(name: str, value: float, *, integer: bool = False) -> None:
+    """Refuse ``value`` for option ``name`` unless it is a positive (integer) number."""
+    kinds: type | tuple[type, ...] = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+        what = "a positive integer" if integer else "a positive number"
+        raise ConfigurationError(f"{name} must be {what}, got {value!r}")
 
 
 def kept(keep_ended: int | None, *, with_store: bool) -> int:

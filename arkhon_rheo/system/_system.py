@@ -15,6 +15,8 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
+
 from .._errors import (
     ConfigurationError,
     SessionBusy,
@@ -32,7 +34,15 @@ from ._children import ChildHost
 from ._claims import Claims
 from ._host import SessionHost
 from ._journal import Journal
-from ._options import check_budget, check_initial, check_lease_ttl, check_snapshot_every, kept
+from ._mail import Postman, Sent
+from ._options import (
+    check_budget,
+    check_initial,
+    check_lease_ttl,
+    check_positive,
+    check_snapshot_every,
+    kept,
+)
 from ._owner import Owner
 from ._recovery import orphaned
 from ._registry import AgentStatistics, Registry
@@ -43,7 +53,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from types import TracebackType
 
-    from ..protocols import SessionRecord, Store
+    from ..protocols import Clock, SessionRecord, Store
     from ..protocols._seams import FaultInjector
     from ..supervision import Backoff, Classifier, RestartIntensity, RestartStrategy
     from ..supervision._seams import EventListener
@@ -110,6 +120,16 @@ class AgentSystem:
             reachable through `session` until you drop it. ``None`` (the default)
             keeps none with a store (the store is their record: read it through
             ``system.stored(machine, id)``) and the last 1,000 without one.
+        machines: Machines whose parked sessions this system wakes when a timer
+            of theirs falls due, from the start (starting, resuming, recovering
+            or sending to a session of a machine makes the system serve it too).
+        clock: What messages and timers are timed by (an
+            `arkhon_rheo.protocols.Clock`): the machine's own clock by default;
+            tests pass an ``arkhon_rheo.testing.VirtualClock``.
+        inbox_capacity: The most messages a session's inbox holds waiting to
+            be applied; one more is refused (`InboxFull`), nothing stored.
+        poll_interval: The longest the timer watch sleeps before it looks in
+            the store again (for timers other processes set), in seconds.
 
     Raises:
         ConfigurationError: If a bound is out of range.
@@ -135,6 +155,10 @@ class AgentSystem:
         snapshot_every: int | None = None,
         fault_plan: FaultInjector | None = None,
         keep_ended: int | None = None,
+        machines: Iterable[Machine[Any]] = (),
+        clock: Clock | None = None,
+        inbox_capacity: int = 1000,
+        poll_interval: float = 1.0,
     ) -> None:
         if not isinstance(stage_mode, StageMode):
             raise ConfigurationError(f"stage_mode must be a StageMode, got {stage_mode!r}")
@@ -149,6 +173,8 @@ class AgentSystem:
         }
         check_budget(max_steps)
         check_snapshot_every(snapshot_every)
+        check_positive("inbox_capacity", inbox_capacity, integer=True)
+        check_positive("poll_interval", poll_interval)
         lease_ttl = check_lease_ttl(lease_ttl)
         identity = Owner.current()
         self._exit = contextlib.AsyncExitStack()
@@ -173,7 +199,14 @@ class AgentSystem:
             snapshot_every=snapshot_every,
             listeners=tuple(listeners),
             faults=fault_plan,
+            clock=clock,
         )
+        self._postman = Postman(self._host, self._host.clock, inbox_capacity, poll_interval)
+        self._host.on_park(self._postman.kick)
+        for machine in machines:
+            if not isinstance(machine, Machine):
+                raise ConfigurationError(f"machines=... takes Machine objects, got {machine!r}")
+            self._postman.serve(machine)
 
     async def __aenter__(self) -> AgentSystem:
         async with contextlib.AsyncExitStack() as stack:
@@ -182,6 +215,10 @@ class AgentSystem:
             await stack.enter_async_context(self._actors)
             if self._store is not None:
                 await stack.enter_async_context(self._claims.renewing(self._registry))
+                # The timer watch: stopped (cancelled) before the sessions are.
+                watch = await stack.enter_async_context(anyio.create_task_group())
+                watch.start_soon(self._postman.watch)
+                stack.callback(watch.cancel_scope.cancel)
             # Leaving the block cancels the sessions still running first.
             stack.callback(self._cancel_running)
             self._exit = stack.pop_all()
@@ -237,6 +274,11 @@ class AgentSystem:
                 (``"running"``, with no lease): `resume` it, or `recover` finds it.
         """
         check_initial(machine, state)
+        if machine.messages and self._store is None:
+            raise ConfigurationError(
+                f"machine {machine.name!r} receives messages, which wait in a store: pass "
+                "store=MemoryStore() (or a file) to the AgentSystem"
+            )
         if session_id is None:
             session_id = uuid.uuid4().hex[:12]
         if session_id in self._registry:
@@ -250,6 +292,8 @@ class AgentSystem:
             state = state.model_copy(update={"session_id": session_id})
         validator.check_invariants(state, machine.initial, stage="(start)")
         host.check_running()
+        if self._store is not None:
+            self._postman.serve(machine)
         async with host.claim(session_id) as claim:
             if self._store is not None:
                 await Journal(self._store, machine, session_id).create(state)
@@ -282,6 +326,8 @@ class AgentSystem:
             SessionLocked: If a live owner elsewhere drives it.
             StoreCorrupt: If what is stored does not decode.
         """
+        if self._store is not None:
+            self._postman.serve(machine)
         return await self.stored(machine, session_id).resume(max_steps=max_steps)
 
     async def orphans(self, machine: Machine[Any] | None = None) -> list[SessionRecord]:
@@ -305,14 +351,17 @@ class AgentSystem:
         return await orphaned(store, self._registry, machine)
 
     async def recover(self, machine: Machine[S]) -> list[SessionHandle[S]]:
-        """Resume every orphaned session of ``machine`` (see `orphans`); for start-up.
+        """Resume every orphaned session of ``machine`` (see `orphans`), wake its due ones.
 
-        Each is resumed as by `resume` (its history records who resumed it and
-        the stage that runs again). A session another system takes meanwhile,
-        or that turns out to have ended, is skipped.
+        For start-up. Each orphan is resumed as by `resume` (its history
+        records who resumed it and the stage that runs again). A session
+        another system takes meanwhile, or that turns out to have ended, is
+        skipped. Then the parked sessions of ``machine`` whose timers fell due
+        (while no process served them) are woken, and from now on this system
+        serves the machine's timers.
 
         Returns:
-            The handles of the sessions resumed, oldest first.
+            The handles of the sessions resumed, oldest first, then those woken.
 
         Raises:
             ConfigurationError: Without a store, or if a session of that name was
@@ -330,7 +379,49 @@ class AgentSystem:
                 handles.append(await self.resume(machine, record.session_id))
             except (SessionLocked, SessionError):
                 continue  # taken by another system, or ended: not an orphan any more
+        self._postman.serve(machine)
+        handles.extend(await self._postman.wake_due(machine))
         return handles
+
+    async def send(
+        self,
+        machine: Machine[Any],
+        session_id: str,
+        message: object,
+        *,
+        message_id: str | None = None,
+    ) -> Sent:
+        """Send ``message`` to session ``session_id`` of ``machine``: store it, then deliver it.
+
+        The message is checked first: a model of a kind the machine's `Receive`
+        stages accept (or a mapping of its fields, its kind's name under
+        ``"kind"``). It is then stored in the session's inbox, as durable as a
+        commit (with the store's durability mode), and delivered: a parked
+        session is woken here; one running here, or in another live process,
+        receives it when it next waits. Messages are applied one per step, in
+        the order they were sent (a timer: when it falls due), each exactly
+        once, and each applied message is an event in the session's history.
+
+        Args:
+            machine: The session's machine.
+            session_id: The session.
+            message: The message.
+            message_id: Its id: sending the same id again stores nothing (a
+                retried delivery is harmless). A fresh one by default.
+
+        Returns:
+            Where it went: ``sent.handle`` is the run here that receives it, if any
+            (await ``sent.handle.result()`` for the session's reply to it).
+
+        Raises:
+            MessageRefused: If the machine does not accept the message, or the
+                session has ended (nothing is stored).
+            InboxFull: If the session has ``inbox_capacity`` messages waiting.
+            SessionNotFound: If the store has no such session.
+            ConfigurationError: Without a store, or if ``machine`` is not the session's.
+            SystemNotRunning: Outside the ``async with`` block.
+        """
+        return await self._postman.send(machine, session_id, message, message_id)
 
     def stored(self, machine: Machine[S], session_id: str) -> StoredSession[S]:
         """Session ``session_id`` of ``machine`` as the store keeps it.

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .._errors import StoreCorrupt
 from ..core import apply_event
 from ..core._seams import compiled
+from pydantic import ValidationError
+
 from ..protocols import AgentState, EventKind, StateView, TransitionEvent
 from ..supervision._seams import CallPlayback, run_stage
 
@@ -104,8 +106,14 @@ class _Verifier:
             )
         name = stage_type.name
         instance: Stage[Any] = stage_type()
-        records = (event.info or {}).get("io", [])
+        info = event.info or {}
+        records = info.get("io", [])
+        if machine.waits_in(state.lifecycle):
+            problem = _deliver(instance, info.get("message"))
+            if problem is not None:
+                return f"stage {name!r}: {problem}"
         playback = CallPlayback(records, self.session_id)
+        playback.step = event.seq  # what its timers' ids are made from, as in the recorded run
         view: StateView[Any] = StateView(state, stage_type.reads, name)
         outcome = await run_stage(instance, view, machine.deadlines.get(state.lifecycle), playback)
         if playback.diverged is not None:
@@ -130,6 +138,10 @@ class _Verifier:
             proposed = self.codec.encode_patch(patch, stage=name)
             stored = self.codec.encode_patch(recorded, stage=name)
             return f"stage {name!r} proposed {proposed}, the recorded run {stored}"
+        timers = [timer.describe(0.0) for timer in playback.timers or ()]
+        recorded_timers = [{**timer, "due_at": 0.0} for timer in info.get("timers", ())]
+        if timers != recorded_timers:
+            return f"stage {name!r} scheduled {timers}, the recorded run {recorded_timers}"
         if not (isinstance(target, enum.Enum) and target is event.to_state):
             return (
                 f"stage {name!r} chose {target!r} as the next state, "
@@ -246,6 +258,20 @@ def _stored_differs(
             "the stored state (latest snapshot and the events after it) differs from the "
             "replay of the whole log: the snapshot does not match the events before it",
         )
+    return None
+
+
+def _deliver(instance: Any, message: Any) -> str | None:
+    """Hand a receiving stage the message its recorded step applied; say what is wrong, if any."""
+    if not isinstance(message, dict):
+        return "the recorded step applied no message"
+    kind = instance.kinds().get(message.get("kind"))
+    if kind is None:
+        return f"it does not accept the recorded message's kind {message.get('kind')!r}"
+    try:
+        instance.delivered = kind.model_validate(message.get("payload"))
+    except ValidationError as exc:
+        return f"the recorded message does not fit its kind now: {exc.errors(include_url=False)}"
     return None
 
 

@@ -22,6 +22,7 @@ from ._capture import EventCapture as EventCapture
 from ._chaos import ChaosReport as ChaosReport
 from ._chaos import chaos_run as chaos_run
 from ._chaos import fault_class as fault_class
+from ._clock import VirtualClock as VirtualClock
 from ._crash import crash_loop as crash_loop
 from ._crash_report import CrashReport as CrashReport
 from ._crash_report import LostCommit as LostCommit
@@ -65,6 +66,7 @@ __all__ = [
     "ScriptedModel",
     "ScriptedRequest",
     "Step",
+    "VirtualClock",
     "StoreCall",
     "assert_all_ended",
     "assert_none_hung",

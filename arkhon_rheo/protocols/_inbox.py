@@ -1,0 +1,230 @@
+"""What a session receives: `Receive` stages, message kinds, `schedule`, and the `Clock`.
+
+A session has a durable inbox. A state whose stage is a `Receive` stage is a
+*waiting* state: the supervisor hands that stage the first pending message
+(by due time, then the order it was sent) whose kind the stage accepts, and
+commits the patch it proposes like any step's. With no such message due, the
+session parks: it gives up its lease and its memory, and wakes when one
+arrives or a timer falls due. Messages of other kinds wait in the inbox for a
+state that accepts them (a selective receive, as in Erlang).
+
+A message kind is a pydantic model; its name is the class's name unless the
+class says otherwise in a ``kind`` class variable. A timer is a message a
+stage posts to its own session, due later: `schedule` records it with the
+step, and the store keeps it with the step's commit, in one transaction.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
+
+import anyio
+from pydantic import BaseModel
+
+from .._errors import ConfigurationError
+from ._io import RECORDER
+from ._stage import Stage
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ._patch import Patch
+    from ._stage import StateView
+
+__all__ = [
+    "Clock",
+    "Receive",
+    "ScheduledMessage",
+    "WallClock",
+    "message_kind",
+    "schedule",
+]
+
+S = TypeVar("S")
+
+
+def message_kind(kind: type[BaseModel]) -> str:
+    """The name of message kind ``kind``: its ``kind`` class variable, or its class name."""
+    named = getattr(kind, "kind", None)
+    return named if isinstance(named, str) and named else kind.__name__
+
+
+class Receive(Stage[S], Generic[S]):
+    """A stage that applies the messages its session receives, one per step.
+
+    ::
+
+        class Reply(BaseModel):
+            text: str
+
+        class AwaitReply(Receive[Chat], reads={"log"}, writes={"log"}, accepts=(Reply,)):
+            async def apply(self, view, message: Reply) -> Patch:
+                return Patch(log=view.log + (message.text,))
+
+            def next(self, state: Chat) -> Phase:
+                return Phase.THINKING
+
+    Its state waits: each step applies one message (validated and checked like
+    any patch, within the stage's writes), and the session parks while none of
+    an accepted kind is due.
+
+    Attributes:
+        accepts: The message kinds (pydantic models) the stage applies.
+        delivered: The message being applied (set by the supervisor before each
+            step; `execute` hands it to `apply`).
+    """
+
+    accepts: ClassVar[tuple[type[BaseModel], ...]] = ()
+    delivered: BaseModel | None = None
+
+    def __init_subclass__(
+        cls, *, accepts: Iterable[type[BaseModel]] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if accepts is not None:
+            kinds = tuple(accepts)
+            for kind in kinds:
+                if not (isinstance(kind, type) and issubclass(kind, BaseModel)):
+                    raise ConfigurationError(
+                        f"stage {cls.name!r} accepts {kind!r}, which is not a pydantic model; "
+                        "a message kind is a BaseModel subclass"
+                    )
+            cls.accepts = kinds
+
+    @classmethod
+    def kinds(cls) -> dict[str, type[BaseModel]]:
+        """The kinds the stage accepts, by name."""
+        return {message_kind(kind): kind for kind in cls.accepts}
+
+    async def execute(self, view: StateView[S]) -> Patch:
+        """Apply the message the supervisor delivered (see `apply`)."""
+        message = self.delivered
+        if message is None:
+            raise ConfigurationError(
+                f"stage {self.name!r} is a Receive stage: it runs when a message is delivered"
+            )
+        return await self.apply(view, message)
+
+    async def apply(self, view: StateView[S], message: Any) -> Patch:
+        """Apply ``message`` to the session: return the patch it makes."""
+        raise NotImplementedError(f"stage {self.name!r} must implement apply()")
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledMessage:
+    """A message a stage asked to have delivered to its own session later (a timer).
+
+    Attributes:
+        message_id: Its id in the session's inbox.
+        kind: Its kind's name.
+        payload: The message as JSON data.
+        after: Seconds after the step's commit it falls due (with ``at``: ``None``).
+        at: When it falls due, seconds since the epoch (with ``after``: ``None``).
+    """
+
+    message_id: str
+    kind: str
+    payload: Any
+    after: float | None
+    at: float | None
+
+    def due(self, now: float) -> float:
+        """When it falls due, for a step committed at ``now``."""
+        return self.at if self.at is not None else now + (self.after or 0.0)
+
+    def describe(self, due_at: float) -> dict[str, Any]:
+        """The timer as JSON data, for the event that posts it."""
+        return {"id": self.message_id, "kind": self.kind, "payload": self.payload, "due_at": due_at}
+
+
+def _seconds(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"schedule({name}=...) takes a finite number, got {value!r}")
+    return float(value)
+
+
+def schedule(
+    message: BaseModel,
+    *,
+    after: float | None = None,
+    at: float | None = None,
+    message_id: str | None = None,
+) -> str:
+    """Post ``message`` to this stage's own session, due ``after`` seconds (or ``at`` a time).
+
+    Call it in a stage: the timer is stored with the step's commit, in the
+    same transaction (a retried attempt's timers are dropped with it), and
+    survives a crash or a restart: whoever serves the session's machine then
+    (its `AgentSystem`, or ``recover()`` in the next process) delivers it when
+    it falls due, to the first state whose `Receive` stage accepts its kind.
+
+    Args:
+        message: The message (a pydantic model of a kind the machine accepts).
+        after: Seconds from the step's commit (by the system's clock).
+        at: A time, seconds since the epoch; give ``after`` or ``at``.
+        message_id: Its id in the inbox (default: made from the step's event
+            number and its order in the step, unique in the session).
+
+    Returns:
+        The timer's message id.
+
+    Raises:
+        ConfigurationError: Outside a stage, with both or neither of ``after``
+            and ``at``, or if ``message`` is not a pydantic model.
+    """
+    recorder = RECORDER.get()
+    adds = getattr(recorder, "schedule", None)
+    if recorder is None or recorder.closed or adds is None:
+        raise ConfigurationError(
+            "schedule() posts a timer with a step's commit: call it inside a running stage"
+        )
+    if (after is None) == (at is None):
+        raise ConfigurationError("schedule() takes either after=seconds or at=time, not both")
+    if not isinstance(message, BaseModel):
+        raise ConfigurationError(
+            f"schedule() takes a message (a pydantic model), got {type(message).__name__}"
+        )
+    timer = ScheduledMessage(
+        message_id or "",
+        message_kind(type(message)),
+        message.model_dump(mode="json"),
+        _seconds("after", after),
+        _seconds("at", at),
+    )
+    named: str = adds(timer)
+    return named
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """What a system tells the time by, for messages and timers (seconds since the epoch)."""
+
+    def now(self) -> float:
+        """The time now."""
+        ...
+
+    async def sleep_until(self, deadline: float) -> None:
+        """Return once the time is ``deadline`` or later."""
+        ...
+
+
+class WallClock:
+    """The machine's own clock: ``time.time()``, slept on with ``anyio.sleep``."""
+
+    __slots__ = ()
+
+    def now(self) -> float:
+        """The time now."""
+        return time.time()
+
+    async def sleep_until(self, deadline: float) -> None:
+        """Sleep until ``deadline``."""
+        await anyio.sleep(max(0.0, deadline - time.time()))
+
+    def __repr__(self) -> str:
+        return "WallClock()"

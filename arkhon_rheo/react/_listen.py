@@ -1,0 +1,68 @@
+"""A conversational agent between turns: it waits for the user's next message, or a close.
+
+`ListenStage` is the `Receive` stage of a conversational agent's waiting
+state: a `UserInput` adds the user's message to the conversation and the
+agent thinks again, with the whole conversation (trimmed and budgeted as any
+turn); a `Close` ends the session (`StopReason.CLOSED`, the last answer kept).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..protocols import Lifecycle, Patch, Receive, UserMessage
+from ._stages import ReactStage
+from ._state import ReactState, StopReason
+
+if TYPE_CHECKING:
+    from ..protocols import StateView
+
+__all__ = ["Close", "ListenStage", "UserInput"]
+
+L = Lifecycle
+
+
+class UserInput(BaseModel):
+    """The user's next message to a conversational agent.
+
+    Attributes:
+        text: What the user says.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: ClassVar[str] = "user_input"
+    text: str = Field(min_length=1)
+
+
+class Close(BaseModel):
+    """End a conversational agent's conversation: the session finishes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: ClassVar[str] = "close"
+
+
+class ListenStage(
+    Receive[ReactState],
+    ReactStage,
+    name="listen",
+    reads={"messages"},
+    writes={"messages", "answer", "exit"},
+    accepts=(UserInput, Close),
+):
+    """Take the user's next message into the conversation, or close it."""
+
+    async def apply(self, view: StateView[ReactState], message: UserInput | Close) -> Patch:
+        """The user's message appended (the last answer cleared), or the close."""
+        if isinstance(message, Close):
+            return Patch(exit=StopReason.CLOSED)
+        return Patch(answer=None, exit=None).append("messages", UserMessage(content=message.text))
+
+    def next(self, state: ReactState) -> enum.Enum:
+        """Think about the new message; finish once closed."""
+        return L.FINISHED if state.exit is StopReason.CLOSED else L.THINKING
+

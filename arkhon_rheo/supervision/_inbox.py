@@ -1,0 +1,142 @@
+"""A session's inbox, as its supervisor uses it: receive a message, or park; post timers.
+
+In a state whose stage is a `Receive` stage, the supervisor asks `Inbox.receive`
+for the message to apply: the first pending one (by due time, then the order
+it was sent) of a kind the stage accepts and due now. With none, the session
+parks: the store, in one transaction, refuses if such a message arrived
+meanwhile (then it is received after all) or records the session as waiting
+(what it waits for, and when its next timer falls due) and gives its lease up.
+
+The step that applies a message commits with it (`Mail`): the store marks the
+message applied in the transaction that stores the step's event, so a message
+is applied exactly once, and a crash before that commit leaves it pending for
+the next run. Timers the step scheduled (`schedule`) are posted in the same
+transaction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pydantic import ValidationError
+
+from .._errors import ConfigurationError, Fatal
+from ..core._seams import state_label
+from ..protocols import NewMessage
+from ._record import ExitReason
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from ..protocols import AgentState, StoredMessage
+    from ..protocols._seams import ScheduledMessage
+    from ._record import Session
+
+__all__ = ["Delivery", "Inbox", "Mail"]
+
+
+class Delivery(NamedTuple):
+    """A message taken from the inbox for one step: as stored, and decoded."""
+
+    stored: StoredMessage
+    message: BaseModel
+
+
+class Mail(NamedTuple):
+    """What a step's commit carries to the inbox: the message it applied, the timers it set."""
+
+    #: The inbox position of the message applied (``None``: none).
+    applied: int | None
+    #: The timers to post, due by the system's clock at the commit.
+    posts: tuple[NewMessage, ...]
+    #: What the step's event records of both (``info["message"]``, ``info["timers"]``).
+    info: dict[str, Any]
+
+
+def waiting_for(state: AgentState, stage: str, kinds: list[str]) -> dict[str, Any]:
+    """What a session parked in ``state``, whose ``stage`` accepts ``kinds``, waits for."""
+    return {"state": state_label(state.lifecycle), "stage": stage, "accepts": kinds}
+
+
+class Inbox:
+    """One session's inbox, for its supervisor."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    async def receive(self, stage_type: type[Any], state: AgentState) -> Delivery | None:
+        """The message the stage of ``state`` applies next; ``None`` once the session parked."""
+        session = self.session
+        persistence = session.persistence
+        if persistence is None:
+            raise ConfigurationError(
+                f"session {session.session_id!r} waits for messages in "
+                f"{state_label(state.lifecycle)!r}, which needs a store: pass "
+                "store=MemoryStore() (or a file) to the AgentSystem"
+            )
+        store = persistence.store
+        kinds: dict[str, type[BaseModel]] = stage_type.kinds()
+        accepts = sorted(kinds)
+        while True:
+            now = session.clock.now()
+            for stored in await store.pending(session.session_id):
+                if stored.kind in kinds and stored.due_at <= now:
+                    return Delivery(stored, _decoded(kinds[stored.kind], stored))
+            parked = await store.park(
+                session.session_id,
+                persistence.owner,
+                status=ExitReason.WAITING.value,
+                waiting=waiting_for(state, stage_type.name, accepts),
+                accepts=accepts,
+                now=now,
+            )
+            if parked:
+                session.finish(ExitReason.WAITING)
+                return None
+            # A message of an accepted kind arrived meanwhile: receive it.
+
+    def mail(self, delivery: Delivery | None, timers: list[ScheduledMessage] | None) -> Mail:
+        """What the commit of a step that applied ``delivery`` and set ``timers`` carries."""
+        info: dict[str, Any] = {}
+        applied = None
+        if delivery is not None:
+            stored = delivery.stored
+            applied = stored.position
+            info["message"] = {
+                "id": stored.message_id,
+                "position": stored.position,
+                "kind": stored.kind,
+                "payload": stored.payload,
+                "posted_at": stored.posted_at,
+                "due_at": stored.due_at,
+            }
+        posts: list[NewMessage] = []
+        if timers:
+            now = self.session.clock.now()
+            described = []
+            for timer in timers:
+                due = timer.due(now)
+                posts.append(NewMessage(timer.message_id, timer.kind, timer.payload, due))
+                described.append(timer.describe(due))
+            info["timers"] = described
+        return Mail(applied, tuple(posts), info)
+
+    def unstored(self) -> Exception:
+        """The failure of a step that scheduled a timer in a session kept without a store."""
+        return Fatal(
+            f"session {self.session.session_id!r}: schedule() posts a timer to the session's "
+            "inbox, which needs a store; pass store=MemoryStore() (or a file) to the AgentSystem"
+        )
+
+
+def _decoded(kind: type[BaseModel], stored: StoredMessage) -> BaseModel:
+    """The message ``stored`` holds, as its kind (checked when it was sent)."""
+    try:
+        return kind.model_validate(stored.payload)
+    except ValidationError as exc:
+        raise Fatal(
+            f"message {stored.message_id!r} of session {stored.session_id!r} no longer fits "
+            f"its kind {stored.kind!r}: {exc.errors(include_url=False)}"
+        ) from exc

@@ -1,0 +1,281 @@
+"""Messages to sessions: checked, stored, then delivered; parked sessions woken; timers served.
+
+`send` takes one path for every message: it checks the message against the
+kinds the session's machine accepts (a refusal stores nothing), stores it in
+the session's inbox (acknowledged = as durable as a commit), then delivers it:
+a session that runs here, or in another live process, receives it when it
+next waits; a parked one is woken here (leased, loaded and launched). A
+session's park and a message's post are each one store transaction, and the
+park refuses while an accepted message is due, so no message is ever left
+behind a parked session.
+
+`Postman.watch` serves timers: it sleeps (on the system's clock) until the
+earliest wake-up time among the parked sessions, or for ``poll`` seconds at
+most (a timer another process set), and wakes the sessions due whose machine
+the system serves: every machine it has started, resumed, recovered or sent
+to, and those it was given.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic import BaseModel, ValidationError
+
+from .._errors import (
+    ArkhonError,
+    ConfigurationError,
+    MessageRefused,
+    SessionBusy,
+    SessionLocked,
+)
+from .._log import get_logger
+from ..protocols import NewMessage, message_kind
+from ._journal import Journal
+
+if TYPE_CHECKING:
+    from ..protocols import Clock, Machine
+    from ._handle import SessionHandle
+    from ._host import SessionHost
+
+__all__ = ["ENDED", "Postman", "Sent", "encode_message"]
+
+_logger = get_logger("arkhon_rheo.system")
+
+#: The statuses of a session that will not run again: a message to it is refused.
+ENDED = frozenset({"finished", "failed", "aborted", "max_steps"})
+
+#: How long a wake-up that finds another call of this system waking the same
+#: session waits before looking again, in seconds.
+_BUSY_RETRY = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A message stored in a session's inbox, and where it is delivered.
+
+    Attributes:
+        session_id: The session.
+        message_id: The message's id in its inbox.
+        position: Its place in the inbox (from 1, in the order messages were sent).
+        duplicate: Whether the inbox had it already (the id was sent before):
+            nothing was stored the second time.
+        handle: The run of the session in this system that receives it (woken
+            for it, or running already); ``None`` when another process drives
+            the session, or when it does not wait now (paused at a gate, say):
+            it receives the message when it next waits.
+    """
+
+    session_id: str
+    message_id: str
+    position: int
+    duplicate: bool
+    handle: SessionHandle[Any] | None
+
+
+def encode_message(machine: Machine[Any], message: object) -> tuple[str, Any]:
+    """``message`` as a kind name and JSON payload, checked against what ``machine`` accepts.
+
+    ``message`` is a model of a kind the machine accepts, or a mapping of its
+    fields with the kind's name under ``"kind"`` (which may be left out when
+    the machine accepts one kind only).
+
+    Raises:
+        MessageRefused: If the kind is not one the machine accepts, or the
+            fields fail its validation.
+    """
+    kinds = machine.messages
+    accepted = ", ".join(sorted(kinds)) or "none"
+    if isinstance(message, BaseModel):
+        name = message_kind(type(message))
+        if kinds.get(name) is not type(message):
+            raise _refused(machine, f"its kind {name!r} is not one it accepts ({accepted})")
+        return name, message.model_dump(mode="json")
+    if not isinstance(message, Mapping):
+        raise _refused(
+            machine,
+            f"a message is a pydantic model or a mapping of its fields, got "
+            f"{type(message).__name__}",
+        )
+    fields = dict(message)
+    name = fields.pop("kind", None)
+    if name is None and len(kinds) == 1:
+        name = next(iter(kinds))
+    if not isinstance(name, str) or name not in kinds:
+        raise _refused(
+            machine, f"its kind {name!r} is not one it accepts ({accepted}); say which in 'kind'"
+        )
+    try:
+        model = kinds[name].model_validate(fields)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, error['loc'])) or '(message)'}: {error['msg']}"
+            for error in exc.errors(include_url=False)
+        )
+        raise _refused(machine, f"a {name} message is invalid: {problems}") from None
+    return name, model.model_dump(mode="json")
+
+
+def _refused(machine: Machine[Any], why: str, session_id: str = "") -> MessageRefused:
+    return MessageRefused(
+        f"message refused by machine {machine.name!r}: {why}; nothing was stored",
+        session_id=session_id,
+    )
+
+
+class Postman:
+    """An agent system's deliveries: `send`, `wake`, and the timer watch.
+
+    Args:
+        host: The system's sessions.
+        clock: What messages and timers are timed by.
+        capacity: The most pending messages an inbox holds.
+        poll: The longest the timer watch sleeps, in seconds.
+    """
+
+    __slots__ = ("_kick", "capacity", "clock", "host", "poll", "served")
+
+    def __init__(self, host: SessionHost, clock: Clock, capacity: int, poll: float) -> None:
+        self.host = host
+        self.clock = clock
+        self.capacity = capacity
+        self.poll = poll
+        #: The machines whose parked sessions this system wakes, by name.
+        self.served: dict[str, Machine[Any]] = {}
+        self._kick = anyio.Event()
+
+    def serve(self, machine: Machine[Any]) -> None:
+        """Wake the parked sessions of ``machine`` when their timers fall due, from now on."""
+        if self.served.get(machine.name) is not machine:
+            self.served[machine.name] = machine
+            self.kick()
+
+    def kick(self) -> None:
+        """Make the timer watch look again now (a session parked, a machine is served)."""
+        self._kick.set()
+
+    async def send(
+        self,
+        machine: Machine[Any],
+        session_id: str,
+        message: object,
+        message_id: str | None,
+    ) -> Sent:
+        """Check, store and deliver ``message`` (see `AgentSystem.send`)."""
+        host = self.host
+        store = host.require_store("send a message")
+        host.check_running()
+        if message_id is not None and (not isinstance(message_id, str) or not message_id):
+            raise ConfigurationError(
+                f"a message id is a non-empty string, got {message_id!r}; leave it out for a "
+                "fresh one"
+            )
+        try:
+            kind, payload = encode_message(machine, message)
+        except MessageRefused as refused:
+            raise MessageRefused(str(refused), session_id=session_id) from None
+        record = await Journal(store, machine, session_id).record()
+        if record.status in ENDED:
+            raise _refused(
+                machine,
+                f"session {session_id!r} has ended ({record.status}); fork it to go on",
+                session_id,
+            )
+        posted = NewMessage(message_id or uuid.uuid4().hex, kind, payload, self.clock.now())
+        stored, new = await store.post(session_id, posted, capacity=self.capacity)
+        self.serve(machine)
+        handle = await self.wake(machine, session_id)
+        return Sent(session_id, stored.message_id, stored.position, not new, handle)
+
+    async def wake(self, machine: Machine[Any], session_id: str) -> SessionHandle[Any] | None:
+        """Make sure session ``session_id`` gets its messages: woken here if it is parked.
+
+        Returns:
+            The handle of its run here (woken now, or running already), or
+            ``None`` if another process drives it or it does not wait.
+        """
+        host = self.host
+        store = host.require_store("wake a session")
+        while True:
+            live = host.running(session_id)
+            record = await store.record(session_id)
+            if live is not None:
+                if record.status != "waiting":
+                    return live  # it runs here, and receives the message when it next waits
+                await live.result()  # it parked just now: its run is ending
+                continue
+            if record.status != "waiting":
+                return None  # driven elsewhere, paused at a gate, or not running at all
+            try:
+                return await self._launch(machine, session_id)
+            except SessionLocked:
+                return None  # another process woke it: it receives the message there
+            except SessionBusy:
+                await anyio.sleep(_BUSY_RETRY)  # another call here is waking it
+
+    async def _launch(self, machine: Machine[Any], session_id: str) -> SessionHandle[Any] | None:
+        """Wake parked session ``session_id``: lease it, load it and launch its supervisor."""
+        host = self.host
+        store = host.require_store("wake a session")
+        journal = Journal(store, machine, session_id)
+        async with host.claim(session_id) as claim:
+            await claim.lease()
+            loaded = await journal.load()
+            record = loaded.record
+            if record.status != "waiting":
+                return host.running(session_id)  # woken and parked again meanwhile, or ended
+            state = journal.current(loaded)
+            await store.set_status(session_id, "running")
+            host.drop(session_id)
+            return await host.launch(
+                machine,
+                state,
+                host.config,
+                session_id,
+                base_seq=record.last_seq,
+                claim=claim,
+            )
+
+    async def wake_due(self, machine: Machine[Any] | None = None) -> list[SessionHandle[Any]]:
+        """Wake the parked sessions whose timers are due (of ``machine``, or of those served)."""
+        store = self.host.require_store("wake sessions")
+        due, _ = await store.waking(self.clock.now())
+        handles = []
+        for record in due:
+            target = self.served.get(record.machine) if machine is None else machine
+            if target is None or target.name != record.machine:
+                continue
+            try:
+                handle = await self.wake(target, record.session_id)
+            except ArkhonError as exc:  # one session's trouble never stops the others'
+                _logger.error(
+                    "session_not_woken", session_id=record.session_id, error=repr(exc)
+                )
+                continue
+            if handle is not None:
+                handles.append(handle)
+        return handles
+
+    async def watch(self) -> None:
+        """Serve timers until cancelled: wake due sessions, sleep until the next is due."""
+        store = self.host.require_store("serve timers")
+        while True:
+            self._kick = anyio.Event()
+            if self.served:
+                await self.wake_due()
+            now = self.clock.now()
+            _, next_at = await store.waking(now)
+            deadline = now + self.poll if next_at is None else min(next_at, now + self.poll)
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._sleep_until, deadline, group.cancel_scope)
+                await self._kick.wait()
+                group.cancel_scope.cancel()
+
+    async def _sleep_until(self, deadline: float, scope: anyio.CancelScope) -> None:
+        await self.clock.sleep_until(deadline)
+        self._kick.set()
+        scope.cancel()
