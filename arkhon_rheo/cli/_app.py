@@ -179,12 +179,16 @@ def _add_session_commands(add: _Add) -> None:
 
 def _add_steering_commands(add: _Add) -> None:
     """``decide``, ``rollback``, ``fork``, ``replay``: steer or check a stored session."""
-    sub = add("decide", decide, "answer a session paused at a gate: resume, abort or edit")
+    sub = add("decide", decide, "answer a session paused at a gate: approve, abort or edit")
     _common(sub)
     sub.add_argument("session", metavar="SESSION")
-    sub.add_argument("decision", choices=["resume", "abort", "edit"])
+    sub.add_argument(
+        "decision",
+        choices=["approve", "abort", "edit", "resume"],
+        help="approve (resume: the same), abort, or edit",
+    )
     _machine(sub)
-    sub.add_argument("--value", metavar="JSON", help="resume: the gate field's value, as JSON")
+    sub.add_argument("--value", metavar="JSON", help="approve: the gate's answer, as JSON")
     sub.add_argument(
         "--set",
         action="append",

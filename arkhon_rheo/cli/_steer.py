@@ -83,7 +83,7 @@ def _report(args: argparse.Namespace, result: SessionResult[Any]) -> ExitStatus:
             out.print(
                 styled(
                     f"  paused at a gate: arkhon-rheo decide {result.session_id} "
-                    f"resume|abort|edit --machine {args.machine} --store {args.store}"
+                    f"approve|abort|edit --machine {args.machine} --store {args.store}"
                 )
             )
         out.print(styled(f"  history: arkhon-rheo show {result.session_id} --store {args.store}"))
@@ -164,16 +164,21 @@ def _edits(pairs: list[str]) -> dict[str, Any]:
 
 
 def decide(args: argparse.Namespace) -> ExitStatus:
-    """``arkhon-rheo decide SESSION resume|abort|edit``: answer a session paused at a gate."""
+    """``arkhon-rheo decide SESSION approve|abort|edit``: answer a session paused at a gate.
+
+    ``resume`` is the old word for ``approve``, still taken.
+    """
+    if args.decision == "resume":
+        args.decision = "approve"
     if args.decision != "edit" and args.set:
         raise CommandError(
-            f"--set is for `edit`, not {args.decision!r}; use --value for a resume value",
+            f"--set is for `edit`, not {args.decision!r}; use --value for the gate's answer",
             code=ExitStatus.USAGE,
         )
     if args.decision == "edit" and not args.set:
         raise CommandError("`edit` needs at least one --set FIELD=JSON", code=ExitStatus.USAGE)
-    if args.decision != "resume" and args.value is not None:
-        raise CommandError("--value is for `resume` only", code=ExitStatus.USAGE)
+    if args.decision != "approve" and args.value is not None:
+        raise CommandError("--value is for `approve` only", code=ExitStatus.USAGE)
     value = None if args.value is None else parse_json(args.value, what="--value")
     edit = _edits(args.set or [])
     machine = load_machine(args.machine)
@@ -181,7 +186,7 @@ def decide(args: argparse.Namespace) -> ExitStatus:
     async def go() -> SessionResult[Any] | None:
         async with _system(existing_store(args.store)) as system:
             stored = system.stored(machine, args.session)
-            if args.decision == "resume":
+            if args.decision == "approve":
                 return await _wait(await stored.approve(value))
             if args.decision == "abort":
                 await stored.abort()
@@ -204,7 +209,7 @@ def decide(args: argparse.Namespace) -> ExitStatus:
             styled(
                 "session ",
                 (args.session, "bold"),
-                f" edited ({', '.join(edit)}); still paused: decide resume or abort next",
+                f" edited ({', '.join(edit)}); still paused: decide approve or abort next",
             )
         )
     return ExitStatus.OK

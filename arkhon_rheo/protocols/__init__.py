@@ -16,6 +16,9 @@ from .._exports import publish
 from ._events import EventKind as EventKind
 from ._events import TransitionEvent as TransitionEvent
 from ._frozen import FrozenMap as FrozenMap
+from ._gates import Abort as Abort
+from ._gates import Approve as Approve
+from ._gates import Edit as Edit
 from ._gates import Gate as Gate
 from ._graph import GraphEdge as GraphEdge
 from ._graph import StateGraph as StateGraph
@@ -58,9 +61,11 @@ from ._state import Lifecycle as Lifecycle
 from ._store import Durability as Durability
 from ._store import LeaseRecord as LeaseRecord
 from ._store import LoadedSession as LoadedSession
+from ._store import NewMessage as NewMessage
 from ._store import SessionRecord as SessionRecord
 from ._store import Store as Store
 from ._store import StoredEvent as StoredEvent
+from ._store import StoredMessage as StoredMessage
 from ._store import StoreStatistics as StoreStatistics
 from ._stream import Partial as Partial
 from ._stream import SessionStream as SessionStream
@@ -69,11 +74,14 @@ from ._stream import emit as emit
 
 __all__ = [
     "SUPERVISOR_FIELDS",
+    "Abort",
+    "Approve",
     "AgentState",
     "AssistantMessage",
     "Clock",
     "Condition",
     "Durability",
+    "Edit",
     "ErrorClass",
     "EventKind",
     "FailureRecord",
@@ -90,6 +98,7 @@ __all__ = [
     "ModelClient",
     "ModelReply",
     "NamedModelClient",
+    "NewMessage",
     "Partial",
     "Patch",
     "Receive",
@@ -103,6 +112,7 @@ __all__ = [
     "Store",
     "StoreStatistics",
     "StoredEvent",
+    "StoredMessage",
     "StreamingModelClient",
     "SystemMessage",
     "ToolCall",

@@ -2,7 +2,7 @@
 
 A session has a durable inbox. A state whose stage is a `Receive` stage is a
 *waiting* state: the supervisor hands that stage the first pending message
-(by due time, then the order it was sent) whose kind the stage accepts, and
+(in the order the inbox took them; a timer once it is due) whose kind the stage accepts, and
 commits the patch it proposes like any step's. With no such message due, the
 session parks: it gives up its lease and its memory, and wakes when one
 arrives or a timer falls due. Messages of other kinds wait in the inbox for a
@@ -91,6 +91,15 @@ class Receive(Stage[S], Generic[S]):
                     raise ConfigurationError(
                         f"stage {cls.name!r} accepts {kind!r}, which is not a pydantic model; "
                         "a message kind is a BaseModel subclass"
+                    )
+            named: dict[str, type[BaseModel]] = {}
+            for kind in kinds:
+                other = named.setdefault(message_kind(kind), kind)
+                if other is not kind:
+                    raise ConfigurationError(
+                        f"stage {cls.name!r} accepts two different message kinds named "
+                        f"{message_kind(kind)!r} ({other.__qualname__} and {kind.__qualname__}); "
+                        "give one a `kind` class variable of its own"
                     )
             cls.accepts = kinds
 

@@ -16,6 +16,7 @@ from ._encoded import EncodedJson as EncodedJson
 from ._encoded import EncodedPatch as EncodedPatch
 from ._encoded import takes_encoded as takes_encoded
 from ._faults import FaultInjector as FaultInjector
+from ._gates import DECISIONS as DECISIONS
 from ._faults import current_injector as current_injector
 from ._faults import current_session as current_session
 from ._faults import enter_session as enter_session

@@ -1,8 +1,9 @@
 """A session's inbox, as its supervisor uses it: receive a message, or park; post timers.
 
 In a state whose stage is a `Receive` stage, the supervisor asks `Inbox.receive`
-for the message to apply: the first pending one (by due time, then the order
-it was sent) of a kind the stage accepts and due now. With none, the session
+for the message to apply: the first pending one, in the order the inbox took
+them, of a kind the stage accepts and due now (a timer waits for its time; a
+message sent is due at once). With none, the session
 parks: the store, in one transaction, refuses if such a message arrived
 meanwhile (then it is received after all) or records the session as waiting
 (what it waits for, and when its next timer falls due) and gives its lease up.
@@ -23,16 +24,17 @@ from pydantic import ValidationError
 from .._errors import ConfigurationError, Fatal
 from ..core._seams import state_label
 from ..protocols import NewMessage
+from ..protocols._seams import DECISIONS, check_json, json_data
 from ._record import ExitReason
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from ..protocols import AgentState, StoredMessage
+    from ..protocols import AgentState, Gate, StoredMessage
     from ..protocols._seams import ScheduledMessage
     from ._record import Session
 
-__all__ = ["Delivery", "Inbox", "Mail"]
+__all__ = ["Delivery", "Inbox", "Mail", "message_record"]
 
 
 class Delivery(NamedTuple):
@@ -53,9 +55,21 @@ class Mail(NamedTuple):
     info: dict[str, Any]
 
 
+def message_record(stored: StoredMessage) -> dict[str, Any]:
+    """What the event that applies inbox message ``stored`` records of it (``info["message"]``)."""
+    return {
+        "id": stored.message_id,
+        "position": stored.position,
+        "kind": stored.kind,
+        "payload": stored.payload,
+        "posted_at": stored.posted_at,
+        "due_at": stored.due_at,
+    }
+
+
 def waiting_for(state: AgentState, stage: str, kinds: list[str]) -> dict[str, Any]:
     """What a session parked in ``state``, whose ``stage`` accepts ``kinds``, waits for."""
-    return {"state": state_label(state.lifecycle), "stage": stage, "accepts": kinds}
+    return {"state": state.lifecycle.name, "stage": stage, "accepts": kinds}
 
 
 class Inbox:
@@ -81,7 +95,8 @@ class Inbox:
         accepts = sorted(kinds)
         while True:
             now = session.clock.now()
-            for stored in await store.pending(session.session_id):
+            pending = sorted(await store.pending(session.session_id), key=_position)
+            for stored in pending:
                 if stored.kind in kinds and stored.due_at <= now:
                     return Delivery(stored, _decoded(kinds[stored.kind], stored))
             parked = await store.park(
@@ -104,14 +119,7 @@ class Inbox:
         if delivery is not None:
             stored = delivery.stored
             applied = stored.position
-            info["message"] = {
-                "id": stored.message_id,
-                "position": stored.position,
-                "kind": stored.kind,
-                "payload": stored.payload,
-                "posted_at": stored.posted_at,
-                "due_at": stored.due_at,
-            }
+            info["message"] = message_record(stored)
         posts: list[NewMessage] = []
         if timers:
             now = self.session.clock.now()
@@ -123,12 +131,49 @@ class Inbox:
             info["timers"] = described
         return Mail(applied, tuple(posts), info)
 
+    def pause_info(self, gate: Gate, state: AgentState, stage: str) -> dict[str, Any]:
+        """What the event of a pause at ``gate`` before ``stage`` records: the gate and its question."""
+        info: dict[str, Any] = {"gate": gate.name, "stage": stage}
+        try:
+            question = gate.ask(state)
+            check_json(json_data(question))
+        except Exception as exc:  # a broken question still pauses: it is shown as the error
+            question = f"(the gate's question failed: {exc!r})"
+        if question is not None:
+            info["question"] = json_data(question)
+        return info
+
+    async def park_paused(self, gate: Gate, state: AgentState, info: dict[str, Any]) -> None:
+        """Record what the session paused at ``gate`` waits for: a decision, of what answer."""
+        session = self.session
+        persistence = session.persistence
+        assert persistence is not None
+        waiting = {
+            **info,
+            "state": state.lifecycle.name,
+            "field": gate.field,
+            "answer": gate.answer_schema(),
+            "accepts": sorted(DECISIONS),
+        }
+        await persistence.store.park(
+            session.session_id,
+            persistence.owner,
+            status=ExitReason.PAUSED.value,
+            waiting=waiting,
+            accepts=sorted(DECISIONS),
+            now=session.clock.now(),
+        )
+
     def unstored(self) -> Exception:
         """The failure of a step that scheduled a timer in a session kept without a store."""
         return Fatal(
             f"session {self.session.session_id!r}: schedule() posts a timer to the session's "
             "inbox, which needs a store; pass store=MemoryStore() (or a file) to the AgentSystem"
         )
+
+
+def _position(message: StoredMessage) -> int:
+    return message.position
 
 
 def _decoded(kind: type[BaseModel], stored: StoredMessage) -> BaseModel:

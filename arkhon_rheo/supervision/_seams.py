@@ -10,6 +10,7 @@ re-executes).
 
 from __future__ import annotations
 
+from ._inbox import message_record as message_record
 from ._persist import Persistence as Persistence
 from ._record import EventListener as EventListener
 from ._record import Session as Session

@@ -53,7 +53,12 @@ _logger = get_logger("arkhon_rheo.supervision")
 
 #: The statuses stored with the run's last write (the final commit, or the park).
 _STORED_WITH_COMMIT = frozenset(
-    {ExitReason.FINISHED.value, ExitReason.FAILED.value, ExitReason.WAITING.value}
+    {
+        ExitReason.FINISHED.value,
+        ExitReason.FAILED.value,
+        ExitReason.WAITING.value,
+        ExitReason.PAUSED.value,
+    }
 )
 
 #: How long a stopping session may wait to store its status and give up its lease.
@@ -388,18 +393,13 @@ class SessionSupervisor(Actor[_Step, None]):
             if not triggered:
                 continue
             lifecycle = state.lifecycle
+            info = self.inbox.pause_info(gate, state, stage)
             event = session.event(
-                EventKind.PAUSE,
-                stage,
-                lifecycle,
-                lifecycle,
-                Patch(),
-                frozenset(),
-                0,
-                info={"gate": gate.name, "stage": stage},
+                EventKind.PAUSE, stage, lifecycle, lifecycle, Patch(), frozenset(), 0, info=info
             )
             if session.persistence is not None:
                 await session.persistence.record(event, state, status="paused")
+                await self.inbox.park_paused(gate, state, info)
             session.commit(state, event)
             session.finish(ExitReason.PAUSED)
             _logger.info(

@@ -52,7 +52,7 @@ def decision_updates(
             exit_reason="aborted",
         )
         return {"last_error": failure, "lifecycle": machine.failed}, EventKind.FAILURE, failure
-    if decision == "resume":
+    if decision == "approve":
         gate = next((g for g in machine.gates if g.name == gate_name), None)
         if gate is None or gate.field is None:
             if value is not None:

@@ -67,8 +67,18 @@ class Ledger(Protocol):
         """
         ...
 
-    async def commit(self, event: TransitionEvent, state: AgentState, *, status: str) -> None:
-        """Commit ``event``, which leads to ``state``; ``status`` is the session's from now on."""
+    async def commit(
+        self,
+        event: TransitionEvent,
+        state: AgentState,
+        *,
+        status: str,
+        applied: int | None = None,
+    ) -> None:
+        """Commit ``event``, which leads to ``state``; ``status`` is the session's from now on.
+
+        ``applied`` is the inbox position of the decision message it applies (stored only).
+        """
         ...
 
 
@@ -201,18 +211,28 @@ class Journal:
         await self.commit(event, after, status=status)
         return event
 
-    async def commit(self, event: TransitionEvent, state: AgentState, *, status: str) -> None:
+    async def commit(
+        self,
+        event: TransitionEvent,
+        state: AgentState,
+        *,
+        status: str,
+        applied: int | None = None,
+    ) -> None:
         """Store ``event``, made outside any stage, with a snapshot of ``state`` and ``status``.
 
-        The event must follow the session's last one; all three go in one write.
+        The event must follow the session's last one; all three go in one write,
+        with inbox message ``applied`` (a decision) marked applied by it, if given.
         """
         codec = self._compiled.codec
-        await self.store.append(
-            self.session_id,
-            [codec.encode_event(event, self._compiled.hasher.of(state))],
-            snapshot=(event.seq, codec.encode_state(state)),
-            status=status,
-        )
+        events = [codec.encode_event(event, self._compiled.hasher.of(state))]
+        snapshot = (event.seq, codec.encode_state(state))
+        if applied is None:
+            await self.store.append(self.session_id, events, snapshot=snapshot, status=status)
+        else:
+            await self.store.append(
+                self.session_id, events, snapshot=snapshot, status=status, applied=applied
+            )
 
     async def paused(self) -> PausedAt:
         """The gate the stored session is paused at, and its state there (read under its lease).
@@ -310,7 +330,14 @@ class MemoryJournal:
             log,
         )
 
-    async def commit(self, event: TransitionEvent, state: AgentState, *, status: str) -> None:
+    async def commit(
+        self,
+        event: TransitionEvent,
+        state: AgentState,
+        *,
+        status: str,
+        applied: int | None = None,
+    ) -> None:
         """Commit ``event`` through the session (`Session.commit_out_of_band`).
 
         ``status`` is the stored record's; in memory the event says it (an event

@@ -35,14 +35,16 @@ from .._errors import (
 )
 from .._log import get_logger
 from ..protocols import NewMessage, message_kind
+from ..protocols._seams import DECISIONS
+from ..supervision._seams import message_record
 from ._journal import Journal
 
 if TYPE_CHECKING:
-    from ..protocols import Clock, Machine
+    from ..protocols import Clock, Machine, Store, StoredMessage
     from ._handle import SessionHandle
     from ._host import SessionHost
 
-__all__ = ["ENDED", "Postman", "Sent", "encode_message"]
+__all__ = ["ENDED", "Mailbox", "Postman", "Sent", "decision_of", "encode_message", "message_record"]
 
 _logger = get_logger("arkhon_rheo.system")
 
@@ -94,14 +96,16 @@ def encode_message(machine: Machine[Any], message: object) -> tuple[str, Any]:
         name = message_kind(type(message))
         if kinds.get(name) is not type(message):
             raise _refused(machine, f"its kind {name!r} is not one it accepts ({accepted})")
-        return name, message.model_dump(mode="json")
-    if not isinstance(message, Mapping):
+        message = message.model_dump()  # validated again below: it may have been built unchecked
+        fields = {"kind": name, **message}
+    elif isinstance(message, Mapping):
+        fields = dict(message)
+    else:
         raise _refused(
             machine,
             f"a message is a pydantic model or a mapping of its fields, got "
             f"{type(message).__name__}",
         )
-    fields = dict(message)
     name = fields.pop("kind", None)
     if name is None and len(kinds) == 1:
         name = next(iter(kinds))
@@ -118,6 +122,64 @@ def encode_message(machine: Machine[Any], message: object) -> tuple[str, Any]:
         )
         raise _refused(machine, f"a {name} message is invalid: {problems}") from None
     return name, model.model_dump(mode="json")
+
+
+def decision_of(machine: Machine[Any], message: object) -> BaseModel | None:
+    """``message`` as a gate decision (`Approve`, `Abort`, `Edit`), if it is one.
+
+    A mapping whose ``"kind"`` names a decision (and no kind the machine's
+    stages accept) is validated as that decision.
+
+    Raises:
+        MessageRefused: If it names a decision but its fields do not fit.
+    """
+    if isinstance(message, tuple(DECISIONS.values())):
+        return message if isinstance(message, BaseModel) else None
+    if not isinstance(message, Mapping):
+        return None
+    name = message.get("kind")
+    if not isinstance(name, str) or name not in DECISIONS or name in machine.messages:
+        return None
+    fields = {key: value for key, value in message.items() if key != "kind"}
+    try:
+        return DECISIONS[name].model_validate(fields)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, error['loc'])) or '(message)'}: {error['msg']}"
+            for error in exc.errors(include_url=False)
+        )
+        raise _refused(machine, f"a {name} decision is invalid: {problems}") from None
+
+
+#: The room a decision always has in an inbox: the messages waiting there cannot
+#: be applied while the session is paused, so they must not keep its decision out.
+_DECISION_ROOM = 2**31
+
+
+class Mailbox:
+    """One stored session's inbox, for the decisions a caller makes on it."""
+
+    __slots__ = ("session_id", "store")
+
+    def __init__(self, store: Store, session_id: str) -> None:
+        self.store = store
+        self.session_id = session_id
+
+    async def known(self, message_id: str) -> StoredMessage | None:
+        """The message of id ``message_id`` the inbox holds, if any."""
+        for message in await self.store.messages(self.session_id):
+            if message.message_id == message_id:
+                return message
+        return None
+
+    async def post(
+        self, decision: BaseModel, message_id: str, now: float
+    ) -> tuple[StoredMessage, bool]:
+        """Store ``decision`` in the inbox (whatever else waits there)."""
+        posted = NewMessage(
+            message_id, message_kind(type(decision)), decision.model_dump(mode="json"), now
+        )
+        return await self.store.post(self.session_id, posted, capacity=_DECISION_ROOM)
 
 
 def _refused(machine: Machine[Any], why: str, session_id: str = "") -> MessageRefused:

@@ -20,14 +20,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .._construct import internal_only, make
-from .._errors import ConfigurationError, SessionError
-from ..protocols import AgentState, EventKind, Machine
+from .._errors import ConfigurationError, MessageRefused, SessionError
+from ..protocols import Abort, AgentState, Approve, Edit, EventKind, Machine
 from ._children import linked_history
 from ._decision import decision_updates
 from ._journal import Journal, MemoryJournal, out_of_band_event
+from ._mail import Mailbox, Sent, message_record
 from ._verify import ReplayReport, verify_stored
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from ..protocols import SessionRecord, TransitionEvent
     from ._claims import Claim
     from ._handle import SessionHandle
@@ -39,7 +42,7 @@ __all__ = ["StoredSession", "new_stored"]
 S = TypeVar("S", bound=AgentState)
 
 #: The status a decision leaves the session in: an edit leaves it paused.
-_STATUS = {"resume": "running", "abort": "aborted"}
+_STATUS = {"approve": "running", "abort": "aborted"}
 
 
 class StoredSession(Generic[S]):
@@ -275,16 +278,19 @@ class StoredSession(Generic[S]):
                 anchor_seq=anchor,
             )
 
-    async def approve(self, value: Any = None) -> SessionHandle[S]:
+    async def approve(self, value: Any = None, *, message_id: str | None = None) -> SessionHandle[S]:
         """Let the session paused at a gate go on, writing ``value`` to the gate's field.
 
-        The value is validated like any patch (the gate's ``field`` is its only
-        write) and the invariants checked before anything is written. With a
-        store the decision is stored and works across processes; without one it
-        applies to the paused session this system holds in memory.
+        The decision is an `Approve` message through the session's inbox (see
+        `decide`). The value is checked against the gate's ``answer`` type, if
+        it declares one, then validated like any patch (the gate's ``field`` is
+        its only write) and the invariants checked, before anything is written.
+        With a store the decision is stored and works across processes; without
+        one it applies to the paused session this system holds in memory.
 
         Args:
             value: The value for a gate with a ``field``; a gate without one takes none.
+            message_id: The decision's id: sending it again stores nothing.
 
         Returns:
             The running session's handle.
@@ -294,17 +300,25 @@ class StoredSession(Generic[S]):
             SessionError: If it is not paused (or runs here, or another call here
                 is starting or changing it).
             SessionLocked: If a live owner elsewhere holds the session's lease.
+            MessageRefused: If the value is not of the gate's answer type.
             ConfigurationError: If the gate takes no value but one was given, or
                 the machine is not the session's.
             InvalidPatch: If the value fails validation (the session stays paused).
             InvariantViolation: If the resulting state breaks an invariant.
         """
-        handle = await self._decide("resume", value=value)
-        assert handle is not None
+        sent = await self.decide(Approve(value=value), message_id=message_id)
+        handle = sent.handle
+        if handle is None:  # a decision made before, sent again: the session went on then
+            raise SessionError(
+                f"session {self.session_id!r} had this decision ({sent.message_id!r}) already",
+                session_id=self.session_id,
+            )
         return handle
 
-    async def abort(self) -> None:
+    async def abort(self, *, message_id: str | None = None) -> None:
         """End the session paused at a gate: it moves to the machine's failed state.
+
+        The decision is an `Abort` message through the session's inbox (see `decide`).
 
         Raises:
             SessionNotFound: If there is no such session.
@@ -313,14 +327,17 @@ class StoredSession(Generic[S]):
             SessionLocked: If a live owner elsewhere holds the session's lease.
             ConfigurationError: If the machine is not the session's.
         """
-        await self._decide("abort")
+        await self.decide(Abort(), message_id=message_id)
 
-    async def edit(self, fields: Mapping[str, Any]) -> None:
+    async def edit(self, fields: Mapping[str, Any], *, message_id: str | None = None) -> None:
         """Change fields of the session paused at a gate; it stays paused.
+
+        The decision is an `Edit` message through the session's inbox (see `decide`).
 
         Args:
             fields: New values by field name; validated like a patch that may
                 write any field but the supervisor's.
+            message_id: The decision's id: sending it again stores nothing.
 
         Raises:
             SessionNotFound: If there is no such session.
@@ -343,37 +360,84 @@ class StoredSession(Generic[S]):
             raise ConfigurationError(
                 f"edit() takes field names as strings, got {sorted(map(repr, fields))}"
             )
-        await self._decide("edit", edit=fields)
+        await self.decide(Edit(fields=dict(fields)), message_id=message_id)
 
-    async def _decide(
-        self, decision: str, *, value: Any = None, edit: Mapping[str, Any] | None = None
-    ) -> SessionHandle[S] | None:
-        """Answer the gate the session is paused at: the one path, stored or in memory."""
+    async def decide(self, decision: BaseModel, *, message_id: str | None = None) -> Sent:
+        """Answer the gate the session is paused at with ``decision``: one path for all three.
+
+        The decision (an `Approve`, `Abort` or `Edit`) is checked against the
+        paused state first: a refusal stores nothing. With a store it is then
+        stored in the session's inbox and applied, once, by the event that
+        records it (the message marked applied in the same transaction); an
+        `Approve` launches the session's run here. Sending the same
+        ``message_id`` again does nothing.
+
+        Returns:
+            Where it went; ``sent.handle`` is the run an approval launched.
+
+        Raises:
+            The errors of `approve`, `abort` and `edit`.
+        """
         host, machine, session_id = self._host, self.machine, self.session_id
         host.check_running()
         async with host.claim(session_id) as claim:
             ledger = await _ledger(host, machine, session_id, claim)
+            inbox = None if host.store is None else Mailbox(host.store, session_id)
+            if inbox is not None and message_id is not None:
+                known = await inbox.known(message_id)
+                if known is not None and known.applied_seq is not None:
+                    return Sent(session_id, message_id, known.position, True, None)
             paused = await ledger.paused()
             state, gate = paused.state, paused.gate
-            updates, kind, error = decision_updates(machine, state, gate, decision, value, edit)
+            name, value, edit = _decision_of(machine, gate, decision, session_id)
+            updates, kind, error = decision_updates(machine, state, gate, name, value, edit)
             decided = cast("S", state.model_copy(update=updates))
-            info = {"decision": decision, "gate": gate}
+            info = {"decision": name, "gate": gate}
             event = out_of_band_event(
                 session_id, paused.next_seq, kind, state, decided, updates, info, error
             )
-            await ledger.commit(event, decided, status=_STATUS.get(decision, "paused"))
-            if decision != "resume":
-                return None
-            return await host.launch(
-                machine,
-                decided,
-                host.config,
-                session_id,
-                base_seq=paused.base_seq,
-                gates_passed=True,
-                claim=claim,
-                history=paused.history,
+            position, new, message_id = 0, True, message_id or uuid.uuid4().hex
+            if inbox is not None:
+                stored, new = await inbox.post(decision, message_id, host.clock.now())
+                position = stored.position
+                event = event._replace(info={**info, "message": message_record(stored)})
+            await ledger.commit(
+                event, decided, status=_STATUS.get(name, "paused"), applied=position or None
             )
+            handle = None
+            if name == "approve":
+                handle = await host.launch(
+                    machine,
+                    decided,
+                    host.config,
+                    session_id,
+                    base_seq=paused.base_seq,
+                    gates_passed=True,
+                    claim=claim,
+                    history=paused.history,
+                )
+            return Sent(session_id, message_id, position, not new, handle)
+
+
+def _decision_of(
+    machine: Machine[Any], gate_name: str | None, decision: BaseModel, session_id: str
+) -> tuple[str, Any, Mapping[str, Any] | None]:
+    """The decision's name ("approve", "abort" or "edit"), value and edit, checked."""
+    if isinstance(decision, Approve):
+        gate = next((g for g in machine.gates if g.name == gate_name), None)
+        value = decision.value
+        if gate is not None and value is not None:
+            value = gate.check_answer(value, session_id=session_id)
+        return "approve", value, None
+    if isinstance(decision, Abort):
+        return "abort", None, None
+    if isinstance(decision, Edit):
+        return "edit", None, decision.fields
+    raise MessageRefused(
+        f"a session paused at a gate takes a decision (Approve, Abort or Edit), got "
+        f"{type(decision).__name__}; nothing was stored",
+        session_id=session_id,
+    )
 
 
 async def _ledger(

@@ -34,7 +34,7 @@ from ._children import ChildHost
 from ._claims import Claims
 from ._host import SessionHost
 from ._journal import Journal
-from ._mail import Postman, Sent
+from ._mail import Postman, Sent, decision_of
 from ._options import (
     check_budget,
     check_initial,
@@ -395,7 +395,8 @@ class AgentSystem:
 
         The message is checked first: a model of a kind the machine's `Receive`
         stages accept (or a mapping of its fields, its kind's name under
-        ``"kind"``). It is then stored in the session's inbox, as durable as a
+        ``"kind"``), or a decision on a session paused at a gate (`Approve`,
+        `Abort`, `Edit`: see `StoredSession.decide`). It is then stored in the session's inbox, as durable as a
         commit (with the store's durability mode), and delivered: a parked
         session is woken here; one running here, or in another live process,
         receives it when it next waits. Messages are applied one per step, in
@@ -421,6 +422,9 @@ class AgentSystem:
             ConfigurationError: Without a store, or if ``machine`` is not the session's.
             SystemNotRunning: Outside the ``async with`` block.
         """
+        decision = decision_of(machine, message)
+        if decision is not None:  # to a gate: answered on the paused session
+            return await self.stored(machine, session_id).decide(decision, message_id=message_id)
         return await self._postman.send(machine, session_id, message, message_id)
 
     def stored(self, machine: Machine[S], session_id: str) -> StoredSession[S]:

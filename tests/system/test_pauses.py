@@ -176,7 +176,7 @@ async def test_without_a_store_a_pause_is_decided_in_memory() -> None:
         EventKind.STEP,
     ]
     assert [event.seq for event in history] == [1, 2, 3, 4, 5]
-    assert history[3].info == {"decision": "resume", "gate": "before ship"}
+    assert history[3].info == {"decision": "approve", "gate": "before ship"}
     assert fold(machine, Order(item="book", session_id="m1"), history) == done.state
     assert aborted.exit_reason is ExitReason.FAILED
     assert aborted.state.lifecycle is L.FAILED
