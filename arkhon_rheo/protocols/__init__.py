@@ -53,9 +53,11 @@ from ._state import Lifecycle as Lifecycle
 from ._store import Durability as Durability
 from ._store import LeaseRecord as LeaseRecord
 from ._store import LoadedSession as LoadedSession
+from ._store import NewMessage as NewMessage
 from ._store import SessionRecord as SessionRecord
 from ._store import Store as Store
 from ._store import StoredEvent as StoredEvent
+from ._store import StoredMessage as StoredMessage
 from ._store import StoreStatistics as StoreStatistics
 from ._stream import Partial as Partial
 from ._stream import SessionStream as SessionStream
@@ -84,6 +86,7 @@ __all__ = [
     "ModelClient",
     "ModelReply",
     "NamedModelClient",
+    "NewMessage",
     "Partial",
     "Patch",
     "ReplyDelta",
@@ -96,6 +99,7 @@ __all__ = [
     "Store",
     "StoreStatistics",
     "StoredEvent",
+    "StoredMessage",
     "StreamingModelClient",
     "SystemMessage",
     "ToolCall",

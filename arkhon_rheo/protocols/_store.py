@@ -20,17 +20,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
     from types import TracebackType
 
 __all__ = [
     "Durability",
     "LeaseRecord",
     "LoadedSession",
+    "NewMessage",
     "SessionRecord",
     "Store",
     "StoreStatistics",
     "StoredEvent",
+    "StoredMessage",
 ]
 
 #: A JSON-compatible value.
@@ -104,6 +106,11 @@ class SessionRecord:
         parent: The session it was forked from, if any.
         fingerprint: The fingerprint of the machine that started it, as JSON data
             (``None`` for sessions stored before schema version 3).
+        waiting: What a waiting or paused session waits for, as JSON data (set by
+            `Store.park`; ``None`` once its status changes otherwise).
+        wake_at: When a waiting session is due to wake, seconds since the epoch: the
+            earliest due time of its pending messages of a kind it accepts (or of a
+            message posted since it parked); ``None``: only a new message wakes it.
     """
 
     session_id: str
@@ -114,6 +121,52 @@ class SessionRecord:
     updated_at: float
     parent: str | None = None
     fingerprint: Json = None
+    waiting: Json = None
+    wake_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message to post to a session's inbox.
+
+    Attributes:
+        message_id: Unique within the session: posting an id the inbox has already
+            (pending or applied) changes nothing.
+        kind: The message kind's name.
+        payload: The message as JSON data.
+        due_at: When it may be delivered, seconds since the epoch (a plain message:
+            when it was sent; a timer: when it fires).
+    """
+
+    message_id: str
+    kind: str
+    payload: Json
+    due_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message as a session's inbox keeps it.
+
+    Attributes:
+        session_id: The session.
+        message_id: Its id, unique within the session.
+        position: Its place in the session's inbox, from 1, in posting order.
+        kind: The message kind's name.
+        payload: The message as JSON data.
+        posted_at: When it was stored, by the store's clock.
+        due_at: When it may be delivered, seconds since the epoch.
+        applied_seq: The number of the event that applied it (``None``: pending).
+    """
+
+    session_id: str
+    message_id: str
+    position: int
+    kind: str
+    payload: Json
+    posted_at: float
+    due_at: float
+    applied_seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,11 +260,19 @@ class Store(Protocol):
         *,
         snapshot: tuple[int, Json] | None = None,
         status: str | None = None,
+        applied: int | None = None,
+        posts: Sequence[NewMessage] = (),
     ) -> None:
         """Append events (with numbers following the last one), durably per the store's mode.
 
-        ``snapshot`` is ``(seq, state)`` to store alongside. Raises ``StoreError``
-        (``DuplicateEvent``) if a number is taken or not the next one.
+        ``snapshot`` is ``(seq, state)`` to store alongside; ``status`` the session's
+        new status (any status given clears its ``waiting`` and ``wake_at``). In the
+        same transaction, ``applied`` (the position of a pending inbox message) marks
+        that message applied by the last event appended, and each of ``posts`` is
+        posted to the session's inbox (timers; no capacity check; an id the inbox
+        has already is skipped). Raises ``StoreError`` (``DuplicateEvent``) if a
+        number is taken or not the next one, or if message ``applied`` is not
+        pending (applied already): then nothing is written.
         """
         ...
 
@@ -236,7 +297,63 @@ class Store(Protocol):
         ...
 
     async def set_status(self, session_id: str, status: str) -> None:
-        """Change a session's status."""
+        """Change a session's status (clearing its ``waiting`` and ``wake_at``)."""
+        ...
+
+    async def post(
+        self, session_id: str, message: NewMessage, *, capacity: int
+    ) -> tuple[StoredMessage, bool]:
+        """Store a message in the session's inbox, durably per the store's mode.
+
+        Returns the stored message and whether it is new: a ``message_id`` the
+        inbox has already (pending or applied) changes nothing and returns the one
+        stored. Raises ``SessionNotFound``, or ``InboxFull`` if the inbox holds
+        ``capacity`` pending messages already (nothing is stored).
+        """
+        ...
+
+    async def pending(self, session_id: str) -> tuple[StoredMessage, ...]:
+        """The session's messages not applied yet, by ``(due_at, position)``.
+
+        Raises ``SessionNotFound``.
+        """
+        ...
+
+    async def messages(self, session_id: str) -> tuple[StoredMessage, ...]:
+        """Every message of the session's inbox, applied ones too, by position.
+
+        Raises ``SessionNotFound``.
+        """
+        ...
+
+    async def park(
+        self,
+        session_id: str,
+        owner: str | None,
+        *,
+        status: str,
+        waiting: Json,
+        accepts: Collection[str],
+        now: float,
+    ) -> bool:
+        """Park the session unless a message it accepts is due, in one transaction.
+
+        If a pending message whose kind is in ``accepts`` is due at ``now``, change
+        nothing and return ``False``. Otherwise set the session's status to
+        ``status``, its ``waiting`` to ``waiting`` and its ``wake_at`` to the
+        earliest due time of its pending messages of an accepted kind (``None`` if
+        none), release ``owner``'s lease (if ``owner`` holds it) and return
+        ``True``. Raises ``SessionNotFound``.
+        """
+        ...
+
+    async def waking(self, now: float) -> tuple[tuple[SessionRecord, ...], float | None]:
+        """The waiting sessions due to wake at ``now``, and when the next one is.
+
+        The sessions with status ``"waiting"`` whose ``wake_at`` is at or before
+        ``now``, the earliest first, and the earliest ``wake_at`` after ``now``
+        among waiting sessions (``None``: none).
+        """
         ...
 
     async def acquire(

@@ -11,23 +11,30 @@ the other requests of its batch down with it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import DuplicateEvent, SessionError, SessionLocked, SessionNotFound, StoreError
+from ._inbox import Inbox, NewRow, Park, Post, apply_inbox, check_applied, park, post
 
 if TYPE_CHECKING:
-    from ._codec import EventRow, SessionRow, Snapshot
+    from collections.abc import Sequence
+
+    from ._codec import EventRow, MessageRow, SessionRow, Snapshot
 
 __all__ = [
     "Acquire",
     "Append",
     "Create",
     "Flush",
+    "Park",
     "Plan",
+    "Post",
     "Release",
     "Request",
     "SetStatus",
     "plan",
+    "posted_ids",
+    "touches_inbox",
 ]
 
 
@@ -46,12 +53,18 @@ class Create:
 
 @dataclass(slots=True)
 class Append:
-    """Append encoded events, with an optional snapshot and status change."""
+    """Append encoded events, with an optional snapshot and status change.
+
+    In the same transaction: mark inbox message ``applied`` (a position) applied
+    by the last event, and post ``posts`` to the session's inbox.
+    """
 
     session_id: str
     rows: list[EventRow]
     snapshot: tuple[int, Snapshot] | None
     status: str | None
+    applied: int | None = None
+    posts: Sequence[NewRow] = ()
 
 
 @dataclass(slots=True)
@@ -91,7 +104,7 @@ class Flush:
     session_id: str = ""
 
 
-Request = Create | Append | SetStatus | Acquire | Release | Flush
+Request = Create | Append | SetStatus | Acquire | Release | Flush | Post | Park
 #: ``(owner, expires_at)`` of a lease.
 Lease = tuple[str, float]
 
@@ -107,7 +120,15 @@ class Plan:
         updated: The final ``(last_seq, status)`` of every session the batch touched.
         leases: The final lease of every session whose lease the batch changed
             (``None``: released).
+        inbox: New inbox rows, in order.
+        applied: ``(applied_seq, session_id, position)`` of the inbox messages applied.
+        waits: The final ``(waiting, wake_at)`` of every session whose status the
+            batch set (``(None, None)`` unless it parked).
+        nudges: The due time a message posted to a waiting session brings its
+            ``wake_at`` down to (if earlier).
         errors: One entry per request: why it was refused, or ``None``.
+        results: One entry per request: what it returns (a post's ``(row, new)``,
+            whether a park parked), or ``None``.
         appended: How many events the batch writes.
     """
 
@@ -116,8 +137,29 @@ class Plan:
     snapshots: list[tuple[str, int, Snapshot]] = field(default_factory=list)
     updated: dict[str, tuple[int, str]] = field(default_factory=dict)
     leases: dict[str, Lease | None] = field(default_factory=dict)
+    inbox: list[MessageRow] = field(default_factory=list)
+    applied: list[tuple[int, str, int]] = field(default_factory=list)
+    waits: dict[str, tuple[str | None, float | None]] = field(default_factory=dict)
+    nudges: dict[str, float] = field(default_factory=dict)
     errors: list[Exception | None] = field(default_factory=list)
+    results: list[Any] = field(default_factory=list)
     appended: int = 0
+
+
+def touches_inbox(request: Request) -> bool:
+    """Whether ``request`` reads or writes its session's inbox."""
+    if type(request) is Append:
+        return request.applied is not None or bool(request.posts)
+    return isinstance(request, Post | Park)
+
+
+def posted_ids(request: Request) -> list[str]:
+    """The message ids ``request`` posts to its session's inbox."""
+    if isinstance(request, Post):
+        return [request.message[0]]
+    if isinstance(request, Append):
+        return [message[0] for message in request.posts]
+    return []
 
 
 def _check_append(request: Append, last_seq: int, location: str) -> int:
@@ -193,10 +235,60 @@ def _create(
             now,
             request.parent,
             request.fingerprint,
+            None,
+            None,
         )
     )
     out.snapshots.append((sid, 0, request.snapshot))
     state[sid] = out.updated[sid] = (0, request.status)
+    return None
+
+
+def _set_status(
+    sid: str, last_seq: int, status: str, state: dict[str, tuple[int, str]], out: Plan
+) -> None:
+    """Change a session's status: what it waited for goes with its old one."""
+    state[sid] = out.updated[sid] = (last_seq, status)
+    out.waits[sid] = (None, None)
+    out.nudges.pop(sid, None)
+
+
+def _box(boxes: dict[str, Inbox], known: dict[str, Inbox], sid: str) -> Inbox:
+    """The batch's copy of the session's inbox, made from what is known on first use."""
+    box = boxes.get(sid)
+    if box is None:
+        base = known.get(sid)
+        box = boxes[sid] = Inbox(0, {}, {}) if base is None else base.copy()
+    return box
+
+
+def _append(
+    request: Append,
+    current: tuple[int, str],
+    state: dict[str, tuple[int, str]],
+    inboxes: tuple[dict[str, Inbox], dict[str, Inbox]],
+    out: Plan,
+    location: str,
+) -> StoreError | None:
+    """Add the events (and the inbox changes) of an append, or refuse the lot."""
+    sid = request.session_id
+    try:
+        new_last = _check_append(request, current[0], location)
+    except StoreError as exc:
+        return exc
+    if request.applied is not None or request.posts:
+        box = _box(*inboxes, sid)
+        if (error := check_applied(request, box, location)) is not None:
+            return error
+        apply_inbox(request, box, new_last, out)
+    out.events.extend(request.rows)
+    out.appended += len(request.rows)
+    if request.snapshot is not None:
+        out.snapshots.append((sid, *request.snapshot))
+    if request.status:
+        _set_status(sid, new_last, request.status, state, out)
+    else:
+        state[sid] = out.updated[sid] = (new_last, current[1])
     return None
 
 
@@ -207,6 +299,7 @@ def plan(
     now: float,
     location: str = "",
     leases: dict[str, Lease] | None = None,
+    inboxes: dict[str, Inbox] | None = None,
 ) -> Plan:
     """Check a batch of requests in order and gather the rows to write.
 
@@ -216,6 +309,8 @@ def plan(
             (absent: the session does not exist). Not modified.
         leases: The lease of every session whose lease the batch takes or releases
             (absent: none). Not modified.
+        inboxes: What is known of the inbox of every session whose inbox the batch
+            reads or writes (see `touches_inbox`; absent: empty). Not modified.
         now: The time to record as the sessions' ``updated_at``.
         location: The store's location, for errors.
 
@@ -225,11 +320,18 @@ def plan(
     out = Plan()
     state = dict(known)
     held = dict(leases or {})
+    boxes: tuple[dict[str, Inbox], dict[str, Inbox]] = ({}, inboxes or {})
     for request in requests:
+        out.results.append(None)
         sid = request.session_id
         current = state.get(sid)
         error: Exception | None = None
-        if isinstance(request, Flush):
+        if type(request) is Append:
+            if current is None:
+                error = SessionNotFound(session_id=sid)
+            else:
+                error = _append(request, current, state, boxes, out, location)
+        elif isinstance(request, Flush):
             pass
         elif isinstance(request, Acquire):
             error = _acquire(request, held, out, location)
@@ -240,17 +342,11 @@ def plan(
         elif current is None:
             error = SessionNotFound(session_id=sid)
         elif isinstance(request, SetStatus):
-            state[sid] = out.updated[sid] = (current[0], request.status)
+            _set_status(sid, current[0], request.status, state, out)
+        elif isinstance(request, Post):
+            error = post(request, current, _box(*boxes, sid), out, location)
         else:
-            try:
-                new_last = _check_append(request, current[0], location)
-            except StoreError as exc:
-                error = exc
-            else:
-                out.events.extend(request.rows)
-                out.appended += len(request.rows)
-                if request.snapshot is not None:
-                    out.snapshots.append((sid, *request.snapshot))
-                state[sid] = out.updated[sid] = (new_last, request.status or current[1])
+            assert isinstance(request, Park)
+            park(request, current, _box(*boxes, sid), held, state, out)
         out.errors.append(error)
     return out
