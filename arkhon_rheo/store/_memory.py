@@ -106,12 +106,12 @@ class MemoryStore(StoreBase):
         known = {}
         if (row := self._sessions.get(sid)) is not None:
             known[sid] = (row[3], row[2])
-        leases = {}
+        leases = None
         if type(request) is Park and (held := self._leases.get(sid)) is not None:
-            leases[sid] = held
-        inboxes = {}
+            leases = {sid: held}
+        inboxes = None
         if touches_inbox(request) and (box := self._inboxes.get(sid)) is not None:
-            inboxes[sid] = box.known(posted_ids(request))
+            inboxes = {sid: box.known(posted_ids(request))}
         now = self._clock()
         result = plan(
             [request], known, now=now, location=self._location, leases=leases, inboxes=inboxes
@@ -127,7 +127,8 @@ class MemoryStore(StoreBase):
             self._events[event[0]].append(event)
         for session_id, seq, state in result.snapshots:
             self._snapshots[session_id][seq] = state
-        self._apply_inbox(result)
+        if result.inbox or result.applied:
+            self._apply_inbox(result)
         self._apply_sessions(result, now)
         for session_id, lease in result.leases.items():
             if lease is None:
@@ -154,19 +155,25 @@ class MemoryStore(StoreBase):
 
     def _apply_sessions(self, result: Plan, now: float) -> None:
         sessions = self._sessions
+        waits = result.waits
         for session_id, (last_seq, status) in result.updated.items():
             old = sessions[session_id]
-            waiting, wake_at = result.waits.get(session_id, old[8:])
-            sessions[session_id] = (
-                *old[:2],
-                status,
-                last_seq,
-                old[4],
-                now,
-                *old[6:8],
-                waiting,
-                wake_at,
-            )
+            if session_id in waits:
+                waiting, wake_at = waits[session_id]
+                sessions[session_id] = (
+                    *old[:2],
+                    status,
+                    last_seq,
+                    old[4],
+                    now,
+                    *old[6:8],
+                    waiting,
+                    wake_at,
+                )
+            else:
+                sessions[session_id] = (*old[:2], status, last_seq, old[4], now, *old[6:])
+        if not (waits or result.nudges):
+            return
         for session_id, due in result.nudges.items():
             old = sessions[session_id]
             if old[2] == "waiting" and (old[9] is None or due < old[9]):

@@ -227,11 +227,11 @@ async def test_waking_lists_the_due_sessions_earliest_first_and_the_next_wake(
     make: Callable[[], AnyStore],
 ) -> None:
     async with make() as store:
-        plan = {"a": T0 + 30, "b": T0 + 10, "c": T0 + 20, "d": T0 + 10, "e": None, "p": T0 + 1}
-        for sid, due in plan.items():
+        timers = {"a": T0 + 30, "b": T0 + 10, "c": T0 + 20, "d": T0 + 10, "e": None, "p": T0 + 1}
+        for sid, at in timers.items():
             await store.create_session(sid, machine="m", snapshot={})
-            if due is not None:
-                await store.post(sid, message("timer", due, kind="Tick"), capacity=5)
+            if at is not None:
+                await store.post(sid, message("timer", at, kind="Tick"), capacity=5)
             status = "paused" if sid == "p" else "waiting"
             assert await store.park(
                 sid, None, status=status, waiting=None, accepts=["Tick"], now=T0
