@@ -23,6 +23,7 @@ from ._base import MailboxFull as MailboxFull
 from ._base import SystemNotRunning as SystemNotRunning
 from ._cli import CommandError as CommandError
 from ._sessions import DuplicateEvent as DuplicateEvent
+from ._sessions import InboxFull as InboxFull
 from ._sessions import MessageRefused as MessageRefused
 from ._sessions import RecordedCallFailed as RecordedCallFailed
 from ._sessions import ReplayDiverged as ReplayDiverged
@@ -65,6 +66,7 @@ __all__ = [
     "DuplicateEvent",
     "Fatal",
     "IllegalTransition",
+    "InboxFull",
     "InvalidPatch",
     "InvariantViolation",
     "IsolationUnavailable",

@@ -9,6 +9,7 @@ from ._base import ArkhonError
 
 __all__ = [
     "DuplicateEvent",
+    "InboxFull",
     "RecordedCallFailed",
     "ReplayDiverged",
     "SessionError",
@@ -202,3 +203,22 @@ class SessionLocked(StoreError):
         self.session_id = session_id
         self.owner = owner
         self.expires_at = expires_at
+
+
+class InboxFull(StoreError):
+    """A session's inbox holds as many pending messages as it may; the message was not stored.
+
+    Attributes:
+        session_id: The session.
+        capacity: How many pending messages its inbox may hold.
+    """
+
+    def __init__(self, *, session_id: str, capacity: int, location: str = "") -> None:
+        super().__init__(
+            f"session {session_id!r} has {capacity} messages waiting in its inbox, as many as "
+            f"it may hold; this message was refused and nothing was stored. Send it again once "
+            f"the session has taken some of its messages, or raise inbox_capacity",
+            location=location,
+        )
+        self.session_id = session_id
+        self.capacity = capacity

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import enum
+import math
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, StoreError
 from ..protocols._seams import current_injector
 from ._codec import dumps, encode_events, encode_snapshot
-from ._plan import Append, Create
+from ._plan import Append, Create, Park, Post
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Collection, Sequence
 
-    from ..protocols import StoredEvent
+    from ..protocols import NewMessage, StoredEvent
     from ._codec import Snapshot
+    from ._inbox import NewRow
 
 __all__ = ["StoreBase", "StoreState", "inject_store_fault"]
 
@@ -112,6 +114,8 @@ class StoreBase:
         events: Sequence[StoredEvent],
         snapshot: tuple[int, Any] | None,
         status: str | None,
+        applied: int | None = None,
+        posts: Sequence[NewMessage] = (),
     ) -> Append:
         self._check_open()
         rows = encode_events(session_id, events, self._location)
@@ -120,7 +124,67 @@ class StoreBase:
             seq, state = snapshot
             what = f"the snapshot of session {session_id!r} after event #{seq}"
             encoded = (seq, encode_snapshot(state, what=what, location=self._location))
-        return Append(session_id, rows, encoded, status)
+        if applied is None and not posts:
+            return Append(session_id, rows, encoded, status)
+        if applied is not None and (
+            type(applied) is not int or applied < 1 or not rows  # bool is no position
+        ):
+            raise ConfigurationError(
+                f"applied must be the position (from 1) of an inbox message of session "
+                f"{session_id!r}, applied by events appended with it; got {applied!r} with "
+                f"{len(rows)} events"
+            )
+        now = self._clock()
+        new = [self._new_row(session_id, message, now) for message in posts]
+        return Append(session_id, rows, encoded, status, applied, new)
+
+    def _new_row(self, session_id: str, message: NewMessage, now: float) -> NewRow:
+        """A message to post, checked and encoded (its payload as JSON text)."""
+        message_id, kind, due_at = message.message_id, message.kind, message.due_at
+        if not isinstance(message_id, str) or not message_id or not isinstance(kind, str):
+            raise ConfigurationError(
+                f"a message to session {session_id!r} needs a message_id (a non-empty str) "
+                f"and a kind (a str), got {message_id!r} and {kind!r}"
+            )
+        if isinstance(due_at, bool) or not isinstance(due_at, int | float) or math.isnan(due_at):
+            raise ConfigurationError(
+                f"message {message_id!r} to session {session_id!r}: due_at must be seconds "
+                f"since the epoch, not {due_at!r}"
+            )
+        what = f"the payload of message {message_id!r} to session {session_id!r}"
+        payload = dumps(message.payload, what=what, location=self._location)
+        return (message_id, kind, payload, now, float(due_at))
+
+    def _post_request(self, session_id: str, message: NewMessage, capacity: int) -> Post:
+        self._check_open()
+        if type(capacity) is not int or capacity < 1:
+            raise ConfigurationError(
+                f"capacity must be the most pending messages an inbox holds (an int from 1), "
+                f"not {capacity!r}"
+            )
+        return Post(session_id, self._new_row(session_id, message, self._clock()), capacity)
+
+    def _park_request(
+        self,
+        session_id: str,
+        owner: str | None,
+        status: str,
+        waiting: Any,
+        accepts: Collection[str],
+        now: float,
+    ) -> Park:
+        self._check_open()
+        if isinstance(accepts, str) or not all(isinstance(kind, str) for kind in accepts):
+            raise ConfigurationError(
+                f"accepts must be a collection of message kinds' names, not {accepts!r}"
+            )
+        if isinstance(now, bool) or not isinstance(now, int | float) or math.isnan(now):
+            raise ConfigurationError(f"now must be seconds since the epoch, not {now!r}")
+        text = None
+        if waiting is not None:
+            what = f"what session {session_id!r} waits for"
+            text = dumps(waiting, what=what, location=self._location)
+        return Park(session_id, owner, status, text, frozenset(accepts), float(now))
 
 
 async def inject_store_fault(session_id: str, operation: str) -> None:

@@ -26,7 +26,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, StoreError, UnserializablePatch
-from ..protocols import SessionRecord, StoredEvent
+from ..protocols import SessionRecord, StoredEvent, StoredMessage
 from ..protocols._seams import EncodedJson, EncodedPatch
 
 if TYPE_CHECKING:
@@ -35,9 +35,11 @@ if TYPE_CHECKING:
 __all__ = [
     "COMPRESS_OVER",
     "EventRow",
+    "MessageRow",
     "SessionRow",
     "Snapshot",
     "decode_event",
+    "decode_message",
     "decode_record",
     "decode_snapshot",
     "dumps",
@@ -63,9 +65,14 @@ EventRow = tuple[
     "str | None",
     "int | None",
 ]
-#: ``(id, machine, status, last_seq, created_at, updated_at, parent, fingerprint)``,
-#: the fingerprint as JSON text.
-SessionRow = tuple[str, str, str, int, float, float, "str | None", "str | None"]
+#: ``(id, machine, status, last_seq, created_at, updated_at, parent, fingerprint,
+#: waiting, wake_at)``, the fingerprint and what it waits for as JSON text.
+SessionRow = tuple[
+    str, str, str, int, float, float, "str | None", "str | None", "str | None", "float | None"
+]
+#: ``(session_id, message_id, position, kind, payload, posted_at, due_at,
+#: applied_seq)``: an inbox message, its payload as JSON text.
+MessageRow = tuple[str, str, int, str, str, float, float, "int | None"]
 #: A stored snapshot: JSON text, or zlib-compressed JSON bytes.
 Snapshot = str | bytes
 #: Snapshots longer than this many bytes of JSON are stored compressed.
@@ -364,4 +371,20 @@ def decode_record(row: Sequence[Any]) -> SessionRecord:
         updated_at=row[5],
         parent=row[6],
         fingerprint=None if row[7] is None else loads(row[7]),
+        waiting=None if row[8] is None else loads(row[8]),
+        wake_at=row[9],
+    )
+
+
+def decode_message(row: Sequence[Any]) -> StoredMessage:
+    """Turn an inbox row back into a `StoredMessage`."""
+    return StoredMessage(
+        session_id=row[0],
+        message_id=row[1],
+        position=row[2],
+        kind=row[3],
+        payload=loads(row[4]),
+        posted_at=row[5],
+        due_at=row[6],
+        applied_seq=row[7],
     )

@@ -12,17 +12,45 @@ from .._errors import ConfigurationError, SessionLocked, SessionNotFound
 from ..protocols import LeaseRecord, LoadedSession, SessionRecord, StoreStatistics
 from ..protocols._seams import current_injector
 from ._base import StoreBase, StoreState, inject_store_fault
-from ._codec import EventRow, SessionRow, decode_event, decode_record, decode_snapshot
-from ._plan import Request, SetStatus, plan
+from ._codec import (
+    EventRow,
+    SessionRow,
+    decode_event,
+    decode_message,
+    decode_record,
+    decode_snapshot,
+)
+from ._inbox import Inbox
+from ._plan import Park, Plan, Request, SetStatus, plan, posted_ids, touches_inbox
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Collection, Sequence
     from types import TracebackType
 
-    from ..protocols import StoredEvent
-    from ._codec import Snapshot
+    from ..protocols import NewMessage, StoredEvent, StoredMessage
+    from ._codec import MessageRow, Snapshot
 
 __all__ = ["MemoryStore"]
+
+
+class _Messages:
+    """One session's inbox in memory: every row by position, and which are pending."""
+
+    __slots__ = ("ids", "pending", "rows")
+
+    def __init__(self) -> None:
+        self.rows: list[MessageRow] = []
+        #: Position of each message id.
+        self.ids: dict[str, int] = {}
+        #: The positions of the pending messages (an ordered set).
+        self.pending: dict[int, None] = {}
+
+    def known(self, message_ids: list[str]) -> Inbox:
+        """What a plan needs to know of it, for a request posting ``message_ids``."""
+        rows = self.rows
+        pending = {position: rows[position - 1] for position in self.pending}
+        ids = {mid: rows[self.ids[mid] - 1] for mid in message_ids if mid in self.ids}
+        return Inbox(len(rows), pending, ids)
 
 
 class MemoryStore(StoreBase):
@@ -44,6 +72,11 @@ class MemoryStore(StoreBase):
         self._events: dict[str, list[EventRow]] = {}
         self._snapshots: dict[str, dict[int, Snapshot]] = {}
         self._leases: dict[str, tuple[str, float]] = {}
+        self._inboxes: dict[str, _Messages] = {}
+        #: The ``wake_at`` of every waiting session that has one.
+        self._wakes: dict[str, float] = {}
+        #: Each session's number, in order of creation (ties in `waking`).
+        self._order: dict[str, int] = {}
         self._appended = 0
         self._transactions = 0
         self._largest_batch = 0
@@ -67,29 +100,90 @@ class MemoryStore(StoreBase):
         """Close the store; its contents are dropped."""
         self._state = StoreState.CLOSED
 
-    def _write(self, request: Request) -> None:
+    def _write(self, request: Request) -> Any:
+        """Plan ``request`` alone and apply it; returns its result (see `Plan`)."""
         sid = request.session_id
         known = {}
         if (row := self._sessions.get(sid)) is not None:
             known[sid] = (row[3], row[2])
+        leases = None
+        if type(request) is Park and (held := self._leases.get(sid)) is not None:
+            leases = {sid: held}
+        inboxes = None
+        if touches_inbox(request) and (box := self._inboxes.get(sid)) is not None:
+            inboxes = {sid: box.known(posted_ids(request))}
         now = self._clock()
-        result = plan([request], known, now=now, location=self._location)
+        result = plan(
+            [request], known, now=now, location=self._location, leases=leases, inboxes=inboxes
+        )
         if (error := result.errors[0]) is not None:
             raise error
         for created in result.created:
             self._sessions[created[0]] = created
+            self._order[created[0]] = len(self._order)
             self._events[created[0]] = []
             self._snapshots[created[0]] = {}
         for event in result.events:
             self._events[event[0]].append(event)
         for session_id, seq, state in result.snapshots:
             self._snapshots[session_id][seq] = state
-        for session_id, (last_seq, status) in result.updated.items():
-            old = self._sessions[session_id]
-            self._sessions[session_id] = (*old[:2], status, last_seq, old[4], now, *old[6:])
+        if result.inbox or result.applied:
+            self._apply_inbox(result)
+        self._apply_sessions(result, now)
+        for session_id, lease in result.leases.items():
+            if lease is None:
+                self._leases.pop(session_id, None)
+            else:
+                self._leases[session_id] = lease
         self._appended += result.appended
         self._transactions += 1
         self._largest_batch = max(self._largest_batch, result.appended)
+        return result.results[0]
+
+    def _apply_inbox(self, result: Plan) -> None:
+        for row in result.inbox:
+            box = self._inboxes.get(row[0])
+            if box is None:
+                box = self._inboxes[row[0]] = _Messages()
+            box.rows.append(row)
+            box.ids[row[1]] = row[2]
+            box.pending[row[2]] = None
+        for seq, session_id, position in result.applied:
+            box = self._inboxes[session_id]
+            box.rows[position - 1] = (*box.rows[position - 1][:7], seq)
+            del box.pending[position]
+
+    def _apply_sessions(self, result: Plan, now: float) -> None:
+        sessions = self._sessions
+        waits = result.waits
+        for session_id, (last_seq, status) in result.updated.items():
+            old = sessions[session_id]
+            if session_id in waits:
+                waiting, wake_at = waits[session_id]
+                sessions[session_id] = (
+                    *old[:2],
+                    status,
+                    last_seq,
+                    old[4],
+                    now,
+                    *old[6:8],
+                    waiting,
+                    wake_at,
+                )
+            else:
+                sessions[session_id] = (*old[:2], status, last_seq, old[4], now, *old[6:])
+        if not (waits or result.nudges):
+            return
+        for session_id, due in result.nudges.items():
+            old = sessions[session_id]
+            if old[2] == "waiting" and (old[9] is None or due < old[9]):
+                sessions[session_id] = (*old[:9], due)
+        for session_id in (*result.waits, *result.nudges):
+            row = sessions[session_id]
+            if row[2] == "waiting" and row[9] is not None:
+                self._wakes[session_id] = row[9]
+            else:
+                self._wakes.pop(session_id, None)
 
     def _row(self, session_id: str) -> SessionRow:
         self._check_open()
@@ -132,19 +226,26 @@ class MemoryStore(StoreBase):
         *,
         snapshot: tuple[int, Any] | None = None,
         status: str | None = None,
+        applied: int | None = None,
+        posts: Sequence[NewMessage] = (),
     ) -> None:
         """Append events whose numbers follow the session's last one.
+
+        With ``applied`` and ``posts``, the same write marks that inbox message
+        applied by the last event and posts the messages (see `Store.append`).
 
         Raises:
             DuplicateEvent: A number is taken or is not the next one; nothing is appended.
             SessionNotFound: No such session.
             UnserializablePatch: A patch holds a value that is not JSON data.
-            StoreError: Another value is not JSON data, or the store is not open.
+            StoreError: Message ``applied`` is not pending, another value is not JSON
+                data, or the store is not open; nothing is appended.
+            ConfigurationError: ``applied`` is not a position, or comes with no events.
         """
         if current_injector() is not None:
             await inject_store_fault(session_id, "append")
         await anyio.lowlevel.checkpoint()
-        self._write(self._append_request(session_id, events, snapshot, status))
+        self._write(self._append_request(session_id, events, snapshot, status, applied, posts))
 
     async def record(self, session_id: str) -> SessionRecord:
         """The session's record.
@@ -249,6 +350,93 @@ class MemoryStore(StoreBase):
         held = self._leases.get(session_id)
         if held is not None and held[0] == owner:
             del self._leases[session_id]
+
+    # -- inboxes -----------------------------------------------------------------
+
+    async def post(
+        self, session_id: str, message: NewMessage, *, capacity: int
+    ) -> tuple[StoredMessage, bool]:
+        """Store a message in the session's inbox (see `Store.post`).
+
+        Returns:
+            The stored message, and whether it is new (``False``: its id was there).
+
+        Raises:
+            SessionNotFound: No such session.
+            InboxFull: The inbox holds ``capacity`` pending messages; nothing is stored.
+            StoreError: The payload is not JSON data, or the store is not open.
+            ConfigurationError: The message or ``capacity`` is malformed.
+        """
+        if current_injector() is not None:
+            await inject_store_fault(session_id, "post")
+        await anyio.lowlevel.checkpoint()
+        row, new = self._write(self._post_request(session_id, message, capacity))
+        return decode_message(row), new
+
+    def _inbox_rows(self, session_id: str) -> list[MessageRow]:
+        self._row(session_id)
+        box = self._inboxes.get(session_id)
+        return [] if box is None else box.rows
+
+    async def pending(self, session_id: str) -> tuple[StoredMessage, ...]:
+        """The session's messages not applied yet, by ``(due_at, position)``.
+
+        Raises:
+            SessionNotFound: No such session.
+        """
+        await anyio.lowlevel.checkpoint()
+        rows = self._inbox_rows(session_id)
+        box = self._inboxes.get(session_id)
+        found = [] if box is None else [rows[position - 1] for position in box.pending]
+        found.sort(key=lambda row: (row[6], row[2]))
+        return tuple(map(decode_message, found))
+
+    async def messages(self, session_id: str) -> tuple[StoredMessage, ...]:
+        """Every message of the session's inbox, applied ones too, by position.
+
+        Raises:
+            SessionNotFound: No such session.
+        """
+        await anyio.lowlevel.checkpoint()
+        return tuple(map(decode_message, self._inbox_rows(session_id)))
+
+    async def park(
+        self,
+        session_id: str,
+        owner: str | None,
+        *,
+        status: str,
+        waiting: Any,
+        accepts: Collection[str],
+        now: float,
+    ) -> bool:
+        """Park the session unless a message it accepts is due (see `Store.park`).
+
+        Returns:
+            Whether it parked.
+
+        Raises:
+            SessionNotFound: No such session.
+            StoreError: ``waiting`` is not JSON data, or the store is not open.
+            ConfigurationError: ``accepts`` or ``now`` is malformed.
+        """
+        if current_injector() is not None:
+            await inject_store_fault(session_id, "park")
+        await anyio.lowlevel.checkpoint()
+        request = self._park_request(session_id, owner, status, waiting, accepts, now)
+        parked: bool = self._write(request)
+        return parked
+
+    async def waking(self, now: float) -> tuple[tuple[SessionRecord, ...], float | None]:
+        """The waiting sessions due to wake at ``now`` (earliest first), and the next wake."""
+        await anyio.lowlevel.checkpoint()
+        self._check_open()
+        order = self._order
+        due = sorted(
+            (wake_at, order[sid], sid) for sid, wake_at in self._wakes.items() if wake_at <= now
+        )
+        later = min((t for t in self._wakes.values() if t > now), default=None)
+        return tuple(decode_record(self._sessions[sid]) for *_, sid in due), later
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counters (``pending`` is always 0)."""

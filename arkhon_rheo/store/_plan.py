@@ -3,31 +3,48 @@
 Both stores decide what a batch of writes does with the same function, `plan`:
 given the requests in arrival order and what is known of the sessions they
 touch, it checks each request in turn (an event number must be the next one, a
-session must exist, or must not when created) and returns the rows to write
-plus, per request, the error that excluded it. A refused request never takes
-the other requests of its batch down with it.
+session must exist, or must not when created; a new message needs room in its
+inbox, a message applied must be pending, a park must find no message it takes
+due) and returns the rows to write plus, per request, the error that excluded
+it and what it returns. A refused request never takes the other requests of its
+batch down with it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from .._errors import DuplicateEvent, SessionError, SessionLocked, SessionNotFound, StoreError
+from .._errors import (
+    DuplicateEvent,
+    InboxFull,
+    SessionError,
+    SessionLocked,
+    SessionNotFound,
+    StoreError,
+)
+from ._inbox import Inbox, NewRow, Park, Post
 
 if TYPE_CHECKING:
-    from ._codec import EventRow, SessionRow, Snapshot
+    from collections.abc import Sequence
+
+    from ._codec import EventRow, MessageRow, SessionRow, Snapshot
 
 __all__ = [
     "Acquire",
     "Append",
     "Create",
     "Flush",
+    "Park",
     "Plan",
+    "Post",
     "Release",
     "Request",
     "SetStatus",
     "plan",
+    "posted_ids",
+    "touches_inbox",
 ]
 
 
@@ -46,12 +63,18 @@ class Create:
 
 @dataclass(slots=True)
 class Append:
-    """Append encoded events, with an optional snapshot and status change."""
+    """Append encoded events, with an optional snapshot and status change.
+
+    In the same transaction: mark inbox message ``applied`` (a position) applied
+    by the last event, and post ``posts`` to the session's inbox.
+    """
 
     session_id: str
     rows: list[EventRow]
     snapshot: tuple[int, Snapshot] | None
     status: str | None
+    applied: int | None = None
+    posts: Sequence[NewRow] = ()
 
 
 @dataclass(slots=True)
@@ -91,14 +114,16 @@ class Flush:
     session_id: str = ""
 
 
-Request = Create | Append | SetStatus | Acquire | Release | Flush
+Request = Create | Append | SetStatus | Acquire | Release | Flush | Post | Park
 #: ``(owner, expires_at)`` of a lease.
 Lease = tuple[str, float]
 
 
-@dataclass(slots=True)
 class Plan:
     """The rows a batch writes, and the error (or ``None``) of each request.
+
+    (A plain class: made once per batch and per memory-store write, it builds its
+    empty lists and dicts from literals, faster than a dataclass's factories.)
 
     Attributes:
         created: New session rows.
@@ -107,17 +132,62 @@ class Plan:
         updated: The final ``(last_seq, status)`` of every session the batch touched.
         leases: The final lease of every session whose lease the batch changed
             (``None``: released).
+        inbox: New inbox rows, in order.
+        applied: ``(applied_seq, session_id, position)`` of the inbox messages applied.
+        waits: The final ``(waiting, wake_at)`` of every session whose status the
+            batch set (``(None, None)`` unless it parked).
+        nudges: The due time the messages posted to a session bring its ``wake_at``
+            down to (if earlier), if it is waiting once the batch is written.
         errors: One entry per request: why it was refused, or ``None``.
+        results: One entry per request: what it returns (a post's ``(row, new)``,
+            whether a park parked), or ``None``.
         appended: How many events the batch writes.
     """
 
-    created: list[SessionRow] = field(default_factory=list)
-    events: list[EventRow] = field(default_factory=list)
-    snapshots: list[tuple[str, int, Snapshot]] = field(default_factory=list)
-    updated: dict[str, tuple[int, str]] = field(default_factory=dict)
-    leases: dict[str, Lease | None] = field(default_factory=dict)
-    errors: list[Exception | None] = field(default_factory=list)
-    appended: int = 0
+    __slots__ = (
+        "appended",
+        "applied",
+        "created",
+        "errors",
+        "events",
+        "inbox",
+        "leases",
+        "nudges",
+        "results",
+        "snapshots",
+        "updated",
+        "waits",
+    )
+
+    def __init__(self) -> None:
+        self.created: list[SessionRow] = []
+        self.events: list[EventRow] = []
+        self.snapshots: list[tuple[str, int, Snapshot]] = []
+        self.updated: dict[str, tuple[int, str]] = {}
+        self.leases: dict[str, Lease | None] = {}
+        self.inbox: list[MessageRow] = []
+        self.applied: list[tuple[int, str, int]] = []
+        self.waits: dict[str, tuple[str | None, float | None]] = {}
+        self.nudges: dict[str, float] = {}
+        self.errors: list[Exception | None] = []
+        self.results: list[Any] = []
+        self.appended = 0
+
+
+def touches_inbox(request: Request) -> bool:
+    """Whether ``request`` reads or writes its session's inbox."""
+    if type(request) is Append:
+        return request.applied is not None or bool(request.posts)
+    return isinstance(request, Post | Park)
+
+
+def posted_ids(request: Request) -> list[str]:
+    """The message ids ``request`` posts to its session's inbox."""
+    if isinstance(request, Post):
+        return [request.message[0]]
+    if isinstance(request, Append):
+        return [message[0] for message in request.posts]
+    return []
 
 
 def _check_append(request: Append, last_seq: int, location: str) -> int:
@@ -193,10 +263,146 @@ def _create(
             now,
             request.parent,
             request.fingerprint,
+            None,
+            None,
         )
     )
     out.snapshots.append((sid, 0, request.snapshot))
     state[sid] = out.updated[sid] = (0, request.status)
+    return None
+
+
+# -- the inbox ------------------------------------------------------------------
+
+
+def _add(box: Inbox, session_id: str, message: NewRow, out: Plan) -> MessageRow:
+    position = box.last_position = box.last_position + 1
+    message_id, kind, payload, posted_at, due_at = message
+    row: MessageRow = (session_id, message_id, position, kind, payload, posted_at, due_at, None)
+    box.pending[position] = box.ids[message_id] = row
+    out.inbox.append(row)
+    return row
+
+
+def _post(
+    request: Post, current: tuple[int, str], box: Inbox, out: Plan, location: str
+) -> InboxFull | None:
+    """Plan a `Post` of an existing session: its result is ``(row, new)``.
+
+    Refused (`InboxFull`) if the inbox has no room for a new message.
+    """
+    sid = request.session_id
+    found = box.ids.get(request.message[0])
+    if found is not None:
+        out.results[-1] = (found, False)
+        return None
+    if len(box.pending) >= request.capacity:
+        return InboxFull(session_id=sid, capacity=request.capacity, location=location)
+    row = _add(box, sid, request.message, out)
+    # If the session is waiting when the batch is written (its status as the batch
+    # knows it may be stale): a store cannot tell which kinds it accepts, so it
+    # wakes at the message's due time, and parks again if it does not take it.
+    out.nudges[sid] = min(out.nudges.get(sid, math.inf), row[6])
+    out.results[-1] = (row, True)
+    return None
+
+
+def _park(
+    request: Park,
+    current: tuple[int, str],
+    box: Inbox,
+    held: dict[str, Lease],
+    state: dict[str, tuple[int, str]],
+    out: Plan,
+) -> None:
+    """Plan a `Park`: its result is whether the session parked (no accepted message was due)."""
+    sid = request.session_id
+    accepted = [row[6] for row in box.pending.values() if row[3] in request.accepts]
+    if any(due <= request.now for due in accepted):
+        out.results[-1] = False
+        return
+    state[sid] = out.updated[sid] = (current[0], request.status)
+    out.waits[sid] = (request.waiting, min(accepted, default=None))
+    out.nudges.pop(sid, None)
+    lease = held.get(sid)
+    if request.owner is not None and lease is not None and lease[0] == request.owner:
+        del held[sid]
+        out.leases[sid] = None
+    out.results[-1] = True
+
+
+def _check_applied(request: Append, box: Inbox | None, location: str) -> StoreError | None:
+    """Refuse an append whose message ``applied`` is not pending (applied already, or unknown)."""
+    if request.applied is None or (box is not None and request.applied in box.pending):
+        return None
+    return StoreError(
+        f"session {request.session_id!r} cannot apply inbox message #{request.applied}: it is "
+        "applied already, or was never posted (a message is applied exactly once); nothing "
+        "of this append was written",
+        location=location,
+    )
+
+
+def _apply_inbox(request: Append, box: Inbox, last_seq: int, out: Plan) -> None:
+    """Mark the append's message applied by its last event, and post its messages."""
+    sid = request.session_id
+    if request.applied is not None:
+        row = box.pending.pop(request.applied)
+        box.ids[row[1]] = (*row[:7], last_seq)
+        out.applied.append((last_seq, sid, request.applied))
+    for message in request.posts:
+        if message[0] not in box.ids:
+            _add(box, sid, message, out)
+
+
+# -- the batch ------------------------------------------------------------------
+
+
+def _set_status(
+    sid: str, last_seq: int, status: str, state: dict[str, tuple[int, str]], out: Plan
+) -> None:
+    """Change a session's status: what it waited for goes with its old one."""
+    state[sid] = out.updated[sid] = (last_seq, status)
+    out.waits[sid] = (None, None)
+    out.nudges.pop(sid, None)
+
+
+def _box(boxes: dict[str, Inbox], known: dict[str, Inbox], sid: str) -> Inbox:
+    """The batch's copy of the session's inbox, made from what is known on first use."""
+    box = boxes.get(sid)
+    if box is None:
+        base = known.get(sid)
+        box = boxes[sid] = Inbox(0, {}, {}) if base is None else base.copy()
+    return box
+
+
+def _append(
+    request: Append,
+    current: tuple[int, str],
+    state: dict[str, tuple[int, str]],
+    inboxes: tuple[dict[str, Inbox], dict[str, Inbox]],
+    out: Plan,
+    location: str,
+) -> StoreError | None:
+    """Add the events (and the inbox changes) of an append, or refuse the lot."""
+    sid = request.session_id
+    try:
+        new_last = _check_append(request, current[0], location)
+    except StoreError as exc:
+        return exc
+    if request.applied is not None or request.posts:
+        box = _box(*inboxes, sid)
+        if (error := _check_applied(request, box, location)) is not None:
+            return error
+        _apply_inbox(request, box, new_last, out)
+    out.events.extend(request.rows)
+    out.appended += len(request.rows)
+    if request.snapshot is not None:
+        out.snapshots.append((sid, *request.snapshot))
+    if request.status:
+        _set_status(sid, new_last, request.status, state, out)
+    else:
+        state[sid] = out.updated[sid] = (new_last, current[1])
     return None
 
 
@@ -207,6 +413,7 @@ def plan(
     now: float,
     location: str = "",
     leases: dict[str, Lease] | None = None,
+    inboxes: dict[str, Inbox] | None = None,
 ) -> Plan:
     """Check a batch of requests in order and gather the rows to write.
 
@@ -216,6 +423,8 @@ def plan(
             (absent: the session does not exist). Not modified.
         leases: The lease of every session whose lease the batch takes or releases
             (absent: none). Not modified.
+        inboxes: What is known of the inbox of every session whose inbox the batch
+            reads or writes (see `touches_inbox`; absent: empty). Not modified.
         now: The time to record as the sessions' ``updated_at``.
         location: The store's location, for errors.
 
@@ -225,11 +434,18 @@ def plan(
     out = Plan()
     state = dict(known)
     held = dict(leases or {})
+    boxes: tuple[dict[str, Inbox], dict[str, Inbox]] = ({}, inboxes or {})
     for request in requests:
+        out.results.append(None)
         sid = request.session_id
         current = state.get(sid)
         error: Exception | None = None
-        if isinstance(request, Flush):
+        if type(request) is Append:
+            if current is None:
+                error = SessionNotFound(session_id=sid)
+            else:
+                error = _append(request, current, state, boxes, out, location)
+        elif isinstance(request, Flush):
             pass
         elif isinstance(request, Acquire):
             error = _acquire(request, held, out, location)
@@ -240,17 +456,11 @@ def plan(
         elif current is None:
             error = SessionNotFound(session_id=sid)
         elif isinstance(request, SetStatus):
-            state[sid] = out.updated[sid] = (current[0], request.status)
+            _set_status(sid, current[0], request.status, state, out)
+        elif isinstance(request, Post):
+            error = _post(request, current, _box(*boxes, sid), out, location)
         else:
-            try:
-                new_last = _check_append(request, current[0], location)
-            except StoreError as exc:
-                error = exc
-            else:
-                out.events.extend(request.rows)
-                out.appended += len(request.rows)
-                if request.snapshot is not None:
-                    out.snapshots.append((sid, *request.snapshot))
-                state[sid] = out.updated[sid] = (new_last, request.status or current[1])
+            assert isinstance(request, Park)
+            _park(request, current, _box(*boxes, sid), held, state, out)
         out.errors.append(error)
     return out

@@ -33,16 +33,34 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "inspect_file", "prepare"]
 #: ``PRAGMA application_id`` of every store file: "ArkR".
 APPLICATION_ID = 0x41726B52
 #: ``PRAGMA user_version``: the schema version this code reads and writes.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _MAGIC = b"SQLite format 3\x00"
-_TABLES = frozenset({"meta", "sessions", "shapes", "events", "snapshots", "leases"})
+_TABLES = frozenset({"meta", "sessions", "shapes", "events", "snapshots", "leases", "inbox"})
 
 #: Version 4: events and snapshots name their session by its number (``n``), and an
 #: event's repeated parts by the number of its shape (see `._codec`).
-_SESSIONS = """CREATE TABLE sessions (
+_SESSIONS_4 = """CREATE TABLE sessions (
     n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, machine TEXT NOT NULL,
     status TEXT NOT NULL, last_seq INTEGER NOT NULL, created_at REAL NOT NULL,
     updated_at REAL NOT NULL, parent TEXT, fingerprint TEXT)"""
+#: Version 5: what a parked session waits for, and when it wakes.
+_SESSIONS = """CREATE TABLE sessions (
+    n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, machine TEXT NOT NULL,
+    status TEXT NOT NULL, last_seq INTEGER NOT NULL, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL, parent TEXT, fingerprint TEXT, waiting TEXT, wake_at REAL)"""
+#: Version 5: each session's inbox (see `._inbox`); its session by number.
+_INBOX = (
+    """CREATE TABLE inbox (
+        session INTEGER NOT NULL, position INTEGER NOT NULL, message_id TEXT NOT NULL,
+        kind TEXT NOT NULL, payload TEXT NOT NULL, posted_at REAL NOT NULL,
+        due_at REAL NOT NULL, applied_seq INTEGER,
+        PRIMARY KEY (session, position), UNIQUE (session, message_id)) WITHOUT ROWID""",
+    # A session's pending messages, in the order they are delivered.
+    """CREATE INDEX inbox_pending ON inbox (session, due_at, position)
+        WHERE applied_seq IS NULL""",
+    # The parked sessions by wake time (only theirs is ever set).
+    "CREATE INDEX sessions_waking ON sessions (status, wake_at) WHERE wake_at IS NOT NULL",
+)
 _SHAPES = "CREATE TABLE shapes (id INTEGER PRIMARY KEY, shape TEXT NOT NULL UNIQUE)"
 _EVENTS = """CREATE TABLE events (
     session INTEGER NOT NULL, seq INTEGER NOT NULL, shape INTEGER NOT NULL, patch NOT NULL,
@@ -61,6 +79,7 @@ _SCHEMA = (
     """CREATE TABLE leases (
         session_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL)
         WITHOUT ROWID""",
+    *_INBOX,
 )
 _META = (("application", "arkhon-rheo"), ("schema_version", str(SCHEMA_VERSION)))
 #: Old event rows converted per statement while upgrading from version 3.
@@ -79,7 +98,7 @@ def _compact_rows() -> Script[None]:
     """Version 3 to 4: the sessions numbered, events and snapshots rewritten compact."""
     for table in ("sessions", "events", "snapshots"):
         yield _sql(f"ALTER TABLE {table} RENAME TO old_{table}")
-    for statement in (_SESSIONS, _SHAPES, _EVENTS, _SNAPSHOTS):
+    for statement in (_SESSIONS_4, _SHAPES, _EVENTS, _SNAPSHOTS):
         yield _sql(statement)
     # The old rowid orders the sessions (oldest first) and becomes their number.
     yield _sql(
@@ -112,11 +131,17 @@ def _compact_rows() -> Script[None]:
 #: What brings a file of each older version to the next one. Version 2 added
 #: each event's state digest (events stored before it have none); version 3 each
 #: session's machine fingerprint (sessions stored before it have none); version 4
-#: made the rows compact (their data, digests included, is unchanged).
+#: made the rows compact (their data, digests included, is unchanged); version 5
+#: gave each session an inbox (empty for the sessions stored before it).
 _UPGRADES: dict[int, Callable[[], Script[None]]] = {
     1: _statements("ALTER TABLE events ADD COLUMN digest INTEGER"),
     2: _statements("ALTER TABLE sessions ADD COLUMN fingerprint TEXT"),
     3: _compact_rows,
+    4: _statements(
+        "ALTER TABLE sessions ADD COLUMN waiting TEXT",
+        "ALTER TABLE sessions ADD COLUMN wake_at REAL",
+        *_INBOX,
+    ),
 }
 
 

@@ -12,8 +12,21 @@ import contextlib
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import SessionNotFound, StoreError
+from . import _inbox_sql as inbox
 from ._driver import ROWCOUNT, ROWCOUNT_MANY
-from ._plan import Acquire, Append, Create, Lease, Plan, Release, Request, SetStatus, plan
+from ._plan import (
+    Acquire,
+    Append,
+    Create,
+    Lease,
+    Park,
+    Plan,
+    Post,
+    Release,
+    Request,
+    SetStatus,
+    plan,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -31,13 +44,16 @@ __all__ = [
     "snapshot_at",
     "sql",
     "transaction",
+    "waking",
     "write_batch",
 ]
 
 T = TypeVar("T")
 _CHUNK = 500  # session ids per ``IN (...)`` query, well below SQLite's variable limit
-_SESSION_COLUMNS = "id, machine, status, last_seq, created_at, updated_at, parent, fingerprint"
-INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_SESSION_COLUMNS = (
+    "id, machine, status, last_seq, created_at, updated_at, parent, fingerprint, waiting, wake_at"
+)
+INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 #: Rows name their session and shape by text; the tables keep their numbers.
 _SESSION_NUMBER = "(SELECT n FROM sessions WHERE id = ?)"
 INSERT_SHAPE = "INSERT OR IGNORE INTO shapes (shape) VALUES (?)"
@@ -115,7 +131,11 @@ def write_batch(
     not updated here: the caller does that once the transaction commits.
     """
     known, leases = yield from _current(requests, cache)
-    result = plan(requests, known, now=now, location=location, leases=leases)
+    inboxes = {}
+    # (A batch of plain appends, the common case, skips even looking.)
+    if any(type(r) is not Append or r.applied is not None or r.posts for r in requests):
+        inboxes = yield from inbox.known(requests)
+    result = plan(requests, known, now=now, location=location, leases=leases, inboxes=inboxes)
     if cache is not None and any(
         error is not None and isinstance(r, Append | SetStatus) and r.session_id in cache
         for r, error in zip(requests, result.errors, strict=True)
@@ -146,6 +166,8 @@ def write_batch(
         yield _rows(INSERT_EVENT, result.events)
     if result.snapshots:
         yield _rows(INSERT_SNAPSHOT, result.snapshots)
+    if result.waits or result.nudges or result.inbox or result.applied:
+        yield from inbox.write(result)
     if result.leases:
         taken = [(sid, *lease) for sid, lease in result.leases.items() if lease is not None]
         dropped = [(sid,) for sid, lease in result.leases.items() if lease is None]
@@ -168,7 +190,7 @@ def _current(
         {
             r.session_id
             for r in requests
-            if isinstance(r, Create | Append | SetStatus)
+            if isinstance(r, Create | Append | SetStatus | Post | Park)
             and (cache is None or r.session_id not in cache)
         }
     )
@@ -182,7 +204,13 @@ def _current(
         marks = ",".join("?" * len(chunk))
         rows = yield sql(f"SELECT id, last_seq, status FROM sessions WHERE id IN ({marks})", chunk)
         known.update((row[0], (row[1], row[2])) for row in rows)
-    leased = sorted({r.session_id for r in requests if isinstance(r, Acquire | Release)})
+    leased = sorted(
+        {
+            r.session_id
+            for r in requests
+            if isinstance(r, Acquire | Release) or (isinstance(r, Park) and r.owner is not None)
+        }
+    )
     leases: dict[str, Lease] = {}
     for start in range(0, len(leased), _CHUNK):
         chunk = leased[start : start + _CHUNK]
@@ -224,6 +252,19 @@ def sessions() -> Script[Rows]:
     """Every session's row, oldest first."""
     rows = yield sql(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY n")
     return rows
+
+
+def waking(now: float) -> Script[tuple[Rows, float | None]]:
+    """The rows of the waiting sessions due at ``now`` (earliest first), and the next wake."""
+    rows = yield sql(
+        f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE status = 'waiting' AND wake_at <= ? "
+        "ORDER BY wake_at, n",
+        (now,),
+    )
+    later = yield sql(
+        "SELECT min(wake_at) FROM sessions WHERE status = 'waiting' AND wake_at > ?", (now,)
+    )
+    return rows, later[0][0]
 
 
 def _snapshot(number: int, seq: int) -> Script[tuple[int, Snapshot]]:

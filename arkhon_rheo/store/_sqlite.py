@@ -3,43 +3,29 @@
 from __future__ import annotations
 
 import math
-import os
-import time
 from typing import TYPE_CHECKING, Any
 
-import anyio
-import anyio.to_thread
-
-from .._errors import ConfigurationError, StoreError
-from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord, StoreStatistics
+from .._errors import ConfigurationError
+from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord
 from ..protocols._seams import current_injector
+from . import _inbox_sql as inbox_sql
 from . import _sql as sql
-from ._base import StoreBase, StoreState, inject_store_fault
-from ._codec import decode_event, decode_record, decode_snapshot
-from ._driver import DriverName, ThreadDriver
-from ._open import open_driver
-from ._plan import Acquire, Flush, Release, Request, SetStatus, plan
-from ._schema import inspect_file, prepare
-from ._thread_writer import ThreadWriter
-from ._writer import Ticket, Writer, log_unacknowledged
+from ._base import inject_store_fault
+from ._codec import decode_event, decode_message, decode_record, decode_snapshot
+from ._plan import Acquire, Release, SetStatus, plan
+from ._sqlite_base import SQLiteBase
+from ._writer import Ticket
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-    from types import TracebackType
+    from collections.abc import Collection, Sequence
 
-    from anyio.abc import TaskGroup, TaskStatus
-
-    from ..protocols import StoredEvent
-    from ._driver import Driver, Script
-    from ._thread_writer import Batch
+    from ..protocols import NewMessage, StoredEvent, StoredMessage
 
 __all__ = ["SQLiteStore"]
 
-_SYNCHRONOUS = {Durability.SYNC: "FULL", Durability.BATCHED: "NORMAL", Durability.ASYNC: "NORMAL"}
 
-
-class SQLiteStore(StoreBase):
-    """Sessions in one SQLite file: an event log, snapshots, records and leases.
+class SQLiteStore(SQLiteBase):
+    """Sessions in one SQLite file: an event log, snapshots, records, leases and inboxes.
 
     One writer task per store commits the writes of many sessions together
     (group commit): each transaction takes every write queued while the previous
@@ -60,6 +46,11 @@ class SQLiteStore(StoreBase):
       leaving the store, or cancelling it, commits everything queued. A queued
       write refused later is logged and raised by the session's next ``append``
       or ``set_status``. Reads commit queued writes first (read your writes).
+
+    Inbox writes ride in the same batches, in the same mode: ``post`` returns
+    once its transaction is committed as an ``append`` in that mode would be
+    (in ``ASYNC`` mode too, as do ``park`` and an ``append`` that applies a
+    message or posts timers: their answer, or their refusal, is known only then).
 
     The SQL runs on stdlib `sqlite3` on one connection owned by one dedicated
     thread (`._thread_writer`), on asyncio and trio alike: it batches the queued
@@ -86,211 +77,6 @@ class SQLiteStore(StoreBase):
     Raises:
         ConfigurationError: An argument is out of range.
     """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        durability: Durability = Durability.BATCHED,
-        batch_max: int = 1024,
-        max_pending: int = 8192,
-        busy_timeout: float = 5.0,
-        driver: DriverName = "auto",
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        super().__init__(os.fspath(path), clock)
-        if not isinstance(durability, Durability):
-            raise ConfigurationError(f"durability must be a Durability, not {durability!r}")
-        if batch_max < 1 or max_pending < 1:
-            raise ConfigurationError(
-                f"batch_max ({batch_max}) and max_pending ({max_pending}) must be at least 1"
-            )
-        if not busy_timeout >= 0:
-            raise ConfigurationError(f"busy_timeout must be >= 0 seconds, not {busy_timeout!r}")
-        if driver not in ("auto", "aiosqlite", "thread"):
-            raise ConfigurationError(
-                f"driver must be 'auto', 'aiosqlite' or 'thread', not {driver!r}"
-            )
-        self._durability = durability
-        self._batch_max = batch_max
-        self._max_pending = max_pending
-        self._busy_timeout = busy_timeout
-        self._driver_name: DriverName = driver
-        self._writer: Writer | ThreadWriter | None = None
-        self._task_group: TaskGroup | None = None
-        #: Async mode: the last event number queued per session.
-        self._tails: dict[str, int] = {}
-        #: Async mode: refused writes not yet reported to the session's owner.
-        self._deferred: dict[str, Exception] = {}
-
-    @property
-    def durability(self) -> Durability:
-        """When writes are acknowledged."""
-        return self._durability
-
-    async def __aenter__(self) -> SQLiteStore:
-        """Open (or create) the file and start the writer.
-
-        Raises:
-            StoreCorrupt: The file is not a store of this schema version, or is
-                damaged; it is left untouched.
-            StoreError: It cannot be opened, or the store was open already.
-        """
-        self._begin_enter()
-        path = self._location
-        with anyio.CancelScope(shield=True):
-            try:
-                new = await anyio.to_thread.run_sync(inspect_file, path)
-                db = await open_driver(
-                    path, name=self._driver_name, busy_timeout=self._busy_timeout
-                )
-            except BaseException:
-                self._state = StoreState.CLOSED
-                raise
-            script = prepare(path, new=new, synchronous=_SYNCHRONOUS[self._durability])
-            if isinstance(db, ThreadDriver):
-                await self._open_thread_writer(db, script)
-            else:
-                await self._open_task_writer(db, script)
-        if isinstance(self._writer, Writer):
-            self._task_group = anyio.create_task_group()
-            await self._task_group.__aenter__()
-            await self._task_group.start(self._run_writer, self._writer)
-        self._state = StoreState.OPEN
-        return self
-
-    async def _open_thread_writer(self, db: ThreadDriver, script: Script[None]) -> None:
-        writer = ThreadWriter(
-            db,
-            location=self._location,
-            clock=self._clock,
-            batch_max=self._batch_max,
-            max_pending=self._max_pending,
-            on_unacknowledged_error=self._defer,
-        )
-        try:
-            await writer.run_script(script)
-        except BaseException:
-            self._state = StoreState.CLOSED
-            await writer.aclose()
-            raise
-        self._writer = writer
-
-    async def _open_task_writer(self, db: Driver, script: Script[None]) -> None:
-        # aiosqlite: the group-commit writer task of `._writer` (one await per statement).
-        try:
-            await db.run(script)
-        except BaseException:
-            self._state = StoreState.CLOSED
-            await db.close()
-            raise
-        self._writer = Writer(
-            db,
-            location=self._location,
-            clock=self._clock,
-            batch_max=self._batch_max,
-            max_pending=self._max_pending,
-            on_unacknowledged_error=self._defer,
-        )
-
-    @staticmethod
-    async def _run_writer(
-        writer: Writer, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        # Shielded: when the host is cancelled, the sessions stopping in it still store
-        # their status and give up their leases; the writer ends when the store closes.
-        with anyio.CancelScope(shield=True):
-            await writer.run(task_status=task_status)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Commit everything queued, stop the writer and close the file."""
-        if self._state is not StoreState.OPEN:
-            return
-        writer = self._writer
-        assert writer is not None
-        self._state = StoreState.CLOSED
-        if isinstance(writer, ThreadWriter):
-            # The thread commits what is queued, then closes the connection.
-            await writer.aclose()
-            return
-        assert self._task_group is not None
-        writer.close()
-        try:
-            # The body's own exception is not the writer's business: it propagates
-            # as it is, never wrapped in an ExceptionGroup.
-            await self._task_group.__aexit__(None, None, None)
-        finally:
-            # A read may still run on the connection: close once it is done.
-            with anyio.CancelScope(shield=True):
-                async with writer.lock:
-                    await writer.db.close()
-
-    # -- writing ---------------------------------------------------------------
-
-    def _defer(self, ticket: Ticket) -> None:
-        assert ticket.error is not None
-        sid = ticket.request.session_id
-        self._deferred.setdefault(sid, ticket.error)
-        self._tails.pop(sid, None)
-        log_unacknowledged(ticket, self._location)
-
-    def _raise_deferred(self, session_id: str) -> None:
-        if (error := self._deferred.pop(session_id, None)) is not None:
-            raise error
-
-    def _enqueue(self, ticket: Ticket) -> Batch | None:
-        """The thread writer's fast path: queue ``ticket`` now and return its batch.
-
-        ``None``: the writer takes it through its ``submit`` (no room now, or the
-        task writer). Waiting on the batch here rather than in ``submit`` saves a
-        coroutine per commit in flight.
-        """
-        writer = self._writer
-        assert writer is not None
-        if type(writer) is not ThreadWriter:
-            return None
-        try:
-            return writer.enqueue(ticket)
-        except anyio.ClosedResourceError as exc:
-            raise self._closing() from exc
-
-    def _closing(self) -> StoreError:
-        self._check_open()
-        return StoreError(f"the store at {self._location} is closing")
-
-    async def _submit(self, request: Request, *, wait: bool) -> None:
-        ticket = Ticket(request, wait)
-        batch = self._enqueue(ticket)
-        if batch is None:
-            await self._submit_slowly(ticket)
-        elif wait:
-            try:
-                await batch.done.wait()
-            except BaseException:
-                # Cancelled: the ticket is committed all the same; a refusal is logged.
-                ticket.abandoned = True
-                raise
-        if ticket.error is not None and wait:
-            raise ticket.error
-
-    async def _submit_slowly(self, ticket: Ticket) -> None:
-        """Hand ``ticket`` to the writer's ``submit`` (which waits for room, and for it)."""
-        assert self._writer is not None
-        try:
-            await self._writer.submit(ticket)
-        except anyio.ClosedResourceError as exc:
-            raise self._closing() from exc
-
-    async def _flush(self) -> None:
-        """Commit everything queued so far (async mode: before reading)."""
-        assert self._writer is not None
-        if self._writer.queued:
-            await self._submit(Flush(), wait=True)
 
     async def create_session(
         self,
@@ -324,24 +110,31 @@ class SQLiteStore(StoreBase):
         *,
         snapshot: tuple[int, Any] | None = None,
         status: str | None = None,
+        applied: int | None = None,
+        posts: Sequence[NewMessage] = (),
     ) -> None:
         """Append events whose numbers follow the session's last one.
 
         Returns when the write is acknowledged per the store's durability. If the
         call is cancelled while waiting, the write may or may not be committed:
-        load the session to know.
+        load the session to know. With ``applied`` and ``posts``, the same
+        transaction marks that inbox message applied by the last event and posts
+        the messages (see `Store.append`); such an append is acknowledged once
+        committed, in every mode.
 
         Raises:
             DuplicateEvent: A number is taken or is not the next one; nothing is appended.
             SessionNotFound: No such session.
             UnserializablePatch: A patch holds a value that is not JSON data.
-            StoreError: Another value is not JSON data, the write failed, or the
-                store is not open.
+            StoreError: Message ``applied`` is not pending, another value is not
+                JSON data, the write failed, or the store is not open; nothing is
+                appended.
+            ConfigurationError: ``applied`` is not a position, or comes with no events.
         """
         if current_injector() is not None:
             await inject_store_fault(session_id, "append")
-        request = self._append_request(session_id, events, snapshot, status)
-        del events, snapshot  # encoded: nothing here keeps them alive while waiting
+        request = self._append_request(session_id, events, snapshot, status, applied, posts)
+        del events, snapshot, posts  # encoded: nothing here keeps them alive while waiting
         if self._durability is not Durability.ASYNC:
             # `_submit`, inlined: one coroutine less for every commit in flight.
             ticket = Ticket(request, True)
@@ -358,6 +151,13 @@ class SQLiteStore(StoreBase):
                 raise ticket.error
             return
         self._raise_deferred(session_id)
+        if request.applied is not None or request.posts:
+            # Applied exactly once: known only once committed (and so is the tail).
+            self._tails.pop(session_id, None)
+            await self._submit(request, wait=True)
+            if request.rows:
+                self._tails[session_id] = request.rows[-1][1]
+            return
         last = self._tails.get(session_id)
         if last is None:
             last = (await self.record(session_id)).last_seq
@@ -384,14 +184,6 @@ class SQLiteStore(StoreBase):
         await self._submit(SetStatus(session_id, status), wait=True)
 
     # -- reading ---------------------------------------------------------------
-
-    async def _reading(self) -> Writer | ThreadWriter:
-        self._check_open()
-        assert self._writer is not None
-        if self._durability is Durability.ASYNC and isinstance(self._writer, Writer):
-            # (The thread writer runs reads behind the writes queued before them.)
-            await self._flush()
-        return self._writer
 
     async def record(self, session_id: str) -> SessionRecord:
         """The session's record.
@@ -481,19 +273,86 @@ class SQLiteStore(StoreBase):
         self._check_open()
         await self._submit(Release(session_id, owner), wait=True)
 
-    def statistics(self) -> StoreStatistics:
-        """A snapshot of the store's counters.
+    # -- inboxes ---------------------------------------------------------------
 
-        ``transactions`` counts every write transaction (each batch is one, lease
-        writes included);
-        ``pending`` the events queued or being committed.
+    async def post(
+        self, session_id: str, message: NewMessage, *, capacity: int
+    ) -> tuple[StoredMessage, bool]:
+        """Store a message in the session's inbox (see `Store.post`).
+
+        Returns once its transaction is committed, durably as an ``append`` in
+        ``SYNC`` or ``BATCHED`` mode (and in ``ASYNC`` mode too).
+
+        Returns:
+            The stored message, and whether it is new (``False``: its id was there).
+
+        Raises:
+            SessionNotFound: No such session.
+            InboxFull: The inbox holds ``capacity`` pending messages; nothing is stored.
+            StoreError: The payload is not JSON data, the write failed, or the store
+                is not open.
+            ConfigurationError: The message or ``capacity`` is malformed.
         """
-        writer = self._writer
-        if writer is None:
-            return StoreStatistics(appended=0, transactions=0, largest_batch=0, pending=0)
-        return StoreStatistics(
-            appended=writer.appended,
-            transactions=writer.transactions,
-            largest_batch=writer.largest_batch,
-            pending=writer.pending,
-        )
+        if current_injector() is not None:
+            await inject_store_fault(session_id, "post")
+        ticket = await self._submit(self._post_request(session_id, message, capacity), wait=True)
+        row, new = ticket.result
+        return decode_message(row), new
+
+    async def pending(self, session_id: str) -> tuple[StoredMessage, ...]:
+        """The session's messages not applied yet, by ``(due_at, position)``.
+
+        Raises:
+            SessionNotFound: No such session.
+        """
+        writer = await self._reading()
+        script = sql.transaction(inbox_sql.pending(session_id), write=False)
+        return tuple(map(decode_message, await writer.run_script(script)))
+
+    async def messages(self, session_id: str) -> tuple[StoredMessage, ...]:
+        """Every message of the session's inbox, applied ones too, by position.
+
+        Raises:
+            SessionNotFound: No such session.
+        """
+        writer = await self._reading()
+        script = sql.transaction(inbox_sql.messages(session_id), write=False)
+        return tuple(map(decode_message, await writer.run_script(script)))
+
+    async def park(
+        self,
+        session_id: str,
+        owner: str | None,
+        *,
+        status: str,
+        waiting: Any,
+        accepts: Collection[str],
+        now: float,
+    ) -> bool:
+        """Park the session unless a message it accepts is due (see `Store.park`).
+
+        The check and the writes are one transaction (the group commit's, begun
+        with the file's write lock), so a message another process posts is either
+        seen by it or posted after the session is parked.
+
+        Returns:
+            Whether it parked.
+
+        Raises:
+            SessionNotFound: No such session.
+            StoreError: ``waiting`` is not JSON data, the write failed, or the store
+                is not open.
+            ConfigurationError: ``accepts`` or ``now`` is malformed.
+        """
+        if current_injector() is not None:
+            await inject_store_fault(session_id, "park")
+        request = self._park_request(session_id, owner, status, waiting, accepts, now)
+        self._raise_deferred(session_id)
+        parked: bool = (await self._submit(request, wait=True)).result
+        return parked
+
+    async def waking(self, now: float) -> tuple[tuple[SessionRecord, ...], float | None]:
+        """The waiting sessions due to wake at ``now`` (earliest first), and the next wake."""
+        writer = await self._reading()
+        rows, later = await writer.run_script(sql.transaction(sql.waking(now), write=False))
+        return tuple(map(decode_record, rows)), later

@@ -65,6 +65,7 @@ class Ticket:
             waits for).
         finished: Whether it has been committed or refused.
         error: Why it was refused, or ``None``.
+        result: What its request returns once committed (see `Plan.results`).
         committed: Whether its transaction committed it (thread writer).
         abandoned: Whether its caller stopped waiting (cancelled) before it was
             done: a refusal is then logged (thread writer).
@@ -78,6 +79,7 @@ class Ticket:
         "events",
         "finished",
         "request",
+        "result",
         "waits",
     )
 
@@ -88,6 +90,7 @@ class Ticket:
         self.done: anyio.Event | None = None
         self.finished = False
         self.error: Exception | None = None
+        self.result: Any = None
         self.committed = False
         self.abandoned = False
 
@@ -134,8 +137,9 @@ def refuse_all(tickets: Iterable[Ticket], exc: Exception, location: str) -> None
 
 def settle(tickets: Sequence[Ticket], result: Plan) -> None:
     """Record a committed transaction's answer on its tickets: refused or committed."""
-    for ticket, refused in zip(tickets, result.errors, strict=True):
+    for ticket, refused, answer in zip(tickets, result.errors, result.results, strict=True):
         ticket.error = refused
+        ticket.result = answer
         ticket.committed = refused is None
 
 

@@ -22,14 +22,16 @@ from ..protocols import Store
 from ..protocols._seams import takes_encoded
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Collection, Iterable, Sequence
     from types import TracebackType
 
     from ..protocols import (
         LeaseRecord,
         LoadedSession,
+        NewMessage,
         SessionRecord,
         StoredEvent,
+        StoredMessage,
         StoreStatistics,
     )
 
@@ -48,6 +50,11 @@ OPERATIONS = (
     "acquire",
     "leases",
     "release",
+    "post",
+    "pending",
+    "messages",
+    "park",
+    "waking",
 )
 
 
@@ -59,7 +66,8 @@ class StoreCall:
         operation: The `Store` method called (``"append"``, ``"load"``...).
         index: Which call of that operation it is on this store, from 1
             (failed calls count too).
-        session_id: The session it is about; ``None`` for ``sessions`` and ``leases``.
+        session_id: The session it is about; ``None`` for ``sessions``, ``leases``
+            and ``waking``.
     """
 
     operation: str
@@ -143,8 +151,9 @@ class FaultyStore:
         Args:
             operation: A `Store` method: ``"create_session"``, ``"append"``,
                 ``"record"``, ``"load"``, ``"history"``, ``"snapshot_at"``,
-                ``"sessions"``, ``"set_status"``, ``"acquire"``, ``"leases"``
-                or ``"release"``.
+                ``"sessions"``, ``"set_status"``, ``"acquire"``, ``"leases"``,
+                ``"release"``, ``"post"``, ``"pending"``, ``"messages"``, ``"park"``
+                or ``"waking"``.
             nth: The call index (from 1, per operation) or indices to fail.
             when: A predicate over the `StoreCall`.
             error: Builds the exception to raise (a class or a lambda: a fresh
@@ -244,10 +253,14 @@ class FaultyStore:
         *,
         snapshot: tuple[int, Any] | None = None,
         status: str | None = None,
+        applied: int | None = None,
+        posts: Sequence[NewMessage] = (),
     ) -> None:
         """`Store.append`, unless a rule fails it (then nothing of it is stored)."""
         await self._check("append", session_id)
-        await self.inner.append(session_id, events, snapshot=snapshot, status=status)
+        await self.inner.append(
+            session_id, events, snapshot=snapshot, status=status, applied=applied, posts=posts
+        )
 
     async def record(self, session_id: str) -> SessionRecord:
         """`Store.record`, unless a rule fails it."""
@@ -295,6 +308,44 @@ class FaultyStore:
         """`Store.release`, unless a rule fails it."""
         await self._check("release", session_id)
         await self.inner.release(session_id, owner)
+
+    async def post(
+        self, session_id: str, message: NewMessage, *, capacity: int
+    ) -> tuple[StoredMessage, bool]:
+        """`Store.post`, unless a rule fails it (then nothing of it is stored)."""
+        await self._check("post", session_id)
+        return await self.inner.post(session_id, message, capacity=capacity)
+
+    async def pending(self, session_id: str) -> tuple[StoredMessage, ...]:
+        """`Store.pending`, unless a rule fails it."""
+        await self._check("pending", session_id)
+        return await self.inner.pending(session_id)
+
+    async def messages(self, session_id: str) -> tuple[StoredMessage, ...]:
+        """`Store.messages`, unless a rule fails it."""
+        await self._check("messages", session_id)
+        return await self.inner.messages(session_id)
+
+    async def park(
+        self,
+        session_id: str,
+        owner: str | None,
+        *,
+        status: str,
+        waiting: Any,
+        accepts: Collection[str],
+        now: float,
+    ) -> bool:
+        """`Store.park`, unless a rule fails it (then nothing changes)."""
+        await self._check("park", session_id)
+        return await self.inner.park(
+            session_id, owner, status=status, waiting=waiting, accepts=accepts, now=now
+        )
+
+    async def waking(self, now: float) -> tuple[tuple[SessionRecord, ...], float | None]:
+        """`Store.waking`, unless a rule fails it."""
+        await self._check("waking", None)
+        return await self.inner.waking(now)
 
     def statistics(self) -> StoreStatistics:
         """``inner``'s statistics (the failed calls never reached it)."""

@@ -37,7 +37,7 @@ from arkhon_rheo.store import MemoryStore
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from arkhon_rheo.protocols import StoredEvent
+    from arkhon_rheo.protocols import NewMessage, StoredEvent
 
 pytestmark = pytest.mark.anyio
 L = Lifecycle
@@ -239,9 +239,13 @@ class SpyStore(MemoryStore):
         *,
         snapshot: tuple[int, Any] | None = None,
         status: str | None = None,
+        applied: int | None = None,
+        posts: Sequence[NewMessage] = (),
     ) -> None:
         self.given.append((list(events), snapshot))
-        await super().append(session_id, events, snapshot=snapshot, status=status)
+        await super().append(
+            session_id, events, snapshot=snapshot, status=status, applied=applied, posts=posts
+        )
 
 
 def _work(view: StateView[Ledger]) -> Patch:

@@ -24,7 +24,7 @@ from arkhon_rheo import ConfigurationError, SessionError, SessionLocked, Session
 from arkhon_rheo.errors import DuplicateEvent, UnserializablePatch
 from arkhon_rheo.protocols import Durability, Store, StoredEvent
 from arkhon_rheo.protocols._encoded import EncodedJson, EncodedPatch
-from arkhon_rheo.store import MemoryStore, SQLiteStore, StoreState
+from arkhon_rheo.store import SQLiteStore, StoreState
 from tests.support.store_rows import WriterBegins
 
 if TYPE_CHECKING:
@@ -32,55 +32,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from arkhon_rheo.store._driver import Rows, Script
+    from tests.store.conftest import AnyStore, Kind
 
 pytestmark = pytest.mark.anyio
-
-AnyStore = MemoryStore | SQLiteStore
-
-
-@dataclasses.dataclass(frozen=True)
-class Kind:
-    name: str
-    durability: Durability | None  # None: MemoryStore
-    driver: str = "auto"
-
-    @property
-    def sqlite(self) -> bool:
-        return self.durability is not None
-
-
-KINDS = [
-    Kind("memory", None),
-    Kind("sync", Durability.SYNC),
-    Kind("batched", Durability.BATCHED),
-    Kind("async", Durability.ASYNC),
-    Kind("aiosqlite", Durability.BATCHED, "aiosqlite"),
-]
-
-
-@pytest.fixture(params=KINDS, ids=[kind.name for kind in KINDS])
-def kind(request: pytest.FixtureRequest) -> Kind:
-    value: Kind = request.param
-    return value
-
-
-@pytest.fixture
-def make_store(kind: Kind, tmp_path: Path, anyio_backend: str) -> Callable[..., AnyStore]:
-    """Make a new store of the kind; SQLite ones all open the same file."""
-    if kind.driver == "aiosqlite" and anyio_backend != "asyncio":
-        pytest.skip("aiosqlite runs on asyncio only")
-
-    def make(**options: Any) -> AnyStore:
-        if kind.durability is None:
-            return MemoryStore(**options)
-        return SQLiteStore(
-            tmp_path / "store.db",
-            durability=kind.durability,
-            driver=kind.driver,  # type: ignore[arg-type]
-            **options,
-        )
-
-    return make
 
 
 def event(session_id: str, seq: int, **changes: Any) -> StoredEvent:

@@ -64,7 +64,7 @@ def test_create_then_append_in_one_batch_and_unknown_sessions() -> None:
     assert errors[2] is None
     assert isinstance(errors[3], SessionError)
     assert isinstance(errors[4], SessionNotFound)
-    assert result.created == [("n", "m", "running", 0, 1.0, 2.0, None, None)]
+    assert result.created == [("n", "m", "running", 0, 1.0, 2.0, None, None, None, None)]
     assert result.snapshots == [("n", 0, "{}")]
     assert result.updated == {"n": (1, "paused")}
 

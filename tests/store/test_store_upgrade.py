@@ -55,7 +55,9 @@ async def test_the_histories_read_back_as_the_old_code_read_them(old_file: Path)
         assert (await store.record("forked")).parent == "done"
     with contextlib.closing(sqlite3.connect(old_file)) as db:
         assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
-        assert dict(db.execute("SELECT key, value FROM meta"))["schema_version"] == "4"
+        assert dict(db.execute("SELECT key, value FROM meta"))["schema_version"] == str(
+            SCHEMA_VERSION
+        )
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
         assert not any(name.startswith("old_") for name in tables)
         # The old patches were rewritten compact: values only, names in the shape.

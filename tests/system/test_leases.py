@@ -27,16 +27,18 @@ from arkhon_rheo.protocols import EventKind, Gate
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Collection, Sequence
     from pathlib import Path
     from types import TracebackType
 
     from arkhon_rheo.protocols import (
         LeaseRecord,
         LoadedSession,
+        NewMessage,
         SessionRecord,
         Store,
         StoredEvent,
+        StoredMessage,
     )
     from arkhon_rheo.protocols._store import StoreStatistics
 
@@ -181,9 +183,13 @@ class CountingStore:
         *,
         snapshot: tuple[int, Any] | None = None,
         status: str | None = None,
+        applied: int | None = None,
+        posts: Sequence[NewMessage] = (),
     ) -> None:
         await self._call(
-            lambda: self.inner.append(session_id, events, snapshot=snapshot, status=status)
+            lambda: self.inner.append(
+                session_id, events, snapshot=snapshot, status=status, applied=applied, posts=posts
+            )
         )
 
     async def load(self, session_id: str) -> LoadedSession:
@@ -218,6 +224,45 @@ class CountingStore:
         if owner != "probe":
             self.released += 1
         await self._call(lambda: self.inner.release(session_id, owner))
+
+    async def post(
+        self, session_id: str, message: NewMessage, *, capacity: int
+    ) -> tuple[StoredMessage, bool]:
+        posted: tuple[StoredMessage, bool] = await self._call(
+            lambda: self.inner.post(session_id, message, capacity=capacity)
+        )
+        return posted
+
+    async def pending(self, session_id: str) -> tuple[StoredMessage, ...]:
+        found: tuple[StoredMessage, ...] = await self._call(lambda: self.inner.pending(session_id))
+        return found
+
+    async def messages(self, session_id: str) -> tuple[StoredMessage, ...]:
+        found: tuple[StoredMessage, ...] = await self._call(lambda: self.inner.messages(session_id))
+        return found
+
+    async def park(
+        self,
+        session_id: str,
+        owner: str | None,
+        *,
+        status: str,
+        waiting: Any,
+        accepts: Collection[str],
+        now: float,
+    ) -> bool:
+        parked: bool = await self._call(
+            lambda: self.inner.park(
+                session_id, owner, status=status, waiting=waiting, accepts=accepts, now=now
+            )
+        )
+        return parked
+
+    async def waking(self, now: float) -> tuple[tuple[SessionRecord, ...], float | None]:
+        found: tuple[tuple[SessionRecord, ...], float | None] = await self._call(
+            lambda: self.inner.waking(now)
+        )
+        return found
 
     def statistics(self) -> StoreStatistics:
         return self.inner.statistics()

@@ -20,7 +20,7 @@ from arkhon_rheo import (
     SessionError,
     StoreError,
 )
-from arkhon_rheo.protocols import EventKind
+from arkhon_rheo.protocols import EventKind, NewMessage, StoredEvent
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.testing import FaultyStore, ReferenceState, StoreCall, reference_machine
 
@@ -201,6 +201,43 @@ async def test_rules_by_call_number_predicate_and_error() -> None:
         ("sessions", 1),
     ]
     assert repr(store).endswith("failing ['record', 'record', 'sessions'], 4 failed)")
+
+
+async def test_inbox_calls_fail_before_they_reach_the_store(
+    faulty: Callable[[], FaultyStore],
+) -> None:
+    store = faulty()
+    for operation in ("post", "pending", "messages", "park", "waking"):
+        store.fail(operation, nth=1)
+    ask = NewMessage("m1", "Ask", {"text": "hi"}, 0.0)
+    step = StoredEvent("s", 1, "step", "receive", "A", "B", (), (), {}, 1, 0.0, 0.0)
+    async with store:
+        await store.create_session("s", machine="m", snapshot={})
+        with pytest.raises(StoreError, match="post call 1 of session 's'"):
+            await store.post("s", ask, capacity=5)
+        assert await store.inner.messages("s") == ()  # nothing of it was stored
+        assert (await store.post("s", ask, capacity=5))[1]
+        for read in (store.pending, store.messages):
+            with pytest.raises(StoreError, match="call 1 of session 's'"):
+                await read("s")
+            assert len(await read("s")) == 1
+        with pytest.raises(StoreError, match="park call 1"):
+            await store.park("s", None, status="waiting", waiting=None, accepts=(), now=0.0)
+        assert (await store.record("s")).status == "running"
+        assert await store.park("s", None, status="waiting", waiting=None, accepts=(), now=0.0)
+        with pytest.raises(StoreError, match="waking call 1 failed"):
+            await store.waking(10.0)
+        assert await store.waking(10.0) == ((), None)
+        await store.append("s", [step], status="running", applied=1, posts=[ask])
+        assert [m.applied_seq for m in await store.messages("s")] == [1]
+    assert store.calls["post"] == store.calls["park"] == 2
+    assert [call.operation for call in store.failed] == [
+        "post",
+        "pending",
+        "messages",
+        "park",
+        "waking",
+    ]
 
 
 async def test_a_failing_call_is_still_a_checkpoint() -> None:
