@@ -15,6 +15,7 @@ import pytest
 from arkhon_rheo import ConfigurationError, SessionLocked, SessionNotFound, StoreError
 from arkhon_rheo.errors import DuplicateEvent, InboxFull
 from arkhon_rheo.protocols import NewMessage, StoredEvent, StoredMessage
+from arkhon_rheo.testing import FaultPlan
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -361,3 +362,24 @@ async def test_concurrent_posts_to_many_sessions_all_land_in_order(
             assert [(m.message_id, m.position) for m in stored] == [
                 (f"m{j}", j + 1) for j in range(10)
             ]
+
+
+async def test_the_store_fault_seam_fails_posts_and_parks_before_anything_is_written(
+    make: Callable[[], AnyStore],
+) -> None:
+    plan = FaultPlan()
+    plan.store().disk_full(when=lambda call: call.detail["operation"] in ("post", "park"))
+    async with make() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        with plan.installed():
+            with pytest.raises(StoreError, match="disk is full"):
+                await store.post("s", message("a"), capacity=5)
+            with pytest.raises(StoreError, match="disk is full"):
+                await store.park("s", None, status="waiting", waiting=None, accepts=(), now=T0)
+            await store.append("s", [event("s", 1)], posts=[message("t")])  # not named
+        assert ids(await store.messages("s")) == ["t"]
+        assert (await store.record("s")).status == "running"
+        assert [(f.kind.value, f.index) for f in plan.injected] == [
+            ("disk_full", 1),
+            ("disk_full", 2),
+        ]
