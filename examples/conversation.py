@@ -118,7 +118,11 @@ async def converse(path: Path) -> None:
             print(f"user: {text}\nagent: {await chat.say(text)}")
         await chat.close()
         record = await system.stored(agent, "chat").record()
-        turns = sum(1 for e in await system.stored(agent, "chat").history() if e.info and "message" in e.info)
+        turns = sum(
+            1
+            for e in await system.stored(agent, "chat").history()
+            if e.info and "message" in e.info
+        )
         print(f"conversation: {record.status}, {turns} messages applied, {record.last_seq} events")
         report = await system.stored(agent, "chat").replay(reexecute=True)
         print(f"replay: {'ok' if report.ok else report.divergence}")
@@ -129,7 +133,8 @@ async def remind(path: Path) -> None:
     async with AgentSystem(path=path, clock=clock) as system:
         result = await system.run(reminders, Reminders(note="call the dentist"), session_id="r1")
         record = await system.stored(reminders, "r1").record()
-        print(f"reminder: {result.exit_reason.value}, due in {record.wake_at - clock.now():.0f} s")
+        due = (record.wake_at or 0.0) - clock.now()
+        print(f"reminder: {result.exit_reason.value}, due in {due:.0f} s")
     clock.advance(2 * 3600 + 1)  # the process is gone while the timer falls due
     async with AgentSystem(path=path, clock=clock) as system:
         (woken,) = await system.recover(reminders)

@@ -101,7 +101,9 @@ def report_reply(args: argparse.Namespace, result: SessionResult[Any] | None) ->
 
 def _message(args: argparse.Namespace) -> object:
     if (args.text is None) == (args.message is None):
-        raise CommandError("give the message as --message JSON or --text TEXT", code=ExitStatus.USAGE)
+        raise CommandError(
+            "give the message as --message JSON or --text TEXT", code=ExitStatus.USAGE
+        )
     if args.text is not None:
         return {"kind": "user_input", "text": args.text}
     data = parse_json(args.message, what="--message")

@@ -75,8 +75,8 @@ from ._stream import emit as emit
 __all__ = [
     "SUPERVISOR_FIELDS",
     "Abort",
-    "Approve",
     "AgentState",
+    "Approve",
     "AssistantMessage",
     "Clock",
     "Condition",

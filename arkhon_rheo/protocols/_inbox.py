@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from ._patch import Patch
     from ._stage import StateView
+    from ._state import AgentState
 
 __all__ = [
     "Clock",
@@ -43,7 +44,7 @@ __all__ = [
     "schedule",
 ]
 
-S = TypeVar("S")
+S = TypeVar("S", bound="AgentState")
 
 
 def message_kind(kind: type[BaseModel]) -> str:

@@ -355,8 +355,9 @@ class Machine(Generic[S]):
             for name, kind in stage_type.kinds().items():
                 if kinds.setdefault(name, kind) is not kind:
                     raise self._fail(
-                        f"two different message kinds are named {name!r} ({kinds[name].__qualname__} "
-                        f"and {kind.__qualname__}); give one a `kind` class variable of its own"
+                        f"two different message kinds are named {name!r} "
+                        f"({kinds[name].__qualname__} and {kind.__qualname__}); give one a "
+                        "`kind` class variable of its own"
                     )
         return kinds
 

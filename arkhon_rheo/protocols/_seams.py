@@ -16,18 +16,18 @@ from ._encoded import EncodedJson as EncodedJson
 from ._encoded import EncodedPatch as EncodedPatch
 from ._encoded import takes_encoded as takes_encoded
 from ._faults import FaultInjector as FaultInjector
-from ._gates import DECISIONS as DECISIONS
 from ._faults import current_injector as current_injector
 from ._faults import current_session as current_session
 from ._faults import enter_session as enter_session
 from ._faults import install as install
 from ._faults import installed as installed
 from ._faults import uninstall as uninstall
+from ._gates import DECISIONS as DECISIONS
+from ._inbox import ScheduledMessage as ScheduledMessage
 from ._io import RECORDER as RECORDER
 from ._io import Recorder as Recorder
 from ._io import aclose_iterator as aclose_iterator
 from ._io import check_json as check_json
-from ._inbox import ScheduledMessage as ScheduledMessage
 from ._spec import load_machine as load_machine
 from ._spec import load_state_factory as load_state_factory
 from ._stream import _SCOPE

@@ -21,10 +21,10 @@ class Lifecycle(enum.Enum):
     THINKING = "Thinking"
     #: Tools the model asked for are running.
     ACTING = "Acting"
-    #: Results are being turned into an observation or a final answer.
+    #: Results are being turned into an observation or a final answer (a
+    #: conversational ReAct agent observes here, between its answer and the
+    #: user's next message).
     OBSERVING = "Observing"
-    #: Waiting for the next message (a conversational agent between turns).
-    WAITING = "Waiting"
     #: Done, with a final answer.
     FINISHED = "Finished"
     #: Stopped by an error; ``last_error`` says which.

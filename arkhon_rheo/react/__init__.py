@@ -16,9 +16,9 @@ from ._budget import Budget as Budget
 from ._budget import Used as Used
 from ._config import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
 from ._context import PromptCache as PromptCache
-from ._conversation import Conversation as Conversation
 from ._context import estimate_tokens as estimate_tokens
 from ._context import trim_messages as trim_messages
+from ._conversation import Conversation as Conversation
 from ._engine import react_agent as react_agent
 from ._listen import Close as Close
 from ._listen import UserInput as UserInput

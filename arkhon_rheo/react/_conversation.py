@@ -2,17 +2,40 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._errors import ConfigurationError, SessionError
 from ._listen import Close, UserInput
-from ._state import ReactState
 
 if TYPE_CHECKING:
     from ..protocols import Machine
-    from ..system import AgentSystem, SessionHandle, SessionResult
+    from ._state import ReactState
 
 __all__ = ["Conversation"]
+
+
+class Driver(Protocol):
+    """What a `Conversation` needs of its agent system (an ``AgentSystem``).
+
+    The engine sits below the system layer, so it names only these two calls.
+    """
+
+    async def start(
+        self, machine: Machine[Any], state: Any, *, session_id: str | None = None
+    ) -> Any:
+        """Start a session; return its handle."""
+        ...
+
+    async def send(
+        self,
+        machine: Machine[Any],
+        session_id: str,
+        message: object,
+        *,
+        message_id: str | None = None,
+    ) -> Any:
+        """Send a message to a session; return where it went (its ``handle``)."""
+        ...
 
 
 class Conversation:
@@ -42,7 +65,7 @@ class Conversation:
     __slots__ = ("agent", "session_id", "system")
 
     def __init__(
-        self, system: AgentSystem, agent: Machine[Any], *, session_id: str | None = None
+        self, system: Driver, agent: Machine[Any], *, session_id: str | None = None
     ) -> None:
         if "user_input" not in getattr(agent, "messages", {}):
             raise ConfigurationError(
@@ -94,7 +117,7 @@ class Conversation:
             )
         return self.session_id
 
-    async def _result(self, handle: SessionHandle[Any] | None) -> SessionResult[Any]:
+    async def _result(self, handle: Any) -> Any:
         if handle is None:
             raise SessionError(
                 f"conversation {self.session_id!r} is driven by another process now; "
@@ -104,7 +127,7 @@ class Conversation:
         return await handle.result()
 
 
-def _reply(result: SessionResult[Any]) -> str:
+def _reply(result: Any) -> str:
     """The agent's answer in ``result``, or the error of a turn that went wrong."""
     if not result.ok:
         failure = result.failure

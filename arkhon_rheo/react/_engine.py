@@ -9,7 +9,6 @@ and replay apply to an agent exactly as to any machine.
 
 from __future__ import annotations
 
-import enum
 from typing import TYPE_CHECKING, Any
 
 from ..protocols import Condition, Lifecycle, Machine
@@ -19,6 +18,7 @@ from ._stages import ActStage, StartStage, ThinkStage
 from ._state import ReactState, StopReason
 
 if TYPE_CHECKING:
+    import enum
     from collections.abc import Mapping, Sequence
 
     from ..models import ModelPrice, Pricing
@@ -84,7 +84,7 @@ def react_agent(
         name: The machine's name.
         gates: Human-in-the-loop gates (``Gate.before("act")`` to approve tool calls).
         deadlines: Per-state deadlines in seconds (``{Lifecycle.ACTING: 30}``).
-        conversational: After each answer, wait (parked, ``Lifecycle.WAITING``)
+        conversational: After each answer, wait (parked, ``Lifecycle.OBSERVING``)
             for the user's next message instead of finishing: send it a
             `UserInput` (``system.send(agent, id, UserInput(text=...))``, or
             use a `Conversation`) and it answers with the whole conversation;
@@ -123,7 +123,7 @@ def react_agent(
 def react_machine(config: ReactConfig) -> Machine[ReactState]:
     """The ReAct machine of ``config``: its stages bound to it, and their lifecycle.
 
-    A conversational agent has a fourth state, ``WAITING``, between an answer
+    A conversational agent has a fourth state, ``OBSERVING``, between an answer
     and the user's next message (its stage, `ListenStage`, receives them).
     """
     transitions: dict[enum.Enum, set[enum.Enum]] = {
@@ -137,9 +137,9 @@ def react_machine(config: ReactConfig) -> Machine[ReactState]:
         L.ACTING: ActStage.bind(config),
     }
     if config.conversational:
-        transitions[L.THINKING] = {L.ACTING, L.WAITING, L.FAILED}
-        transitions[L.WAITING] = {L.THINKING, L.FINISHED, L.FAILED}
-        stages[L.WAITING] = ListenStage.bind(config)
+        transitions[L.THINKING] = {L.ACTING, L.OBSERVING, L.FAILED}
+        transitions[L.OBSERVING] = {L.THINKING, L.FINISHED, L.FAILED}
+        stages[L.OBSERVING] = ListenStage.bind(config)
     return Machine(
         name=config.name,
         state_type=config.state_type,

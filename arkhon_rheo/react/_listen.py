@@ -8,7 +8,6 @@ turn); a `Close` ends the session (`StopReason.CLOSED`, the last answer kept).
 
 from __future__ import annotations
 
-import enum
 from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,6 +17,8 @@ from ._stages import ReactStage
 from ._state import ReactState, StopReason
 
 if TYPE_CHECKING:
+    import enum
+
     from ..protocols import StateView
 
 __all__ = ["Close", "ListenStage", "UserInput"]
@@ -65,4 +66,3 @@ class ListenStage(
     def next(self, state: ReactState) -> enum.Enum:
         """Think about the new message; finish once closed."""
         return L.FINISHED if state.exit is StopReason.CLOSED else L.THINKING
-

@@ -161,7 +161,7 @@ class ThinkStage(
         """Act on the tool calls; with an exit reason, finish (or, conversational, wait)."""
         if state.exit is None:
             return L.ACTING
-        return L.WAITING if self.config.conversational else L.FINISHED
+        return L.OBSERVING if self.config.conversational else L.FINISHED
 
     def _budget_check(
         self, view: StateView[ReactState], elapsed: float

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pydantic import ValidationError
 
 from .._errors import ConfigurationError, Fatal
+from .._log import get_logger
 from ..core._seams import state_label
-from ..protocols import NewMessage
+from ..protocols import EventKind, NewMessage, Patch
 from ..protocols._seams import DECISIONS, check_json, json_data
+from ._persist import Mail
 from ._record import ExitReason
 
 if TYPE_CHECKING:
@@ -36,23 +38,14 @@ if TYPE_CHECKING:
 
 __all__ = ["Delivery", "Inbox", "Mail", "message_record"]
 
+_logger = get_logger("arkhon_rheo.supervision")
+
 
 class Delivery(NamedTuple):
     """A message taken from the inbox for one step: as stored, and decoded."""
 
     stored: StoredMessage
     message: BaseModel
-
-
-class Mail(NamedTuple):
-    """What a step's commit carries to the inbox: the message it applied, the timers it set."""
-
-    #: The inbox position of the message applied (``None``: none).
-    applied: int | None
-    #: The timers to post, due by the system's clock at the commit.
-    posts: tuple[NewMessage, ...]
-    #: What the step's event records of both (``info["message"]``, ``info["timers"]``).
-    info: dict[str, Any]
 
 
 def message_record(stored: StoredMessage) -> dict[str, Any]:
@@ -131,8 +124,43 @@ class Inbox:
             info["timers"] = described
         return Mail(applied, tuple(posts), info)
 
+    async def pause_at_gate(self, state: AgentState, stage: str) -> bool:
+        """Pause, durably, if a gate guards this step; return true if it did.
+
+        The pause is an event; with a store, the session then parks as
+        ``"paused"``, waiting for a decision (`Approve`, `Abort`, `Edit`).
+        """
+        session = self.session
+        if session.gates_passed:
+            session.gates_passed = False  # the step a human just let through
+            return False
+        commits = session.next_seq() - 1
+        for gate in session.machine.gates:
+            try:
+                triggered = gate.triggers(state, stage, commits)
+            except Exception as exc:
+                _logger.error("gate_check_failed", session_id=session.session_id, error=repr(exc))
+                triggered = True  # a broken gate pauses rather than lets through
+            if not triggered:
+                continue
+            lifecycle = state.lifecycle
+            info = self.pause_info(gate, state, stage)
+            event = session.event(
+                EventKind.PAUSE, stage, lifecycle, lifecycle, Patch(), frozenset(), 0, info=info
+            )
+            if session.persistence is not None:
+                await session.persistence.record(event, state, status="paused")
+                await self.park_paused(gate, state, info)
+            session.commit(state, event)
+            session.finish(ExitReason.PAUSED)
+            _logger.info(
+                "session_paused", session_id=session.session_id, gate=gate.name, stage=stage
+            )
+            return True
+        return False
+
     def pause_info(self, gate: Gate, state: AgentState, stage: str) -> dict[str, Any]:
-        """What the event of a pause at ``gate`` before ``stage`` records: the gate and its question."""
+        """What the event of a pause at ``gate`` before ``stage`` records (with its question)."""
         info: dict[str, Any] = {"gate": gate.name, "stage": stage}
         try:
             question = gate.ask(state)

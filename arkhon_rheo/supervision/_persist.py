@@ -12,17 +12,17 @@ few dozen, for a small state), however long its history.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..protocols._seams import takes_encoded
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Mapping, Sequence
+    from collections.abc import Awaitable, Mapping
 
     from ..core._seams import EventCodec, StateDigest
     from ..protocols import AgentState, NewMessage, Store, TransitionEvent
 
-__all__ = ["EVENT_BYTES", "SNAPSHOT_MIN_BYTES", "Persistence", "linked"]
+__all__ = ["EVENT_BYTES", "SNAPSHOT_MIN_BYTES", "Mail", "Persistence", "linked"]
 
 #: What an event costs a store besides its patch's JSON, in bytes (a compact row's
 #: key, shape, times and digest), for the snapshot policy's count.
@@ -30,6 +30,17 @@ EVENT_BYTES = 40
 #: The fewest bytes of events between two snapshots taken by cost: a small state
 #: is not snapshotted every few events.
 SNAPSHOT_MIN_BYTES = 4096
+
+
+class Mail(NamedTuple):
+    """What a step's commit carries to the inbox: the message it applied, the timers it set."""
+
+    #: The inbox position of the message applied (``None``: none).
+    applied: int | None
+    #: The timers to post, due by the system's clock at the commit.
+    posts: tuple[NewMessage, ...]
+    #: What the step's event records of both (``info["message"]``, ``info["timers"]``).
+    info: dict[str, Any]
 
 
 def linked(event: TransitionEvent, link: Mapping[str, Any]) -> TransitionEvent:
@@ -121,8 +132,7 @@ class Persistence:
         state: AgentState,
         *,
         status: str | None = None,
-        applied: int | None = None,
-        posts: Sequence[NewMessage] = (),
+        mail: Mail | None = None,
     ) -> Awaitable[None]:
         """Encode ``event`` and hand it to the store; return the store's write to await.
 
@@ -131,9 +141,8 @@ class Persistence:
         step awaits the store's ``append`` itself this way, with no coroutine of
         this class alive (and walked by the cyclic GC) while it waits.
 
-        ``applied`` is the inbox position of the message the step applied and
-        ``posts`` the timers it set: the store records both in the transaction
-        that stores the event.
+        ``mail`` is the inbox message the step applied and the timers it set: the
+        store records both in the transaction that stores the event.
 
         Raises:
             UnserializablePatch: If the event cannot be encoded (nothing was written).
@@ -175,15 +184,15 @@ class Persistence:
         # The store may drop the encoded event (and its patch) once it has its
         # rows, rather than hold it until the write is durable.
         events = [self.codec.encode_event(event, digest.value, patch=patch)]
-        if applied is None and not posts:
+        if mail is None:
             return self.store.append(self.session_id, events, snapshot=snapshot, status=status)
         return self.store.append(
             self.session_id,
             events,
             snapshot=snapshot,
             status=status,
-            applied=applied,
-            posts=posts,
+            applied=mail.applied,
+            posts=mail.posts,
         )
 
     def accept(self) -> None:

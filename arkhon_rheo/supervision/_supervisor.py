@@ -42,8 +42,8 @@ from ._stages import (
 
 if TYPE_CHECKING:
     from ..core._seams import StatePlan
-    from ..protocols import AgentState, FailureRecord, Stage
-    from ._inbox import Mail
+    from ..protocols import AgentState, FailureRecord, Stage, TransitionEvent
+    from ._persist import Mail
     from ._record import Session
     from ._stages import StageSlot
 
@@ -53,12 +53,8 @@ _logger = get_logger("arkhon_rheo.supervision")
 
 #: The statuses stored with the run's last write (the final commit, or the park).
 _STORED_WITH_COMMIT = frozenset(
-    {
-        ExitReason.FINISHED.value,
-        ExitReason.FAILED.value,
-        ExitReason.WAITING.value,
-        ExitReason.PAUSED.value,
-    }
+    reason.value
+    for reason in (ExitReason.FINISHED, ExitReason.FAILED, ExitReason.WAITING, ExitReason.PAUSED)
 )
 
 #: How long a stopping session may wait to store its status and give up its lease.
@@ -292,16 +288,8 @@ class SessionSupervisor(Actor[_Step, None]):
             stage_type = machine.stages[lifecycle]
         name = stage_type.name
         if session.steps >= session.config.max_steps:
-            await self.failures.fail(
-                "BudgetExhausted",
-                f"the session used its {session.config.max_steps} steps without finishing",
-                stage=name,
-                attempt=1,
-                error_class=ErrorClass.FATAL,
-                reason=ExitReason.MAX_STEPS,
-            )
-            return True
-        if machine.gates and await self._pause_at_gate(state, name):
+            return await self._out_of_steps(name)
+        if machine.gates and await self.inbox.pause_at_gate(state, name):
             return True
         delivery = None
         if plan.receives:
@@ -312,20 +300,9 @@ class SessionSupervisor(Actor[_Step, None]):
             if delivery is None:
                 return True  # parked
         started = time.time()
-        try:
-            if plan.invariants and state is not self.verified:
-                check_invariants(plan.invariants, state, lifecycle, stage=name)
-            for condition in plan.preconditions:
-                try:
-                    holds = condition.holds(state)
-                except Exception as exc:
-                    raise PreconditionFailed(
-                        stage=name, condition=f"{condition.name} (the check raised {exc!r})"
-                    ) from exc
-                if not holds:
-                    raise PreconditionFailed(stage=name, condition=condition.name)
-        except ArkhonError as refused:
-            return await self.failures.failed(refused, name, 1, self._restart)
+        refusal = self._refusal(state, plan, name)
+        if refusal is not None:
+            return await self.failures.failed(refusal, name, 1, self._restart)
 
         attempt = 1
         deadline = plan.deadline
@@ -352,15 +329,16 @@ class SessionSupervisor(Actor[_Step, None]):
             # Not kept alive while a durable commit waits for its store (the GC would
             # walk them, and promote them, with every session that waits).
             del view, recorder, scope
-            if isinstance(outcome, Exception):
-                failure: Exception | None = outcome
-            elif delivery is None and timers is None:
-                failure = await self._commit(state, outcome, slot.stage, started, attempt, calls, plan)
-            else:
-                mail = self.inbox.mail(delivery, timers)
-                failure = await self._commit(
+            mail = (
+                None if delivery is None and timers is None else self.inbox.mail(delivery, timers)
+            )
+            failure = (
+                outcome
+                if isinstance(outcome, Exception)
+                else await self._commit(
                     state, outcome, slot.stage, started, attempt, calls, plan, mail
                 )
+            )
             if failure is None:
                 session.steps += 1
                 return self.landed.terminal and self._ended()
@@ -370,43 +348,43 @@ class SessionSupervisor(Actor[_Step, None]):
                 continue
             return await self.failures.failed(failure, name, attempt, self._restart, error_class)
 
+    async def _out_of_steps(self, stage: str) -> bool:
+        """Fail the session, which used up its step budget before ``stage``; it has ended."""
+        budget = self.session.config.max_steps
+        await self.failures.fail(
+            "BudgetExhausted",
+            f"the session used its {budget} steps without finishing",
+            stage=stage,
+            attempt=1,
+            error_class=ErrorClass.FATAL,
+            reason=ExitReason.MAX_STEPS,
+        )
+        return True
+
+    def _refusal(self, state: AgentState, plan: StatePlan, name: str) -> ArkhonError | None:
+        """Why ``state`` may not run stage ``name`` (an invariant, a precondition), if so."""
+        try:
+            if plan.invariants and state is not self.verified:
+                check_invariants(plan.invariants, state, state.lifecycle, stage=name)
+            for condition in plan.preconditions:
+                try:
+                    holds = condition.holds(state)
+                except Exception as exc:
+                    raise PreconditionFailed(
+                        stage=name, condition=f"{condition.name} (the check raised {exc!r})"
+                    ) from exc
+                if not holds:
+                    raise PreconditionFailed(stage=name, condition=condition.name)
+        except ArkhonError as refused:
+            return refused
+        return None
+
     def _ended(self) -> bool:
         session = self.session
         lifecycle = session.state.lifecycle
         failed = lifecycle is session.machine.failed
         session.finish(ExitReason.FAILED if failed else ExitReason.FINISHED)
         return True
-
-    async def _pause_at_gate(self, state: AgentState, stage: str) -> bool:
-        """Pause, durably, if a gate guards this step; return true if it did."""
-        session = self.session
-        if session.gates_passed:
-            session.gates_passed = False  # the step a human just let through
-            return False
-        commits = session.next_seq() - 1
-        for gate in session.machine.gates:
-            try:
-                triggered = gate.triggers(state, stage, commits)
-            except Exception as exc:
-                _logger.error("gate_check_failed", session_id=session.session_id, error=repr(exc))
-                triggered = True  # a broken gate pauses rather than lets through
-            if not triggered:
-                continue
-            lifecycle = state.lifecycle
-            info = self.inbox.pause_info(gate, state, stage)
-            event = session.event(
-                EventKind.PAUSE, stage, lifecycle, lifecycle, Patch(), frozenset(), 0, info=info
-            )
-            if session.persistence is not None:
-                await session.persistence.record(event, state, status="paused")
-                await self.inbox.park_paused(gate, state, info)
-            session.commit(state, event)
-            session.finish(ExitReason.PAUSED)
-            _logger.info(
-                "session_paused", session_id=session.session_id, gate=gate.name, stage=stage
-            )
-            return True
-        return False
 
     async def _commit(
         self,
@@ -474,29 +452,33 @@ class SessionSupervisor(Actor[_Step, None]):
             error=record,
             info={"io": calls} if calls else None,
         )
-        persistence = session.persistence
         if mail is not None:
             event = event._replace(info={**(event.info or {}), **mail.info})
-            if persistence is None:
-                return self.inbox.unstored()
-        if persistence is not None:
+        if session.persistence is not None or mail is not None:
             # Not kept alive (and walked by the GC) while the commit waits for its store.
             del updates, moved
-            try:  # write-ahead: the store has it before it becomes authoritative
-                if mail is None:
-                    await persistence.write(event, candidate)
-                else:
-                    await persistence.write(
-                        event, candidate, applied=mail.applied, posts=mail.posts
-                    )
-            except Exception as exc:
-                return exc
-            persistence.accept()
+            refused = await self._store(event, candidate, mail)
+            if refused is not None:
+                return refused
         if record is not None:
             session.failure = record
         session.commit(candidate, event)
         self.verified = verified
         self.landed = to
+        return None
+
+    async def _store(
+        self, event: TransitionEvent, state: AgentState, mail: Mail | None
+    ) -> Exception | None:
+        """Write ``event`` (leading to ``state``) ahead of its commit; the refusal, if any."""
+        persistence = self.session.persistence
+        if persistence is None:
+            return self.inbox.unstored()  # a timer, without a store to keep it
+        try:  # write-ahead: the store has it before it becomes authoritative
+            await persistence.write(event, state, mail=mail)
+        except Exception as exc:
+            return exc
+        persistence.accept()
         return None
 
     async def _restart(self, failed: str) -> None:

@@ -16,7 +16,7 @@ session gives it up when it ends.
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -24,7 +24,7 @@ from .._errors import SessionBusy, SessionLocked, StoreError
 from ._owner import is_dead
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable, Coroutine
 
     from ..protocols import Store
     from ._registry import Registry
@@ -107,13 +107,16 @@ class Claims:
         return session_id in self._busy
 
     @asynccontextmanager
-    async def renewing(self, registry: Registry) -> AsyncIterator[None]:
+    async def renewing(
+        self, registry: Registry, *also: Callable[[], Coroutine[Any, Any, None]]
+    ) -> AsyncIterator[None]:
         """Renew the lease of every session running in ``registry`` while the block runs.
 
         Every third of the lease's time to live; a session whose lease another
         owner took is cancelled (it never writes beside that owner), and a
         transient store failure waits for the next round. Leaving the block
-        stops the renewals, whatever the block raised.
+        stops the renewals, whatever the block raised; the tasks of ``also``
+        (the system's timer watch) run beside them, and stop with them.
         """
         # The group is entered by hand so that the block's own exception passes
         # through unwrapped (trio's nurseries would group it); its exit must not
@@ -125,6 +128,8 @@ class Claims:
         group = anyio.create_task_group()
         await group.__aenter__()
         group.start_soon(self._renew, registry)
+        for task in also:
+            group.start_soon(task)
         body_failed = False
         try:
             yield

@@ -19,6 +19,7 @@ to, and those it was given.
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -199,15 +200,18 @@ class Postman:
         poll: The longest the timer watch sleeps, in seconds.
     """
 
-    __slots__ = ("_kick", "capacity", "clock", "host", "poll", "served")
+    __slots__ = ("_kick", "capacity", "clock", "given", "host", "poll", "served")
 
     def __init__(self, host: SessionHost, clock: Clock, capacity: int, poll: float) -> None:
         self.host = host
         self.clock = clock
         self.capacity = capacity
         self.poll = poll
-        #: The machines whose parked sessions this system wakes, by name.
-        self.served: dict[str, Machine[Any]] = {}
+        #: The machines whose parked sessions this system wakes, by name: held
+        #: weakly (a machine dropped by its program is no longer served)...
+        self.served: weakref.WeakValueDictionary[str, Machine[Any]] = weakref.WeakValueDictionary()
+        #: ...but for those the system was given to serve.
+        self.given: list[Machine[Any]] = []
         self._kick = anyio.Event()
 
     def serve(self, machine: Machine[Any]) -> None:
@@ -314,9 +318,7 @@ class Postman:
             try:
                 handle = await self.wake(target, record.session_id)
             except ArkhonError as exc:  # one session's trouble never stops the others'
-                _logger.error(
-                    "session_not_woken", session_id=record.session_id, error=repr(exc)
-                )
+                _logger.error("session_not_woken", session_id=record.session_id, error=repr(exc))
                 continue
             if handle is not None:
                 handles.append(handle)

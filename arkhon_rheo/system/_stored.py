@@ -278,7 +278,9 @@ class StoredSession(Generic[S]):
                 anchor_seq=anchor,
             )
 
-    async def approve(self, value: Any = None, *, message_id: str | None = None) -> SessionHandle[S]:
+    async def approve(
+        self, value: Any = None, *, message_id: str | None = None
+    ) -> SessionHandle[S]:
         """Let the session paused at a gate go on, writing ``value`` to the gate's field.
 
         The decision is an `Approve` message through the session's inbox (see

@@ -15,8 +15,6 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
-
 from .._errors import (
     ConfigurationError,
     SessionBusy,
@@ -206,6 +204,7 @@ class AgentSystem:
         for machine in machines:
             if not isinstance(machine, Machine):
                 raise ConfigurationError(f"machines=... takes Machine objects, got {machine!r}")
+            self._postman.given.append(machine)
             self._postman.serve(machine)
 
     async def __aenter__(self) -> AgentSystem:
@@ -214,11 +213,10 @@ class AgentSystem:
                 await stack.enter_async_context(self._owned_store)
             await stack.enter_async_context(self._actors)
             if self._store is not None:
-                await stack.enter_async_context(self._claims.renewing(self._registry))
-                # The timer watch: stopped (cancelled) before the sessions are.
-                watch = await stack.enter_async_context(anyio.create_task_group())
-                watch.start_soon(self._postman.watch)
-                stack.callback(watch.cancel_scope.cancel)
+                # The leases' renewals, and the timer watch beside them.
+                await stack.enter_async_context(
+                    self._claims.renewing(self._registry, self._postman.watch)
+                )
             # Leaving the block cancels the sessions still running first.
             stack.callback(self._cancel_running)
             self._exit = stack.pop_all()
@@ -396,12 +394,11 @@ class AgentSystem:
         The message is checked first: a model of a kind the machine's `Receive`
         stages accept (or a mapping of its fields, its kind's name under
         ``"kind"``), or a decision on a session paused at a gate (`Approve`,
-        `Abort`, `Edit`: see `StoredSession.decide`). It is then stored in the session's inbox, as durable as a
-        commit (with the store's durability mode), and delivered: a parked
-        session is woken here; one running here, or in another live process,
-        receives it when it next waits. Messages are applied one per step, in
-        the order they were sent (a timer: when it falls due), each exactly
-        once, and each applied message is an event in the session's history.
+        `Abort`, `Edit`: see `StoredSession.decide`). It is then stored in the
+        session's inbox, as durable as a commit, and delivered: a parked session
+        is woken here; one running here or in another live process receives it
+        when it next waits. Messages are applied one per step, in the order they
+        were sent (a timer once due), each exactly once, each an event.
 
         Args:
             machine: The session's machine.

@@ -21,11 +21,11 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from pydantic import ValidationError
+
 from .._errors import StoreCorrupt
 from ..core import apply_event
 from ..core._seams import compiled
-from pydantic import ValidationError
-
 from ..protocols import AgentState, EventKind, StateView, TransitionEvent
 from ..supervision._seams import CallPlayback, run_stage
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from arkhon_rheo import AgentSystem, ConfigurationError, ExitReason, MemoryStore, SQLiteStore
+from arkhon_rheo import AgentSystem, ConfigurationError, ExitReason, MemoryStore
 from arkhon_rheo.errors import MessageRefused, SessionError
 from arkhon_rheo.protocols import Lifecycle, ToolCall, UserMessage
 from arkhon_rheo.react import Close, Conversation, ReactState, StopReason, UserInput, react_agent
@@ -44,7 +44,8 @@ async def test_three_turns_then_close_keep_one_conversation(tmp_path: Path) -> N
         assert await chat.start("hi") == "Hello! How can I help?"
         record = await system.stored(agent, "c1").record()
         assert record.status == "waiting"
-        assert record.waiting is not None and record.waiting["stage"] == "listen"
+        assert record.waiting is not None
+        assert record.waiting["stage"] == "listen"
         assert await chat.say("what is 2 + 3?") == "2 + 3 = 5."
         assert await chat.say("thanks") == "You're welcome."
         await chat.close()
@@ -78,8 +79,9 @@ async def test_a_conversational_agent_parks_between_turns_and_takes_raw_messages
     agent = react_agent(ScriptedModel(["a", "b"]), conversational=True, name="chat")
     async with MemoryStore() as store, AgentSystem(store=store) as system:
         result = await system.run(agent, ReactState(task="x"), session_id="s")
-        assert result.exit_reason is ExitReason.WAITING and result.ok
-        assert result.state.lifecycle is Lifecycle.WAITING
+        assert result.exit_reason is ExitReason.WAITING
+        assert result.ok
+        assert result.state.lifecycle is Lifecycle.OBSERVING
         sent = await system.send(agent, "s", {"kind": "user_input", "text": "y"})
         assert sent.handle is not None
         assert (await sent.handle.result()).state.answer == "b"

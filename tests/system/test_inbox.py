@@ -165,7 +165,8 @@ async def test_a_session_parks_then_a_message_wakes_it_and_is_applied(store: Sto
         assert system.sessions() == []  # parked: nothing held here
 
         sent = await system.send(TICKETS, "t1", Note(text="it smokes"))
-        assert sent.position == 2 and not sent.duplicate  # 1 is the reminder
+        assert sent.position == 2  # 1 is the reminder
+        assert not sent.duplicate
         assert sent.handle is not None
         result = await sent.handle.result()
         assert result.exit_reason is ExitReason.WAITING
@@ -221,7 +222,8 @@ async def test_a_resent_message_id_is_applied_once(store: Store) -> None:
         assert first.handle is not None
         await first.handle.result()
         again = await system.send(TICKETS, "t1", Note(text="once"), message_id="m-1")
-        assert again.duplicate and again.position == first.position
+        assert again.duplicate
+        assert again.position == first.position
         if again.handle is not None:
             await again.handle.result()
         state = await system.stored(TICKETS, "t1").state()
@@ -314,7 +316,9 @@ async def test_a_served_machine_wakes_its_sessions_when_the_clock_passes_a_timer
     async with AgentSystem(path=path, clock=clock) as system:
         await open_ticket(system)
     applied = Applied()
-    async with AgentSystem(path=path, clock=clock, machines=[TICKETS], listeners=[applied]) as system:
+    async with AgentSystem(
+        path=path, clock=clock, machines=[TICKETS], listeners=[applied]
+    ) as system:
         clock.advance(3600)
         await applied.wait_for(1)
         assert applied.events[0].info is not None

@@ -186,9 +186,13 @@ async def test_without_a_store_a_pause_is_decided_in_memory() -> None:
 
 
 def _decisions(events: Any) -> list[Any]:
-    """The decision events, but for their times."""
+    """The decision events, but for their times and the inbox message a stored one applied."""
     return [
-        e._replace(started_at=0.0, finished_at=0.0)
+        e._replace(
+            started_at=0.0,
+            finished_at=0.0,
+            info={k: v for k, v in (e.info or {}).items() if k != "message"},
+        )
         for e in events
         if e.kind is EventKind.DECISION or (e.kind is EventKind.FAILURE and e.stage is None)
     ]
@@ -216,6 +220,10 @@ async def test_a_decision_is_the_same_event_in_memory_and_stored(tmp_path: Any) 
                     *await system.stored(machine, "d2").history(),
                 ]
                 assert (await system.stored(machine, "d2").record()).status == "aborted"
+                # Stored, each decision is an inbox message its event applied.
+                kinds = [(e.info or {}).get("message", {}).get("kind") for e in events]
+                assert [k for k in kinds if k] == ["edit", "approve", "abort"]
+                assert await system.store.pending("d1") == ()  # type: ignore[union-attr]
             found.append(_decisions(events))
     in_memory, stored = found
     assert len(in_memory) == 3
