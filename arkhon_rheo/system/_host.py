@@ -19,7 +19,7 @@ from .._errors import ConfigurationError, SessionBusy, SessionNotFound, SystemNo
 from ..core._seams import compiled
 from ..graphs._seams import session_scope
 from ..protocols import AgentState
-from ..protocols._seams import installed
+from ..protocols._seams import installed, resources_scope
 from ..supervision._seams import Session, SessionSupervisor
 from ._handle import new_handle, session_of
 from ._journal import Journal
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ._handle import SessionHandle
     from ._owner import Owner
     from ._registry import Registry
+    from ._resources import Resources
 
 __all__ = ["SessionHost"]
 
@@ -60,6 +61,7 @@ class SessionHost:
         snapshot_every: The snapshot interval of a stored session's runs.
         listeners: Called with every committed event of every session.
         faults: The faults to inject into every session launched, if any.
+        resources: The machines' resources the system opened.
 
     Attributes:
         config: The sessions' configuration.
@@ -76,6 +78,7 @@ class SessionHost:
         "_listeners",
         "_owner_name",
         "_registry",
+        "_resources",
         "_seed",
         "_snapshot_every",
         "config",
@@ -97,6 +100,7 @@ class SessionHost:
         snapshot_every: int | None,
         listeners: tuple[EventListener, ...],
         faults: FaultInjector | None,
+        resources: Resources,
     ) -> None:
         self._actors = actors
         self._registry = registry
@@ -111,6 +115,7 @@ class SessionHost:
         self._snapshot_every = snapshot_every
         self._listeners = listeners
         self._faults = faults
+        self._resources = resources
 
     def check_running(self) -> None:
         """Raise `SystemNotRunning` outside the agent system's ``async with`` block."""
@@ -127,6 +132,18 @@ class SessionHost:
                 f"cannot {purpose} without a store: pass store=... to AgentSystem"
             )
         return self.store
+
+    async def open_resources(self, machine: Machine[Any]) -> None:
+        """Open the resources of ``machine`` (and its subgraphs') that are not open yet.
+
+        Call it before storing or changing anything for a session, so that a
+        resource that cannot open leaves nothing behind.
+
+        Raises:
+            ResourceUnavailable: If one could not be opened.
+            SystemNotRunning: Outside the system's ``async with`` block.
+        """
+        await self._resources.open(machine)
 
     def config_for(self, max_steps: int | None) -> SessionConfig:
         """The sessions' configuration, with ``max_steps`` if one is given (checked)."""
@@ -182,7 +199,10 @@ class SessionHost:
         """Spawn the session's supervisor; it takes over ``claim``'s lease, if any.
 
         ``history`` is an in-memory session's earlier events, kept on by this run.
+        The machine's resources are open before it starts (the operations that
+        store something opened them first: this finds them open).
         """
+        await self._resources.open(machine)
         session = self._session(machine, state, config, session_id, base_seq, anchor_seq)
         session.gates_passed = gates_passed
         session.log.extend(history)
@@ -194,6 +214,7 @@ class SessionHost:
                 with (
                     session_scope(self._children, session),  # subgraph stages find us
                     installed(self._faults),  # its tasks inherit the fault plan, if any
+                    resources_scope(machine.resources),  # and its tools' ToolContext these
                 ):
                     ref = await self._actors.spawn(
                         SessionSupervisor, session, name=f"{session_id}/supervisor"

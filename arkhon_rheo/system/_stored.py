@@ -223,11 +223,14 @@ class StoredSession(Generic[S]):
                 here is starting or changing it), is paused at a gate, or has ended.
             SessionLocked: If a live owner elsewhere drives it.
             StoreCorrupt: If what is stored does not decode.
+            ResourceUnavailable: If a resource of the machine could not be
+                opened (nothing is recorded).
         """
         host = self._host
         journal = self._journal("resume a session")
         host.check_running()
         config = host.config_for(max_steps)
+        await host.open_resources(self.machine)  # before the resume is recorded
         async with host.claim(self.session_id) as claim:
             await journal.exists()  # SessionNotFound before any lease
             taken_over = await claim.lease()
@@ -298,6 +301,8 @@ class StoredSession(Generic[S]):
                 the machine is not the session's.
             InvalidPatch: If the value fails validation (the session stays paused).
             InvariantViolation: If the resulting state breaks an invariant.
+            ResourceUnavailable: If a resource of the machine could not be
+                opened (nothing is recorded; the session stays paused).
         """
         handle = await self._decide("resume", value=value)
         assert handle is not None
@@ -351,6 +356,8 @@ class StoredSession(Generic[S]):
         """Answer the gate the session is paused at: the one path, stored or in memory."""
         host, machine, session_id = self._host, self.machine, self.session_id
         host.check_running()
+        if decision == "resume":
+            await host.open_resources(machine)  # before the decision is recorded
         async with host.claim(session_id) as claim:
             ledger = await _ledger(host, machine, session_id, claim)
             paused = await ledger.paused()

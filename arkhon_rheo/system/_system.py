@@ -36,6 +36,7 @@ from ._options import check_budget, check_initial, check_lease_ttl, check_snapsh
 from ._owner import Owner
 from ._recovery import orphaned
 from ._registry import AgentStatistics, Registry
+from ._resources import Resources
 from ._stored import StoredSession, new_stored
 
 if TYPE_CHECKING:
@@ -63,6 +64,12 @@ class AgentSystem:
     Use it as an async context manager on asyncio or trio. Sessions are
     supervised one_for_one: one session's crash or fatal error never touches
     another. Leaving the block cancels sessions still running.
+
+    The system opens the resources of the machines it drives (see
+    ``Machine(resources=...)``; `react_agent` declares its model client): each
+    one that is an async context manager and not open already is entered once,
+    before the first session that needs it is stored or resumed, shared by
+    every session, and left when the block is left, after the sessions stopped.
 
     Only ``Exception`` is classified. A stage's ``BaseException`` other than
     cancellation (``KeyboardInterrupt``, ``SystemExit``, a subclass of your own)
@@ -160,6 +167,7 @@ class AgentSystem:
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
         )
         self._registry = Registry(kept(keep_ended, with_store=store is not None))
+        self._resources = Resources(close_timeout=shutdown_timeout)
         self._claims = Claims(store, str(identity), lease_ttl)
         self._host = SessionHost(
             actors=self._actors,
@@ -173,12 +181,15 @@ class AgentSystem:
             snapshot_every=snapshot_every,
             listeners=tuple(listeners),
             faults=fault_plan,
+            resources=self._resources,
         )
 
     async def __aenter__(self) -> AgentSystem:
         async with contextlib.AsyncExitStack() as stack:
             if self._owned_store is not None:
                 await stack.enter_async_context(self._owned_store)
+            # The machines' resources: left after the actors, once the sessions stopped.
+            await stack.enter_async_context(self._resources)
             await stack.enter_async_context(self._actors)
             if self._store is not None:
                 await stack.enter_async_context(self._claims.renewing(self._registry))
@@ -232,6 +243,8 @@ class AgentSystem:
             SessionError: If the id is taken, or another call here is starting it.
             ConfigurationError: If the state does not fit the machine.
             InvariantViolation: If the initial state breaks an invariant.
+            ResourceUnavailable: If a resource of the machine could not be
+                opened (nothing is stored).
             StoreError: If the store fails. When it fails after the session was
                 stored but before it was leased, the stored session stays
                 (``"running"``, with no lease): `resume` it, or `recover` finds it.
@@ -250,6 +263,7 @@ class AgentSystem:
             state = state.model_copy(update={"session_id": session_id})
         validator.check_invariants(state, machine.initial, stage="(start)")
         host.check_running()
+        await host.open_resources(machine)  # before anything is stored
         async with host.claim(session_id) as claim:
             if self._store is not None:
                 await Journal(self._store, machine, session_id).create(state)
@@ -281,6 +295,8 @@ class AgentSystem:
                 here is starting or changing it), is paused at a gate, or has ended.
             SessionLocked: If a live owner elsewhere drives it.
             StoreCorrupt: If what is stored does not decode.
+            ResourceUnavailable: If a resource of the machine could not be
+                opened (nothing is stored).
         """
         return await self.stored(machine, session_id).resume(max_steps=max_steps)
 
@@ -318,6 +334,8 @@ class AgentSystem:
             ConfigurationError: Without a store, or if a session of that name was
                 stored by a machine that differs from ``machine`` (nothing is
                 resumed then).
+            ResourceUnavailable: If a resource of the machine could not be
+                opened (the sessions stay as they were, orphaned).
             SystemNotRunning: Outside the ``async with`` block.
         """
         self._host.check_running()
