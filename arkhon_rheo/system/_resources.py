@@ -171,25 +171,27 @@ class Resources:
     async def _keep(
         self, name: str, resource: Any, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Enter ``resource``, report it open, and leave it when the system stops."""
+        """Enter ``resource``, report it open, and leave it when the system stops.
+
+        Its whole life is inside one cancel scope of this task (a resource that
+        opens scopes of its own must leave them in the order they were
+        entered): shielded once the resource is open, so that it closes when
+        the system stops and not before, and given a deadline then.
+        """
         closing = self._closing
         assert closing is not None
-        await resource.__aenter__()  # what it returns is not used: the machine holds the resource
-        self._held[id(resource)] = resource  # even if the caller is cancelled from here on
-        task_status.started()
-        error: BaseException | None = None
-        try:
+        with anyio.CancelScope() as scope:
+            await resource.__aenter__()  # what it returns is not used: the machine holds it
+            self._held[id(resource)] = resource  # even if the caller is cancelled from here on
+            task_status.started()
+            scope.shield = True
             await closing.wait()
-        except BaseException as exc:  # cancelled with the system: close it all the same
-            error = exc
-        timeout = self._close_timeout if math.isfinite(self._close_timeout) else None
-        with anyio.CancelScope(shield=True) as scope:
-            if timeout is not None:
-                scope.deadline = anyio.current_time() + timeout
+            if math.isfinite(self._close_timeout):
+                scope.deadline = anyio.current_time() + self._close_timeout
             try:
-                await resource.__aexit__(None if error is None else type(error), error, None)
+                await resource.__aexit__(None, None, None)
             except Exception as exc:
                 _logger.warning("resource_close_failed", resource=name, error=scrub(repr(exc)))
                 self._failures.append(exc)
-        if error is not None:
-            raise error
+        if scope.cancelled_caught:
+            _logger.warning("resource_close_timeout", resource=name, timeout=self._close_timeout)

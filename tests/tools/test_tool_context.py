@@ -72,7 +72,8 @@ async def test_the_model_cannot_send_the_context_and_validation_ignores_it() -> 
 async def test_outside_a_session_the_context_has_the_call_id_and_no_session() -> None:
     answer = await Toolbox(note, note_in_thread).call(call("note", {"text": "x"}, "c9"))
     assert not answer.is_error
-    assert SEEN == [ToolContext(session_id=None, step=None, call_id="c9", resources={})]
+    (seen,) = SEEN
+    assert seen == ToolContext(session_id=None, step=None, call_id="c9", resources={})
 
 
 @pytest.mark.parametrize("mode", [StageMode.INLINE, StageMode.TASK])
@@ -82,7 +83,10 @@ async def test_a_tool_in_an_agent_gets_its_session_step_call_id_and_resources(
     http = object()  # any object: only async context managers are opened
     model = ScriptedModel(
         [
-            [call("note", {"text": "a"}, "call-a"), call("note_in_thread", {"text": "b"}, "call-b")],
+            [
+                call("note", {"text": "a"}, "call-a"),
+                call("note_in_thread", {"text": "b"}, "call-b"),
+            ],
             call("note", {"text": "c"}, "call-c"),
             "done",
         ]
