@@ -116,18 +116,15 @@ class Resources:
         self._group = None
         closing.set()
         try:
-            suppressed = await group.__aexit__(exc_type, exc, tb)
-        except BaseExceptionGroup as raised:
-            # Keepers raise nothing but their cancellation, so a group holds only
-            # the block's own error: let that propagate as it was raised.
-            if exc is not None and all(error is exc for error in raised.exceptions):
-                return False
-            raise
+            # The keepers raise nothing (each closes within its deadline, shielded),
+            # so the group is left as if the block raised nothing: the block's own
+            # error then goes on as it was raised, in no group of ours.
+            await group.__aexit__(None, None, None)
         finally:
             self._held.clear()
         if self._failures and exc is None:
             raise self._failures[0]
-        return suppressed
+        return None
 
     async def open(self, machine: Machine[Any]) -> None:
         """Open every resource of ``machine`` (and its subgraphs') not open yet.

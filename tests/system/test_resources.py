@@ -161,6 +161,30 @@ async def test_resources_are_left_after_the_sessions_stopped() -> None:
     assert log == ["enter probe", "stage stopped", "exit probe"]
 
 
+async def test_an_error_or_a_cancellation_of_the_block_closes_them_too() -> None:
+    log: list[str] = []
+    machine = job_machine({"probe": Probe(log, "probe")}, block=log)
+
+    async def fail_in_the_block() -> None:
+        async with AgentSystem(path=None) as system:
+            await system.start(machine, Job())
+            await wait_all_tasks_blocked()
+            raise KeyError("mine")
+
+    with pytest.raises(KeyError, match="mine"):  # as raised, in no group
+        await fail_in_the_block()
+    assert log == ["enter probe", "stage stopped", "exit probe"]
+    log.clear()
+    machine = job_machine({"probe": Probe(log, "probe")}, block=log)
+    with anyio.CancelScope() as scope:
+        async with AgentSystem(path=None) as system:
+            await system.start(machine, Job())
+            await wait_all_tasks_blocked()
+            scope.cancel()
+            await anyio.sleep_forever()
+    assert log == ["enter probe", "stage stopped", "exit probe"]
+
+
 async def test_the_entering_task_leaves_a_resource_whatever_task_started_the_session() -> None:
     log: list[str] = []
     machine = job_machine({"probe": Probe(log, "probe", task_bound=True)})
