@@ -7,6 +7,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     ├── ConfigurationError        a value passed to a constructor or call is wrong
     │   └── IsolationUnavailable  a sandbox that requires isolation cannot have it here
     ├── SystemNotRunning          the actor system is not inside its ``async with``
+    ├── ResourceUnavailable       a machine's resource could not be opened (nothing started)
     ├── MailboxError              a mailbox could not take or give a message
     │   ├── MailboxFull           no room, and the caller would not wait
     │   └── MailboxClosed         the mailbox no longer accepts messages

@@ -69,8 +69,7 @@ async def run(model: ModelClient) -> None:
 
 async def main() -> None:
     if os.environ.get("OPENAI_BASE_URL"):
-        async with OpenAIChatClient() as client:
-            await run(client)
+        await run(OpenAIChatClient())  # a resource of the agent: the system opens and closes it
     else:
         await run(scripted())
 

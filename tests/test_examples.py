@@ -119,6 +119,9 @@ async def test_the_react_example_talks_to_a_real_server_when_configured(tmp_path
             "OPENAI_BASE_URL": server.url,
             "OPENAI_API_KEY": "sk-example-key-0000",
             "ARKHON_MODEL": "test-model",
+            # The tree under test, not whatever is installed: the example relies on
+            # the agent system opening its client.
+            "PYTHONPATH": str(script.parents[1]),
         }
         result = await anyio.run_process(
             [sys.executable, str(script)], cwd=tmp_path, env=env, check=False

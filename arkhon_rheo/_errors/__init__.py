@@ -20,6 +20,7 @@ from ._base import ConfigurationError as ConfigurationError
 from ._base import MailboxClosed as MailboxClosed
 from ._base import MailboxError as MailboxError
 from ._base import MailboxFull as MailboxFull
+from ._base import ResourceUnavailable as ResourceUnavailable
 from ._base import SystemNotRunning as SystemNotRunning
 from ._cli import CommandError as CommandError
 from ._sessions import DuplicateEvent as DuplicateEvent
@@ -80,6 +81,7 @@ __all__ = [
     "RecordedCallFailed",
     "Recoverable",
     "ReplayDiverged",
+    "ResourceUnavailable",
     "RestartIntensityExceeded",
     "SessionBusy",
     "SessionError",

@@ -11,6 +11,7 @@ __all__ = [
     "MailboxClosed",
     "MailboxError",
     "MailboxFull",
+    "ResourceUnavailable",
     "SystemNotRunning",
 ]
 
@@ -31,6 +32,24 @@ class SystemNotRunning(ArkhonError, RuntimeError):
 
     The message names the state it is in.
     """
+
+
+class ResourceUnavailable(ArkhonError):
+    """A resource a machine declares could not be opened, so nothing was started.
+
+    Raised by the agent system (`start`, `resume`, `recover`, a decision that
+    resumes) before it stores or leases anything: no session is stored as
+    failed because of it. The resource's own error is the ``__cause__``.
+
+    Attributes:
+        resource: The resource's name in ``Machine(resources=...)``.
+        machine: The name of the machine that declares it.
+    """
+
+    def __init__(self, message: str, *, resource: str, machine: str) -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.machine = machine
 
 
 class MailboxError(ArkhonError):

@@ -62,6 +62,11 @@ class OpenAIChatClient:
         async with OpenAIChatClient() as client:
             reply = await client.complete([UserMessage(content="Hi")])
 
+    An agent needs no ``async with``: `react_agent` declares its client as a
+    resource of the machine, which the `AgentSystem` driving it opens (once,
+    unless it `is_open` already) and closes when it stops. A client cannot be
+    reopened once closed: make a new one for a new system.
+
     Each argument left out is read from the environment when the client is made:
 
     * ``model``: ``ARKHON_MODEL``, else ``"gpt-4o-mini"``;
@@ -150,6 +155,15 @@ class OpenAIChatClient:
             f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, "
             f"api_key=<{key}>, state={self.state.value})"
         )
+
+    @property
+    def is_open(self) -> bool:
+        """Whether calls may be made now: inside its ``async with``, or given an ``http_client``.
+
+        An `AgentSystem` whose machine declares this client as a resource (as
+        `react_agent` does) enters it only when it is not open already.
+        """
+        return self.state is ClientState.OPEN
 
     async def __aenter__(self) -> Self:
         if self.state is ClientState.CLOSED:

@@ -11,6 +11,7 @@ from ._frozen import mutable_part
 from ._gates import Gate
 from ._graph import StateGraph, build_graph
 from ._inbox import Receive
+from ._resources import checked_resources
 from ._stage import Condition, Stage, TransitionCondition
 from ._state import SUPERVISOR_FIELDS, AgentState
 
@@ -70,9 +71,17 @@ class Machine(Generic[S]):
             (a session is resumed by the machine of the same name). Defaults to
             the state type's qualified name, so unnamed machines of different
             state types are told apart.
+        resources: Named objects the machine's stages and tools use (a model
+            client, a toolbox, an HTTP client...). The `AgentSystem` that drives
+            a session enters each one that is an async context manager once,
+            before the session is stored or resumed, shares it with every
+            session, and leaves it when the system stops; one that reports
+            itself open (``is_open`` is true) is left as it is. A tool reads
+            them from its `ToolContext`.
 
     Raises:
-        ConfigurationError: If the machine is inconsistent, as listed above.
+        ConfigurationError: If the machine is inconsistent, as listed above, or a
+            resource's name is not a non-empty string.
     """
 
     def __init__(
@@ -94,6 +103,7 @@ class Machine(Generic[S]):
         loop_state: enum.Enum | None = None,
         gates: Iterable[Gate] = (),
         name: str | None = None,
+        resources: Mapping[str, object] | None = None,
     ) -> None:
         if not (isinstance(state_type, type) and issubclass(state_type, AgentState)):
             raise ConfigurationError(
@@ -115,6 +125,8 @@ class Machine(Generic[S]):
         self.error_routes: dict[enum.Enum, enum.Enum] = dict(error_routes or {})
         self.loop_state = loop_state
         self.gates = tuple(gates)
+        #: The machine's resources by name (read-only).
+        self.resources: Mapping[str, object] = checked_resources(name, resources)
         self.invariants: dict[enum.Enum | None, tuple[Condition[Any], ...]] = {
             key: tuple(Condition.coerce(c) for c in conditions)
             for key, conditions in (invariants or {}).items()

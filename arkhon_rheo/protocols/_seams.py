@@ -4,7 +4,7 @@ A subpackage's private modules are its own; another subpackage imports only
 its public namespace or this module (the layering test holds every module to
 that). These are the running seams behind the contracts: the fault-injection
 hooks, the call recorder's context variable, the partial-output hub, the JSON
-canonical form and the ``module:attr`` loader.
+canonical form, the ``module:attr`` loader and the running session's resources.
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ from ._io import RECORDER as RECORDER
 from ._io import Recorder as Recorder
 from ._io import aclose_iterator as aclose_iterator
 from ._io import check_json as check_json
+from ._resources import NO_RESOURCES as NO_RESOURCES
+from ._resources import current_resources as current_resources
+from ._resources import is_async_context_manager as is_async_context_manager
+from ._resources import reports_open as reports_open
+from ._resources import resources_scope as resources_scope
 from ._spec import load_machine as load_machine
 from ._spec import load_state_factory as load_state_factory
 from ._stream import _SCOPE

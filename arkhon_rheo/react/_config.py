@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 from .._errors import ConfigurationError
 from ..models import ModelPrice, Pricing
 from ..protocols import NamedModelClient, StreamingModelClient
+from ..protocols._seams import is_async_context_manager
 from ._budget import Budget
 from ._calls import tool_runner
 from ._state import ReactState
@@ -51,6 +52,8 @@ class ReactConfig:
         timed: Whether the budget limits time (the clock is then read and recorded).
         trace_system: ``gen_ai.system`` of the model-call spans.
         trace_model: ``gen_ai.request.model`` of the model-call spans.
+        declared: The machine's resources: ``"model"``, ``"tools"`` (a tool
+            runner that is an async context manager) and the ones given.
 
     Raises:
         ConfigurationError: If an argument is out of range, ``state_type`` is not
@@ -75,6 +78,7 @@ class ReactConfig:
     gates: Sequence[Gate] = ()
     deadlines: Mapping[enum.Enum, float] | None = None
     conversational: bool = False
+    resources: Mapping[str, object] | None = None
     runner: ToolRunner = field(init=False)
     limits: Budget = field(init=False)
     pricing: Pricing | None = field(init=False)
@@ -83,6 +87,7 @@ class ReactConfig:
     timed: bool = field(init=False)
     trace_system: str = field(init=False)
     trace_model: str = field(init=False)
+    declared: Mapping[str, object] = field(init=False)
 
     def __post_init__(self) -> None:
         state_type = self.state_type
@@ -114,9 +119,25 @@ class ReactConfig:
         system, model = _span_names(self.model)
         self._derive("trace_system", system)
         self._derive("trace_model", model)
+        self._derive("declared", _declared(self.model, self.runner, self.resources))
 
     def _derive(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
+
+
+def _declared(
+    model: ModelClient, runner: ToolRunner, given: Mapping[str, object] | None
+) -> dict[str, object]:
+    """The agent's resources: its model, its tool runner if it needs opening, and ``given``."""
+    declared: dict[str, object] = {"model": model}
+    if is_async_context_manager(runner):
+        declared["tools"] = runner
+    if given is not None and (taken := sorted(declared.keys() & given.keys())):
+        raise ConfigurationError(
+            f"react_agent: resources names {taken}, which the agent declares itself "
+            "(its model client and tool runner); pick other names"
+        )
+    return {**declared, **(given or {})}
 
 
 def _span_names(model: ModelClient) -> tuple[str, str]:

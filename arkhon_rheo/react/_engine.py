@@ -51,6 +51,7 @@ def react_agent(
     gates: Sequence[Gate] = (),
     deadlines: Mapping[enum.Enum, float] | None = None,
     conversational: bool = False,
+    resources: Mapping[str, object] | None = None,
 ) -> Machine[ReactState]:
     """Build a ReAct agent: an ordinary `Machine` over a model client and tools.
 
@@ -90,33 +91,23 @@ def react_agent(
             use a `Conversation`) and it answers with the whole conversation;
             a `Close` ends it. Budgets and ``max_steps`` count over the whole
             conversation. Its sessions need a store (``MemoryStore`` will do).
+        resources: More resources of the machine, by name, for its tools (an
+            HTTP client, a database pool; see `ToolContext`). The agent declares
+            its own: ``"model"`` (the model client) and ``"tools"`` (the tool
+            runner, when it is an async context manager). The `AgentSystem`
+            running the agent opens each that is an async context manager and
+            not open yet, so ``react_agent(OpenAIChatClient(), ...)`` needs no
+            ``async with`` of yours (see ``Machine(resources=...)``).
 
     Returns:
         The machine.
 
     Raises:
-        ConfigurationError: An argument is out of range, or ``state_type`` is no `ReactState`.
+        ConfigurationError: An argument is out of range, ``state_type`` is no
+            `ReactState`, or ``resources`` names ``"model"`` or ``"tools"``.
     """
-    config = ReactConfig(
-        model,
-        tools,
-        system_prompt=system_prompt,
-        budget=budget,
-        max_steps=max_steps,
-        max_format_retries=max_format_retries,
-        max_parallel_tools=max_parallel_tools,
-        json_mode=json_mode,
-        answer_type=answer_type,
-        cache=cache,
-        max_context_tokens=max_context_tokens,
-        prices=prices,
-        stream=stream,
-        state_type=state_type,
-        name=name,
-        gates=gates,
-        deadlines=deadlines,
-        conversational=conversational,
-    )
+    # Every argument as given, checked and frozen (the parameters are ReactConfig's fields).
+    config = ReactConfig(**locals())
     return react_machine(config)
 
 
@@ -158,6 +149,7 @@ def react_machine(config: ReactConfig) -> Machine[ReactState]:
         },
         gates=config.gates,
         deadlines=config.deadlines,
+        resources=config.declared,
     )
 
 

@@ -19,7 +19,7 @@ from .._errors import ConfigurationError, SessionBusy, SessionNotFound, SystemNo
 from ..core._seams import compiled
 from ..graphs._seams import session_scope
 from ..protocols import AgentState, WallClock
-from ..protocols._seams import installed
+from ..protocols._seams import installed, resources_scope
 from ..supervision import ExitReason
 from ..supervision._seams import Session, SessionSupervisor
 from ._handle import new_handle, session_of
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ._handle import SessionHandle
     from ._owner import Owner
     from ._registry import Registry
+    from ._resources import Resources
 
 __all__ = ["SessionHost"]
 
@@ -62,6 +63,7 @@ class SessionHost:
         listeners: Called with every committed event of every session.
         faults: The faults to inject into every session launched, if any.
         clock: What the sessions' messages and timers are timed by.
+        resources: The machines' resources the system opened.
 
     Attributes:
         config: The sessions' configuration.
@@ -79,6 +81,7 @@ class SessionHost:
         "_on_park",
         "_owner_name",
         "_registry",
+        "_resources",
         "_seed",
         "_snapshot_every",
         "clock",
@@ -101,6 +104,7 @@ class SessionHost:
         snapshot_every: int | None,
         listeners: tuple[EventListener, ...],
         faults: FaultInjector | None,
+        resources: Resources,
         clock: Clock | None = None,
     ) -> None:
         self._actors = actors
@@ -119,6 +123,7 @@ class SessionHost:
         self.clock: Clock = WallClock() if clock is None else clock
         #: Called when a session launched here parks (the system's timer watch looks again).
         self._on_park: Callable[[], None] | None = None
+        self._resources = resources
 
     def check_running(self) -> None:
         """Raise `SystemNotRunning` outside the agent system's ``async with`` block."""
@@ -135,6 +140,18 @@ class SessionHost:
                 f"cannot {purpose} without a store: pass store=... to AgentSystem"
             )
         return self.store
+
+    async def open_resources(self, machine: Machine[Any]) -> None:
+        """Open the resources of ``machine`` (and its subgraphs') that are not open yet.
+
+        Call it before storing or changing anything for a session, so that a
+        resource that cannot open leaves nothing behind.
+
+        Raises:
+            ResourceUnavailable: If one could not be opened.
+            SystemNotRunning: Outside the system's ``async with`` block.
+        """
+        await self._resources.open(machine)
 
     def config_for(self, max_steps: int | None) -> SessionConfig:
         """The sessions' configuration, with ``max_steps`` if one is given (checked)."""
@@ -205,7 +222,10 @@ class SessionHost:
         """Spawn the session's supervisor; it takes over ``claim``'s lease, if any.
 
         ``history`` is an in-memory session's earlier events, kept on by this run.
+        The machine's resources are open before it starts (the operations that
+        store something opened them first: this finds them open).
         """
+        await self._resources.open(machine)
         session = self._session(machine, state, config, session_id, base_seq, anchor_seq)
         session.gates_passed = gates_passed
         session.log.extend(history)
@@ -217,6 +237,7 @@ class SessionHost:
                 with (
                     session_scope(self._children, session),  # subgraph stages find us
                     installed(self._faults),  # its tasks inherit the fault plan, if any
+                    resources_scope(machine.resources),  # and its tools' ToolContext these
                 ):
                     ref = await self._actors.spawn(
                         SessionSupervisor, session, name=f"{session_id}/supervisor"

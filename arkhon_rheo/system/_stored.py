@@ -226,11 +226,14 @@ class StoredSession(Generic[S]):
                 here is starting or changing it), is paused at a gate, or has ended.
             SessionLocked: If a live owner elsewhere drives it.
             StoreCorrupt: If what is stored does not decode.
+            ResourceUnavailable: If a resource of the machine could not be
+                opened (nothing is recorded).
         """
         host = self._host
         journal = self._journal("resume a session")
         host.check_running()
         config = host.config_for(max_steps)
+        await host.open_resources(self.machine)  # before the resume is recorded
         async with host.claim(self.session_id) as claim:
             await journal.exists()  # SessionNotFound before any lease
             taken_over = await claim.lease()
@@ -307,6 +310,8 @@ class StoredSession(Generic[S]):
                 the machine is not the session's.
             InvalidPatch: If the value fails validation (the session stays paused).
             InvariantViolation: If the resulting state breaks an invariant.
+            ResourceUnavailable: If a resource of the machine could not be
+                opened (nothing is recorded; the session stays paused).
         """
         sent = await self.decide(Approve(value=value), message_id=message_id)
         handle = sent.handle
@@ -382,6 +387,8 @@ class StoredSession(Generic[S]):
         """
         host, machine, session_id = self._host, self.machine, self.session_id
         host.check_running()
+        if isinstance(decision, Approve):
+            await host.open_resources(machine)  # before the decision is recorded
         async with host.claim(session_id) as claim:
             ledger = await _ledger(host, machine, session_id, claim)
             inbox = None if host.store is None else Mailbox(host.store, session_id)

@@ -44,6 +44,7 @@ from ._options import (
 from ._owner import Owner
 from ._recovery import orphaned
 from ._registry import AgentStatistics, Registry
+from ._resources import Resources
 from ._stored import StoredSession, new_stored
 
 if TYPE_CHECKING:
@@ -71,6 +72,12 @@ class AgentSystem:
     Use it as an async context manager on asyncio or trio. Sessions are
     supervised one_for_one: one session's crash or fatal error never touches
     another. Leaving the block cancels sessions still running.
+
+    The system opens the resources of the machines it drives (see
+    ``Machine(resources=...)``; `react_agent` declares its model client): each
+    one that is an async context manager and not open already is entered once,
+    before the first session that needs it is stored or resumed, shared by
+    every session, and left when the block is left, after the sessions stopped.
 
     Only ``Exception`` is classified. A stage's ``BaseException`` other than
     cancellation (``KeyboardInterrupt``, ``SystemExit``, a subclass of your own)
@@ -184,6 +191,7 @@ class AgentSystem:
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout
         )
         self._registry = Registry(kept(keep_ended, with_store=store is not None))
+        self._resources = Resources(close_timeout=shutdown_timeout)
         self._claims = Claims(store, str(identity), lease_ttl)
         self._host = SessionHost(
             actors=self._actors,
@@ -198,6 +206,7 @@ class AgentSystem:
             listeners=tuple(listeners),
             faults=fault_plan,
             clock=clock,
+            resources=self._resources,
         )
         self._postman = Postman(self._host, self._host.clock, inbox_capacity, poll_interval)
         self._host.on_park(self._postman.kick)
@@ -211,6 +220,8 @@ class AgentSystem:
         async with contextlib.AsyncExitStack() as stack:
             if self._owned_store is not None:
                 await stack.enter_async_context(self._owned_store)
+            # The machines' resources: left after the actors, once the sessions stopped.
+            await stack.enter_async_context(self._resources)
             await stack.enter_async_context(self._actors)
             if self._store is not None:
                 # The leases' renewals, and the timer watch beside them.
@@ -267,6 +278,8 @@ class AgentSystem:
             SessionError: If the id is taken, or another call here is starting it.
             ConfigurationError: If the state does not fit the machine.
             InvariantViolation: If the initial state breaks an invariant.
+            ResourceUnavailable: If a resource of the machine could not be
+                opened (nothing is stored).
             StoreError: If the store fails. When it fails after the session was
                 stored but before it was leased, the stored session stays
                 (``"running"``, with no lease): `resume` it, or `recover` finds it.
@@ -292,6 +305,7 @@ class AgentSystem:
         host.check_running()
         if self._store is not None:
             self._postman.serve(machine)
+        await host.open_resources(machine)  # before anything is stored
         async with host.claim(session_id) as claim:
             if self._store is not None:
                 await Journal(self._store, machine, session_id).create(state)
@@ -323,6 +337,8 @@ class AgentSystem:
                 here is starting or changing it), is paused at a gate, or has ended.
             SessionLocked: If a live owner elsewhere drives it.
             StoreCorrupt: If what is stored does not decode.
+            ResourceUnavailable: If a resource of the machine could not be
+                opened (nothing is stored).
         """
         if self._store is not None:
             self._postman.serve(machine)
@@ -365,6 +381,8 @@ class AgentSystem:
             ConfigurationError: Without a store, or if a session of that name was
                 stored by a machine that differs from ``machine`` (nothing is
                 resumed then).
+            ResourceUnavailable: If a resource of the machine could not be
+                opened (the sessions stay as they were, orphaned).
             SystemNotRunning: Outside the ``async with`` block.
         """
         self._host.check_running()

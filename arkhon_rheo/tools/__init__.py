@@ -4,7 +4,9 @@
 model of its arguments and a `ToolSpec` for the model. A `Toolbox` of tools
 answers the model's `ToolCall` with a `ToolMessage` (it implements
 `arkhon_rheo.protocols.ToolRunner`), bounds concurrent calls per tool and in
-all, and records every call for replay. ``@tool(sandbox=Sandbox(...))`` runs
+all, and records every call for replay. A tool that declares a parameter
+annotated `ToolContext` gets the call's session, step, call id and the
+machine's resources there, out of the model's sight. ``@tool(sandbox=Sandbox(...))`` runs
 each call in a confined subprocess (with bubblewrap on Linux: no network, no
 file system but its own directory and read-only system paths, its own PID
 namespace); `Sandbox.enforcement` says what holds on this machine.
@@ -17,6 +19,7 @@ from .._errors import ToolError as ToolError
 from .._errors import ToolTimeout as ToolTimeout
 from .._exports import publish
 from ._config import Sandbox as Sandbox
+from ._context import ToolContext as ToolContext
 from ._isolation import Enforcement as Enforcement
 from ._tool import SANDBOX_TIMEOUT as SANDBOX_TIMEOUT
 from ._tool import Tool as Tool
@@ -30,6 +33,7 @@ __all__ = [
     "IsolationUnavailable",
     "Sandbox",
     "Tool",
+    "ToolContext",
     "ToolError",
     "ToolTimeout",
     "Toolbox",

@@ -4,7 +4,8 @@ The function's parameters become a pydantic model (``Tool.arguments``) that
 validates what the model sends, and a JSON schema in the chat-completions
 tool format (``Tool.spec``). The docstring's first paragraph is the tool's
 description; the lines of a Google-style ``Args:`` section describe the
-parameters.
+parameters. A parameter annotated `ToolContext` is not one of them: the
+`Toolbox` passes the call's context there.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pydantic_core import PydanticSerializationError, to_json
 
 from .._errors import ConfigurationError, ToolError, ToolTimeout
 from ..protocols import ToolSpec
+from ._context import ToolContext, is_context, tool_context
 from ._sandbox import run_sandboxed
 
 if TYPE_CHECKING:
@@ -116,6 +118,8 @@ class Tool(Generic[P, R]):
         thread: Whether a synchronous function runs in a worker thread.
         sandbox: Where it runs in a subprocess, if it does.
         target: ``"module:qualname"`` of the function (how a sandbox imports it).
+        takes_context: Whether the function declares a `ToolContext` parameter
+            (left out of ``arguments`` and ``spec``; passed on each call).
     """
 
     def __init__(
@@ -159,6 +163,13 @@ class Tool(Generic[P, R]):
         summary, described = _parse_docstring(fn.__doc__)
         self.description = description if description is not None else summary
         self.arguments, self._parameters = _arguments_model(self.name, self.target, fn, described)
+        self.takes_context = any(field is None for _, field, _ in self._parameters)
+        if sandbox is not None and self.takes_context:
+            raise ConfigurationError(
+                f"sandboxed tool {self.name!r} ({self.target}) declares a ToolContext parameter; "
+                "a sandboxed call runs in another process, which the session's resources cannot "
+                "reach: drop the parameter, or the sandbox"
+            )
         parameters = self.arguments.model_json_schema(schema_generator=_Schema)
         parameters.pop("title", None)
         self.spec = ToolSpec(name=self.name, description=self.description, parameters=parameters)
@@ -181,10 +192,12 @@ class Tool(Generic[P, R]):
             return self.arguments.model_validate_json(arguments.strip() or "{}")
         return self.arguments.model_validate(arguments)
 
-    async def run(self, arguments: BaseModel) -> str:
+    async def run(self, arguments: BaseModel, context: ToolContext | None = None) -> str:
         """Run the tool with validated arguments; return its result as text.
 
         A `str` result is returned as it is, anything else dumped as JSON.
+        ``context`` goes to a `ToolContext` parameter (one is made for this
+        task's session, with no call id, when none is given).
 
         Raises:
             ToolTimeout: The call ran past the tool's timeout.
@@ -197,16 +210,22 @@ class Tool(Generic[P, R]):
                 self.name, self.target, arguments, self.sandbox, self.timeout
             )
         with anyio.move_on_after(math.inf if self.timeout is None else self.timeout) as scope:
-            return result_text(await self.call_with(arguments))
+            return result_text(await self.call_with(arguments, context))
         assert scope.cancelled_caught
         raise ToolTimeout(tool=self.name, timeout=self.timeout or math.inf)
 
-    async def call_with(self, arguments: BaseModel) -> Any:
-        """Call the function with validated arguments, in this process; return what it returns."""
+    async def call_with(self, arguments: BaseModel, context: ToolContext | None = None) -> Any:
+        """Call the function with validated arguments, in this process; return what it returns.
+
+        A `ToolContext` parameter gets ``context`` (this task's, with no call
+        id, when none is given).
+        """
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
+        if self.takes_context and context is None:
+            context = tool_context(None)
         for parameter, field, positional in self._parameters:
-            value = getattr(arguments, field)
+            value = context if field is None else getattr(arguments, field)
             if positional:
                 args.append(value)
             else:
@@ -244,8 +263,11 @@ def result_text(value: Any) -> str:
 
 def _arguments_model(
     name: str, target: str, fn: Callable[..., Any], described: dict[str, str]
-) -> tuple[type[BaseModel], list[tuple[str, str, bool]]]:
-    """The pydantic model of ``fn``'s parameters, and (parameter, field, positional-only) rows."""
+) -> tuple[type[BaseModel], list[tuple[str, str | None, bool]]]:
+    """The pydantic model of ``fn``'s parameters, and (parameter, field, positional-only) rows.
+
+    A `ToolContext` parameter has no field (``None``): it is not the model's to send.
+    """
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:
@@ -254,7 +276,7 @@ def _arguments_model(
             "types it names at module level"
         ) from exc
     fields: dict[str, Any] = {}
-    rows: list[tuple[str, str, bool]] = []
+    rows: list[tuple[str, str | None, bool]] = []
     for parameter, param in inspect.signature(fn).parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(
@@ -266,6 +288,9 @@ def _arguments_model(
                 f"tool {name!r} ({target}): parameter {parameter!r} has no annotation; annotate "
                 "it so its arguments can be validated and described to the model"
             )
+        if is_context(hints[parameter]):
+            rows.append((parameter, None, param.kind is param.POSITIONAL_ONLY))
+            continue
         default = ... if param.default is param.empty else param.default
         extra: dict[str, Any] = {}
         if parameter in described:
@@ -326,13 +351,18 @@ def tool(
             that overruns its timeout is abandoned, not stopped.
         sandbox: Run each call in a subprocess with these limits.
 
+    A parameter annotated `ToolContext` gets the call's context (its session,
+    step, call id and the machine's resources); it is not in the schema the
+    model sees.
+
     Returns:
         The `Tool`, or a decorator that makes one.
 
     Raises:
         ConfigurationError: The name is not one model APIs accept, a parameter
             is unannotated or variadic, an option is out of range, or a
-            sandboxed function cannot be imported by a subprocess.
+            sandboxed function cannot be imported by a subprocess or declares
+            a `ToolContext` parameter.
     """
 
     def decorate(fn: Callable[P, R]) -> Tool[P, R]:

@@ -23,6 +23,7 @@ from .. import _tracing
 from .._errors import ArkhonError, ConfigurationError, ToolError
 from ..protocols import ToolCall, ToolMessage, ToolSpec, record_call
 from ..protocols._seams import current_injector, current_session
+from ._context import tool_context
 from ._tool import Tool
 
 if TYPE_CHECKING:
@@ -219,7 +220,8 @@ class Toolbox:
             async with self._capacity(call.name):
                 if current_injector() is not None:
                     await _inject(call.name, arguments)
-                content = await tool.run(validated)
+                context = tool_context(call.id) if tool.takes_context else None
+                content = await tool.run(validated, context)
         except ToolError as exc:
             return self._error(call, str(exc))
         except ArkhonError:

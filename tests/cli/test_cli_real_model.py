@@ -1,0 +1,131 @@
+"""Every steering command drives a real-model agent named by ``MODULE:ATTR``, with no user code.
+
+`tests.support.real_agent` makes ``react_agent(OpenAIChatClient(...), ...)`` at
+import and never opens the client; the agent system each command opens does.
+Each command runs as its own process (``python -m arkhon_rheo``) against a
+loopback OpenAI-compatible server this test serves (`tests.support.chat_server`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from arkhon_rheo.store import SQLiteStore
+from tests.support.chat_server import Canned, ChatServer, open_chat_server
+from tests.support.real_agent import KEY, URL_VARIABLE
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = "tests.support.real_agent:agent"
+GATED = "tests.support.real_agent:gated_agent"
+
+
+async def cli(server: ChatServer, backend: str, *argv: str) -> tuple[int, Any, str]:
+    """Run ``arkhon-rheo ARGV --json`` in a process of its own; its status, JSON output, stderr."""
+    env = {**os.environ, URL_VARIABLE: server.url, "PYTHONPATH": str(ROOT)}
+    env.pop("OPENAI_API_KEY", None)
+    with anyio.fail_after(120):  # a hung command, not a timing threshold
+        done = await anyio.run_process(
+            [sys.executable, "-m", "arkhon_rheo", *argv, "--backend", backend, "--json"],
+            cwd=ROOT,
+            env=env,
+            check=False,
+        )
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert "Traceback" not in err, err
+    return done.returncode, (json.loads(out) if out.strip() else None), err
+
+
+def tool_result(state: dict[str, Any]) -> dict[str, Any]:
+    (message,) = [m for m in state["messages"] if m["role"] == "tool"]
+    result: dict[str, Any] = json.loads(message["content"])
+    return result
+
+
+async def status(path: Path, session_id: str) -> str:
+    async with SQLiteStore(path) as store:
+        return (await store.record(session_id)).status
+
+
+async def test_run_decide_fork_and_resume_drive_a_real_model_agent(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    db = str(tmp_path / "real.db")
+    async with open_chat_server() as server:
+        # run: a tool call, then the answer; the client is opened by the command's system.
+        server.add(
+            Canned.completion(tool_calls=[("c-1", "add", '{"a": 2, "b": 3}')]),
+            Canned.completion("2 + 3 = 5"),
+        )
+        code, ran, err = await cli(
+            server, anyio_backend, "run", AGENT, "--input", '{"task": "add 2 and 3"}',
+            "--session-id", "s1", "--store", db,
+        )  # fmt: skip
+        assert code == 0, err
+        assert ran["exit_reason"] == "finished", ran["failure"]
+        assert ran["state"]["answer"] == "2 + 3 = 5"
+        seen = tool_result(ran["state"])
+        assert seen == {"sum": 5, "session": "s1", "step": 3, "call": "c-1", "model_open": True}
+
+        # run a gated agent: it pauses before its tool call.
+        server.add(Canned.completion(tool_calls=[("c-2", "add", '{"a": 1, "b": 1}')]))
+        code, paused, err = await cli(
+            server, anyio_backend, "run", GATED, "--input", '{"task": "1 + 1"}',
+            "--session-id", "g1", "--store", db,
+        )  # fmt: skip
+        assert (code, paused["exit_reason"]) == (0, "paused"), err
+
+        # decide resume: the tool runs, then the model answers, in the deciding process.
+        server.add(Canned.completion("two"))
+        code, decided, err = await cli(
+            server, anyio_backend, "decide", "g1", "resume", "--machine", GATED, "--store", db
+        )
+        assert code == 0, err
+        assert decided["exit_reason"] == "finished", decided["failure"]
+        assert decided["state"]["answer"] == "two"
+        assert tool_result(decided["state"])["session"] == "g1"
+
+        # fork the finished session where it was thinking, and resume the fork.
+        code, forked, err = await cli(
+            server, anyio_backend, "fork", "g1", "--at", "1", "--new-id", "f1",
+            "--machine", GATED, "--store", db,
+        )  # fmt: skip
+        assert (code, forked["session_id"]) == (0, "f1"), err
+        server.add(Canned.completion("still two"))
+        code, resumed, err = await cli(
+            server, anyio_backend, "resume", "f1", "--machine", GATED, "--store", db
+        )
+        assert code == 0, err
+        assert resumed["exit_reason"] == "finished", resumed["failure"]
+        assert resumed["state"]["answer"] == "still two"
+
+    assert len(server.requests) == 5
+    assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in server.requests)
+    for session_id in ("s1", "g1", "f1"):
+        assert await status(Path(db), session_id) == "finished"
+
+
+async def test_a_resource_that_cannot_open_fails_the_command_not_the_session(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    db = str(tmp_path / "closed.db")
+    async with open_chat_server() as server:
+        code, _, err = await cli(
+            server, anyio_backend, "run", "tests.support.real_agent:broken_agent",
+            "--input", '{"task": "x"}', "--session-id", "c1", "--store", db,
+        )  # fmt: skip
+    assert code == 1
+    assert "ResourceUnavailable" not in err  # one line: the message says it all
+    assert "resource 'db' of machine 'real-agent' could not be opened" in err
+    assert "ConnectionRefusedError: the database at 127.0.0.1:9 refused" in err
+    assert server.requests == []
+    async with SQLiteStore(db) as store:
+        assert await store.sessions() == ()  # nothing stored, let alone stored as failed
