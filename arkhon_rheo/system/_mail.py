@@ -35,13 +35,16 @@ from .._errors import (
     SessionLocked,
 )
 from .._log import get_logger
-from ..protocols import NewMessage, message_kind
+from ..protocols import Machine, NewMessage, message_kind
 from ..protocols._seams import DECISIONS
 from ..supervision._seams import message_record
 from ._journal import Journal
+from ._options import check_positive
 
 if TYPE_CHECKING:
-    from ..protocols import Clock, Machine, Store, StoredMessage
+    from collections.abc import Iterable
+
+    from ..protocols import Clock, Store, StoredMessage
     from ._handle import SessionHandle
     from ._host import SessionHost
 
@@ -194,17 +197,25 @@ class Postman:
     """An agent system's deliveries: `send`, `wake`, and the timer watch.
 
     Args:
-        host: The system's sessions.
-        clock: What messages and timers are timed by.
+        host: The system's sessions (messages and timers are timed by its clock).
         capacity: The most pending messages an inbox holds.
         poll: The longest the timer watch sleeps, in seconds.
+        machines: The machines to serve from the start (held for good).
+
+    Raises:
+        ConfigurationError: If ``capacity`` or ``poll`` is not positive, or a
+            machine is not a `Machine`.
     """
 
     __slots__ = ("_kick", "capacity", "clock", "given", "host", "poll", "served")
 
-    def __init__(self, host: SessionHost, clock: Clock, capacity: int, poll: float) -> None:
+    def __init__(
+        self, host: SessionHost, capacity: int, poll: float, machines: Iterable[Machine[Any]]
+    ) -> None:
+        check_positive("inbox_capacity", capacity, integer=True)
+        check_positive("poll_interval", poll)
         self.host = host
-        self.clock = clock
+        self.clock: Clock = host.clock
         self.capacity = capacity
         self.poll = poll
         #: The machines whose parked sessions this system wakes, by name: held
@@ -213,6 +224,12 @@ class Postman:
         #: ...but for those the system was given to serve.
         self.given: list[Machine[Any]] = []
         self._kick = anyio.Event()
+        host.on_park(self.kick)
+        for machine in machines:
+            if not isinstance(machine, Machine):
+                raise ConfigurationError(f"machines=... takes Machine objects, got {machine!r}")
+            self.given.append(machine)
+            self.serve(machine)
 
     def serve(self, machine: Machine[Any]) -> None:
         """Wake the parked sessions of ``machine`` when their timers fall due, from now on."""

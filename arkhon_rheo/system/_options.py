@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
+from ..supervision import StageMode
+from ..supervision._seams import SessionConfig
 
 if TYPE_CHECKING:
     from ..protocols import AgentState, Machine
@@ -17,6 +20,7 @@ __all__ = [
     "check_positive",
     "check_snapshot_every",
     "kept",
+    "session_config",
 ]
 
 #: Ended sessions an `AgentSystem` without a store keeps in memory by default.
@@ -47,6 +51,26 @@ def check_lease_ttl(lease_ttl: float) -> float:
     if not (isinstance(lease_ttl, int | float) and lease_ttl > 0):
         raise ConfigurationError(f"lease_ttl must be positive seconds, got {lease_ttl!r}")
     return float(lease_ttl)
+
+
+def session_config(
+    max_steps: int,
+    mailbox_capacity: int,
+    stage_mode: StageMode,
+    **overrides: Any,
+) -> SessionConfig:
+    """The sessions' configuration from `AgentSystem`'s options (checked); ``None`` keeps a default.
+
+    Raises:
+        ConfigurationError: If ``stage_mode`` is not a `StageMode` or the step budget is wrong.
+    """
+    if not isinstance(stage_mode, StageMode):
+        raise ConfigurationError(f"stage_mode must be a StageMode, got {stage_mode!r}")
+    check_budget(max_steps)
+    config = SessionConfig(
+        max_steps=max_steps, mailbox_capacity=mailbox_capacity, stage_mode=stage_mode
+    )
+    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
 
 
 def check_positive(name: str, value: float, *, integer: bool = False) -> None:

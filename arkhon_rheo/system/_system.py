@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import (
@@ -27,20 +26,13 @@ from ..core._seams import compiled
 from ..protocols import AgentState, Durability, Machine
 from ..store import SQLiteStore
 from ..supervision import StageMode
-from ..supervision._seams import EventListener, SessionConfig
+from ..supervision._seams import EventListener
 from ._children import ChildHost
 from ._claims import Claims
 from ._host import SessionHost
 from ._journal import Journal
 from ._mail import Postman, Sent, decision_of
-from ._options import (
-    check_budget,
-    check_initial,
-    check_lease_ttl,
-    check_positive,
-    check_snapshot_every,
-    kept,
-)
+from ._options import check_initial, check_lease_ttl, check_snapshot_every, kept, session_config
 from ._owner import Owner
 from ._recovery import orphaned
 from ._registry import AgentStatistics, Registry
@@ -165,21 +157,16 @@ class AgentSystem:
         inbox_capacity: int = 1000,
         poll_interval: float = 1.0,
     ) -> None:
-        if not isinstance(stage_mode, StageMode):
-            raise ConfigurationError(f"stage_mode must be a StageMode, got {stage_mode!r}")
-        config = SessionConfig(
-            max_steps=max_steps, mailbox_capacity=mailbox_capacity, stage_mode=stage_mode
+        config = session_config(
+            max_steps,
+            mailbox_capacity,
+            stage_mode,
+            classifier=classifier,
+            backoff=backoff,
+            restart_strategy=restart_strategy,
+            restart_intensity=restart_intensity,
         )
-        overrides: dict[str, Any] = {
-            "classifier": classifier,
-            "backoff": backoff,
-            "restart_strategy": restart_strategy,
-            "restart_intensity": restart_intensity,
-        }
-        check_budget(max_steps)
         check_snapshot_every(snapshot_every)
-        check_positive("inbox_capacity", inbox_capacity, integer=True)
-        check_positive("poll_interval", poll_interval)
         lease_ttl = check_lease_ttl(lease_ttl)
         identity = Owner.current()
         self._exit = contextlib.AsyncExitStack()
@@ -198,7 +185,7 @@ class AgentSystem:
             registry=self._registry,
             claims=self._claims,
             children=ChildHost(self, self._registry),
-            config=replace(config, **{k: v for k, v in overrides.items() if v is not None}),
+            config=config,
             store=store,
             owner=identity,
             seed=seed,
@@ -208,13 +195,7 @@ class AgentSystem:
             clock=clock,
             resources=self._resources,
         )
-        self._postman = Postman(self._host, self._host.clock, inbox_capacity, poll_interval)
-        self._host.on_park(self._postman.kick)
-        for machine in machines:
-            if not isinstance(machine, Machine):
-                raise ConfigurationError(f"machines=... takes Machine objects, got {machine!r}")
-            self._postman.given.append(machine)
-            self._postman.serve(machine)
+        self._postman = Postman(self._host, inbox_capacity, poll_interval, machines)
 
     async def __aenter__(self) -> AgentSystem:
         async with contextlib.AsyncExitStack() as stack:
