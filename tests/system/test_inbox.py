@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import enum
 import gc
 import weakref
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import anyio
 import anyio.lowlevel
@@ -13,22 +12,27 @@ import pytest
 from pydantic import BaseModel
 
 from arkhon_rheo import (
-    AgentState,
     AgentSystem,
     ConfigurationError,
     ExitReason,
     Machine,
     MemoryStore,
-    Patch,
     SessionNotFound,
-    StateView,
-    stage,
 )
 from arkhon_rheo.errors import InboxFull, MessageRefused
-from arkhon_rheo.protocols import EventKind, Receive, schedule
+from arkhon_rheo.protocols import EventKind, Receive
 from arkhon_rheo.supervision._seams import Session
 from arkhon_rheo.system._handle import session_of
 from arkhon_rheo.testing import VirtualClock
+from tests.support.tickets import (
+    TICKETS,
+    CloseTicket,
+    Escalate,
+    Note,
+    Phase,
+    Ticket,
+    opened,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -38,83 +42,6 @@ if TYPE_CHECKING:
     from arkhon_rheo.protocols import Store
 
 pytestmark = pytest.mark.anyio
-
-
-class Phase(enum.Enum):
-    NEW = "new"
-    OPEN = "open"
-    REVIEW = "review"
-    CLOSED = "closed"
-    FAILED = "failed"
-
-
-class Ticket(AgentState):
-    lifecycle: Phase = Phase.NEW
-    title: str = "printer on fire"
-    notes: tuple[str, ...] = ()
-    closed: bool = False
-
-
-class Note(BaseModel):
-    text: str
-
-
-class Remind(BaseModel):
-    kind: ClassVar[str] = "remind"
-    why: str
-
-
-class CloseTicket(BaseModel):
-    pass
-
-
-class Escalate(BaseModel):
-    level: int
-
-
-@stage(reads={"title"}, writes={"notes"}, next=Phase.OPEN)
-async def opened(view: StateView[Ticket]) -> Patch:
-    schedule(Remind(why="check in"), after=3600)
-    return Patch(notes=(f"opened: {view.title}",))
-
-
-class Triage(
-    Receive[Ticket],
-    reads={"notes"},
-    writes={"notes", "closed"},
-    accepts=(Note, Remind, CloseTicket),
-):
-    async def apply(self, view: StateView[Ticket], message: Any) -> Patch:
-        if isinstance(message, CloseTicket):
-            return Patch(closed=True)
-        text = message.text if isinstance(message, Note) else f"reminder: {message.why}"
-        return Patch(notes=(*view.notes, text))
-
-    def next(self, state: Ticket) -> Phase:
-        return Phase.CLOSED if state.closed else Phase.OPEN
-
-
-class Review(Receive[Ticket], reads={"notes"}, writes={"notes"}, accepts=(Escalate,)):
-    async def apply(self, view: StateView[Ticket], message: Escalate) -> Patch:
-        return Patch(notes=(*view.notes, f"escalated to {message.level}"))
-
-    def next(self, state: Ticket) -> Phase:
-        return Phase.OPEN
-
-
-TICKETS = Machine(
-    name="tickets",
-    state_type=Ticket,
-    initial=Phase.NEW,
-    transitions={
-        Phase.NEW: {Phase.OPEN},
-        Phase.OPEN: {Phase.OPEN, Phase.CLOSED, Phase.REVIEW},
-        Phase.REVIEW: {Phase.OPEN},
-    },
-    stages={Phase.NEW: opened, Phase.OPEN: Triage, Phase.REVIEW: Review},
-    terminal={Phase.CLOSED, Phase.FAILED},
-    failed=Phase.FAILED,
-)
 
 
 class Applied:
@@ -159,7 +86,7 @@ async def test_a_session_parks_then_a_message_wakes_it_and_is_applied(store: Sto
         assert record.waiting == {
             "state": "OPEN",
             "stage": "Triage".lower(),
-            "accepts": ["CloseTicket", "Note", "remind"],
+            "accepts": ["CloseTicket", "Hold", "Note", "remind"],
         }
         assert record.wake_at is not None  # the reminder the opening step scheduled
         assert system.sessions() == []  # parked: nothing held here
