@@ -51,19 +51,40 @@ def _exit_reason(record: SessionRecord, last: StoredEvent | None) -> str:
 
 
 def _row(record: SessionRecord, last: StoredEvent | None, leased: bool) -> dict[str, Any]:
-    status = record.status
-    if status == "running" and not leased:
-        status = "running (orphaned)"  # no live lease: its process stopped mid-run
     return {
         "session_id": record.session_id,
         "machine": record.machine,
-        "status": status,
+        "status": record.status,
+        # No live lease while "running": its process stopped mid-run.
+        "orphaned": record.status == "running" and not leased,
         "steps": record.last_seq,
         "created_at": record.created_at,
         "last_commit": record.updated_at,
         "parent": record.parent,
         "exit_reason": _exit_reason(record, last),
+        "waiting": record.waiting,
+        "wake_at": record.wake_at,
     }
+
+
+def waits_for(row: dict[str, Any]) -> str:
+    """What a waiting or paused session waits for, in a few words ("" for others)."""
+    waiting = row.get("waiting")
+    if not isinstance(waiting, dict):
+        return ""
+    if waiting.get("gate") is not None:
+        text = f"a decision at gate {waiting['gate']!r}"
+        if waiting.get("field"):
+            text += f" (answer to {waiting['field']!r})"
+        if waiting.get("question") is not None:
+            text += f": {waiting['question']}"
+        return text
+    kinds = ", ".join(str(kind) for kind in waiting.get("accepts") or ())
+    text = f"a message ({kinds})" if kinds else "a message"
+    wake_at = row.get("wake_at")
+    if isinstance(wake_at, int | float):
+        text += f"; wakes at {_when(wake_at)}"
+    return text
 
 
 async def _sessions(path: str) -> list[dict[str, Any]]:
@@ -81,23 +102,26 @@ def list_sessions(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo sessions``: every stored session, newest last."""
     rows = args.run(_sessions, existing_store(args.store))
     if args.status:
-        rows = [row for row in rows if row["status"].split()[0] in args.status]
+        rows = [row for row in rows if row["status"] in args.status]
     if args.limit:
         rows = rows[-args.limit :]
     if args.json:
         print_json(rows)
         return ExitStatus.OK
     table = Table(title=shown(f"{len(rows)} session(s) in {args.store}"))
-    for column in ("session", "machine", "status", "steps", "last commit", "exit reason"):
+    columns = ("session", "machine", "status", "steps", "last commit", "exit reason", "waits for")
+    for column in columns:
         table.add_column(column, justify="right" if column == "steps" else "left")
     for row in rows:
+        status = f"{row['status']} (orphaned)" if row["orphaned"] else row["status"]
         table.add_row(
             shown(row["session_id"]),
             shown(row["machine"]),
-            shown(row["status"]),
+            shown(status),
             str(row["steps"]),
             _when(row["last_commit"]),
             shown(row["exit_reason"]),
+            shown(waits_for(row)),
         )
     console().print(table)
     return ExitStatus.OK
@@ -153,6 +177,9 @@ def show(args: argparse.Namespace) -> ExitStatus:
             + (f", forked from {record.parent}" if record.parent else ""),
         )
     )
+    waiting = waits_for(_row(record, None, leased=True))
+    if waiting:
+        out.print(styled("  waits for ", (waiting, "yellow")))
     table = Table()
     for column in ("seq", "kind", "stage", "from → to", "wrote", "attempt", "calls", "at", "ms"):
         table.add_column(column, justify="right" if column in ("seq", "attempt", "ms") else "left")

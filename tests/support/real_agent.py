@@ -81,5 +81,10 @@ def gated_agent() -> Machine[ReactState]:
     return make_agent(gated=True)
 
 
+def conversational_agent() -> Machine[ReactState]:
+    """``MODULE:ATTR`` factory: the agent as a conversation (it waits for the next message)."""
+    return react_agent(client(), [add], name="real-chat", conversational=True)
+
+
 #: The agent, as a user's module exposes one.
 agent = make_agent()
