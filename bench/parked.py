@@ -228,7 +228,8 @@ async def run_backend(sizes: Sizes) -> None:
         print(
             f"  (2) send -> applied, {sizes.waiting:,} parked, {sizes.sends:,} sends: "
             f"p50 {percentile(took, 0.5) * 1000:.2f} ms, "
-            f"p99 {percentile(took, 0.99) * 1000:.2f} ms, mean {statistics.fmean(took) * 1000:.2f} ms, {rate:,.0f} sends/s"
+            f"p99 {percentile(took, 0.99) * 1000:.2f} ms, "
+            f"mean {statistics.fmean(took) * 1000:.2f} ms, {rate:,.0f} sends/s"
         )
 
 
