@@ -1,4 +1,4 @@
-"""The child process of the inbox crash tests (`tests/system/test_inbox_crash.py`); not a test module.
+"""The child of the inbox crash tests (`tests/system/test_inbox_crash.py`); not a test module.
 
 Run as ``python tests/support/inbox_child.py DB MODE``:
 
@@ -15,6 +15,7 @@ Run as ``python tests/support/inbox_child.py DB MODE``:
 from __future__ import annotations
 
 import sys
+import time
 
 import anyio
 
@@ -32,19 +33,13 @@ async def drive(db: str, mode: str) -> None:
             await inside.wait()
         elif mode == "post":
             assert system.store is not None
-            message = NewMessage("hold-1", "Hold", {"text": "once"}, system_clock_now())
+            message = NewMessage("hold-1", "Hold", {"text": "once"}, time.time())
             await system.store.post("t1", message, capacity=10)
         else:
             result = await system.run(TICKETS, Ticket(), session_id="t2")
             assert result.exit_reason.value == "waiting", result
         print("ready", flush=True)
         await anyio.sleep_forever()
-
-
-def system_clock_now() -> float:
-    import time
-
-    return time.time()
 
 
 if __name__ == "__main__":

@@ -32,12 +32,13 @@ pytestmark = [
 ]
 
 CHILD = Path(__file__).resolve().parents[1] / "support" / "inbox_child.py"
+#: The repository's root: the child imports ``tests.support``.
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 async def run_child(db: Path, mode: str) -> None:
     """Run the child in ``mode`` until it says it is ready, then SIGKILL it."""
-    root = str(Path(__file__).resolve().parents[2])  # the child imports tests.support
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     process: Process = await anyio.open_process(
         [sys.executable, str(CHILD), str(db), mode],
         stderr=subprocess.STDOUT,
