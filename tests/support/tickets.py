@@ -18,7 +18,7 @@ from arkhon_rheo import AgentState, Machine, Patch, StateView, stage
 from arkhon_rheo.protocols import Receive, schedule
 
 #: Set (in a child process): a `Hold` message's step waits for ever.
-HOLD = {"forever": False, "inside": None}
+HOLD: dict[str, Any] = {"forever": False, "inside": None}
 
 
 class Hold(BaseModel):
