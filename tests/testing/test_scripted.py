@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from arkhon_rheo.protocols import Message
+    from arkhon_rheo.testing import Step
 
 HI = [UserMessage(content="hi")]
 ADD = ToolCall(id="1", name="add", arguments='{"a": 1}')
@@ -110,7 +111,7 @@ def conversation(turns: int) -> list[Message]:
 
 @pytest.mark.anyio
 async def test_a_fresh_model_answers_where_the_conversation_stands() -> None:
-    script = [Transient("429"), ADD, Delay(3600.0), "second", Transient("x"), "third"]
+    script: list[Step] = [Transient("429"), ADD, Delay(3600.0), "second", Transient("x"), "third"]
     model = ScriptedModel(script)
     # Two assistant turns are in the conversation already: the steps of answers 1
     # and 2, the error and the delay before them too, are behind it; answer 3's
@@ -192,10 +193,10 @@ async def test_a_resumed_agent_with_a_fresh_model_does_not_run_its_tool_again(
         return 522
 
     arguments = json.dumps({"city": "Lyon"})
-    script = [ToolCall(id="1", name="population", arguments=arguments), "522 thousand."]
+    script: list[Step] = [ToolCall(id="1", name="population", arguments=arguments), "522."]
     db = tmp_path / "agents.db"
     stopping = Stopping(ScriptedModel(script), at=2)  # stops before the answer
-    first = react_agent(stopping, [population], stream=stream)  # type: ignore[arg-type]
+    first = react_agent(stopping, [population], stream=stream)
     async with AgentSystem(path=db) as system:
         handle = await system.start(first, ReactState(task="Lyon?"), session_id="s")
         await stopping.entered.wait()
@@ -209,7 +210,7 @@ async def test_a_resumed_agent_with_a_fresh_model_does_not_run_its_tool_again(
         events = await system.stored(first, "s").history()
     assert result.ok, result.failure
     assert runs == ["Lyon"]  # the tool did not run again
-    assert result.state.answer == "522 thousand."
+    assert result.state.answer == "522."
     assert (result.state.turns, result.state.tool_calls) == (2, 1)
     assert len(fresh.requests) == 1
     assert fresh.script == []
