@@ -210,10 +210,6 @@ class _Inspector:
         else:
             states = (record.fingerprint or {}).get("states", ())
             graph = StateGraph.from_events(events, states=states)
-        gate_field = None
-        if machine is not None and timeline.gate is not None:
-            gate = next((g for g in machine.gates if g.name == timeline.gate), None)
-            gate_field = gate.field if gate is not None else None
         editable = [
             (name, text) for name, text in timeline.state.items() if name not in _NOT_EDITABLE
         ]
@@ -242,7 +238,7 @@ class _Inspector:
             graph_svg=svg(graph),
             machine=machine,
             why=why,
-            gate_field=gate_field,
+            waits=timeline.waits,
             editable=editable,
             error=error,
             submitted=dict(submitted or {}),
