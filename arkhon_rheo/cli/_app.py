@@ -133,6 +133,7 @@ def _add_read_commands(add: _Add) -> None:
     sub = add("show", show, "a session's event history as a table (no machine needed)")
     _common(sub)
     sub.add_argument("session", metavar="SESSION")
+    _machine(sub, required=False)  # optional: a paused session's gate field and its type
 
     sub = add("graph", graph, "Mermaid stateDiagram of a machine (MODULE:ATTR) or a session's path")
     _common(sub)

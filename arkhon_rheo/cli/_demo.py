@@ -1,8 +1,8 @@
 """``arkhon-rheo demo``: a few hundred supervised ReAct agents under a seeded fault plan.
 
 Every agent is the bundled ReAct engine (`arkhon_rheo.react.react_agent`)
-over two tools, answered by `ScriptedModel` replies. Faults come from the
-public `arkhon_rheo.testing.FaultPlan`, installed with
+over two tools, answered by scripted replies read off the conversation.
+Faults come from the public `arkhon_rheo.testing.FaultPlan`, installed with
 ``AgentSystem(fault_plan=plan)`` and injected through the library's own seams:
 the model answers some calls with a 429 and a ``Retry-After`` (retried under
 the backoff) or a malformed tool call (the engine's format retry); the tools
@@ -31,14 +31,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..protocols import Gate, ModelReply, ToolCall, ToolMessage, UserMessage
+from ..protocols import AssistantMessage, Gate, ModelReply, ToolCall, ToolMessage, UserMessage
 from ..react import ReactState, react_agent
 from ..supervision import Backoff
 from ..system import AgentSystem
-from ..testing import FaultPlan, ScriptedModel
+from ..testing import FaultPlan
 from ..tools import Toolbox, tool
 from ._common import console, print_json, shown, store_file
 
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
     from ..protocols import Machine, Message, ToolSpec
     from ..system import SessionResult
-    from ..testing import FaultCall, FaultRule, Step
+    from ..testing import FaultCall, FaultRule
 
 __all__ = ["demo", "demo_agent", "demo_plan"]
 
@@ -70,7 +71,7 @@ def _agent_of(messages: Sequence[Message]) -> int:
     return 0
 
 
-def _step(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Step:
+def _step(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> str | ToolCall:
     """The reply to a conversation: look the city up, double it, answer.
 
     Read off the tool results so far, so a malformed reply, a failed tool call
@@ -96,7 +97,7 @@ def _step(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Step:
 
 
 class _DemoModel:
-    """Answers each call with a one-step `ScriptedModel`, its step read off the conversation."""
+    """Answers each call with the reply `_step` reads off the conversation (no script kept)."""
 
     async def complete(
         self,
@@ -105,8 +106,12 @@ class _DemoModel:
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
     ) -> ModelReply:
-        model = ScriptedModel([_step(messages, tools)], model="demo-scripted")
-        return await model.complete(messages, tools=tools, json_mode=json_mode)
+        await anyio.lowlevel.checkpoint()
+        step = _step(messages, tools)
+        if isinstance(step, ToolCall):
+            message = AssistantMessage(tool_calls=(step,))
+            return ModelReply(message=message, finish_reason="tool_calls", model="demo-scripted")
+        return ModelReply(message=AssistantMessage(content=step), model="demo-scripted")
 
 
 def _toolbox() -> Toolbox:

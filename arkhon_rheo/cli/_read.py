@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from ..core._seams import differences, fingerprint
+from ..core._seams import differences, fingerprint, waits_for
 from ..protocols import StateGraph
 from ..store import SQLiteStore
 from ._common import (
@@ -32,7 +32,8 @@ from ._common import (
 if TYPE_CHECKING:
     import argparse
 
-    from ..protocols import SessionRecord, StoredEvent
+    from ..core._seams import WaitsFor
+    from ..protocols import Machine, SessionRecord, StoredEvent
 
 __all__ = ["graph", "list_sessions", "show"]
 
@@ -55,7 +56,7 @@ def _row(record: SessionRecord, last: StoredEvent | None, leased: bool) -> dict[
         "session_id": record.session_id,
         "machine": record.machine,
         "status": record.status,
-        # No live lease while "running": its process stopped mid-run.
+        # Still "running" with no live lease: its process stopped mid-run.
         "orphaned": record.status == "running" and not leased,
         "steps": record.last_seq,
         "created_at": record.created_at,
@@ -67,26 +68,6 @@ def _row(record: SessionRecord, last: StoredEvent | None, leased: bool) -> dict[
     }
 
 
-def waits_for(row: dict[str, Any]) -> str:
-    """What a waiting or paused session waits for, in a few words ("" for others)."""
-    waiting = row.get("waiting")
-    if not isinstance(waiting, dict):
-        return ""
-    if waiting.get("gate") is not None:
-        text = f"a decision at gate {waiting['gate']!r}"
-        if waiting.get("field"):
-            text += f" (answer to {waiting['field']!r})"
-        if waiting.get("question") is not None:
-            text += f": {waiting['question']}"
-        return text
-    kinds = ", ".join(str(kind) for kind in waiting.get("accepts") or ())
-    text = f"a message ({kinds})" if kinds else "a message"
-    wake_at = row.get("wake_at")
-    if isinstance(wake_at, int | float):
-        text += f"; wakes at {_when(wake_at)}"
-    return text
-
-
 async def _sessions(path: str) -> list[dict[str, Any]]:
     async with SQLiteStore(path) as store:
         records = await store.sessions()
@@ -94,7 +75,10 @@ async def _sessions(path: str) -> list[dict[str, Any]]:
         rows = []
         for record in records:
             events = await store.history(record.session_id) if record.last_seq else ()
-            rows.append(_row(record, events[-1] if events else None, record.session_id in leased))
+            row = _row(record, events[-1] if events else None, record.session_id in leased)
+            waiting = waits_for(record, events)
+            row["waits_for"] = None if waiting is None else waiting.describe()
+            rows.append(row)
         return rows
 
 
@@ -113,15 +97,14 @@ def list_sessions(args: argparse.Namespace) -> ExitStatus:
     for column in columns:
         table.add_column(column, justify="right" if column == "steps" else "left")
     for row in rows:
-        status = f"{row['status']} (orphaned)" if row["orphaned"] else row["status"]
         table.add_row(
             shown(row["session_id"]),
             shown(row["machine"]),
-            shown(status),
+            shown(f"{row['status']} (orphaned)" if row["orphaned"] else row["status"]),
             str(row["steps"]),
             _when(row["last_commit"]),
             shown(row["exit_reason"]),
-            shown(waits_for(row)),
+            shown(row["waits_for"] or ""),
         )
     console().print(table)
     return ExitStatus.OK
@@ -131,6 +114,41 @@ async def _history(path: str, session_id: str) -> tuple[SessionRecord, tuple[Sto
     async with SQLiteStore(path) as store:
         record = await store.record(session_id)
         return record, await store.history(session_id)
+
+
+async def _session(
+    path: str, session_id: str
+) -> tuple[SessionRecord, tuple[StoredEvent, ...], bool]:
+    """A session's record, its events, and whether a process holds its lease."""
+    async with SQLiteStore(path) as store:
+        record = await store.record(session_id)
+        leased = any(lease.session_id == session_id for lease in await store.leases())
+        return record, await store.history(session_id), leased
+
+
+def _session_machine(record: SessionRecord, target: str) -> Machine[Any]:
+    """The machine ``target`` names, checked against the session's stored fingerprint.
+
+    Raises:
+        CommandError: If it is not the session's machine (exit status 2).
+    """
+    machine = load_machine(target)
+    found = differences(record.fingerprint or {}, fingerprint(machine))
+    if record.fingerprint is not None and found:
+        raise CommandError(
+            f"session {record.session_id!r} runs machine {record.machine!r}, not "
+            f"{machine.name!r}: {'; '.join(found)}",
+            code=ExitStatus.USAGE,
+        )
+    return machine
+
+
+def _waits_line(waiting: WaitsFor, machine: Machine[Any] | None) -> str:
+    """The ``waits for`` line of ``show``: what the session waits for, and how to learn more."""
+    text = waiting.describe()
+    if not waiting.resolved and machine is None:
+        text += " (--machine MODULE:ATTR names the field a value goes to)"
+    return text
 
 
 def _calls(event: StoredEvent) -> list[dict[str, Any]]:
@@ -156,12 +174,19 @@ def _event_json(event: StoredEvent) -> dict[str, Any]:
 
 
 def show(args: argparse.Namespace) -> ExitStatus:
-    """``arkhon-rheo show SESSION``: a session's record and its event history."""
-    record, events = args.run(_history, existing_store(args.store), args.session)
+    """``arkhon-rheo show SESSION``: a session's record, what it waits for, its event history.
+
+    With ``--machine``, checked against the session, a paused session's gate
+    names the field an approve value goes to and its type.
+    """
+    record, events, leased = args.run(_session, existing_store(args.store), args.session)
+    machine = _session_machine(record, args.machine) if args.machine else None
+    waiting = waits_for(record, events, machine)
     if args.json:
         print_json(
             {
-                "session": _row(record, events[-1] if events else None, leased=True),
+                "session": _row(record, events[-1] if events else None, leased=leased),
+                "waits_for": waiting.as_json() if waiting is not None else None,
                 "events": [_event_json(event) for event in events],
             }
         )
@@ -177,9 +202,8 @@ def show(args: argparse.Namespace) -> ExitStatus:
             + (f", forked from {record.parent}" if record.parent else ""),
         )
     )
-    waiting = waits_for(_row(record, None, leased=True))
-    if waiting:
-        out.print(styled("  waits for ", (waiting, "yellow")))
+    if waiting is not None:
+        out.print(styled("  waits for ", (_waits_line(waiting, machine), "yellow")))
     table = Table()
     for column in ("seq", "kind", "stage", "from → to", "wrote", "attempt", "calls", "at", "ms"):
         table.add_column(column, justify="right" if column in ("seq", "attempt", "ms") else "left")
@@ -229,15 +253,7 @@ def graph(args: argparse.Namespace) -> ExitStatus:
     else:
         record, events = args.run(_history, existing_store(args.store), target)
         if args.machine:
-            machine = load_machine(args.machine)
-            found = differences(record.fingerprint or {}, fingerprint(machine))
-            if record.fingerprint is not None and found:
-                raise CommandError(
-                    f"session {record.session_id!r} runs machine {record.machine!r}, not "
-                    f"{machine.name!r}: {'; '.join(found)}",
-                    code=ExitStatus.USAGE,
-                )
-            drawn = machine.graph(events)
+            drawn = _session_machine(record, args.machine).graph(events)
         else:
             drawn = StateGraph.from_events(events)
     if args.json:

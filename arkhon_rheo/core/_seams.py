@@ -4,7 +4,8 @@ A subpackage's private modules are its own; another subpackage imports only
 its public namespace or this module (the layering test holds every module to
 that). The supervisor steps with the compiled machine's tables, the event log
 and the checks of an edge and of the invariants; the agent system, the CLI and
-the inspector read a machine's fingerprint and what differs between two.
+the inspector read a machine's fingerprint and what differs between two, and
+the CLI and the inspector what a stopped session waits for.
 """
 
 from __future__ import annotations
@@ -24,3 +25,5 @@ from ._validate import PatchValidator as PatchValidator
 from ._validate import check_edge as check_edge
 from ._validate import check_invariants as check_invariants
 from ._validate import state_label as state_label
+from ._waiting import WaitsFor as WaitsFor
+from ._waiting import waits_for as waits_for

@@ -32,7 +32,7 @@ from .._errors import ArkhonError, SessionNotFound
 from ..core._seams import differences, fingerprint
 from ..protocols import StateGraph
 from ..system import AgentSystem
-from ._data import LIVE, load_timeline, summarize
+from ._data import LIVE, load_timeline, summarize, when
 from ._graph import svg
 from ._json import parse_json
 
@@ -51,7 +51,7 @@ TOKEN_HEADER = "x-arkhon-token"
 #: The cookie a browser keeps the token in, once it has opened ``/?token=...``.
 TOKEN_COOKIE = "arkhon_token"
 #: Decisions a paused session takes.
-_DECISIONS = ("resume", "abort", "edit")
+_DECISIONS = ("approve", "abort", "edit")
 #: Fields a human never edits (the supervisor writes them).
 _NOT_EDITABLE = frozenset({"lifecycle", "session_id", "iteration"})
 #: Events a session page shows at most (``?page=N``; the last page by default).
@@ -81,6 +81,7 @@ class _Inspector:
         self.templates.filters["pretty"] = _pretty
         self.templates.filters["jsontext"] = _jsontext
         self.templates.filters["session_url"] = session_url
+        self.templates.filters["when"] = when
 
     @property
     def store(self) -> Store:
@@ -210,10 +211,6 @@ class _Inspector:
         else:
             states = (record.fingerprint or {}).get("states", ())
             graph = StateGraph.from_events(events, states=states)
-        gate_field = None
-        if machine is not None and timeline.gate is not None:
-            gate = next((g for g in machine.gates if g.name == timeline.gate), None)
-            gate_field = gate.field if gate is not None else None
         editable = [
             (name, text) for name, text in timeline.state.items() if name not in _NOT_EDITABLE
         ]
@@ -242,7 +239,7 @@ class _Inspector:
             graph_svg=svg(graph),
             machine=machine,
             why=why,
-            gate_field=gate_field,
+            waits=timeline.waits,
             editable=editable,
             error=error,
             submitted=dict(submitted or {}),
@@ -258,6 +255,8 @@ class _Inspector:
             return self.refused(request, "this change needs the inspector's token", 403)
         fields = {k: str(v) for k, v in form.items() if isinstance(v, str)}
         decision = fields.get("decision", "")
+        if decision == "resume":  # the old word for approve, still taken
+            decision = "approve"
         try:
             record = await self.store.record(session_id)
         except SessionNotFound as exc:
@@ -273,7 +272,7 @@ class _Inspector:
             edit = await self._changed(session_id, machine, edit)
             assert self.system is not None
             stored = self.system.stored(machine, session_id)
-            if decision == "resume":
+            if decision == "approve":
                 await stored.approve(value)
             elif decision == "abort":
                 await stored.abort()
@@ -291,7 +290,7 @@ class _Inspector:
     ) -> tuple[Any, dict[str, Any] | None]:
         """The resume value and the edited fields of a submitted form, parsed from JSON."""
         value: Any = None
-        if decision == "resume" and fields.get("value", "").strip():
+        if decision == "approve" and fields.get("value", "").strip():
             value = parse_json("the resume value", fields["value"])
         edit: dict[str, Any] | None = None
         if decision == "edit":

@@ -18,9 +18,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core import apply_event
-from ..core._seams import EventCodec
+from ..core._seams import EventCodec, waits_for
 
 if TYPE_CHECKING:
+    from ..core._seams import WaitsFor
     from ..protocols import Machine, SessionRecord, Store, StoredEvent
 
 __all__ = ["Change", "SessionSummary", "Step", "Timeline", "load_timeline", "summarize"]
@@ -133,7 +134,8 @@ class Timeline:
         state: The state after the last event, field by field, as JSON text.
         exact: Whether the states were folded by the session's machine.
         restarts: Failures the session went on from (recoverable or transient).
-        gate: The gate a paused session waits at, if it is paused.
+        waits: What the session waits for (a paused one: the decision at its
+            gate), if it waits; with the machine, the gate's field and its type.
     """
 
     record: SessionRecord
@@ -141,7 +143,7 @@ class Timeline:
     state: dict[str, str]
     exact: bool
     restarts: int = 0
-    gate: str | None = None
+    waits: WaitsFor | None = None
 
 
 def _fold_json(state: dict[str, Any], event: StoredEvent) -> dict[str, Any]:
@@ -226,14 +228,11 @@ async def load_timeline(
         error = event.error if isinstance(event.error, dict) else None
         if error is not None and error.get("error_class") in ("recoverable", "transient"):
             restarts += 1
-    gate = None
-    if record.status == "paused" and events and events[-1].kind == "pause":
-        gate = (events[-1].io or {}).get("gate")
     return Timeline(
         record=record,
         steps=tuple(steps),
         state={name: dumps(value) for name, value in states[-1].items()},
         exact=exact,
         restarts=restarts,
-        gate=gate,
+        waits=waits_for(record, events, machine),
     )

@@ -77,13 +77,14 @@ class SessionHandle(Generic[S]):
         return self._session.state  # type: ignore[return-value]
 
     async def history(self) -> tuple[TransitionEvent, ...]:
-        """The events this run of the session committed so far, in order.
+        """Every event of the session committed so far, from its first, in order.
 
-        With a store the store is the log: they are read from it (the session
-        keeps none in memory), so read them while the system's store is open.
-        A resumed session's run starts after its resume event; the whole stored
-        history is ``system.stored(machine, id).history()``. Without a store
-        they are kept in memory.
+        The whole history, from any handle: a resumed (or approved) session's
+        handle returns the events of its earlier runs too, its resume event
+        among them, as ``system.stored(machine, id).history()`` does. With a
+        store the store is the log: they are read from it (the session keeps
+        none in memory), so read them while the system's store is open. Without
+        a store they are kept in memory.
 
         Raises:
             StoreError: If the store cannot be read (it was closed, say).
@@ -122,10 +123,13 @@ class SessionHandle(Generic[S]):
     async def events(self) -> AsyncIterator[TransitionEvent]:
         """Yield every event of the session from the first, live, until it ends.
 
-        Consuming slowly never slows the session: each iterator reads at its own
-        pace. Without a store it reads the session's log in place; with one, the
-        events before it started come from the store and the later ones are
-        handed to it as they commit (kept for it until read).
+        From the session's first event, whichever run this handle is of: on a
+        resumed handle the earlier runs' events (and the resume event) come
+        first, as in `history`. Consuming slowly never slows the session: each
+        iterator reads at its own pace. Without a store it reads the session's
+        log in place; with one, the events before it started come from the
+        store and the later ones are handed to it as they commit (kept for it
+        until read).
         """
         session = self._session
         if not session.keep_log:
@@ -163,7 +167,7 @@ class SessionHandle(Generic[S]):
     def stream(
         self, *, capacity: int = DEFAULT_CAPACITY
     ) -> SessionStream[TransitionEvent | Partial]:
-        """Subscribe to its events (from the first, as `events`) and partial output, in order.
+        """Subscribe to its events (from its first, as `events`) and partial output, in order.
 
         The partial items of step ``seq`` come before event ``seq``, whose
         ``attempt`` says which attempt's partials the commit kept. Events are
@@ -198,9 +202,8 @@ def session_of(handle: SessionHandle[Any]) -> Session:
 
 
 async def stored_events(session: Session) -> list[TransitionEvent]:
-    """The events ``session``'s run committed, read from its store."""
+    """Every event of ``session`` (its earlier runs' too), read from its store."""
     persistence = session.persistence
     assert persistence is not None
-    codec = session.compiled.codec
-    stored = await persistence.store.history(session.session_id)
-    return [codec.decode_event(event) for event in stored if event.seq > session.base_seq]
+    decode = session.compiled.codec.decode_event
+    return [decode(event) for event in await persistence.store.history(session.session_id)]

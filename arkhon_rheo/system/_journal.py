@@ -54,6 +54,8 @@ class PausedAt(NamedTuple):
     base_seq: int
     #: The events that run keeps in memory before its own (none with a store).
     history: Sequence[TransitionEvent]
+    #: What its stored record says it waits for (``None`` in memory, or before records said).
+    waiting: Any = None
 
 
 class Ledger(Protocol):
@@ -247,7 +249,7 @@ class Journal:
         state = self.current(loaded)
         pause = await self.last_event(loaded)
         after = record.last_seq + 1
-        return PausedAt(state, _gate(pause), after, after, ())
+        return PausedAt(state, _gate(pause), after, after, (), record.waiting)
 
     async def set_status(self, status: str) -> None:
         """Store the session's status (a record a crash left behind, repaired)."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from .._construct import internal_only, make
 from .._errors import ConfigurationError, MessageRefused, SessionError
 from ..protocols import Abort, AgentState, Approve, Edit, EventKind, Machine
+from ..protocols._seams import DECISIONS
 from ._children import linked_history
 from ._decision import decision_updates
 from ._journal import Journal, MemoryJournal, out_of_band_event
@@ -413,6 +414,16 @@ class StoredSession(Generic[S]):
             await ledger.commit(
                 event, decided, status=_STATUS.get(name, "paused"), applied=position or None
             )
+            if name == "edit" and paused.waiting is not None and host.store is not None:
+                # Still paused: its record goes on saying what for (the commit cleared it).
+                await host.store.park(
+                    session_id,
+                    None,
+                    status="paused",
+                    waiting=paused.waiting,
+                    accepts=sorted(DECISIONS),
+                    now=host.clock.now(),
+                )
             handle = None
             if name == "approve":
                 handle = await host.launch(

@@ -1,8 +1,8 @@
 """`ScriptedModel`: a model that answers from a script, for tests and examples.
 
 It implements `StreamingModelClient` like the real clients, so the code under
-test cannot tell the difference; it answers each call with the next step of
-its script and records what it was asked.
+test cannot tell the difference; it answers each call with the step for where
+the conversation it is sent stands (resume-safe) and records what it was asked.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _reply(message: AssistantMessage, model: str) -> ModelReply:
 
 
 class ScriptedModel:
-    """A `StreamingModelClient` that answers each call with the next step of a script.
+    """A `StreamingModelClient` that answers from a script, by position in the conversation.
 
     ::
 
@@ -105,8 +105,18 @@ class ScriptedModel:
     `Delay` waits, then the call takes the next step. A streamed call on a
     plain step yields its whole text as one delta, then the reply.
 
+    Answers go by position, so it is resume-safe: a call whose conversation
+    already holds ``n`` assistant turns gets the script's answer number
+    ``n + 1`` (the steps are numbered by their answers; the delays and errors
+    before an answer belong to it). A fresh instance built from the same
+    script, in a new process or after a resume, so answers where the
+    conversation stands instead of starting over (and asking again for a tool
+    that already ran). It never goes back: calls that are not a growing
+    conversation (the same prompt each time, a conversation whose replies were
+    dropped, a trimmed one) take the steps one after the other, as before.
+
     Attributes:
-        script: The steps not taken yet.
+        script: The steps not taken (nor skipped) yet.
         requests: Every call received, in order (for assertions).
         model: The model name the replies carry.
         system: The provider name of its model-call spans: its class's name.
@@ -116,6 +126,8 @@ class ScriptedModel:
         self.script: list[Step] = list(script)
         self.model = model
         self.requests: list[ScriptedRequest] = []
+        #: How many answers it has given or skipped: the next one's position.
+        self._answered = 0
 
     @property
     def system(self) -> str:
@@ -135,7 +147,7 @@ class ScriptedModel:
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
     ) -> ModelReply:
-        """Answer with the next step of the script.
+        """Answer with the script's step for where the conversation stands.
 
         Raises:
             Fatal: The script has no step left.
@@ -155,7 +167,7 @@ class ScriptedModel:
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
     ) -> AsyncIterator[ReplyDelta | ModelReply]:
-        """Stream the next step of the script: its deltas, then its full reply.
+        """Stream the script's step for where the conversation stands: its deltas, then its reply.
 
         Raises:
             Fatal: The script has no step left.
@@ -182,12 +194,17 @@ class ScriptedModel:
     ) -> ModelReply | str | ToolCall | Sequence[ToolCall] | Chunks:
         self.requests.append(request)
         await anyio.lowlevel.checkpoint()
+        position = sum(isinstance(m, AssistantMessage) for m in request.messages)
+        wanted = max(position, self._answered) + 1
+        self._skip_to(position)
         while True:
             if not self.script:
                 asked = request.messages[-1] if request.messages else "nothing"
                 raise Fatal(
                     f"the ScriptedModel's script is exhausted: call #{len(self.requests)} "
-                    f"(last message {asked!r}) has no step left; add replies to the script"
+                    f"asks for answer #{wanted} (its conversation holds {position} assistant "
+                    f"turns), past the script's {self._answered} answer(s) "
+                    f"(last message {asked!r}); add replies to the script"
                 )
             step = self.script.pop(0)
             if isinstance(step, Delay):
@@ -195,7 +212,15 @@ class ScriptedModel:
                 continue
             if isinstance(step, Exception):
                 raise step
+            self._answered += 1
             return step
+
+    def _skip_to(self, position: int) -> None:
+        """Drop the steps of the answers before ``position`` not given yet (a resumed run)."""
+        script = self.script
+        while self._answered < position and script:
+            if not isinstance(script.pop(0), Delay | Exception):
+                self._answered += 1
 
     def _as_reply(self, step: ModelReply | str | ToolCall | Sequence[ToolCall]) -> ModelReply:
         if isinstance(step, ModelReply):

@@ -147,6 +147,32 @@ async def test_without_the_machine_the_store_views_still_work(
     assert await _stored(store_path, ids["paused"]) == before
 
 
+async def test_a_paused_session_page_says_what_it_waits_for(
+    client: httpx.AsyncClient, bare: httpx.AsyncClient, ids: dict[str, str]
+) -> None:
+    url = f"/sessions/{ids['paused']}"
+    page = (await client.get(url)).text
+    assert 'id="waits-for"' in page
+    assert "Waits for a decision at gate <q>before review</q>" in page
+    assert '<dd id="waits-stage"><code>review</code>' in page
+    assert (
+        '<dd id="waits-field">field <code>approved</code> of type <code>bool | None</code></dd>'
+        in page
+    )
+    assert "approved (bool | None, JSON)" in page  # the approve form's value says it too
+    # Without the machine: the gate and its stage, and where the field would come from.
+    without = (await bare.get(url)).text
+    assert "Waits for a decision at gate <q>before review</q>" in without
+    # The session's record names the field; only the machine knows its type.
+    assert '<dd id="waits-field">field <code>approved</code></dd>' in without
+    # An edit is the last event now; the session still waits at the gate of its pause.
+    edit = {"token": TOKEN, "decision": "edit", "field.priority": "2"}
+    assert (await client.post(f"{url}/decide", data=edit)).status_code == 303
+    assert "Waits for a decision at gate <q>before review</q>" in (await client.get(url)).text
+    finished = (await client.get(f"/sessions/{ids['finished']}")).text
+    assert 'id="waits-for"' not in finished
+
+
 async def test_changes_need_the_token(
     client: httpx.AsyncClient, ids: dict[str, str], store_path: Path
 ) -> None:

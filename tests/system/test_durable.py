@@ -22,7 +22,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.core import fold
 from arkhon_rheo.core._seams import EventCodec
-from arkhon_rheo.protocols import Durability, EventKind
+from arkhon_rheo.protocols import Durability, EventKind, TransitionEvent
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.testing import ReferenceState, reference_machine
 from tests.support.helpers import on_virtual_clock
@@ -142,6 +142,52 @@ async def test_a_session_resumes_from_its_last_commit_after_a_crash(make_store: 
     assert history[: len(committed)] == [EventCodec(machine2).decode_event(e) for e in committed]
     assert fold(machine2, ReferenceState(session_id="n2"), history) == result.state
     assert len(result.state.steps) == 3
+
+
+class Gated(Control):
+    """Hooks for `reference_machine`: the first ``act`` waits until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = anyio.Event()
+
+    async def act(self, cycle: int) -> None:
+        await super().act(cycle)
+        if self.acts == 1:
+            self.blocked.set()
+            await self.release.wait()
+
+
+async def test_a_resumed_handle_gives_the_whole_history_from_the_first_event(
+    make_store: Any,
+) -> None:
+    first = Control(block_at=2)
+    async with make_store() as store, AgentSystem(store=store) as system:
+        await system.start(notes_machine(first), ReferenceState(), session_id="w1")
+        await first.blocked.wait()
+    second = Gated()
+    machine = notes_machine(second)
+    async with make_store() as store, AgentSystem(store=store) as system:
+        handle = await system.resume(machine, "w1")
+        await second.blocked.wait()
+        # Subscribed while the resumed run is live: the catch-up starts from event 1.
+        stream = handle.stream()
+        events = handle.events()
+        with anyio.fail_after(5):  # event 1 is stored: no need to wait for the run
+            head = await anext(events)  # subscribed now, live
+        earlier = await handle.history()
+        resume = next(e for e in earlier if e.kind is EventKind.RESUME)
+        assert resume.seq > 1  # the first run's events come before it
+        assert [e.seq for e in earlier] == list(range(1, resume.seq + 1))
+        second.release.set()
+        result = await handle.result()
+        streamed = [item async for item in stream if isinstance(item, TransitionEvent)]
+        followed = [head, *[event async for event in events]]
+        history = await handle.history()
+        stored = await system.stored(machine, "w1").history()
+    assert result.ok
+    assert list(history) == stored == streamed == followed
+    assert history[: len(earlier)] == earlier
 
 
 async def test_an_unserializable_patch_is_refused_before_commit(make_store: Any) -> None:

@@ -136,9 +136,10 @@ def test_show_and_sessions_say_what_a_paused_session_asks(
     anyio.run(pause)
     assert main(["show", "q5", "--store", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "waits for a decision at gate 'before ship' (answer to 'approved')" in out
-    assert "{'ship': 'book'}" in out
+    assert "waits for a decision at gate 'before ship', before stage 'ship'" in out
+    assert "asking {'ship': 'book'}; approve writes field 'approved'" in out
     assert main(["sessions", "--status", "paused", "--json", "--store", str(db)]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["waiting"]["question"] == {"ship": "book"}
+    assert row["waits_for"].startswith("a decision at gate 'before ship'")
     assert row["orphaned"] is False

@@ -313,3 +313,31 @@ def test_a_receive_stage_accepts_pydantic_models_only() -> None:
 
         class Wrong(Receive[Ticket], accepts=(dict,)):  # type: ignore[arg-type]
             pass
+
+
+def test_show_and_sessions_say_what_a_parked_session_waits_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from arkhon_rheo.cli import main
+
+    db = tmp_path / "t.db"
+
+    async def park() -> None:
+        async with AgentSystem(path=db) as system:
+            await open_ticket(system)
+
+    anyio.run(park)
+    assert main(["show", "t1", "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "waits for a message (CloseTicket, Hold, Note, remind) for stage 'triage'" in out
+    assert "a timer wakes it at" in out
+    assert main(["sessions", "--status", "waiting", "--json", "--store", str(db)]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["session_id"] == "t1"
+    assert row["waiting"]["accepts"] == ["CloseTicket", "Hold", "Note", "remind"]
+    assert row["wake_at"] is not None
+    assert main(["show", "t1", "--json", "--store", str(db)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["waits_for"]["kind"] == "message"

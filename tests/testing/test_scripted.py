@@ -2,20 +2,36 @@
 
 from __future__ import annotations
 
+import json
+from typing import TYPE_CHECKING, Any
+
+import anyio
 import pytest
 import trio
 import trio.testing
 
-from arkhon_rheo import Fatal, Transient
+from arkhon_rheo import AgentSystem, ExitReason, Fatal, Transient
 from arkhon_rheo.protocols import (
+    AssistantMessage,
+    EventKind,
     ModelReply,
     ReplyDelta,
     StreamingModelClient,
     ToolCall,
+    ToolMessage,
     ToolSpec,
     UserMessage,
 )
+from arkhon_rheo.react import ReactState, react_agent
 from arkhon_rheo.testing import Chunks, Delay, ScriptedModel, ScriptedRequest
+from arkhon_rheo.tools import tool
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+    from pathlib import Path
+
+    from arkhon_rheo.protocols import Message
+    from arkhon_rheo.testing import Step
 
 HI = [UserMessage(content="hi")]
 ADD = ToolCall(id="1", name="add", arguments='{"a": 1}')
@@ -76,3 +92,126 @@ async def test_delays_run_on_the_virtual_clock(autojump_clock: trio.testing.Mock
     assert (await model.complete(HI)).text == "late"
     assert trio.current_time() - start == pytest.approx(30.0)
     assert "0 steps left" in repr(model)
+
+
+# -- by position in the conversation: resume-safe ------------------------------------
+
+
+def conversation(turns: int) -> list[Message]:
+    """A conversation holding ``turns`` assistant turns, each answered by a tool result."""
+    messages: list[Message] = [UserMessage(content="count")]
+    for n in range(turns):
+        call = ToolCall(id=str(n), name="add", arguments="{}")
+        messages += [
+            AssistantMessage(tool_calls=(call,)),
+            ToolMessage(tool_call_id=str(n), name="add", content=str(n)),
+        ]
+    return messages
+
+
+@pytest.mark.anyio
+async def test_a_fresh_model_answers_where_the_conversation_stands() -> None:
+    script: list[Step] = [Transient("429"), ADD, Delay(3600.0), "second", Transient("x"), "third"]
+    model = ScriptedModel(script)
+    # Two assistant turns are in the conversation already: the steps of answers 1
+    # and 2, the error and the delay before them too, are behind it; answer 3's
+    # error (the delays and errors before an answer belong to it) is not.
+    with anyio.fail_after(60):  # the hour's delay is skipped
+        with pytest.raises(Transient, match="x"):
+            await model.complete(conversation(2))
+        assert (await model.complete(conversation(2))).text == "third"
+    assert model.script == []
+    with pytest.raises(Transient, match="429"):  # from the start: the first answer's error
+        await ScriptedModel(script).complete(conversation(0))
+
+
+@pytest.mark.anyio
+async def test_it_never_goes_back_so_calls_outside_a_conversation_take_the_steps_in_order() -> None:
+    model = ScriptedModel(["one", "two", "three"])
+    assert (await model.complete(conversation(1))).text == "two"
+    assert (await model.complete(conversation(0))).text == "three"  # behind: the next step
+    with pytest.raises(Fatal, match="call #3 asks for answer #4"):
+        await model.complete(HI)
+
+
+@pytest.mark.anyio
+async def test_a_conversation_past_the_script_says_so() -> None:
+    model = ScriptedModel(["only"])
+    with pytest.raises(Fatal) as caught:
+        await model.complete(conversation(2))
+    message = str(caught.value)
+    assert "script is exhausted: call #1 asks for answer #3" in message
+    assert "its conversation holds 2 assistant turns), past the script's 1 answer(s)" in message
+    assert "add replies to the script" in message
+
+
+@pytest.mark.anyio
+async def test_a_streamed_call_goes_by_position_too() -> None:
+    model = ScriptedModel([ADD, Chunks(("twen", "ty"))])
+    chunks = [chunk async for chunk in model.stream(conversation(1))]
+    assert chunks[:2] == [ReplyDelta(text="twen", index=0), ReplyDelta(text="ty", index=1)]
+
+
+class Stopping:
+    """Asks ``inner``, and hangs on call ``at`` (a process stopped there)."""
+
+    def __init__(self, inner: ScriptedModel, at: int) -> None:
+        self.inner = inner
+        self.at = at
+        self.calls = 0
+        self.entered = anyio.Event()
+
+    async def _gate(self) -> None:
+        self.calls += 1
+        if self.calls == self.at:
+            self.entered.set()
+            await anyio.sleep_forever()
+
+    async def complete(self, messages: Sequence[Message], **options: Any) -> ModelReply:
+        await self._gate()
+        return await self.inner.complete(messages, **options)
+
+    async def stream(
+        self, messages: Sequence[Message], **options: Any
+    ) -> AsyncIterator[ReplyDelta | ModelReply]:
+        await self._gate()
+        async for chunk in self.inner.stream(messages, **options):
+            yield chunk
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_a_resumed_agent_with_a_fresh_model_does_not_run_its_tool_again(
+    tmp_path: Path, stream: bool
+) -> None:
+    runs: list[str] = []
+
+    @tool
+    async def population(city: str) -> int:
+        """The population of a city, in thousands."""
+        runs.append(city)
+        return 522
+
+    arguments = json.dumps({"city": "Lyon"})
+    script: list[Step] = [ToolCall(id="1", name="population", arguments=arguments), "522."]
+    db = tmp_path / "agents.db"
+    stopping = Stopping(ScriptedModel(script), at=2)  # stops before the answer
+    first = react_agent(stopping, [population], stream=stream)
+    async with AgentSystem(path=db) as system:
+        handle = await system.start(first, ReactState(task="Lyon?"), session_id="s")
+        await stopping.entered.wait()
+        handle.cancel()  # stopped after the tool's step was committed
+        assert (await handle.result()).exit_reason is ExitReason.CANCELLED
+    assert runs == ["Lyon"]
+
+    fresh = ScriptedModel(script)  # a new process: the same script, from its start
+    async with AgentSystem(path=db) as system:
+        result = await (await system.resume(react_agent(fresh, [population]), "s")).result()
+        events = await system.stored(first, "s").history()
+    assert result.ok, result.failure
+    assert runs == ["Lyon"]  # the tool did not run again
+    assert result.state.answer == "522."
+    assert (result.state.turns, result.state.tool_calls) == (2, 1)
+    assert len(fresh.requests) == 1
+    assert fresh.script == []
+    assert [e.kind for e in events].count(EventKind.RESUME) == 1
