@@ -207,7 +207,7 @@ class Postman:
             machine is not a `Machine`.
     """
 
-    __slots__ = ("_kick", "capacity", "clock", "given", "host", "poll", "served")
+    __slots__ = ("_delivering", "_kick", "capacity", "clock", "given", "host", "poll", "served")
 
     def __init__(
         self, host: SessionHost, capacity: int, poll: float, machines: Iterable[Machine[Any]]
@@ -223,6 +223,10 @@ class Postman:
         self.served: weakref.WeakValueDictionary[str, Machine[Any]] = weakref.WeakValueDictionary()
         #: ...but for those the system was given to serve.
         self.given: list[Machine[Any]] = []
+        #: Sessions a `send` of this system is delivering to, with how many sends:
+        #: the timer watch leaves them to it (a post brings a parked session's
+        #: wake-up time forward, for a sender that dies before it wakes it).
+        self._delivering: dict[str, int] = {}
         self._kick = anyio.Event()
         host.on_park(self.kick)
         for machine in machines:
@@ -269,9 +273,17 @@ class Postman:
                 session_id,
             )
         posted = NewMessage(message_id or uuid.uuid4().hex, kind, payload, self.clock.now())
-        stored, new = await store.post(session_id, posted, capacity=self.capacity)
-        self.serve(machine)
-        handle = await self.wake(machine, session_id)
+        delivering = self._delivering
+        delivering[session_id] = delivering.get(session_id, 0) + 1
+        try:
+            stored, new = await store.post(session_id, posted, capacity=self.capacity)
+            self.serve(machine)
+            handle = await self.wake(machine, session_id)
+        finally:
+            if delivering[session_id] == 1:
+                del delivering[session_id]
+            else:
+                delivering[session_id] -= 1
         return Sent(session_id, stored.message_id, stored.position, not new, handle)
 
     async def wake(self, machine: Machine[Any], session_id: str) -> SessionHandle[Any] | None:
@@ -332,6 +344,8 @@ class Postman:
             target = self.served.get(record.machine) if machine is None else machine
             if target is None or target.name != record.machine:
                 continue
+            if record.session_id in self._delivering:
+                continue  # a send here is waking it
             try:
                 handle = await self.wake(target, record.session_id)
             except ArkhonError as exc:  # one session's trouble never stops the others'
