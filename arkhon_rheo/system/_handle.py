@@ -201,6 +201,6 @@ async def stored_events(session: Session) -> list[TransitionEvent]:
     """The events ``session``'s run committed, read from its store."""
     persistence = session.persistence
     assert persistence is not None
-    codec = session.compiled.codec
+    codec = persistence.codec
     stored = await persistence.store.history(session.session_id)
     return [codec.decode_event(event) for event in stored if event.seq > session.base_seq]
