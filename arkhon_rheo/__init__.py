@@ -14,11 +14,9 @@ from __future__ import annotations
 from ._exports import publish
 from ._log import configure_logging as configure_logging
 from ._redact import redact_secrets as redact_secrets
-from .core import Keyring as Keyring
 from .errors import ArkhonError as ArkhonError
 from .errors import ConfigurationError as ConfigurationError
 from .errors import Fatal as Fatal
-from .errors import KeyringError as KeyringError
 from .errors import Recoverable as Recoverable
 from .errors import SessionBusy as SessionBusy
 from .errors import SessionError as SessionError
@@ -40,7 +38,6 @@ from .protocols import Lifecycle as Lifecycle
 from .protocols import Machine as Machine
 from .protocols import Partial as Partial
 from .protocols import Patch as Patch
-from .protocols import Sensitive as Sensitive
 from .protocols import SessionStream as SessionStream
 from .protocols import Stage as Stage
 from .protocols import StateView as StateView
@@ -84,8 +81,6 @@ __all__ = [
     "FrozenMap",
     "Gate",
     "History",
-    "Keyring",
-    "KeyringError",
     "Lifecycle",
     "Machine",
     "MemoryStore",
@@ -97,7 +92,6 @@ __all__ = [
     "RestartStrategy",
     "RestartWindow",
     "SQLiteStore",
-    "Sensitive",
     "SessionBusy",
     "SessionError",
     "SessionHandle",
