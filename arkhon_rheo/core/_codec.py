@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .._errors import StoreCorrupt, UnserializablePatch
+from .._errors import KeyringError, StoreCorrupt, UnserializablePatch
 from ..protocols import (
     AgentState,
     EventKind,
@@ -240,6 +240,8 @@ class EventCodec:
                 error=None if stored.error is None else FailureRecord.model_validate(stored.error),
                 info=stored.io,
             )
+        except KeyringError:  # a ValueError too, but not damage: the keyring given is wrong
+            raise
         except (ValueError, KeyError) as exc:  # ValidationError is a ValueError
             raise StoreCorrupt(f"stored event #{stored.seq} does not decode: {exc}") from exc
 
