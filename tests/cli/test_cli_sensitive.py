@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from arkhon_rheo.cli import main
-from tests.support.sensitive import FAILED_ONCE, SECRETS, TOKEN
+from tests.support.sensitive import FAILURES, SECRETS, TOKEN
 
 pytest.importorskip("cryptography", reason="the `secrets` extra (cryptography) is not installed")
 
@@ -26,9 +26,9 @@ BACKENDS = pytest.mark.parametrize("backend", ["asyncio", "trio"])
 
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
-    FAILED_ONCE.clear()
+    FAILURES.clear()
     yield
-    FAILED_ONCE.clear()
+    FAILURES.clear()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ pytest.importorskip("cryptography", reason="the `secrets` extra (cryptography) i
 
 from arkhon_rheo.core import Keyring
 from arkhon_rheo.inspector import create_app
-from tests.support.sensitive import FAILED_ONCE, NEW_TOKEN, SECRETS, TOKEN, Vault, vault
+from tests.support.sensitive import FAILURES, NEW_TOKEN, SECRETS, TOKEN, Vault, vault
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -31,9 +31,9 @@ ADMIN = "inspector-admin-token"
 
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
-    FAILED_ONCE.clear()
+    FAILURES.clear()
     yield
-    FAILED_ONCE.clear()
+    FAILURES.clear()
 
 
 @pytest.fixture

@@ -2,10 +2,11 @@
 
 ``vault`` logs in with the token it starts with (sent in a recorded model
 request), exchanges it for a new one at a recorded tool (the new token comes
-back in the response and is written in the same step), fails once with the
-token in its error, then pauses at a gate whose question quotes the token,
-and finishes once approved. Every secret it handles is one of `SECRETS`: a
-test looks for each, and finds none, in whatever must not show them.
+back in the response and is written in the same step), fails twice with the
+token in its error (transient, then recoverable), then pauses at a gate whose
+question quotes the token, and finishes once approved. Every secret it
+handles is one of `SECRETS`: a test looks for each, and finds none, in whatever
+must not show them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from arkhon_rheo import (
     Patch,
     Recoverable,
     StateView,
+    Transient,
     record_call,
     stage,
 )
@@ -57,8 +59,9 @@ class Vault(AgentState):
     checked: int = 0
 
 
-#: Sessions whose `check` failed once already (it fails the first time in each).
-FAILED_ONCE: set[str] = set()
+#: How many times each session's `check` failed: it fails twice in each (a transient
+#: failure, retried, then a recoverable one, restarted), then passes.
+FAILURES: dict[str, int] = {}
 
 
 async def _model(user: str) -> dict[str, Any]:
@@ -84,9 +87,11 @@ async def exchange(view: StateView[Vault]) -> Patch:
 
 @stage(reads={"token", "session_id", "checked"}, writes={"checked"}, next=V.SEND)
 async def check(view: StateView[Vault]) -> Patch:
-    if view.session_id not in FAILED_ONCE:
-        FAILED_ONCE.add(view.session_id)
-        raise Recoverable(f"the bank refused token {view.token} (pin check)")
+    failed = FAILURES.get(view.session_id, 0)
+    if failed < 2:
+        FAILURES[view.session_id] = failed + 1
+        kind = Transient if failed == 0 else Recoverable
+        raise kind(f"the bank refused token {view.token} (pin check)")
     return Patch(checked=view.checked + 1)
 
 

@@ -22,7 +22,7 @@ from arkhon_rheo import AgentSystem, ExitReason, MemoryStore, SQLiteStore
 from arkhon_rheo._redact import scrub
 from arkhon_rheo.errors import KeyringError, StoreCorrupt
 from tests.support.sensitive import (
-    FAILED_ONCE,
+    FAILURES,
     NEW_TOKEN,
     NOTE,
     PIN,
@@ -47,9 +47,9 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
-    FAILED_ONCE.clear()
+    FAILURES.clear()
     yield
-    FAILED_ONCE.clear()
+    FAILURES.clear()
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ async def test_a_paused_session_resumes_replays_and_forks_with_the_key(
         fork = await stored.fork(at_seq=1, new_id="v1-fork")
         forked = await fork.state()
         assert (forked.token, forked.pin, tuple(forked.notes)) == (TOKEN, 0, (NOTE,))
-        FAILED_ONCE.add("v1-fork")
+        FAILURES["v1-fork"] = 2
         ended = await (await fork.resume()).result()
         assert ended.exit_reason is ExitReason.PAUSED
         assert ended.state.token == NEW_TOKEN
