@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from arkhon_rheo import AgentSystem, ExitReason, MemoryStore, SQLiteStore
+from arkhon_rheo import AgentSystem, ExitReason, History, MemoryStore, SQLiteStore
 from arkhon_rheo._redact import scrub
 from arkhon_rheo.errors import KeyringError, StoreCorrupt
 from tests.support.sensitive import (
@@ -229,7 +229,7 @@ async def test_a_damaged_or_moved_value_is_refused(tmp_path: Path, key: str) -> 
 
 
 async def test_the_state_repr_masks_sensitive_values() -> None:
-    state = Vault(token=TOKEN, pin=PIN, notes=(NOTE,))
+    state = Vault(token=TOKEN, pin=PIN, notes=History([NOTE]))
     shown = f"{state!r} {state}"
     assert_hidden(shown, "the state's repr")
     assert "token='[SENSITIVE]'" in shown
