@@ -12,7 +12,9 @@ It masks the values of keys that name a credential (``api_key``,
 credentials and ``sk-...``-style keys anywhere in text, and every secret a
 client registered (the model clients register their API key, a password in
 their base URL and the credentials in an ``http_client``'s headers), wherever
-it appears.
+it appears. The sensitive values of the sessions running (the values of their
+`Sensitive` state fields) are held the same way while they run
+(`hold_secrets`, `release_secrets`).
 
 The rest of the library scrubs with the same registry: `scrub` for text it
 shows (a model client's error messages, span events); and, masking only the
@@ -27,17 +29,20 @@ This module imports nothing from the package, so every layer may use it.
 from __future__ import annotations
 
 import re
+import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import MutableMapping
+    from collections.abc import Iterable, MutableMapping
 
 __all__ = [
     "REDACTED",
     "ScrubbedError",
     "StreamScrubber",
+    "hold_secrets",
     "redact_secrets",
     "register_secret",
+    "release_secrets",
     "scrub",
     "scrub_data",
     "scrub_exception",
@@ -60,6 +65,15 @@ _MIN_SECRET = 4  # shorter values would mask ordinary words
 _ORDERED: list[str] = []
 
 
+#: Values held for a while (a running session's sensitive values), with how many holds each.
+_HELD: dict[str, int] = {}
+_CHANGE = threading.Lock()
+
+
+def _reorder() -> None:
+    _ORDERED[:] = sorted(_SECRETS.union(_HELD), key=len, reverse=True)
+
+
 def register_secret(value: str | None) -> None:
     """Have `scrub` (and `redact_secrets`) mask ``value`` wherever it appears.
 
@@ -67,8 +81,46 @@ def register_secret(value: str | None) -> None:
     ordinary text, and no real key is that short.
     """
     if value and len(value) >= _MIN_SECRET and value not in _SECRETS:
-        _SECRETS.add(value)
-        _ORDERED[:] = sorted(_SECRETS, key=len, reverse=True)
+        with _CHANGE:
+            _SECRETS.add(value)
+            _reorder()
+
+
+def hold_secrets(values: Iterable[str]) -> list[str]:
+    """Mask ``values`` like registered secrets until `release_secrets` lets them go.
+
+    For secrets that come and go (the sensitive values of the sessions running):
+    holds are counted, so a value held twice stays masked until released twice.
+    Values shorter than four characters are ignored, as by `register_secret`.
+
+    Returns:
+        The values held, to pass to `release_secrets`.
+    """
+    held = [value for value in values if isinstance(value, str) and len(value) >= _MIN_SECRET]
+    if held:
+        with _CHANGE:
+            new = False
+            for value in held:
+                count = _HELD.get(value, 0)
+                _HELD[value] = count + 1
+                new = new or (count == 0 and value not in _SECRETS)
+            if new:
+                _reorder()
+    return held
+
+
+def release_secrets(values: Iterable[str]) -> None:
+    """Let go of values `hold_secrets` held (each once per time it was held)."""
+    with _CHANGE:
+        gone = False
+        for value in values:
+            count = _HELD.get(value, 0)
+            if count <= 1:
+                gone = _HELD.pop(value, None) is not None or gone
+            else:
+                _HELD[value] = count - 1
+        if gone:
+            _reorder()
 
 
 def is_secret_key(key: str) -> bool:

@@ -5,7 +5,8 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
 
     ArkhonError
     ├── ConfigurationError        a value passed to a constructor or call is wrong
-    │   └── IsolationUnavailable  a sandbox that requires isolation cannot have it here
+    │   ├── IsolationUnavailable  a sandbox that requires isolation cannot have it here
+    │   └── KeyringError          no keyring, or not the key a sensitive value was sealed with
     ├── SystemNotRunning          the actor system is not inside its ``async with``
     ├── ResourceUnavailable       a machine's resource could not be opened (nothing started)
     ├── MailboxError              a mailbox could not take or give a message

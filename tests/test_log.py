@@ -146,6 +146,27 @@ async def test_configure_logging_writes_json_lines_with_secrets_redacted() -> No
     assert "[REDACTED]" in out.getvalue()
 
 
+async def test_logs_show_no_sensitive_value(tmp_path: Path) -> None:
+    pytest.importorskip("cryptography", reason="the `secrets` extra is not installed")
+    from arkhon_rheo.core import Keyring
+    from tests.support.sensitive import FAILURES, SECRETS, TOKEN, Vault, vault
+
+    out = io.StringIO()
+    configure_logging("json", level="debug", stream=out)
+    FAILURES.clear()
+    keyring = Keyring(Keyring.generate())
+    async with AgentSystem(path=tmp_path / "vault.db", secrets=keyring) as system:
+        await system.run(vault, Vault(token=TOKEN), session_id="v1")
+        await (await system.stored(vault, "v1").approve()).result()
+    FAILURES.clear()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    (retrying,) = [line for line in lines if line["event"] == "stage_retrying"]
+    assert "the bank refused token [REDACTED]" in retrying["error"]
+    assert {"session_paused", "session_ended"} <= {line["event"] for line in lines}
+    for secret in SECRETS:
+        assert secret not in out.getvalue()
+
+
 async def test_configure_logging_console_and_level() -> None:
     out = io.StringIO()
     configure_logging("console", level="warning", stream=out)

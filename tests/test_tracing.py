@@ -19,6 +19,7 @@ from tests.support.observe_machine import OUTCOMES, Flow, flow_machine, troubled
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 pytest.importorskip("opentelemetry.sdk", reason="the `otel` extra (and opentelemetry-sdk) absent")
 
@@ -176,6 +177,28 @@ async def test_spans_record_no_secret_of_a_failure(spans: InMemorySpanExporter) 
     assert "says [REDACTED]" in shown
     pieces = {key[i : i + 8] for i in range(len(key) - 7)}
     assert not [piece for piece in pieces if piece in shown]
+
+
+async def test_spans_show_no_sensitive_value(spans: InMemorySpanExporter, tmp_path: Path) -> None:
+    pytest.importorskip("cryptography", reason="the `secrets` extra is not installed")
+    from arkhon_rheo.core import Keyring
+    from tests.support.sensitive import FAILURES, SECRETS, TOKEN, Vault, vault
+
+    FAILURES.clear()
+    keyring = Keyring(Keyring.generate())
+    async with AgentSystem(path=tmp_path / "vault.db", secrets=keyring) as system:
+        paused = await system.run(vault, Vault(token=TOKEN), session_id="v1")
+        await (await system.stored(vault, "v1").approve()).result()
+    FAILURES.clear()
+    assert paused.state.last_error is not None  # the failure that quoted the token
+    finished = spans.get_finished_spans()
+    assert {"session vault", "stage check"} <= set(_by_name(finished))
+    failed = [span for span in _by_name(finished)["stage check"] if span.events]
+    assert len(failed) == 2  # the transient failure, then the recoverable one
+    assert all("token [REDACTED]" in str(span.events[0].attributes) for span in failed)
+    shown = "".join(span.to_json() for span in finished)
+    for secret in SECRETS:
+        assert secret not in shown
 
 
 def test_without_opentelemetry_nothing_is_traced() -> None:

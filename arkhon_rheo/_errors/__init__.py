@@ -17,6 +17,7 @@ from ._base import ActorStopped as ActorStopped
 from ._base import ArkhonError as ArkhonError
 from ._base import AskTimeout as AskTimeout
 from ._base import ConfigurationError as ConfigurationError
+from ._base import KeyringError as KeyringError
 from ._base import MailboxClosed as MailboxClosed
 from ._base import MailboxError as MailboxError
 from ._base import MailboxFull as MailboxFull
@@ -71,6 +72,7 @@ __all__ = [
     "InvalidPatch",
     "InvariantViolation",
     "IsolationUnavailable",
+    "KeyringError",
     "MailboxClosed",
     "MailboxError",
     "MailboxFull",

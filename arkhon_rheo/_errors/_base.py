@@ -8,6 +8,7 @@ __all__ = [
     "ArkhonError",
     "AskTimeout",
     "ConfigurationError",
+    "KeyringError",
     "MailboxClosed",
     "MailboxError",
     "MailboxFull",
@@ -25,6 +26,28 @@ class ConfigurationError(ArkhonError, ValueError):
 
     The message names the offending value and what is accepted instead.
     """
+
+
+class KeyringError(ConfigurationError):
+    """A sensitive value cannot be sealed or opened with the keyring given.
+
+    There is no keyring (``AgentSystem(secrets=...)`` was not passed), or the
+    value was sealed under a key the keyring does not hold. Nothing was
+    written. The message names the session, the field and the key id it needs.
+
+    Attributes:
+        session_id: The session concerned ("" if none).
+        field: The sensitive field ("" if none).
+        key_id: The id of the key the value was sealed under ("" if none).
+    """
+
+    def __init__(
+        self, message: str, *, session_id: str = "", field: str = "", key_id: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.field = field
+        self.key_id = key_id
 
 
 class SystemNotRunning(ArkhonError, RuntimeError):

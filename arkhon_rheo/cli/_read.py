@@ -1,7 +1,8 @@
 """Commands that read the store alone: ``sessions``, ``show`` and ``graph SESSION``.
 
 They need no machine: the store keeps every session's record and events as
-JSON (states by their names, patches as JSON, recorded calls in ``io``). Where
+JSON (states by their names, patches as JSON, recorded calls in ``io``). A
+`Sensitive` field's sealed value shows as ``[SENSITIVE]``; no key is read. Where
 a machine is given (``graph SESSION --machine``) it is only checked against
 the session's stored fingerprint and drawn under the path.
 """
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from ..core._seams import differences, fingerprint, waits_for
+from ..core._seams import differences, fingerprint, masked, waits_for
 from ..protocols import StateGraph
 from ..store import SQLiteStore
 from ._common import (
@@ -90,7 +91,7 @@ def list_sessions(args: argparse.Namespace) -> ExitStatus:
     if args.limit:
         rows = rows[-args.limit :]
     if args.json:
-        print_json(rows)
+        print_json(masked(rows))
         return ExitStatus.OK
     table = Table(title=shown(f"{len(rows)} session(s) in {args.store}"))
     columns = ("session", "machine", "status", "steps", "last commit", "exit reason", "waits for")
@@ -168,9 +169,11 @@ def _call_summary(event: StoredEvent) -> str:
 
 
 def _event_json(event: StoredEvent) -> dict[str, Any]:
+    """The event as JSON data; a sealed sensitive value shows as ``[SENSITIVE]``."""
     data = dataclasses.asdict(event)
     data["reads"], data["writes"] = list(event.reads), list(event.writes)
-    return data
+    shown: dict[str, Any] = masked(data)
+    return shown
 
 
 def show(args: argparse.Namespace) -> ExitStatus:

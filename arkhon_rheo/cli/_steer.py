@@ -1,11 +1,13 @@
 """Commands that need the machine: run, resume, decide, rollback, fork and replay.
 
-Each opens an `AgentSystem` on the store file and calls the same method a
-program would, so the checks are the library's own: the machine must match
-the session's stored fingerprint, a decision is validated like any patch, a
-session driven elsewhere is `SessionLocked`. A command that sets a session
-running (``run``, ``resume``, ``decide ... resume``) waits for it to end or
-pause, then reports how it ended.
+Each opens an `AgentSystem` on the store file (with the `Keyring` in the
+``ARKHON_RHEO_KEY`` environment variable, for machines with `Sensitive`
+fields) and calls the same method a program would, so the checks are the
+library's own: the machine must match the session's stored fingerprint, a
+decision is validated like any patch, a session driven elsewhere is
+`SessionLocked`. A command that sets a session running (``run``, ``resume``,
+``decide ... resume``) waits for it to end or pause, then reports how it
+ended; a state it prints shows each `Sensitive` value as ``[SENSITIVE]``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from rich.table import Table
 
+from ..core import Keyring
+from ..core._seams import shown_state
 from ..supervision import ExitReason
 from ..system import AgentSystem
 from ._common import (
@@ -45,7 +49,8 @@ _MASK = (1 << 64) - 1
 
 
 def _system(path: str) -> AgentSystem:
-    return AgentSystem(path=path)
+    """The agent system on store file ``path``, with the keyring in ``ARKHON_RHEO_KEY`` if set."""
+    return AgentSystem(path=path, secrets=Keyring.from_env())
 
 
 def _result_data(result: SessionResult[Any]) -> dict[str, Any]:
@@ -56,7 +61,7 @@ def _result_data(result: SessionResult[Any]) -> dict[str, Any]:
         "retries": result.retries,
         "restarts": result.restarts,
         "failure": None if result.failure is None else result.failure.model_dump(mode="json"),
-        "state": result.state.model_dump(mode="json"),
+        "state": shown_state(result.state),
     }
 
 

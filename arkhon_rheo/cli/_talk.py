@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..core import Keyring
+from ..core._seams import shown_state
 from ..supervision import ExitReason
 from ..system import AgentSystem
 from ._common import (
@@ -65,7 +67,7 @@ def report_reply(args: argparse.Namespace, result: SessionResult[Any] | None) ->
                 )
             )
         return ExitStatus.OK
-    reply = getattr(result.state, "answer", None)
+    reply = shown_state(result.state).get("answer")
     ok = result.exit_reason in _OK
     if args.json:
         print_json(
@@ -123,7 +125,7 @@ def send(args: argparse.Namespace) -> ExitStatus:
     store = existing_store(args.store)
 
     async def go() -> SessionResult[Any] | None:
-        async with AgentSystem(path=store) as system:
+        async with AgentSystem(path=store, secrets=Keyring.from_env()) as system:
             sent = await system.send(machine, args.session, message, message_id=args.message_id)
             return None if sent.handle is None else await sent.handle.result()
 

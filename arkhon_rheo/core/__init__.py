@@ -44,6 +44,13 @@ How states become bytes, in one place:
    its patch as the JSON array of its values; snapshots over a size
    zlib-compressed. The row format is the store's own, so it lives there.
 
+7. **Sealed values** (`_sealed`, `_keyring`): a machine whose state has
+   `Sensitive` fields stores each session through a `SealedCodec`, the
+   machine's codec with the session's `Sealer`: each sensitive value leaves
+   as a token sealed with the application's `Keyring` (AES-256-GCM, bound to
+   the session and the field), and is opened before it is validated. The
+   digest is chained over the plaintext, as in 4, and stored keyed.
+
 The fingerprint (`_fingerprint`) is the machine's side of the same story: a
 stored session names the machine (state fields and a hash of their types,
 states, transitions) whose codec wrote it, and another machine reading it is a
@@ -55,8 +62,9 @@ from __future__ import annotations
 from .._exports import publish
 from ._fold import apply_event as apply_event
 from ._fold import fold as fold
+from ._keyring import Keyring as Keyring
 
-__all__ = ["apply_event", "fold"]
+__all__ = ["Keyring", "apply_event", "fold"]
 
 publish(__name__, __all__, globals())
 del publish

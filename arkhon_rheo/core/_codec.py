@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .._errors import StoreCorrupt, UnserializablePatch
+from .._errors import KeyringError, StoreCorrupt, UnserializablePatch
 from ..protocols import (
     AgentState,
     EventKind,
@@ -22,7 +22,7 @@ from ..protocols import (
     StoredEvent,
     TransitionEvent,
 )
-from ..protocols._seams import EncodedJson
+from ..protocols._seams import SENSITIVE, EncodedJson, sensitive_fields
 from ._validate import _item_type
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ class EventCodec:
         "_lifecycle",
         "_machine",
         "_names",
+        "_sensitive",
         "_values",
     )
 
@@ -67,10 +68,26 @@ class EventCodec:
         self._lifecycle = type(machine.initial)
         #: Sorted read and write sets, which repeat from event to event.
         self._names: dict[frozenset[str], tuple[str, ...]] = {}
+        #: The state's `Sensitive` fields (a `SealedCodec` seals them in what is stored).
+        self._sensitive = sensitive_fields(state_type)
 
     def adapter(self, name: str, *, item: bool = False) -> TypeAdapter[Any]:
         """The adapter of field ``name``, or with ``item`` that of its items."""
         return (self._items if item else self._values)[name]
+
+    def is_sequence(self, name: str) -> bool:
+        """Whether field ``name`` is a sequence (its items have an adapter of their own)."""
+        return name in self._items
+
+    # -- digests as stored ---------------------------------------------------------
+
+    def stored_digest(self, value: int) -> int:
+        """The form digest ``value`` is stored in (itself; keyed by a `SealedCodec`)."""
+        return value
+
+    def digest_fits(self, value: int, stored: int) -> bool:
+        """Whether ``stored`` is digest ``value`` as it was stored."""
+        return value == stored
 
     # -- states ------------------------------------------------------------------
 
@@ -126,6 +143,19 @@ class EventCodec:
         except (PydanticSerializationError, ValueError, TypeError, KeyError) as exc:
             raise UnserializablePatch(stage=stage, field=field, reason=str(exc)) from exc
         return encoded
+
+    def describe_patch(self, patch: Patch, *, stage: str | None = None) -> dict[str, Any]:
+        """The patch as JSON data to show: each `Sensitive` field's values as ``[SENSITIVE]``."""
+        data = EventCodec.encode_patch(self, patch, stage=stage)
+        hidden = self._sensitive
+        if hidden:
+            for part in ("set", "append"):
+                if part in data:
+                    data[part] = {
+                        name: SENSITIVE if name in hidden else value
+                        for name, value in data[part].items()
+                    }
+        return data
 
     def decode_patch(self, data: Any) -> Patch:
         """A patch from JSON data, each value validated by its field.
@@ -210,6 +240,8 @@ class EventCodec:
                 error=None if stored.error is None else FailureRecord.model_validate(stored.error),
                 info=stored.io,
             )
+        except KeyringError:  # a ValueError too, but not damage: the keyring given is wrong
+            raise
         except (ValueError, KeyError) as exc:  # ValidationError is a ValueError
             raise StoreCorrupt(f"stored event #{stored.seq} does not decode: {exc}") from exc
 

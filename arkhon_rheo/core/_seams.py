@@ -5,7 +5,8 @@ its public namespace or this module (the layering test holds every module to
 that). The supervisor steps with the compiled machine's tables, the event log
 and the checks of an edge and of the invariants; the agent system, the CLI and
 the inspector read a machine's fingerprint and what differs between two, and
-the CLI and the inspector what a stopped session waits for.
+what a stopped session waits for, and store (and show) a session's sensitive
+values through its sealed codec.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from ._eventlog import EventLog as EventLog
 from ._fingerprint import differences as differences
 from ._fingerprint import fingerprint as fingerprint
 from ._fold import step_moves as step_moves
+from ._sealed import SealedCodec as SealedCodec
+from ._sealed import is_sealed as is_sealed
+from ._sealed import masked as masked
+from ._sealed import session_codec as session_codec
+from ._sealed import shown_state as shown_state
 from ._validate import PatchValidator as PatchValidator
 from ._validate import check_edge as check_edge
 from ._validate import check_invariants as check_invariants

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._errors import ArkhonError, ConfigurationError
+from ..core import Keyring
 from ..protocols._seams import load_machine
 from ._serve import serve
 
@@ -92,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         token = _token(args)
         machines = [load_machine(spec) for spec in args.machine]
+        keyring = Keyring.from_env()  # the keys of sessions with sensitive fields, if set
         if not Path(args.store).is_file():  # not found (3), as the command line says
             print(f"error: no store file at {args.store!r}", file=sys.stderr)
             return 3
@@ -104,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 machines=machines,
                 token=token,
                 allow_remote=args.allow_remote,
+                secrets=keyring,
             )
 
         anyio.run(run, backend=args.backend)

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from starlette.requests import Request
 
+    from ..core import Keyring
     from ..protocols import Machine, SessionRecord, Store
 
 __all__ = ["PAGE_SIZE", "TOKEN_COOKIE", "TOKEN_HEADER", "build_app", "session_url"]
@@ -67,8 +68,14 @@ class _Inspector:
     """The app's state: the open system, the machines by name, the token."""
 
     def __init__(
-        self, store_path: Path, machines: Mapping[str, Machine[Any]], token: str, protect: bool
+        self,
+        store_path: Path,
+        machines: Mapping[str, Machine[Any]],
+        token: str,
+        protect: bool,
+        keyring: Keyring | None = None,
     ) -> None:
+        self.keyring = keyring
         self.store_path = store_path
         self.machines = dict(machines)
         self.token = token
@@ -200,7 +207,7 @@ class _Inspector:
             return self.refused(request, str(exc), 404)
         machine, why = self.machine_for(record)
         try:
-            timeline = await load_timeline(self.store, session_id, machine)
+            timeline = await load_timeline(self.store, session_id, machine, self.keyring)
         except ArkhonError as exc:  # a stored state the machine cannot decode
             why = f"the machine could not fold this session ({exc}); showing the stored data"
             machine = None
@@ -307,7 +314,7 @@ class _Inspector:
         """Only the edited fields whose value differs from the stored one."""
         if edit is None:
             return None
-        timeline = await load_timeline(self.store, session_id, machine)
+        timeline = await load_timeline(self.store, session_id, machine, self.keyring)
         current = {name: json.loads(text) for name, text in timeline.state.items()}
         changed = {name: value for name, value in edit.items() if current.get(name) != value}
         if not changed:
@@ -386,13 +393,14 @@ def build_app(
     *,
     protect_reads: bool,
     allowed_hosts: list[str],
+    secrets: Keyring | None = None,
 ) -> Starlette:
     """The inspector's Starlette app; its lifespan opens the store through an `AgentSystem`."""
-    inspector = _Inspector(store_path, machines, token, protect_reads)
+    inspector = _Inspector(store_path, machines, token, protect_reads, secrets)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with AgentSystem(path=store_path) as system:
+        async with AgentSystem(path=store_path, secrets=secrets) as system:
             inspector.system = system
             try:
                 yield

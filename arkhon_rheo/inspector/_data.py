@@ -6,22 +6,25 @@ compares each with the one before. Given the session's machine, the fold is
 the supervisor's own (`arkhon_rheo.core.apply_event`), so derived
 fields (the lifecycle, the iteration count) are exact; without one, the
 stored patches are folded as JSON data and the lifecycle follows each event's
-target state.
+target state. A `Sensitive` field's value is never shown: ``[SENSITIVE]`` stands
+in the states, the patches and the recorded calls.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core import apply_event
-from ..core._seams import EventCodec, waits_for
+from ..core._seams import compiled, masked, session_codec, shown_state, waits_for
 
 if TYPE_CHECKING:
-    from ..core._seams import WaitsFor
+    from ..core import Keyring
+    from ..core._seams import EventCodec, WaitsFor
     from ..protocols import Machine, SessionRecord, Store, StoredEvent
 
 __all__ = ["Change", "SessionSummary", "Step", "Timeline", "load_timeline", "summarize"]
@@ -157,25 +160,38 @@ def _fold_json(state: dict[str, Any], event: StoredEvent) -> dict[str, Any]:
 
 
 def _folded_states(
-    snapshot: Any, events: tuple[StoredEvent, ...], machine: Machine[Any] | None
+    snapshot: Any,
+    events: tuple[StoredEvent, ...],
+    machine: Machine[Any] | None,
+    codec: EventCodec | None,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """The state before the first event and after each, as JSON data; and if exact."""
-    if machine is not None:
-        codec = EventCodec(machine)
+    """The state before the first event and after each, as JSON data; and if exact.
+
+    A `Sensitive` field's value is ``[SENSITIVE]`` in every state.
+    """
+    if machine is not None and codec is not None:
         state = codec.decode_state(snapshot)
-        states = [state.model_dump(mode="json")]
+        states = [shown_state(state)]
         for event in events:
             state = apply_event(machine, state, codec.decode_event(event))
-            states.append(state.model_dump(mode="json"))
+            states.append(shown_state(state))
         return states, True
-    current: dict[str, Any] = copy.deepcopy(dict(snapshot))
+    current: dict[str, Any] = copy.deepcopy(masked(dict(snapshot)))
     if events:
         current["lifecycle"] = events[0].from_state
     states = [current]
     for event in events:
-        current = _fold_json(current, event)
+        current = masked(_fold_json(current, event))
         states.append(current)
     return states, False
+
+
+def _shown(event: StoredEvent) -> StoredEvent:
+    """``event`` as shown: each sealed value in its patch and recorded calls as ``[SENSITIVE]``."""
+    patch, io = masked(event.patch), masked(event.io)
+    if patch is event.patch and io is event.io:
+        return event
+    return dataclasses.replace(event, patch=patch, io=io)
 
 
 def _calls(event: StoredEvent) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
@@ -186,14 +202,22 @@ def _calls(event: StoredEvent) -> tuple[tuple[dict[str, Any], ...], dict[str, An
 
 
 async def load_timeline(
-    store: Store, session_id: str, machine: Machine[Any] | None = None
+    store: Store,
+    session_id: str,
+    machine: Machine[Any] | None = None,
+    secrets: Keyring | None = None,
 ) -> Timeline:
     """Read a session's record, first snapshot and events, and fold them into a timeline.
+
+    Nothing in it shows a `Sensitive` value: the states show ``[SENSITIVE]`` in
+    its place, and the events' patches and recorded calls their sealed tokens
+    as ``[SENSITIVE]``.
 
     Args:
         store: The store (entered).
         session_id: The session.
         machine: The session's machine, for an exact fold; ``None`` folds JSON data.
+        secrets: The keyring a machine with sensitive fields needs for an exact fold.
 
     Returns:
         The session's timeline.
@@ -201,11 +225,18 @@ async def load_timeline(
     Raises:
         SessionNotFound: If the store has no such session.
         StoreCorrupt: If, with a machine, a stored state or event does not decode.
+        KeyringError: If, with a machine with sensitive fields, ``secrets`` does
+            not open them.
     """
     record = await store.record(session_id)
-    events = tuple(event for event in await store.history(session_id))
+    stored = tuple(await store.history(session_id))
+    events = tuple(_shown(event) for event in stored)
     _, snapshot = await store.snapshot_at(session_id, 0)
-    states, exact = _folded_states(snapshot, events, machine)
+    if machine is not None:
+        codec = session_codec(machine, compiled(machine).codec, secrets, session_id)
+        states, exact = _folded_states(snapshot, stored, machine, codec)
+    else:
+        states, exact = _folded_states(snapshot, events, None, None)
     steps: list[Step] = []
     restarts = 0
     for index, event in enumerate(events):

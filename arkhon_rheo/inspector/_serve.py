@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import importlib
 import ipaddress
-import secrets
 import socket
 from collections.abc import Mapping
 from pathlib import Path
+from secrets import token_urlsafe
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from starlette.applications import Starlette
+
+    from ..core import Keyring
 
 __all__ = ["create_app", "serve"]
 
@@ -92,6 +94,7 @@ def create_app(
     token: str | None = None,
     protect_reads: bool = False,
     allowed_hosts: Iterable[str] | None = None,
+    secrets: Keyring | None = None,
 ) -> Starlette:
     """The inspector as an ASGI app over the SQLite store at ``store_path``.
 
@@ -113,6 +116,9 @@ def create_app(
         allowed_hosts: The ``Host`` headers answered; by default the loopback
             names only, so a web page elsewhere cannot reach the inspector
             through a DNS name that points at 127.0.0.1.
+        secrets: The keyring of sessions with `Sensitive` fields, to fold,
+            decide and replay them with their machine; their values are shown
+            as ``[SENSITIVE]`` all the same.
 
     Returns:
         The Starlette app.
@@ -126,13 +132,15 @@ def create_app(
     path = _store_file(store_path)
     by_name = _machines_by_name(machines)
     if token is None:
-        token = secrets.token_urlsafe(24)
+        token = token_urlsafe(24)
     if not isinstance(token, str) or not token:
         raise ConfigurationError(f"token must be a non-empty string, got {token!r}")
     from ._app import build_app
 
     hosts = list(allowed_hosts) if allowed_hosts is not None else list(_LOOPBACK_HOSTS)
-    return build_app(path, by_name, token, protect_reads=protect_reads, allowed_hosts=hosts)
+    return build_app(
+        path, by_name, token, protect_reads=protect_reads, allowed_hosts=hosts, secrets=secrets
+    )
 
 
 def is_loopback(host: str) -> bool:
@@ -197,6 +205,7 @@ async def serve(
     machines: Mapping[str, Machine[Any]] | Iterable[Machine[Any]] = (),
     token: str | None = None,
     allow_remote: bool = False,
+    secrets: Keyring | None = None,
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the inspector on ``host``:``port`` until cancelled, on asyncio or trio.
@@ -214,6 +223,7 @@ async def serve(
         machines: The machines of the store's sessions (see `create_app`).
         token: The token changes need; ``None`` makes one.
         allow_remote: Allow an address other machines can reach.
+        secrets: The keyring of sessions with `Sensitive` fields (see `create_app`).
         task_status: Reports the address to open, once listening.
 
     Raises:
@@ -228,6 +238,7 @@ async def serve(
         token=token,
         protect_reads=remote,
         allowed_hosts=["*"] if remote else None,
+        secrets=secrets,
     )
     from hypercorn.config import Config
 

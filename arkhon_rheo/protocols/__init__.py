@@ -48,6 +48,7 @@ from ._model import ToolSpec as ToolSpec
 from ._model import Usage as Usage
 from ._model import UserMessage as UserMessage
 from ._patch import Patch as Patch
+from ._sensitive import Sensitive as Sensitive
 from ._stage import Condition as Condition
 from ._stage import Stage as Stage
 from ._stage import StateView as StateView
@@ -103,6 +104,7 @@ __all__ = [
     "Patch",
     "Receive",
     "ReplyDelta",
+    "Sensitive",
     "SessionRecord",
     "SessionStream",
     "SessionStreamStatistics",

@@ -12,6 +12,7 @@ from ._gates import Gate
 from ._graph import StateGraph, build_graph
 from ._inbox import Receive
 from ._resources import checked_resources
+from ._sensitive import sensitive_problem
 from ._stage import Condition, Stage, TransitionCondition
 from ._state import SUPERVISOR_FIELDS, AgentState
 
@@ -280,6 +281,8 @@ class Machine(Generic[S]):
 
     def _check_state_type(self) -> None:
         name = self.state_type.__name__
+        if (problem := sensitive_problem(self.state_type, AgentState.base_fields)) is not None:
+            raise self._fail(problem)
         for field, info in self.state_type.model_fields.items():
             if (found := mutable_part(info.rebuild_annotation())) is not None:
                 mutable, instead = found

@@ -33,6 +33,9 @@ from ._resources import current_resources as current_resources
 from ._resources import is_async_context_manager as is_async_context_manager
 from ._resources import reports_open as reports_open
 from ._resources import resources_scope as resources_scope
+from ._sensitive import SENSITIVE as SENSITIVE
+from ._sensitive import secret_texts as secret_texts
+from ._sensitive import sensitive_fields as sensitive_fields
 from ._spec import load_machine as load_machine
 from ._spec import load_state_factory as load_state_factory
 from ._stream import _SCOPE

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import enum
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._frozen import FrozenMap, Metadata
+from ._sensitive import SENSITIVE, sensitive_fields
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["SUPERVISOR_FIELDS", "AgentState", "ErrorClass", "FailureRecord", "Lifecycle"]
 
@@ -81,6 +85,10 @@ class AgentState(BaseModel):
     ``bytearray``, frozen models and frozen dataclasses. `Machine` refuses a
     state type with a mutable field type, naming the field.
 
+    A field whose value is a secret is marked `Sensitive`
+    (``token: Annotated[str, Sensitive()]``): it is stored sealed and never
+    shown; the state's ``repr`` shows ``[SENSITIVE]`` in its place.
+
     Attributes:
         lifecycle: The machine's current state; subclasses narrow its type to
             their own enum and give it a default.
@@ -103,3 +111,9 @@ class AgentState(BaseModel):
     iteration: int = Field(default=0, ge=0)
     last_error: FailureRecord | None = None
     metadata: Metadata = Field(default_factory=FrozenMap)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """The fields ``repr`` shows: a `Sensitive` field's value masked."""
+        hidden = sensitive_fields(type(self))
+        for name, value in super().__repr_args__():
+            yield (name, SENSITIVE) if name in hidden else (name, value)

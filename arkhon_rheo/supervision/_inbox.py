@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from .._errors import ConfigurationError, Fatal
 from .._log import get_logger
+from .._redact import scrub_data
 from ..core._seams import state_label
 from ..protocols import EventKind, NewMessage, Patch
 from ..protocols._seams import DECISIONS, check_json, json_data
@@ -167,8 +168,8 @@ class Inbox:
             check_json(json_data(question))
         except Exception as exc:  # a broken question still pauses: it is shown as the error
             question = f"(the gate's question failed: {exc!r})"
-        if question is not None:
-            info["question"] = json_data(question)
+        if question is not None:  # a secret it quotes (a sensitive value held) is masked
+            info["question"] = scrub_data(json_data(question))
         return info
 
     async def park_paused(self, gate: Gate, state: AgentState, info: dict[str, Any]) -> None:

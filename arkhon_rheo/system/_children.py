@@ -21,6 +21,7 @@ from ._journal import Journal
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ..core import Keyring
     from ..protocols import Machine, Store, TransitionEvent
     from ._handle import SessionHandle
     from ._registry import Registry
@@ -36,6 +37,11 @@ class SessionRunner(Protocol):
     @property
     def store(self) -> Store | None:
         """Where sessions are recorded (``None``: in memory only)."""
+        ...
+
+    @property
+    def secrets(self) -> Keyring | None:
+        """The keyring sensitive values are sealed with in the store."""
         ...
 
     async def start(
@@ -114,7 +120,8 @@ class ChildHost:
         system = self._system
         if system.store is not None:
             try:
-                stored, record = await Journal(system.store, machine, session_id).state()
+                journal = Journal(system.store, machine, session_id, secrets=system.secrets)
+                stored, record = await journal.state()
             except SessionNotFound:
                 pass
             else:
@@ -173,7 +180,7 @@ async def linked_history(journal: Journal) -> list[TransitionEvent]:
     for at, step, name in candidates:
         child_id = f"{session_id}/{name}/{step}"
         try:
-            child = Journal(journal.store, subgraphs[name], child_id)
+            child = Journal(journal.store, subgraphs[name], child_id, secrets=journal.secrets)
             spliced[at] = await linked_history(child)
         except SessionNotFound:
             continue

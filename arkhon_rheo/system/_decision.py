@@ -15,18 +15,23 @@ from ..core._seams import compiled
 from ..protocols import (
     SUPERVISOR_FIELDS,
     AgentState,
+    Approve,
+    Edit,
     ErrorClass,
     EventKind,
     FailureRecord,
     Patch,
 )
+from ..protocols._seams import SENSITIVE, sensitive_fields
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from pydantic import BaseModel
+
     from ..protocols import Machine
 
-__all__ = ["SUPERVISOR_OWNED", "decision_updates"]
+__all__ = ["SUPERVISOR_OWNED", "decision_updates", "recorded_decision"]
 
 #: The fields a human edit may not write: those every state has, which the
 #: supervisor keeps (the lifecycle, the session's id, its loop count, the failure
@@ -78,3 +83,23 @@ def decision_updates(
     updates, _ = validator.validate(state, Patch.of(fields), stage="(human)", writes=writes)
     validator.check_invariants(state.model_copy(update=updates), state.lifecycle, stage="(human)")
     return updates, EventKind.DECISION, None
+
+
+def recorded_decision(
+    machine: Machine[Any], gate_name: str | None, decision: BaseModel
+) -> BaseModel:
+    """``decision`` as the inbox keeps it: a value for a `Sensitive` field as ``[SENSITIVE]``.
+
+    The decision's event carries the value in its patch, sealed; the inbox
+    message only records that the decision was made.
+    """
+    hidden = sensitive_fields(machine.state_type)
+    if not hidden:
+        return decision
+    if isinstance(decision, Edit) and not hidden.isdisjoint(decision.fields):
+        return Edit(fields={k: SENSITIVE if k in hidden else v for k, v in decision.fields.items()})
+    if isinstance(decision, Approve) and decision.value is not None:
+        gate = next((g for g in machine.gates if g.name == gate_name), None)
+        if gate is not None and gate.field in hidden:
+            return Approve(value=SENSITIVE)
+    return decision

@@ -205,5 +205,5 @@ async def stored_events(session: Session) -> list[TransitionEvent]:
     """Every event of ``session`` (its earlier runs' too), read from its store."""
     persistence = session.persistence
     assert persistence is not None
-    decode = session.compiled.codec.decode_event
+    decode = persistence.codec.decode_event
     return [decode(event) for event in await persistence.store.history(session.session_id)]

@@ -9,6 +9,7 @@ reached from another module.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,13 +25,15 @@ from ..supervision import ExitReason
 from ..supervision._seams import Session, SessionSupervisor
 from ._handle import new_handle, session_of
 from ._journal import Journal
-from ._options import check_budget
+from ._options import check_budget, check_keyring
+from ._secrets import HeldValues, held_values
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from ..actors import ActorSystem
+    from ..core import Keyring
     from ..graphs._seams import SubgraphHost
     from ..protocols import Clock, Machine, Store, TransitionEvent
     from ..protocols._seams import FaultInjector
@@ -64,6 +67,7 @@ class SessionHost:
         faults: The faults to inject into every session launched, if any.
         clock: What the sessions' messages and timers are timed by.
         resources: The machines' resources the system opened.
+        secrets: The keyring stored sessions' sensitive values are sealed with.
 
     Attributes:
         config: The sessions' configuration.
@@ -87,6 +91,7 @@ class SessionHost:
         "clock",
         "config",
         "owner",
+        "secrets",
         "store",
     )
 
@@ -106,6 +111,7 @@ class SessionHost:
         faults: FaultInjector | None,
         resources: Resources,
         clock: Clock | None = None,
+        secrets: Keyring | None = None,
     ) -> None:
         self._actors = actors
         self._registry = registry
@@ -124,6 +130,15 @@ class SessionHost:
         #: Called when a session launched here parks (the system's timer watch looks again).
         self._on_park: Callable[[], None] | None = None
         self._resources = resources
+        check_keyring(secrets)
+        #: The keyring sensitive values are sealed with in the store (``None``: none given).
+        self.secrets = secrets
+
+    def journal(self, machine: Machine[Any], session_id: str) -> Journal:
+        """The store's record of session ``session_id`` of ``machine`` (a store is needed)."""
+        return Journal(
+            self.require_store("read a session"), machine, session_id, secrets=self.secrets
+        )
 
     def check_running(self) -> None:
         """Raise `SystemNotRunning` outside the agent system's ``async with`` block."""
@@ -186,6 +201,10 @@ class SessionHost:
         """Call ``callback`` whenever a session launched here parks."""
         self._on_park = callback
 
+    def _release(self, held: HeldValues, session: Session) -> None:
+        held.release()
+        self._closed(session)
+
     def _closed(self, session: Session) -> None:
         self._registry.closed(session)
         if session.exit_reason is ExitReason.WAITING and self._on_park is not None:
@@ -226,11 +245,12 @@ class SessionHost:
         store something opened them first: this finds them open).
         """
         await self._resources.open(machine)
-        session = self._session(machine, state, config, session_id, base_seq, anchor_seq)
+        held = held_values(machine, state)
+        session = self._session(machine, state, config, session_id, base_seq, anchor_seq, held)
         session.gates_passed = gates_passed
         session.log.extend(history)
         session.seq += len(history)
-        session.on_close = self._closed
+        session.on_close = self._closed if held is None else functools.partial(self._release, held)
         try:
             # Shielded: the session starts whole (and the lease passes to it) or not at all.
             with anyio.CancelScope(shield=True):
@@ -245,6 +265,8 @@ class SessionHost:
         except BaseException:
             if claim is not None and session.done.is_set():
                 claim.hand_over()  # its supervisor ran and stopped: it gave the lease up
+            if held is not None and not session.done.is_set():
+                held.release()  # never ran: nothing will close it
             raise
         if claim is not None:
             claim.hand_over()
@@ -260,15 +282,20 @@ class SessionHost:
         session_id: str,
         base_seq: int,
         anchor_seq: int | None,
+        held: HeldValues | None,
     ) -> Session:
-        """A new run's session record, recording each commit to the store if there is one."""
+        """A new run's session record, recording each commit to the store if there is one.
+
+        ``held``: the run's sensitive values, which each commit adds to.
+        """
         seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
         link = self._registry.links.get(session_id)
         persistence = None
         if self.store is not None:
-            persistence = Journal(self.store, machine, session_id).persistence(
+            persistence = self.journal(machine, session_id).persistence(
                 state, snapshot_every=self._snapshot_every, owner=self._owner_name, link=link
             )
+        listeners = self._listeners if held is None else (*self._listeners, held.event)
         return Session(
             session_id,
             machine,
@@ -276,7 +303,7 @@ class SessionHost:
             config,
             validator=compiled(machine).validator,
             seed=seed,
-            listeners=self._listeners,
+            listeners=listeners,
             persistence=persistence,
             base_seq=base_seq,
             link=link,

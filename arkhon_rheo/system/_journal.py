@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .._errors import ConfigurationError, SessionError
 from ..core import fold
-from ..core._seams import compiled, differences
+from ..core._seams import compiled, differences, session_codec
 from ..protocols import EventKind, Patch, TransitionEvent
 from ..supervision import ExitReason
 from ..supervision._seams import Persistence
@@ -28,6 +28,8 @@ from ..supervision._seams import Persistence
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from ..core import Keyring
+    from ..core._seams import EventCodec
     from ..protocols import (
         AgentState,
         FailureRecord,
@@ -92,15 +94,31 @@ class Journal:
         machine: The machine the session must have been stored by; every read
             checks it (`ConfigurationError` otherwise).
         session_id: The session.
+        secrets: The keyring its `Sensitive` values are sealed with, if the
+            machine has any (without one, storing or loading them raises
+            `KeyringError`).
+
+    Attributes:
+        codec: What the session's states and events are stored through: the
+            machine's codec, sealing the session's sensitive values if it has any.
     """
 
-    __slots__ = ("_compiled", "machine", "session_id", "store")
+    __slots__ = ("_compiled", "codec", "machine", "secrets", "session_id", "store")
 
-    def __init__(self, store: Store, machine: Machine[Any], session_id: str) -> None:
+    def __init__(
+        self,
+        store: Store,
+        machine: Machine[Any],
+        session_id: str,
+        *,
+        secrets: Keyring | None = None,
+    ) -> None:
         self.store = store
         self.machine = machine
         self.session_id = session_id
+        self.secrets = secrets
         self._compiled = compiled(machine)
+        self.codec: EventCodec = session_codec(machine, self._compiled.codec, secrets, session_id)
 
     async def create(
         self, state: AgentState, *, parent: str | None = None, status: str = "running"
@@ -113,7 +131,7 @@ class Journal:
         await self.store.create_session(
             self.session_id,
             machine=self.machine.name,
-            snapshot=self._compiled.codec.encode_state(state),
+            snapshot=self.codec.encode_state(state),
             parent=parent,
             status=status,
             fingerprint=self._compiled.fingerprint,
@@ -137,7 +155,7 @@ class Journal:
 
     def current(self, loaded: LoadedSession) -> AgentState:
         """The state ``loaded`` ends in: its snapshot with the events after it folded in."""
-        codec = self._compiled.codec
+        codec = self.codec
         return fold(
             self.machine,
             codec.decode_state(loaded.snapshot),
@@ -159,7 +177,7 @@ class Journal:
                 f"event number must be between 0 (the start) and {last} for session "
                 f"{self.session_id!r}, got {seq!r}"
             )
-        codec = self._compiled.codec
+        codec = self.codec
         snapshot_seq, snapshot = await self.store.snapshot_at(self.session_id, seq)
         events = [
             codec.decode_event(event)
@@ -170,7 +188,7 @@ class Journal:
 
     async def history(self, *, after: int = 0) -> list[TransitionEvent]:
         """The session's events after event ``after``, decoded, in order."""
-        codec = self._compiled.codec
+        codec = self.codec
         stored = await self.store.history(self.session_id)
         return [codec.decode_event(event) for event in stored if event.seq > after]
 
@@ -185,7 +203,7 @@ class Journal:
         if last == 0:
             return None
         if loaded.events and loaded.events[-1].seq == last:
-            return self._compiled.codec.decode_event(loaded.events[-1])
+            return self.codec.decode_event(loaded.events[-1])
         events = await self.history(after=last - 1)
         return events[-1] if events else None
 
@@ -226,7 +244,7 @@ class Journal:
         The event must follow the session's last one; all three go in one write,
         with inbox message ``applied`` (a decision) marked applied by it, if given.
         """
-        codec = self._compiled.codec
+        codec = self.codec
         events = [codec.encode_event(event, self._compiled.hasher.of(state))]
         snapshot = (event.seq, codec.encode_state(state))
         if applied is None:
@@ -266,7 +284,7 @@ class Journal:
         """What records each commit of a run that starts from ``state``."""
         return Persistence(
             self.store,
-            self._compiled.codec,
+            self.codec,
             self.session_id,
             snapshot_every=snapshot_every,
             owner=owner,

@@ -265,7 +265,7 @@ class Postman:
             kind, payload = encode_message(machine, message)
         except MessageRefused as refused:
             raise MessageRefused(str(refused), session_id=session_id) from None
-        record = await Journal(store, machine, session_id).record()
+        record = await Journal(store, machine, session_id, secrets=self.host.secrets).record()
         if record.status in ENDED:
             raise _refused(
                 machine,
@@ -316,7 +316,7 @@ class Postman:
         """Wake parked session ``session_id``: lease it, load it and launch its supervisor."""
         host = self.host
         store = host.require_store("wake a session")
-        journal = Journal(store, machine, session_id)
+        journal = Journal(store, machine, session_id, secrets=host.secrets)
         async with host.claim(session_id) as claim:
             await claim.lease()
             loaded = await journal.load()

@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_KEEP_ENDED",
     "check_budget",
     "check_initial",
+    "check_keyring",
     "check_lease_ttl",
     "check_positive",
     "check_snapshot_every",
@@ -103,4 +104,14 @@ def check_initial(machine: Machine[Any], state: AgentState) -> None:
         raise ConfigurationError(
             f"a session of {machine.name!r} starts in {machine.initial!r}, "
             f"but the state is in {state.lifecycle!r}"
+        )
+
+
+def check_keyring(secrets: object) -> None:
+    """Refuse ``AgentSystem(secrets=...)`` that is neither ``None`` nor a `Keyring`."""
+    from ..core import Keyring
+
+    if secrets is not None and not isinstance(secrets, Keyring):
+        raise ConfigurationError(
+            f"secrets must be a Keyring (Keyring(key)), got {type(secrets).__name__}"
         )

@@ -14,6 +14,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._errors import SessionBusy, SessionNotFound
 from ..supervision import ExitReason
 
 if TYPE_CHECKING:
@@ -158,3 +159,24 @@ class Registry:
         """Drop ``session_id`` and its subgraph link."""
         self.drop(session_id)
         self.links.pop(session_id, None)
+
+    def forget_ended(self, session_id: str, *, stored: bool) -> None:
+        """`AgentSystem.forget`: drop an ended session (``stored``: the system has a store).
+
+        Raises:
+            SessionNotFound: Without a store, if no session here has that id.
+            SessionBusy: If the session is still running.
+        """
+        if stored and session_id not in self:
+            self.links.pop(session_id, None)
+            return  # released already: the store holds its record
+        handle = self.find(session_id)
+        if handle is None:
+            raise SessionNotFound(session_id=session_id)
+        if not handle.done:
+            raise SessionBusy(
+                f"session {session_id!r} is still running; cancel it or wait for its "
+                "result before forgetting it",
+                session_id=session_id,
+            )
+        self.forget(session_id)

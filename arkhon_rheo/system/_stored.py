@@ -24,7 +24,7 @@ from .._errors import ConfigurationError, MessageRefused, SessionError
 from ..protocols import Abort, AgentState, Approve, Edit, EventKind, Machine
 from ..protocols._seams import DECISIONS
 from ._children import linked_history
-from ._decision import decision_updates
+from ._decision import decision_updates, recorded_decision
 from ._journal import Journal, MemoryJournal, out_of_band_event
 from ._mail import Mailbox, Sent, message_record
 from ._verify import ReplayReport, verify_stored
@@ -71,7 +71,8 @@ class StoredSession(Generic[S]):
         return f"<StoredSession {self.session_id!r} of {self.machine.name!r}>"
 
     def _journal(self, purpose: str) -> Journal:
-        return Journal(self._host.require_store(purpose), self.machine, self.session_id)
+        store = self._host.require_store(purpose)
+        return Journal(store, self.machine, self.session_id, secrets=self._host.secrets)
 
     async def record(self) -> SessionRecord:
         """The session's record: its status, last event number, parent, owner...
@@ -166,7 +167,7 @@ class StoredSession(Generic[S]):
         async with host.claim(new_id):
             state, _ = await source.state(at_seq)
             state = state.model_copy(update={"session_id": new_id})
-            fork = Journal(source.store, self.machine, new_id)
+            fork = Journal(source.store, self.machine, new_id, secrets=host.secrets)
             await fork.create(state, parent=self.session_id, status="forked")
         return new_stored(host, self.machine, new_id)
 
@@ -408,7 +409,8 @@ class StoredSession(Generic[S]):
             )
             position, new, message_id = 0, True, message_id or uuid.uuid4().hex
             if inbox is not None:
-                stored, new = await inbox.post(decision, message_id, host.clock.now())
+                recorded = recorded_decision(machine, gate, decision)
+                stored, new = await inbox.post(recorded, message_id, host.clock.now())
                 position = stored.position
                 event = event._replace(info={**info, "message": message_record(stored)})
             await ledger.commit(
@@ -467,7 +469,7 @@ async def _ledger(
     store = host.store
     if store is None:
         return MemoryJournal(host.held(session_id), machine)
-    journal = Journal(store, machine, session_id)
+    journal = Journal(store, machine, session_id, secrets=host.secrets)
     await journal.exists()  # SessionNotFound before any lease
     await claim.lease()
     return journal

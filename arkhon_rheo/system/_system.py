@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import (
     ConfigurationError,
-    SessionBusy,
     SessionError,
     SessionLocked,
     SessionNotFound,
@@ -30,7 +29,6 @@ from ..supervision._seams import EventListener
 from ._children import ChildHost
 from ._claims import Claims
 from ._host import SessionHost
-from ._journal import Journal
 from ._mail import Postman, Sent, decision_of
 from ._options import check_initial, check_lease_ttl, check_snapshot_every, kept, session_config
 from ._owner import Owner
@@ -44,6 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from types import TracebackType
 
+    from ..core import Keyring
     from ..protocols import Clock, SessionRecord, Store
     from ..protocols._seams import FaultInjector
     from ..supervision import Backoff, Classifier, RestartIntensity, RestartStrategy
@@ -127,6 +126,8 @@ class AgentSystem:
             be applied; one more is refused (`InboxFull`), nothing stored.
         poll_interval: The longest the timer watch sleeps before it looks in
             the store again (for timers other processes set), in seconds.
+        secrets: The `Keyring` `Sensitive` state values are sealed with in the
+            store; a machine with such fields needs it (`KeyringError` otherwise).
 
     Raises:
         ConfigurationError: If a bound is out of range.
@@ -156,6 +157,7 @@ class AgentSystem:
         clock: Clock | None = None,
         inbox_capacity: int = 1000,
         poll_interval: float = 1.0,
+        secrets: Keyring | None = None,
     ) -> None:
         config = session_config(
             max_steps,
@@ -194,6 +196,7 @@ class AgentSystem:
             faults=fault_plan,
             clock=clock,
             resources=self._resources,
+            secrets=secrets,
         )
         self._postman = Postman(self._host, inbox_capacity, poll_interval, machines)
 
@@ -234,6 +237,11 @@ class AgentSystem:
         """Where sessions are recorded (``None``: in memory only)."""
         return self._store
 
+    @property
+    def secrets(self) -> Keyring | None:
+        """The keyring `Sensitive` values are sealed with in the store, if given."""
+        return self._host.secrets
+
     async def start(
         self,
         machine: Machine[S],
@@ -258,6 +266,8 @@ class AgentSystem:
             SystemNotRunning: Outside the ``async with`` block.
             SessionError: If the id is taken, or another call here is starting it.
             ConfigurationError: If the state does not fit the machine.
+            KeyringError: If the machine has `Sensitive` fields, and a store but
+                no keyring (nothing is stored).
             InvariantViolation: If the initial state breaks an invariant.
             ResourceUnavailable: If a resource of the machine could not be
                 opened (nothing is stored).
@@ -289,7 +299,7 @@ class AgentSystem:
         await host.open_resources(machine)  # before anything is stored
         async with host.claim(session_id) as claim:
             if self._store is not None:
-                await Journal(self._store, machine, session_id).create(state)
+                await host.journal(machine, session_id).create(state)
                 await claim.lease()
             return await host.launch(machine, state, config, session_id, base_seq=0, claim=claim)
 
@@ -369,7 +379,7 @@ class AgentSystem:
         self._host.check_running()
         orphans = await self.orphans(machine)
         for record in orphans:
-            Journal(self._host.require_store("recover"), machine, record.session_id).check(record)
+            self._host.journal(machine, record.session_id).check(record)
         handles = []
         for record in orphans:
             try:
@@ -474,17 +484,7 @@ class AgentSystem:
             SessionNotFound: Without a store, if no session here has that id.
             SessionError: If the session is still running; cancel it first.
         """
-        if self._store is not None and session_id not in self._registry:
-            self._registry.links.pop(session_id, None)
-            return  # released already: the store holds its record
-        handle = self.session(session_id)
-        if not handle.done:
-            raise SessionBusy(
-                f"session {session_id!r} is still running; cancel it or wait for its "
-                "result before forgetting it",
-                session_id=session_id,
-            )
-        self._registry.forget(session_id)
+        self._registry.forget_ended(session_id, stored=self._store is not None)
 
     def sessions(self) -> list[str]:
         """The ids of the sessions this system holds: running, and the ended ones it keeps.

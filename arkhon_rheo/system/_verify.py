@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from .._errors import StoreCorrupt
+from .._redact import scrub_secrets
 from ..core import apply_event
 from ..core._seams import compiled
 from ..protocols import AgentState, EventKind, StateView, TransitionEvent
 from ..supervision._seams import CallPlayback, run_stage
+from ._secrets import held_values
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from ..core._seams import EventCodec, PatchValidator, StateHasher
     from ..protocols import Machine, Stage
     from ._journal import Journal
+    from ._secrets import HeldValues
 
 __all__ = ["Divergence", "ReplayReport", "verify"]
 
@@ -62,7 +65,8 @@ class ReplayReport(Generic[S]):
         session_id: The session.
         events: How many events were folded (up to the divergence, if any).
         state: The state the fold reached (before the divergent event, if any).
-        digest: That state's 64-bit digest.
+        digest: That state's 64-bit digest, as stored (keyed, for a machine with
+            `Sensitive` fields: see `Keyring`).
         divergence: The first event that does not fit, or ``None``.
         checked: How many events' digests were compared (events stored
             without one, by a store that does not keep them, are folded only).
@@ -135,8 +139,8 @@ class _Verifier:
         recorded = event.patch
         # Validated values compared as values: a set's stored order is not its own.
         if patch.values != recorded.values or patch.appends != recorded.appends:
-            proposed = self.codec.encode_patch(patch, stage=name)
-            stored = self.codec.encode_patch(recorded, stage=name)
+            proposed = self.codec.describe_patch(patch, stage=name)
+            stored = self.codec.describe_patch(recorded, stage=name)
             return f"stage {name!r} proposed {proposed}, the recorded run {stored}"
         timers = [timer.describe(0.0) for timer in playback.timers or ()]
         recorded_timers = [{**timer, "due_at": 0.0} for timer in info.get("timers", ())]
@@ -161,6 +165,7 @@ async def verify(
     events: Sequence[tuple[TransitionEvent | str, int | None]],
     stored: tuple[int, AgentState | str],
     reexecute: bool = False,
+    held: HeldValues | None = None,
 ) -> ReplayReport[Any]:
     """Replay ``events`` on ``initial`` and check them against what was committed.
 
@@ -176,9 +181,12 @@ async def verify(
         stored: The event number and state a resume would run from (or why it
             did not decode).
         reexecute: Run each step's stage again against its recorded calls.
+        held: The session's sensitive values held for scrubbing, as its run held
+            them: those of ``initial`` already, each event's added once it folds.
 
     Returns:
-        The report.
+        The report. Its digests are given as stored (keyed, for a machine with
+        sensitive fields), and a divergence's reason is scrubbed of the values held.
     """
     verifier = _Verifier(machine, codec, validator, session_id)
     state = initial
@@ -186,8 +194,11 @@ async def verify(
     folded = checked = reexecuted = 0
 
     def report(divergence: Divergence | None) -> ReplayReport[Any]:
+        if divergence is not None:
+            divergence = Divergence(divergence.seq, scrub_secrets(divergence.reason))
+        stored_digest = codec.stored_digest(digest.value)
         return ReplayReport(
-            session_id, folded, state, digest.value, divergence, checked, reexecuted
+            session_id, folded, state, stored_digest, divergence, checked, reexecuted
         )
 
     for event, expected in events:
@@ -208,12 +219,15 @@ async def verify(
         except Exception as exc:
             return report(Divergence(seq, f"the event does not apply: {exc!r}"))
         if expected is not None:
-            if following.value != expected:
-                return report(_digest_differs(seq, following.value, expected, first=checked == 0))
+            if not codec.digest_fits(following.value, expected):
+                replayed = codec.stored_digest(following.value)
+                return report(_digest_differs(seq, replayed, expected, first=checked == 0))
             checked += 1
         state = after
         digest.accept(following)
         folded = seq
+        if held is not None:
+            held.event(event)
     return report(_stored_differs(stored, folded, hasher, digest.value))
 
 
@@ -287,7 +301,7 @@ async def verify_stored(journal: Journal, *, reexecute: bool = False) -> ReplayR
         StoreCorrupt: If the session's first snapshot does not decode.
     """
     parts = compiled(journal.machine)
-    codec, store, session_id = parts.codec, journal.store, journal.session_id
+    codec, store, session_id = journal.codec, journal.store, journal.session_id
     loaded = await journal.load()
     last = loaded.record.last_seq
     stored_events = [e for e in await store.history(session_id) if e.seq <= last]
@@ -303,14 +317,21 @@ async def verify_stored(journal: Journal, *, reexecute: bool = False) -> ReplayR
         current = journal.current(loaded)
     except StoreCorrupt as exc:
         current = f"the stored state does not decode: {exc}"
-    return await verify(
-        journal.machine,
-        codec,
-        parts.hasher,
-        parts.validator,
-        session_id=session_id,
-        initial=codec.decode_state(first),
-        events=events,
-        stored=(last, current),
-        reexecute=reexecute,
-    )
+    initial = codec.decode_state(first)
+    held = held_values(journal.machine, initial)
+    try:
+        return await verify(
+            journal.machine,
+            codec,
+            parts.hasher,
+            parts.validator,
+            session_id=session_id,
+            initial=initial,
+            events=events,
+            stored=(last, current),
+            reexecute=reexecute,
+            held=held,
+        )
+    finally:
+        if held is not None:
+            held.release()
