@@ -386,8 +386,9 @@ class AgentSystem:
                 handles.append(await self.resume(machine, record.session_id))
             except (SessionLocked, SessionError):
                 continue  # taken by another system, or ended: not an orphan any more
-        self._postman.serve(machine)
+        # Woken here before the timer watch serves the machine, which would race us.
         handles.extend(await self._postman.wake_due(machine))
+        self._postman.serve(machine)
         return handles
 
     async def send(

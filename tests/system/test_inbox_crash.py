@@ -22,6 +22,7 @@ import pytest
 from arkhon_rheo import AgentSystem, ExitReason
 from arkhon_rheo.testing import VirtualClock
 from tests.support.tickets import TICKETS, Hold, Ticket
+from tests.system.test_inbox import Applied
 
 if TYPE_CHECKING:
     from anyio.abc import Process
@@ -111,11 +112,12 @@ async def test_a_timer_fires_after_a_kill_and_a_restart(tmp_path: Path) -> None:
         assert record.wake_at is not None
         assert await system.recover(TICKETS) == []  # not due yet: nothing to do
     clock = VirtualClock(start=record.wake_at - 1)  # the hour has (nearly) passed
-    async with AgentSystem(path=db, clock=clock) as system:
-        assert await system.recover(TICKETS) == []
-        clock.advance(1)
-        (woken,) = await system.recover(TICKETS)
-        result = await woken.result()
-        assert result.state.notes[-1] == "reminder: check in"
+    applied = Applied()
+    async with AgentSystem(path=db, clock=clock, listeners=[applied]) as system:
+        assert await system.recover(TICKETS) == []  # not due: the system now serves its timers
+        clock.advance(1)  # due: the system's timer watch wakes it
+        await applied.wait_for(1)
+        state = await system.stored(TICKETS, "t2").state()
+        assert state.notes[-1] == "reminder: check in"
         report = await system.stored(TICKETS, "t2").replay(reexecute=True)
         assert report.ok, report.divergence
