@@ -131,6 +131,7 @@ TOP_LEVEL = [
     "Transient",
     "TransitionCondition",
     "TransitionEvent",
+    "Upgrade",
     "configure_logging",
     "emit",
     "record_call",

@@ -4,7 +4,9 @@ A subpackage's private modules are its own; another subpackage imports only
 its public namespace or this module (the layering test holds every module to
 that). The supervisor steps with the compiled machine's tables, the event log
 and the checks of an edge and of the invariants; the agent system, the CLI and
-the inspector read a machine's fingerprint and what differs between two.
+the inspector read a machine's fingerprint and what differs between two; the
+journal reads sessions an earlier form of a machine stored (`Upgrader`,
+`read_events`, `StoredForm`) and marks the snapshots it writes for them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,19 @@ from ._digest import StateHasher as StateHasher
 from ._eventlog import EventLog as EventLog
 from ._fingerprint import differences as differences
 from ._fingerprint import fingerprint as fingerprint
+from ._fingerprint import legacy_schema as legacy_schema
+from ._fingerprint import same_form as same_form
+from ._fingerprint import upgrade_hint as upgrade_hint
+from ._fingerprint import version_of as version_of
 from ._fold import step_moves as step_moves
+from ._stored_form import StoredForm as StoredForm
+from ._upgrade import UPGRADE as UPGRADE
+from ._upgrade import MarkedCodec as MarkedCodec
+from ._upgrade import Upgrader as Upgrader
+from ._upgrade import form_mark as form_mark
+from ._upgrade import mark_of as mark_of
+from ._upgrade import read_events as read_events
+from ._upgrade import unmarked as unmarked
 from ._validate import PatchValidator as PatchValidator
 from ._validate import check_edge as check_edge
 from ._validate import check_invariants as check_invariants

@@ -24,9 +24,10 @@ from .._errors import ConfigurationError, MessageRefused, SessionError
 from ..protocols import Abort, AgentState, Approve, Edit, EventKind, Machine
 from ._children import linked_history
 from ._decision import decision_updates
-from ._journal import Journal, MemoryJournal, out_of_band_event
+from ._journal import Journal
+from ._ledger import MemoryJournal, out_of_band_event
 from ._mail import Mailbox, Sent, message_record
-from ._verify import ReplayReport, verify_stored
+from ._replay import verify_stored
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
     from ._claims import Claim
     from ._handle import SessionHandle
     from ._host import SessionHost
-    from ._journal import Ledger
+    from ._ledger import Ledger
+    from ._verify import ReplayReport
 
 __all__ = ["StoredSession", "new_stored"]
 
@@ -279,6 +281,7 @@ class StoredSession(Generic[S]):
                 base_seq=event.seq,
                 claim=claim,
                 anchor_seq=anchor,
+                journal=journal,
             )
 
     async def approve(
@@ -424,6 +427,7 @@ class StoredSession(Generic[S]):
                     gates_passed=True,
                     claim=claim,
                     history=paused.history,
+                    journal=ledger if isinstance(ledger, Journal) else None,
                 )
             return Sent(session_id, message_id, position, not new, handle)
 
