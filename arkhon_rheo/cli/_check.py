@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from .._errors import ArkhonError
-from ..core._seams import compiled, same_form, version_of
+from ..core._seams import compiled, differences, legacy_schema, same_form, version_of
 from ..system import AgentSystem
 from ._common import ExitStatus, console, existing_store, load_machine, print_json, shown, styled
 
@@ -27,12 +27,14 @@ if TYPE_CHECKING:
 __all__ = ["check", "check_sessions"]
 
 
-def _reading(record: SessionRecord, mine: dict[str, Any]) -> str:
-    """How the machine reads the session: as stored, or through what."""
+def _reading(machine: Machine[Any], record: SessionRecord, mine: dict[str, Any]) -> str:
+    """How the machine reads the session (as first stored): as it is, or through what."""
     stored = record.fingerprint
-    if same_form(stored, mine):
+    if stored is None or same_form(stored, mine):
         return "as stored"
     old = version_of(stored)
+    if differences(stored, mine, legacy=lambda names: legacy_schema(machine.state_type, names)):
+        return "changed, not declared"
     if old != mine["version"]:
         return f"upgraded from version {old}"
     return "compatible change"
@@ -42,9 +44,10 @@ async def check_sessions(system: AgentSystem, machine: Machine[Any]) -> list[dic
     """Load and replay every stored session of ``machine`` (by name); one row per session.
 
     Each row: ``session_id``, ``status``, ``version`` (the session's, as
-    stored), ``reading`` (``"as stored"``, ``"compatible change"`` or
-    ``"upgraded from version N"``), ``events`` (folded), ``checked`` (digests
-    verified), ``ok`` and ``reason`` (why it would fail, ``None`` if it would not).
+    stored), ``reading`` (``"as stored"``, ``"compatible change"``,
+    ``"upgraded from version N"`` or ``"changed, not declared"``), ``events``
+    (folded), ``checked`` (digests verified), ``ok`` and ``reason`` (why it
+    would fail, ``None`` if it would not).
     """
     store = system.store
     assert store is not None
@@ -57,7 +60,7 @@ async def check_sessions(system: AgentSystem, machine: Machine[Any]) -> list[dic
             "session_id": record.session_id,
             "status": record.status,
             "version": version_of(record.fingerprint),
-            "reading": _reading(record, mine),
+            "reading": _reading(machine, record, mine),
             "events": 0,
             "checked": 0,
             "ok": False,
