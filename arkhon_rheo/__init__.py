@@ -43,7 +43,6 @@ from .protocols import Stage as Stage
 from .protocols import StateView as StateView
 from .protocols import TransitionCondition as TransitionCondition
 from .protocols import TransitionEvent as TransitionEvent
-from .protocols import Upgrade as Upgrade
 from .protocols import emit as emit
 from .protocols import record_call as record_call
 from .protocols import record_stream as record_stream
@@ -109,7 +108,6 @@ __all__ = [
     "Transient",
     "TransitionCondition",
     "TransitionEvent",
-    "Upgrade",
     "configure_logging",
     "emit",
     "record_call",

@@ -131,7 +131,6 @@ TOP_LEVEL = [
     "Transient",
     "TransitionCondition",
     "TransitionEvent",
-    "Upgrade",
     "configure_logging",
     "emit",
     "record_call",

@@ -202,10 +202,7 @@ def _chain(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[dict[s
     """The upgrades from the stored version to the current one, or why there are none."""
     old, new = version_of(stored), version_of(current)
     if old > new:
-        return (
-            f"the session is of version {old} of the machine and this machine is version "
-            f"{new}: a session is never read by an earlier version"
-        )
+        return f"it is of version {old}: a session is never read by an earlier version"
     declared = current.get("upgrades", {})
     chain = []
     for version in range(old, new):

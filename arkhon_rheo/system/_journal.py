@@ -156,7 +156,9 @@ class Journal:
         form = await form_of(self.store, machine, mine, loaded.record, snapshot)
         history = await self.store.history(self.session_id)
         stored = tuple(event for event in history if snapshot_seq < event.seq <= seq)
-        at = upgraded(machine, mine, form, type(loaded)(loaded.record, seq, snapshot, stored))
+        at = upgraded(
+            machine, mine, form, type(loaded)(loaded.record, snapshot_seq, snapshot, stored)
+        )
         return self._fold(form, at), loaded.record
 
     async def history(self, *, after: int = 0) -> list[TransitionEvent]:

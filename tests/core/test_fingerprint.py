@@ -16,7 +16,6 @@ from arkhon_rheo import (
     Machine,
     Patch,
     StateView,
-    Upgrade,
     stage,
 )
 from arkhon_rheo.core._fingerprint import (
@@ -26,6 +25,7 @@ from arkhon_rheo.core._fingerprint import (
     same_form,
     upgrade_hint,
 )
+from arkhon_rheo.protocols import Upgrade
 
 L = Lifecycle
 

@@ -26,9 +26,9 @@ from arkhon_rheo import (
     Machine,
     Patch,
     StateView,
-    Upgrade,
     stage,
 )
+from arkhon_rheo.protocols import Upgrade
 
 L = Lifecycle
 NAME = "notes"

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 
-from arkhon_rheo import AgentSystem, ConfigurationError, ExitReason, Machine, Upgrade
+from arkhon_rheo import AgentSystem, ConfigurationError, ExitReason, Machine
 from arkhon_rheo.core._seams import fingerprint
-from arkhon_rheo.protocols import EventKind
-from arkhon_rheo.store import SQLiteStore
+from arkhon_rheo.protocols import EventKind, Upgrade
+from arkhon_rheo.store import MemoryStore, SQLiteStore
 from tests.support import versioned as V
 from tests.support.store_rows import event_patch, set_event
 from tests.support.tickets import TICKETS, Note, Ticket, Triage
@@ -352,3 +352,43 @@ async def test_fingerprints_of_the_digest_form_still_load(old_store: Path, tmp_p
         assert handle is not None
         assert (await handle.result()).state.points == 1
         assert (await system.stored(later("renamed", gated=True), "paused").replay()).ok
+
+
+async def test_a_rollback_and_a_fork_of_a_session_not_yet_upgraded(old_store: Path) -> None:
+    machine = later("removed")
+    async with AgentSystem(path=old_store) as system:
+        stored = system.stored(machine, "running")
+        fork = await stored.fork(new_id="fork")  # read as version 2; the original untouched
+        assert (await fork.state()).notes == ("note 0",)
+        assert [e.kind for e in await stored.history()] == [EventKind.STEP]
+        event = await stored.rollback(0)  # the upgrade is recorded first, in the same write
+        assert event.seq == 3
+        kinds = [e.kind for e in await stored.history()]
+        assert kinds == [EventKind.STEP, EventKind.UPGRADE, EventKind.ROLLBACK]
+        assert (await stored.state()).notes == ()
+        report = await stored.replay()
+        assert report.ok, report.divergence
+        assert report.checked == report.events == 3
+        result = await (await stored.resume()).result()
+        assert result.ok
+        assert result.state.score == 2
+
+
+async def test_an_old_memory_store_is_read_by_version_2() -> None:
+    async with MemoryStore() as store:
+        try:
+            async with AgentSystem(store=store) as system:
+                await V.store_version_1(system)
+        finally:
+            V.HOLD["event"] = V.HOLD["inside"] = None
+        machine = later("renamed")
+        async with AgentSystem(store=store) as system:
+            result = await (await system.resume(machine, "running")).result()
+            assert result.state.points == 2
+            handle = await system.stored(later("renamed", gated=True), "paused").approve()
+            assert handle is not None
+            assert (await handle.result()).state.points == 1
+            for sid in ("running", "paused"):
+                report = await system.stored(machine, sid).replay()
+                assert report.ok, report.divergence
+                assert report.checked == report.events
