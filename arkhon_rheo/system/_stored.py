@@ -126,12 +126,20 @@ class StoredSession(Generic[S]):
         written; stage code runs, but the model and the tools are not called in
         so far as the stages call them through `record_call`.
 
+        Events stored by an earlier version of the machine (or before a
+        compatible change to its state type) are checked against their digests
+        on the values that version stored, before any upgrade; they are not
+        re-executed. The report's state is then the session's state as this
+        machine reads it.
+
         Returns:
             The report: ``report.ok``, or ``report.divergence`` (the event number
             and what differed), and the replayed state.
 
         Raises:
-            ConfigurationError: Without a store, or if the machine is not the session's.
+            ConfigurationError: Without a store, if the machine does not read the
+                session (another machine, or a change its upgrades do not cover),
+                or if the session's upgraded state does not validate.
             SessionNotFound: If the store has no such session.
             StoreCorrupt: If the session's first snapshot does not decode.
         """
