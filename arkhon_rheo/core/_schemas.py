@@ -213,11 +213,11 @@ class _Walk:
 
     def _arrays(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
         if "prefixItems" in new:
-            if "prefixItems" not in old or len(old["prefixItems"]) != len(new["prefixItems"]):
-                return "the tuple's length or shape differs"
-            for index, (a, b) in enumerate(
-                zip(old["prefixItems"], new["prefixItems"], strict=True)
-            ):
+            if "prefixItems" not in old:
+                return "the tuple's shape differs"
+            # Items past either end are left to the bounds (``minItems``, ``maxItems``).
+            pairs = zip(old["prefixItems"], new["prefixItems"], strict=False)
+            for index, (a, b) in enumerate(pairs):
                 if (reason := self.accepts(a, b)) is not None:
                     return f"item {index}: {reason}"
         if "items" in new and new["items"] is not True:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import pytest
 from pydantic import BaseModel, ConfigDict
@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from arkhon_rheo import (
     AgentState,
     ConfigurationError,
+    FrozenMap,
     History,
     Lifecycle,
     Machine,
@@ -52,6 +53,17 @@ class InnerMore(BaseModel):
     a: int
     b: str = "x"
     c: float = 0.0
+
+
+class Pair(NamedTuple):
+    cycle: int
+    text: str
+
+
+class Triple(NamedTuple):
+    cycle: int
+    text: str
+    weight: float = 1.0
 
 
 class InnerLess(BaseModel):
@@ -120,6 +132,14 @@ COMPATIBLE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"i": (Inner | None, None)},
         {"i": (InnerMore | None, None)},
     ),
+    "an item's new field with a default": (
+        {"h": (History[Pair], History())},
+        {"h": (History[Triple], History())},
+    ),
+    "a map's values widened": (
+        {"m": (FrozenMap[str, int], FrozenMap())},
+        {"m": (FrozenMap[str, int | None], FrozenMap())},
+    ),
     "fields in another order": ({"a": (int, 0), "b": (str, "")}, {"b": (str, ""), "a": (int, 0)}),
     "a set to a list-like tuple": (
         {"t": (frozenset[int], frozenset())},
@@ -159,6 +179,11 @@ INCOMPATIBLE: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         {"i": (Inner | None, None)},
         {"i": (InnerLess | None, None)},
         "'b' is gone",
+    ),
+    "an item's field removed": (
+        {"h": (History[Triple], History())},
+        {"h": (History[Pair], History())},
+        "maxItems 2 is new or stricter",
     ),
     "an item type narrowed": (
         {"h": (History[int | str], History())},
