@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core import apply_event
-from ..core._seams import EventCodec
+from ..core._seams import EventCodec, Upgrader, compiled, read_events
 
 if TYPE_CHECKING:
     from ..protocols import Machine, SessionRecord, Store, StoredEvent
@@ -203,7 +203,12 @@ async def load_timeline(
     record = await store.record(session_id)
     events = tuple(event for event in await store.history(session_id))
     _, snapshot = await store.snapshot_at(session_id, 0)
-    states, exact = _folded_states(snapshot, events, machine)
+    folded = events
+    if machine is not None:  # a session of an earlier version, read as this one reads it
+        mine = compiled(machine).fingerprint
+        snapshot = Upgrader(machine, record.fingerprint, mine).state(snapshot)
+        folded = tuple(read_events(machine, mine, record.fingerprint, events))
+    states, exact = _folded_states(snapshot, folded, machine)
     steps: list[Step] = []
     restarts = 0
     for index, event in enumerate(events):

@@ -392,3 +392,18 @@ async def test_an_old_memory_store_is_read_by_version_2() -> None:
                 report = await system.stored(machine, sid).replay()
                 assert report.ok, report.divergence
                 assert report.checked == report.events
+
+
+async def test_the_inspectors_timeline_of_an_upgraded_session_is_exact(old_store: Path) -> None:
+    from arkhon_rheo.inspector._data import load_timeline
+
+    machine = later("renamed")
+    async with AgentSystem(path=old_store) as system:
+        before = await load_timeline(_store(system), "running", machine)
+        assert before.exact
+        assert before.state["points"] == "1"
+        await (await system.resume(machine, "running")).result()
+        after = await load_timeline(_store(system), "running", machine)
+    assert after.exact
+    assert len(after.steps) == 6
+    assert after.state["points"] == "2"
