@@ -202,9 +202,10 @@ class Journal:
     ) -> TransitionEvent:
         """Store an event made outside any stage (a rollback, a resume, a human decision).
 
-        It follows the session's last event (``record.last_seq``), carries
-        ``updates`` as its patch, and is stored with a snapshot of ``after`` and
-        the session's new ``status`` in one write.
+        It follows the session's last event (``record.last_seq``; its
+        ``upgrade`` event first, if it has one to record), carries ``updates``
+        as its patch, and is stored with a snapshot of ``after`` and the
+        session's new ``status`` in one write.
         """
         event = out_of_band_event(
             self.session_id, self.next_seq(record), kind, before, after, updates, info, error
