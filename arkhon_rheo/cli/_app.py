@@ -23,6 +23,7 @@ from .._errors import (
     SessionLocked,
     SessionNotFound,
 )
+from ._check import check
 from ._common import DEFAULT_STORE, CommandError, ExitStatus, shown
 from ._demo import demo
 from ._read import graph, list_sessions, show
@@ -179,7 +180,7 @@ def _add_session_commands(add: _Add) -> None:
 
 
 def _add_steering_commands(add: _Add) -> None:
-    """``decide``, ``rollback``, ``fork``, ``replay``: steer or check a stored session."""
+    """``decide``, ``rollback``, ``fork``, ``check``, ``replay``: steer or check stored sessions."""
     sub = add("decide", decide, "answer a session paused at a gate: approve, abort or edit")
     _common(sub)
     sub.add_argument("session", metavar="SESSION")
@@ -208,6 +209,14 @@ def _add_steering_commands(add: _Add) -> None:
     sub.add_argument("session", metavar="SESSION")
     sub.add_argument("--at", type=_natural, metavar="SEQ", help="the event (default: the last)")
     sub.add_argument("--new-id", metavar="ID", help="the fork's id")
+    _machine(sub)
+
+    sub = add(
+        "check",
+        check,
+        "before a deploy: load and replay every stored session of MODULE:ATTR's machine",
+    )
+    _common(sub)
     _machine(sub)
 
     sub = add("replay", replay, "fold a session's log and check each event's stored digest")

@@ -52,9 +52,13 @@ How states become bytes, in one place:
    digest is chained over the plaintext, as in 4, and stored keyed.
 
 The fingerprint (`_fingerprint`) is the machine's side of the same story: a
-stored session names the machine (state fields and a hash of their types,
-states, transitions) whose codec wrote it, and another machine reading it is a
-configuration error rather than a value that "does not validate".
+stored session names the machine (its version, each state field's JSON schema,
+states, transitions) whose codec wrote it. A later machine reads it if what
+changed is compatible (`_schemas` compares field by field) or covered by its
+upgrades (`_upgrade`: applied to the stored JSON as it is loaded); anything
+else is a configuration error naming what differs, rather than a value that
+"does not validate". `_stored_form` digests states of an earlier form from
+their stored JSON alone, so replay still verifies an upgraded session.
 """
 
 from __future__ import annotations

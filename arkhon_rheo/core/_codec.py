@@ -107,9 +107,13 @@ class EventCodec:
     def decode_state(self, data: Any) -> AgentState:
         """A state from JSON data.
 
+        A snapshot's form mark (``"__form__"``, see `_upgrade`) is no field: it is left out.
+
         Raises:
             StoreCorrupt: If the data does not validate as the machine's state.
         """
+        if type(data) is dict and "__form__" in data:
+            data = {key: value for key, value in data.items() if key != "__form__"}
         try:
             state: AgentState = self._machine.state_type.model_validate(data)
         except ValidationError as exc:

@@ -16,6 +16,13 @@ contains a value the step's patch writes to a sensitive field is sealed whole,
 as the step's own, and opened back when the event is decoded (so a replay
 re-executes the step on what it really got). Everywhere else, what is shown of
 stored data masks the tokens (`masked`).
+
+A session stored by an earlier form of its machine (see ``_upgrade``) is
+opened before its upgrades run (`opener`): each token under the field name it
+was stored by, so a field renamed or made sensitive since still opens; the
+upgraded state is then sealed under the current names by the ``upgrade``
+event and the snapshots after it. An earlier form's digests may be plain or
+keyed (`Sealer.fits_any`).
 """
 
 from __future__ import annotations
@@ -40,7 +47,15 @@ if TYPE_CHECKING:
     from ..protocols import AgentState, Machine, Patch, StoredEvent, TransitionEvent
     from ._keyring import Keyring
 
-__all__ = ["SealedCodec", "Sealer", "is_sealed", "masked", "session_codec", "shown_state"]
+__all__ = [
+    "SealedCodec",
+    "Sealer",
+    "is_sealed",
+    "masked",
+    "opener",
+    "session_codec",
+    "shown_state",
+]
 
 #: The field name recorded calls are sealed for (no state field has it).
 _IO = "(recorded calls)"
@@ -258,6 +273,48 @@ class Sealer:
             return info
         return {**info, "io": _open_strings(info["io"], lambda token: self.open(_IO, token))}
 
+    # -- earlier forms ------------------------------------------------------------
+
+    def open_stored(self, name: str, data: Any) -> Any:
+        """Field ``name``'s JSON data as an earlier form stored it, every token in it opened.
+
+        A token is opened under the name it was stored by (a sequence's items one
+        by one), whether or not the field is sensitive now: for a session read
+        before the upgrades of its machine rename, reshape or remove its fields.
+        """
+        if isinstance(data, list):
+            if not any(is_sealed(item) for item in data):
+                return data
+            return [self.open(name, item) for item in data]
+        return self.open(name, data)
+
+    def open_stored_state(self, data: Any) -> Any:
+        """A stored snapshot (unmarked) of any form, its tokens opened (see `open_stored`)."""
+        if not isinstance(data, dict):
+            return data
+        opened = {name: self.open_stored(name, value) for name, value in data.items()}
+        return data if all(opened[name] is data[name] for name in data) else opened
+
+    def open_stored_patch(self, data: Any) -> Any:
+        """A stored patch of any form, its tokens opened (see `open_stored`)."""
+        if not isinstance(data, dict):
+            return data
+        result = dict(data)
+        for part in ("set", "append"):
+            written = data.get(part)
+            if isinstance(written, dict):
+                result[part] = self.open_stored_state(written)
+        return result
+
+    def fits_any(self, value: int, stored: int) -> bool:
+        """Whether ``stored`` is digest ``value``, plain or keyed under a key held.
+
+        For an event an earlier form stored: it was keyed if that form had a
+        sensitive field, which its fingerprint does not say.
+        """
+        keyring = self.keyring
+        return value == stored or (keyring is not None and stored in keyring.digests(value))
+
     # -- digests -----------------------------------------------------------------
 
     def stored_digest(self, value: int) -> int:
@@ -297,22 +354,28 @@ class SealedCodec(EventCodec):
     Made by `session_codec`; it shares the machine codec's adapters.
     """
 
-    __slots__ = ("sealer",)
+    __slots__ = ("base", "sealer")
 
+    base: EventCodec
     sealer: Sealer
 
     @classmethod
     def over(cls, codec: EventCodec, sealer: Sealer) -> SealedCodec:
-        """``codec`` sealing with ``sealer``."""
+        """``codec`` sealing with ``sealer``.
+
+        A state is encoded by ``codec`` itself, then sealed (a `MarkedCodec`'s
+        snapshots keep their form mark); the rest is the machine codec's.
+        """
         made = cls.__new__(cls)
         for slot in EventCodec.__slots__:
             object.__setattr__(made, slot, getattr(codec, slot))
+        made.base = codec
         made.sealer = sealer
         return made
 
     def encode_state(self, state: AgentState) -> dict[str, Any]:
-        """The state as JSON data, its sensitive values sealed."""
-        return self.sealer.seal_state(super().encode_state(state))
+        """The state as JSON data (as the codec it was made over encodes it), sealed."""
+        return self.sealer.seal_state(self.base.encode_state(state))
 
     def state_json(self, state: AgentState) -> EncodedJson:
         """The state as compact JSON bytes, its sensitive values sealed."""
@@ -359,6 +422,16 @@ class SealedCodec(EventCodec):
     def digest_fits(self, value: int, stored: int) -> bool:
         """Whether ``stored`` is digest ``value`` as it was stored (keyed, under any key held)."""
         return self.sealer.digest_fits(value, stored)
+
+
+def opener(keyring: Keyring | None, session_id: str) -> Sealer:
+    """What opens the tokens of session ``session_id`` in any form it was stored in.
+
+    A `Sealer` of no field: its `Sealer.open_stored_state` and
+    `Sealer.open_stored_patch` open every token under the name it was stored
+    by, its `Sealer.fits_any` checks an earlier form's digests.
+    """
+    return Sealer(frozenset(), frozenset(), keyring, session_id)
 
 
 def session_codec(

@@ -4,7 +4,8 @@ Everything here needs the store only. A session's timeline folds its stored
 patches, from its first snapshot, into the state after every event, and
 compares each with the one before. Given the session's machine, the fold is
 the supervisor's own (`arkhon_rheo.core.apply_event`), so derived
-fields (the lifecycle, the iteration count) are exact; without one, the
+fields (the lifecycle, the iteration count) are exact, and a session of an
+earlier version is folded as the machine reads it (upgraded); without one, the
 stored patches are folded as JSON data and the lifecycle follows each event's
 target state. A `Sensitive` field's value is never shown: ``[SENSITIVE]`` stands
 in the states, the patches and the recorded calls.
@@ -20,7 +21,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core import apply_event
-from ..core._seams import compiled, masked, session_codec, shown_state, waits_for
+from ..core._seams import (
+    Upgrader,
+    compiled,
+    masked,
+    opener,
+    read_events,
+    session_codec,
+    shown_state,
+    waits_for,
+)
 
 if TYPE_CHECKING:
     from ..core import Keyring
@@ -186,6 +196,27 @@ def _folded_states(
     return states, False
 
 
+def _exact_states(
+    machine: Machine[Any],
+    record: SessionRecord,
+    snapshot: Any,
+    stored: tuple[StoredEvent, ...],
+    secrets: Keyring | None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """The states of the machine's own fold, the session read as the machine reads it.
+
+    A session of an earlier version is upgraded (its sealed values opened
+    under the names it stored them by first), then folded through the
+    session's codec (which opens those sealed in the current form).
+    """
+    parts, session_id = compiled(machine), record.session_id
+    mine, keys = parts.fingerprint, opener(secrets, session_id)
+    snapshot = Upgrader(machine, record.fingerprint, mine, opener=keys).state(snapshot)
+    events = tuple(read_events(machine, mine, record.fingerprint, stored, keys))
+    codec = session_codec(machine, parts.codec, secrets, session_id)
+    return _folded_states(snapshot, events, machine, codec)
+
+
 def _shown(event: StoredEvent) -> StoredEvent:
     """``event`` as shown: each sealed value in its patch and recorded calls as ``[SENSITIVE]``."""
     patch, io = masked(event.patch), masked(event.io)
@@ -233,8 +264,7 @@ async def load_timeline(
     events = tuple(_shown(event) for event in stored)
     _, snapshot = await store.snapshot_at(session_id, 0)
     if machine is not None:
-        codec = session_codec(machine, compiled(machine).codec, secrets, session_id)
-        states, exact = _folded_states(snapshot, stored, machine, codec)
+        states, exact = _exact_states(machine, record, snapshot, stored, secrets)
     else:
         states, exact = _folded_states(snapshot, events, None, None)
     steps: list[Step] = []

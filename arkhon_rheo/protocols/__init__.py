@@ -72,6 +72,7 @@ from ._stream import Partial as Partial
 from ._stream import SessionStream as SessionStream
 from ._stream import SessionStreamStatistics as SessionStreamStatistics
 from ._stream import emit as emit
+from ._upgrade import Upgrade as Upgrade
 
 __all__ = [
     "SUPERVISOR_FIELDS",
@@ -123,6 +124,7 @@ __all__ = [
     "ToolSpec",
     "TransitionCondition",
     "TransitionEvent",
+    "Upgrade",
     "Usage",
     "UserMessage",
     "WallClock",

@@ -36,6 +36,11 @@ class EventKind(enum.Enum):
     #: dead owner whose lease was taken over (``taken_over``, if any) and, after a
     #: crash, the stage that was in flight and runs again (``rerun``).
     RESUME = "resume"
+    #: The session, stored by an earlier version of its machine (or one whose
+    #: state type has changed since), is read by this one from here on; the
+    #: patch sets every field to its upgraded value, ``info`` holds the versions
+    #: (``upgrade``: ``{"from": ..., "to": ...}``) and the new ``fingerprint``.
+    UPGRADE = "upgrade"
 
 
 class TransitionEvent(NamedTuple):

@@ -28,7 +28,7 @@ __all__ = ["GraphEdge", "StateGraph", "build_graph"]
 
 #: Event kinds that record no move of their own when the state stays where it was
 #: (a rollback, a failure or a step that stays in place is a move: a self-loop).
-_STILL = frozenset({"start", "resume", "pause", "decision"})
+_STILL = frozenset({"start", "resume", "pause", "decision", "upgrade"})
 
 #: A state name Mermaid takes as an id as it is; any other is declared under an alias.
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -15,6 +15,7 @@ from ._resources import checked_resources
 from ._sensitive import sensitive_problem
 from ._stage import Condition, Stage, TransitionCondition
 from ._state import SUPERVISOR_FIELDS, AgentState
+from ._upgrade import Upgrade, ValuesFn, checked_upgrades
 
 if TYPE_CHECKING:
     from ._events import TransitionEvent
@@ -30,6 +31,23 @@ TransitionConditionLike = TransitionCondition[Any] | Callable[[Any, Any], bool]
 
 def _label(state: enum.Enum) -> str:
     return str(state.value) if isinstance(state.value, str) else state.name
+
+
+def _edge_conditions(
+    name: str,
+    transition_invariants: Mapping[tuple[enum.Enum, enum.Enum], Iterable[TransitionConditionLike]]
+    | None,
+) -> dict[tuple[enum.Enum, enum.Enum], tuple[TransitionCondition[Any], ...]]:
+    """The transition invariants by edge, each a `TransitionCondition`."""
+    found: dict[tuple[enum.Enum, enum.Enum], tuple[TransitionCondition[Any], ...]] = {}
+    for edge, conditions in (transition_invariants or {}).items():
+        if not (isinstance(edge, tuple) and len(edge) == 2):
+            raise ConfigurationError(
+                f"machine {name!r}: transition_invariants keys must be (from, to) pairs "
+                f"of states, got {edge!r}"
+            )
+        found[edge] = tuple(TransitionCondition.coerce(c) for c in conditions)
+    return found
 
 
 class Machine(Generic[S]):
@@ -79,10 +97,20 @@ class Machine(Generic[S]):
             session, and leaves it when the system stops; one that reports
             itself open (``is_open`` is true) is left as it is. A tool reads
             them from its `ToolContext`.
+        version: The version of the machine's state type and states (from 1).
+            Stored sessions carry it; raise it when a change needs an upgrade.
+        upgrades: How sessions stored by earlier versions are read: keyed by
+            the version an `Upgrade` reads (``{1: Upgrade(rename={"a": "b"})}``
+            makes version 1 sessions version 2 ones; a plain function of a dict
+            of field values is ``Upgrade(values=fn)``), one per version from the
+            oldest still read to ``version - 1``. Compatible changes (a new
+            field with a default, a type that accepts more, a new state or
+            transition) need none.
 
     Raises:
-        ConfigurationError: If the machine is inconsistent, as listed above, or a
-            resource's name is not a non-empty string.
+        ConfigurationError: If the machine is inconsistent, as listed above, a
+            resource's name is not a non-empty string, or the version or an
+            upgrade is not as described.
     """
 
     def __init__(
@@ -105,6 +133,8 @@ class Machine(Generic[S]):
         gates: Iterable[Gate] = (),
         name: str | None = None,
         resources: Mapping[str, object] | None = None,
+        version: int = 1,
+        upgrades: Mapping[int, Upgrade | ValuesFn] | None = None,
     ) -> None:
         if not (isinstance(state_type, type) and issubclass(state_type, AgentState)):
             raise ConfigurationError(
@@ -128,22 +158,15 @@ class Machine(Generic[S]):
         self.gates = tuple(gates)
         #: The machine's resources by name (read-only).
         self.resources: Mapping[str, object] = checked_resources(name, resources)
+        #: The machine's version (sessions it stores carry it), and how sessions of
+        #: earlier versions are read, by the version each upgrade reads.
+        self.version = version
+        self.upgrades = checked_upgrades(name, version, upgrades, state_type.model_fields)
         self.invariants: dict[enum.Enum | None, tuple[Condition[Any], ...]] = {
             key: tuple(Condition.coerce(c) for c in conditions)
             for key, conditions in (invariants or {}).items()
         }
-        self.transition_invariants: dict[
-            tuple[enum.Enum, enum.Enum], tuple[TransitionCondition[Any], ...]
-        ] = {}
-        for edge, conditions in (transition_invariants or {}).items():
-            if not (isinstance(edge, tuple) and len(edge) == 2):
-                raise ConfigurationError(
-                    f"machine {name!r}: transition_invariants keys must be (from, to) pairs "
-                    f"of states, got {edge!r}"
-                )
-            self.transition_invariants[edge] = tuple(
-                TransitionCondition.coerce(c) for c in conditions
-            )
+        self.transition_invariants = _edge_conditions(name, transition_invariants)
         self.states: frozenset[enum.Enum] = frozenset(
             {initial, failed, *self.terminal, *self.transitions, *self.stages}
             | {dst for dsts in self.transitions.values() for dst in dsts}
@@ -413,4 +436,5 @@ class Machine(Generic[S]):
             raise self._fail(f"states {names} cannot be reached from {self.initial!r}")
 
     def __repr__(self) -> str:
-        return f"<Machine {self.name!r}: {len(self.states)} states>"
+        version = f" version {self.version}" if self.version != 1 else ""
+        return f"<Machine {self.name!r}{version}: {len(self.states)} states>"

@@ -167,7 +167,7 @@ async def linked_history(journal: Journal) -> list[TransitionEvent]:
     candidates: list[tuple[int, int, str]] = []  # (splice before, child's step, stage)
     last_step = 0
     for event in events:
-        if event.kind is EventKind.RESUME:
+        if event.kind is EventKind.RESUME or event.kind is EventKind.UPGRADE:
             continue
         if event.stage in subgraphs:
             candidates.append((event.seq, last_step + 1, event.stage))

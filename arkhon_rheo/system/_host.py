@@ -237,16 +237,21 @@ class SessionHost:
         claim: Claim | None = None,
         history: Sequence[TransitionEvent] = (),
         anchor_seq: int | None = None,
+        journal: Journal | None = None,
     ) -> SessionHandle[S]:
         """Spawn the session's supervisor; it takes over ``claim``'s lease, if any.
 
         ``history`` is an in-memory session's earlier events, kept on by this run.
+        ``journal`` is the one the session was loaded through (its commits are
+        recorded as it writes them: snapshots of an upgraded session are marked).
         The machine's resources are open before it starts (the operations that
         store something opened them first: this finds them open).
         """
         await self._resources.open(machine)
         held = held_values(machine, state)
-        session = self._session(machine, state, config, session_id, base_seq, anchor_seq, held)
+        session = self._session(
+            machine, state, config, session_id, base_seq, anchor_seq, held, journal
+        )
         session.gates_passed = gates_passed
         session.log.extend(history)
         session.seq += len(history)
@@ -283,16 +288,19 @@ class SessionHost:
         base_seq: int,
         anchor_seq: int | None,
         held: HeldValues | None,
+        journal: Journal | None = None,
     ) -> Session:
         """A new run's session record, recording each commit to the store if there is one.
 
-        ``held``: the run's sensitive values, which each commit adds to.
+        ``held``: the run's sensitive values, which each commit adds to;
+        ``journal``: the one the session was loaded through, if any.
         """
         seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
         link = self._registry.links.get(session_id)
         persistence = None
         if self.store is not None:
-            persistence = self.journal(machine, session_id).persistence(
+            journal = journal or self.journal(machine, session_id)
+            persistence = journal.persistence(
                 state, snapshot_every=self._snapshot_every, owner=self._owner_name, link=link
             )
         listeners = self._listeners if held is None else (*self._listeners, held.event)

@@ -1,35 +1,40 @@
 """`Journal`: one session's record in the store, as the code above the supervisor sees it.
 
 Every read and out-of-band write of a stored session by the agent system goes
-through here: creating it, loading it checked against its machine, its state
-after any event, its history, the events made outside any stage (a rollback, a
-human decision) and the status it ends with. While the session runs, its
-`Persistence` (made here) records each commit. Leases are the agent system's
-(see its claims): a journal writes only under one.
-
-A session kept in memory only (no store) is its own record: `MemoryJournal`
-answers for it what a `Journal` answers for a stored one about the gate it is
-paused at, and commits an event made outside any stage through the session
-itself. Both are a `Ledger`, so a human decision takes one path either way.
+through here: creating it, loading it checked against its machine (and read in
+the machine's current form, see `_forms`), its state after any event, its
+history, the events made outside any stage (a rollback, a human decision) and
+the status it ends with. While the session runs, its `Persistence` (made here)
+records each commit. Leases are the agent system's (see its claims): a journal
+writes only under one. A session kept in memory only is its own record
+(`MemoryJournal`, in `_ledger`).
 """
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any
 
-from .._errors import ConfigurationError, SessionError
+from .._errors import ConfigurationError, StoreCorrupt
 from ..core import fold
-from ..core._seams import compiled, differences, session_codec
-from ..protocols import EventKind, Patch, TransitionEvent
-from ..supervision import ExitReason
+from ..core._seams import (
+    UPGRADE,
+    MarkedCodec,
+    compiled,
+    form_mark,
+    opener,
+    read_events,
+    session_codec,
+)
+from ..protocols import EventKind
 from ..supervision._seams import Persistence
+from ._forms import SessionForm, check_form, decode_error, form_of, upgrade_info, upgraded
+from ._ledger import PausedAt, gate_of, not_paused, out_of_band_event
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
 
     from ..core import Keyring
-    from ..core._seams import EventCodec
+    from ..core._seams import EventCodec, Sealer
     from ..protocols import (
         AgentState,
         FailureRecord,
@@ -37,73 +42,47 @@ if TYPE_CHECKING:
         Machine,
         SessionRecord,
         Store,
+        TransitionEvent,
     )
-    from ..supervision._seams import Session
 
-__all__ = ["Journal", "Ledger", "MemoryJournal", "PausedAt", "out_of_band_event"]
-
-
-class PausedAt(NamedTuple):
-    """A session paused at a gate, as its record has it: what a decision starts from."""
-
-    #: The state it is paused in.
-    state: AgentState
-    #: The name of the gate it is paused at (``None`` for a pause no gate named).
-    gate: str | None
-    #: The number the decision's event takes.
-    next_seq: int
-    #: What a run launched after the decision counts its events from.
-    base_seq: int
-    #: The events that run keeps in memory before its own (none with a store).
-    history: Sequence[TransitionEvent]
-    #: What its stored record says it waits for (``None`` in memory, or before records said).
-    waiting: Any = None
-
-
-class Ledger(Protocol):
-    """A session's record, for an event made outside any stage: its `Journal` or itself."""
-
-    async def paused(self) -> PausedAt:
-        """The gate the session is paused at, and its state there.
-
-        Raises:
-            SessionError: If it is not paused.
-        """
-        ...
-
-    async def commit(
-        self,
-        event: TransitionEvent,
-        state: AgentState,
-        *,
-        status: str,
-        applied: int | None = None,
-    ) -> None:
-        """Commit ``event``, which leads to ``state``; ``status`` is the session's from now on.
-
-        ``applied`` is the inbox position of the decision message it applies (stored only).
-        """
-        ...
+__all__ = ["Journal"]
 
 
 class Journal:
     """The stored record of session ``session_id`` of ``machine`` in ``store``.
 
+    A session stored by an earlier form of the machine (another version, or a
+    state type changed since in a compatible way) is read in the current form:
+    `load` and every read upgrade what they read, and the first write after a
+    `load` records the upgrade first (an ``upgrade`` event, in the same write).
+
     Args:
         store: The store, already entered.
-        machine: The machine the session must have been stored by; every read
-            checks it (`ConfigurationError` otherwise).
+        machine: The machine the session must have been stored by, or a later
+            version of it that reads it; every read checks it
+            (`ConfigurationError` otherwise).
         session_id: The session.
         secrets: The keyring its `Sensitive` values are sealed with, if the
             machine has any (without one, storing or loading them raises
-            `KeyringError`).
+            `KeyringError`). Those an earlier form sealed are opened with it
+            before the upgrades run, and the upgraded ones sealed again.
 
     Attributes:
-        codec: What the session's states and events are stored through: the
+        codec: What the session's states and events are read through: the
             machine's codec, sealing the session's sensitive values if it has any.
     """
 
-    __slots__ = ("_compiled", "codec", "machine", "secrets", "session_id", "store")
+    __slots__ = (
+        "_compiled",
+        "_form",
+        "_opener",
+        "_upgraded",
+        "codec",
+        "machine",
+        "secrets",
+        "session_id",
+        "store",
+    )
 
     def __init__(
         self,
@@ -119,6 +98,12 @@ class Journal:
         self.secrets = secrets
         self._compiled = compiled(machine)
         self.codec: EventCodec = session_codec(machine, self._compiled.codec, secrets, session_id)
+        #: Opens what an earlier form sealed, under the names it stored (before an upgrade).
+        self._opener: Sealer = opener(secrets, session_id)
+        #: The form `load` found the session in (``None``: not loaded yet).
+        self._form: SessionForm | None = None
+        #: The session's state read in the current form, while its upgrade is unrecorded.
+        self._upgraded: AgentState | None = None
 
     async def create(
         self, state: AgentState, *, parent: str | None = None, status: str = "running"
@@ -148,19 +133,46 @@ class Journal:
         return record
 
     async def load(self) -> LoadedSession:
-        """The session's latest snapshot and the events after it, checked against the machine."""
+        """The session's latest snapshot and the events after it, checked against the machine.
+
+        Both are in the machine's current form (upgraded if they were stored in
+        an earlier one).
+        """
         loaded = await self.store.load(self.session_id)
-        self.check(loaded.record)
-        return loaded
+        mine = self._compiled.fingerprint
+        form = await form_of(self.store, self.machine, mine, loaded.record, loaded.snapshot)
+        self._form = form
+        return upgraded(self.machine, mine, form, loaded, self._opener)
+
+    @property
+    def upgrading(self) -> bool:
+        """Whether the loaded session is stored in an earlier form (its upgrade unrecorded)."""
+        return self._form is not None and not self._form.same
 
     def current(self, loaded: LoadedSession) -> AgentState:
-        """The state ``loaded`` ends in: its snapshot with the events after it folded in."""
+        """The state ``loaded`` ends in: its snapshot with the events after it folded in.
+
+        Raises:
+            ConfigurationError: If the session, stored in an earlier form, does
+                not validate as the machine's state once upgraded.
+        """
+        state = self._fold(self._form, loaded)
+        if self.upgrading:
+            self._upgraded = state
+        return state
+
+    def _fold(self, form: SessionForm | None, loaded: LoadedSession) -> AgentState:
         codec = self.codec
-        return fold(
-            self.machine,
-            codec.decode_state(loaded.snapshot),
-            [codec.decode_event(event) for event in loaded.events],
-        )
+        try:
+            return fold(
+                self.machine,
+                codec.decode_state(loaded.snapshot),
+                [codec.decode_event(event) for event in loaded.events],
+            )
+        except StoreCorrupt as exc:
+            if form is None or form.same:
+                raise
+            raise decode_error(self.session_id, form, self.machine, exc) from exc
 
     async def state(self, seq: int | None = None) -> tuple[AgentState, SessionRecord]:
         """The stored state after event ``seq`` (``None``: the last), and the session's record.
@@ -177,25 +189,36 @@ class Journal:
                 f"event number must be between 0 (the start) and {last} for session "
                 f"{self.session_id!r}, got {seq!r}"
             )
-        codec = self.codec
+        machine, mine = self.machine, self._compiled.fingerprint
         snapshot_seq, snapshot = await self.store.snapshot_at(self.session_id, seq)
-        events = [
-            codec.decode_event(event)
-            for event in await self.store.history(self.session_id)
-            if snapshot_seq < event.seq <= seq
-        ]
-        return fold(self.machine, codec.decode_state(snapshot), events), loaded.record
+        form = await form_of(self.store, machine, mine, loaded.record, snapshot)
+        history = await self.store.history(self.session_id)
+        stored = tuple(event for event in history if snapshot_seq < event.seq <= seq)
+        at = upgraded(
+            machine,
+            mine,
+            form,
+            type(loaded)(loaded.record, snapshot_seq, snapshot, stored),
+            self._opener,
+        )
+        return self._fold(form, at), loaded.record
 
     async def history(self, *, after: int = 0) -> list[TransitionEvent]:
-        """The session's events after event ``after``, decoded, in order."""
-        codec = self.codec
+        """The session's events after event ``after``, decoded (in the current form), in order."""
+        codec, mine = self.codec, self._compiled.fingerprint
+        record = await self.store.record(self.session_id)
         stored = await self.store.history(self.session_id)
-        return [codec.decode_event(event) for event in stored if event.seq > after]
+        read = read_events(self.machine, mine, record.fingerprint, stored, self._opener)
+        return [codec.decode_event(event) for event in read if event.seq > after]
 
     async def last_seq(self, *, excluding: EventKind) -> int:
-        """The number of the session's last event of another kind than ``excluding`` (0: none)."""
+        """The number of the session's last event of another kind than ``excluding`` (0: none).
+
+        An ``upgrade`` event is never counted: it only restates the state.
+        """
         stored = await self.store.history(self.session_id)
-        return max((e.seq for e in stored if e.kind != excluding.value), default=0)
+        skipped = (excluding.value, UPGRADE)
+        return max((e.seq for e in stored if e.kind not in skipped), default=0)
 
     async def last_event(self, loaded: LoadedSession) -> TransitionEvent | None:
         """The session's last event (``None`` for one that has none), read once."""
@@ -221,15 +244,79 @@ class Journal:
     ) -> TransitionEvent:
         """Store an event made outside any stage (a rollback, a resume, a human decision).
 
-        It follows the session's last event (``record.last_seq``), carries
-        ``updates`` as its patch, and is stored with a snapshot of ``after`` and
-        the session's new ``status`` in one write.
+        It follows the session's last event (``record.last_seq``; its
+        ``upgrade`` event first, if it has one to record), carries ``updates``
+        as its patch, and is stored with a snapshot of ``after`` and the
+        session's new ``status`` in one write.
         """
         event = out_of_band_event(
-            self.session_id, record.last_seq + 1, kind, before, after, updates, info, error
+            self.session_id, self.next_seq(record), kind, before, after, updates, info, error
         )
         await self.commit(event, after, status=status)
         return event
+
+    def next_seq(self, record: SessionRecord) -> int:
+        """The number the next event written through this journal takes.
+
+        One more than the session's last, or two while its upgrade is unrecorded
+        (the ``upgrade`` event goes first).
+        """
+        return record.last_seq + (2 if self.upgrading else 1)
+
+    async def settle(self, record: SessionRecord) -> int:
+        """Record the upgrade of the loaded session now, if it has one to record.
+
+        For a run launched without an event of its own before it (a parked
+        session woken): its first commit must find the session in the current
+        form. Call it under the session's lease, after `load` and `current`.
+
+        Returns:
+            The number of the session's last event from then on.
+        """
+        if not self.upgrading:
+            return record.last_seq
+        seq = record.last_seq + 1
+        state = self._upgraded_state()
+        event = self._upgrade_event(seq, state)
+        codec = self._codec()
+        await self.store.append(
+            self.session_id,
+            [codec.encode_event(event, self._compiled.hasher.of(state))],
+            snapshot=(seq, codec.encode_state(state)),
+            status=record.status,
+        )
+        self._settled()
+        return seq
+
+    def _upgraded_state(self) -> AgentState:
+        state = self._upgraded
+        if state is None:  # a bug of the caller's: the state read must be the one restated
+            raise RuntimeError("Journal: an upgrade is recorded after load() and current() only")
+        return state
+
+    def _upgrade_event(self, seq: int, state: AgentState) -> TransitionEvent:
+        info = upgrade_info(self._form, self.machine, self._compiled.fingerprint)
+        fields = {name: getattr(state, name) for name in type(state).model_fields}
+        return out_of_band_event(
+            self.session_id, seq, EventKind.UPGRADE, state, state, fields, info
+        )
+
+    def _settled(self) -> None:
+        form = self._form
+        if form is not None:
+            self._form = form._replace(stored=self._compiled.fingerprint, same=True)
+        self._upgraded = None
+
+    def _codec(self) -> EventCodec:
+        """The codec the session is written with: marked, if its form must be; sealing.
+
+        The ``upgrade`` event's patch (the whole upgraded state) is sealed like
+        any patch that writes a sensitive field, its digest keyed.
+        """
+        if self._form is not None and self._form.marked:
+            marked = MarkedCodec(self._compiled.codec, form_mark(self._compiled.fingerprint))
+            return session_codec(self.machine, marked, self.secrets, self.session_id)
+        return self.codec
 
     async def commit(
         self,
@@ -241,11 +328,18 @@ class Journal:
     ) -> None:
         """Store ``event``, made outside any stage, with a snapshot of ``state`` and ``status``.
 
-        The event must follow the session's last one; all three go in one write,
-        with inbox message ``applied`` (a decision) marked applied by it, if given.
+        The event must follow the session's last one (`next_seq`); all three go
+        in one write, with inbox message ``applied`` (a decision) marked applied
+        by it, if given, and the session's ``upgrade`` event before it, if it has
+        one to record.
         """
-        codec = self.codec
-        events = [codec.encode_event(event, self._compiled.hasher.of(state))]
+        codec = self._codec()
+        hasher = self._compiled.hasher
+        events = [codec.encode_event(event, hasher.of(state))]
+        if self.upgrading:
+            before = self._upgraded_state()
+            upgrade = self._upgrade_event(event.seq - 1, before)
+            events.insert(0, codec.encode_event(upgrade, hasher.of(before)))
         snapshot = (event.seq, codec.encode_state(state))
         if applied is None:
             await self.store.append(self.session_id, events, snapshot=snapshot, status=status)
@@ -253,6 +347,7 @@ class Journal:
             await self.store.append(
                 self.session_id, events, snapshot=snapshot, status=status, applied=applied
             )
+        self._settled()
 
     async def paused(self) -> PausedAt:
         """The gate the stored session is paused at, and its state there (read under its lease).
@@ -266,8 +361,8 @@ class Journal:
             raise not_paused(self.session_id, record.status)
         state = self.current(loaded)
         pause = await self.last_event(loaded)
-        after = record.last_seq + 1
-        return PausedAt(state, _gate(pause), after, after, (), record.waiting)
+        after = self.next_seq(record)
+        return PausedAt(state, gate_of(pause), after, after, (), record.waiting)
 
     async def set_status(self, status: str) -> None:
         """Store the session's status (a record a crash left behind, repaired)."""
@@ -284,7 +379,7 @@ class Journal:
         """What records each commit of a run that starts from ``state``."""
         return Persistence(
             self.store,
-            self.codec,
+            self._codec(),
             self.session_id,
             snapshot_every=snapshot_every,
             owner=owner,
@@ -293,118 +388,19 @@ class Journal:
         )
 
     def check(self, record: SessionRecord) -> None:
-        """Raise `ConfigurationError` unless ``record`` is a session of the machine.
+        """Raise `ConfigurationError` unless the machine reads ``record``'s session.
 
-        A session stored before fingerprints (schema version 3) is checked by
-        name only; one of an unnamed machine then still has the old default name.
+        It reads it when its fingerprint is the session's, or differs only in
+        compatible ways, or the machine's upgrades from the session's version
+        cover the rest; the error names each field, type and state that differs
+        and how to declare the upgrade. A session stored before fingerprints
+        (schema version 3) is checked by name only; one of an unnamed machine
+        then still has the old default name.
         """
-        machine, mine = self.machine, self._compiled.fingerprint
-        stored = record.fingerprint
-        if stored is None:
-            legacy = record.machine == "machine" and machine.name == mine["state"]
-            found = [] if record.machine == machine.name or legacy else ["the name differs"]
-        else:
-            found = differences(stored, mine)
-        if found:
-            raise ConfigurationError(
-                f"session {record.session_id!r} runs machine {record.machine!r}, not "
-                f"{machine.name!r}: {'; '.join(found)}. Pass the machine it was started with"
-            )
-
-
-class MemoryJournal:
-    """A session kept in memory only (no store), as its own record: a `Journal`'s twin.
-
-    Args:
-        session: The session, held by the agent system.
-        machine: The machine it must run (`ConfigurationError` otherwise).
-    """
-
-    __slots__ = ("session",)
-
-    def __init__(self, session: Session, machine: Machine[Any]) -> None:
-        if session.machine.name != machine.name:
-            raise ConfigurationError(
-                f"session {session.session_id!r} runs machine {session.machine.name!r}, "
-                f"not {machine.name!r}"
-            )
-        self.session = session
-
-    async def paused(self) -> PausedAt:
-        """The gate the session is paused at, and its state there.
-
-        Raises:
-            SessionError: If it is not paused.
-        """
-        session = self.session
-        reason = session.exit_reason
-        if reason is not ExitReason.PAUSED:
-            status = "running" if reason is None else reason.value
-            raise not_paused(session.session_id, status)
-        log = session.log
-        return PausedAt(
-            session.state,
-            _gate(log[-1] if log else None),
-            session.next_seq(),
-            session.base_seq,
-            log,
+        check_form(
+            record.session_id,
+            record.machine,
+            self.machine,
+            self._compiled.fingerprint,
+            record.fingerprint,
         )
-
-    async def commit(
-        self,
-        event: TransitionEvent,
-        state: AgentState,
-        *,
-        status: str,
-        applied: int | None = None,
-    ) -> None:
-        """Commit ``event`` through the session (`Session.commit_out_of_band`).
-
-        ``status`` is the stored record's; in memory the event says it (an event
-        that moves the session to its failed state ends it failed).
-        """
-        self.session.commit_out_of_band(state, event)
-
-
-def not_paused(session_id: str, status: str) -> SessionError:
-    """The error for a decision on a session that is not paused (it is ``status``)."""
-    return SessionError(
-        f"session {session_id!r} is not paused (it is {status}); "
-        "only a session waiting at a gate takes a decision",
-        session_id=session_id,
-    )
-
-
-def _gate(pause: TransitionEvent | None) -> str | None:
-    """The name of the gate ``pause`` (a session's last event) paused it at."""
-    return ((pause.info if pause else None) or {}).get("gate")
-
-
-def out_of_band_event(
-    session_id: str,
-    seq: int,
-    kind: EventKind,
-    before: AgentState,
-    after: AgentState,
-    updates: Mapping[str, Any],
-    info: dict[str, Any],
-    error: FailureRecord | None = None,
-) -> TransitionEvent:
-    """An event made outside any stage (a rollback, a resume, a human decision)."""
-    now = time.time()
-    return TransitionEvent(
-        session_id=session_id,
-        seq=seq,
-        kind=kind,
-        stage=None,
-        from_state=before.lifecycle,
-        to_state=after.lifecycle,
-        reads=frozenset(),
-        writes=frozenset(updates),
-        patch=Patch.of(dict(updates)),
-        attempt=0,
-        started_at=now,
-        finished_at=now,
-        error=error,
-        info=info,
-    )

@@ -324,6 +324,7 @@ class Postman:
             if record.status != "waiting":
                 return host.running(session_id)  # woken and parked again meanwhile, or ended
             state = journal.current(loaded)
+            last = await journal.settle(record)  # an upgrade goes before the run's first commit
             await store.set_status(session_id, "running")
             host.drop(session_id)
             return await host.launch(
@@ -331,8 +332,9 @@ class Postman:
                 state,
                 host.config,
                 session_id,
-                base_seq=record.last_seq,
+                base_seq=last,
                 claim=claim,
+                journal=journal,
             )
 
     async def wake_due(self, machine: Machine[Any] | None = None) -> list[SessionHandle[Any]]:

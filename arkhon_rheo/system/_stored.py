@@ -25,9 +25,10 @@ from ..protocols import Abort, AgentState, Approve, Edit, EventKind, Machine
 from ..protocols._seams import DECISIONS
 from ._children import linked_history
 from ._decision import decision_updates, recorded_decision
-from ._journal import Journal, MemoryJournal, out_of_band_event
+from ._journal import Journal
+from ._ledger import MemoryJournal, out_of_band_event
 from ._mail import Mailbox, Sent, message_record
-from ._verify import ReplayReport, verify_stored
+from ._replay import verify_stored
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
     from ._claims import Claim
     from ._handle import SessionHandle
     from ._host import SessionHost
-    from ._journal import Ledger
+    from ._ledger import Ledger
+    from ._verify import ReplayReport
 
 __all__ = ["StoredSession", "new_stored"]
 
@@ -126,12 +128,18 @@ class StoredSession(Generic[S]):
         written; stage code runs, but the model and the tools are not called in
         so far as the stages call them through `record_call`.
 
+        Events an earlier version stored (or stored before a compatible change)
+        are checked on the values it stored, before any upgrade, not re-executed;
+        the report's state is the session's state as this machine reads it.
+
         Returns:
             The report: ``report.ok``, or ``report.divergence`` (the event number
             and what differed), and the replayed state.
 
         Raises:
-            ConfigurationError: Without a store, or if the machine is not the session's.
+            ConfigurationError: Without a store, if the machine does not read the
+                session (another machine, or a change its upgrades do not cover),
+                or if the session's upgraded state does not validate.
             SessionNotFound: If the store has no such session.
             StoreCorrupt: If the session's first snapshot does not decode.
         """
@@ -281,6 +289,7 @@ class StoredSession(Generic[S]):
                 base_seq=event.seq,
                 claim=claim,
                 anchor_seq=anchor,
+                journal=journal,
             )
 
     async def approve(
@@ -437,6 +446,7 @@ class StoredSession(Generic[S]):
                     gates_passed=True,
                     claim=claim,
                     history=paused.history,
+                    journal=ledger if isinstance(ledger, Journal) else None,
                 )
             return Sent(session_id, message_id, position, not new, handle)
 

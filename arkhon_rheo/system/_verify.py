@@ -23,23 +23,19 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from .._errors import StoreCorrupt
 from .._redact import scrub_secrets
 from ..core import apply_event
-from ..core._seams import compiled
 from ..protocols import AgentState, EventKind, StateView, TransitionEvent
 from ..supervision._seams import CallPlayback, run_stage
-from ._secrets import held_values
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..core._seams import EventCodec, PatchValidator, StateHasher
     from ..protocols import Machine, Stage
-    from ._journal import Journal
     from ._secrets import HeldValues
 
-__all__ = ["Divergence", "ReplayReport", "verify"]
+__all__ = ["Divergence", "ReplayReport", "digest_differs", "stored_differs", "verify"]
 
 S = TypeVar("S", bound=AgentState)
 
@@ -166,6 +162,8 @@ async def verify(
     stored: tuple[int, AgentState | str],
     reexecute: bool = False,
     held: HeldValues | None = None,
+    start_seq: int = 0,
+    checked: int = 0,
 ) -> ReplayReport[Any]:
     """Replay ``events`` on ``initial`` and check them against what was committed.
 
@@ -183,6 +181,8 @@ async def verify(
         reexecute: Run each step's stage again against its recorded calls.
         held: The session's sensitive values held for scrubbing, as its run held
             them: those of ``initial`` already, each event's added once it folds.
+        start_seq: The event ``initial`` is the state after (0: the start).
+        checked: Digests already checked before it (by `verify_forms`).
 
     Returns:
         The report. Its digests are given as stored (keyed, for a machine with
@@ -191,7 +191,7 @@ async def verify(
     verifier = _Verifier(machine, codec, validator, session_id)
     state = initial
     digest = hasher.start(state)
-    folded = checked = reexecuted = 0
+    folded, reexecuted = start_seq, 0
 
     def report(divergence: Divergence | None) -> ReplayReport[Any]:
         if divergence is not None:
@@ -221,14 +221,14 @@ async def verify(
         if expected is not None:
             if not codec.digest_fits(following.value, expected):
                 replayed = codec.stored_digest(following.value)
-                return report(_digest_differs(seq, replayed, expected, first=checked == 0))
+                return report(digest_differs(seq, replayed, expected, first=checked == 0))
             checked += 1
         state = after
         digest.accept(following)
         folded = seq
         if held is not None:
             held.event(event)
-    return report(_stored_differs(stored, folded, hasher, digest.value))
+    return report(stored_differs(stored, folded, hasher, digest.value))
 
 
 def _out_of_place(event: TransitionEvent, folded: int, state: AgentState) -> Divergence | None:
@@ -245,7 +245,7 @@ def _out_of_place(event: TransitionEvent, folded: int, state: AgentState) -> Div
     return None
 
 
-def _digest_differs(seq: int, replayed: int, expected: int, *, first: bool) -> Divergence:
+def digest_differs(seq: int, replayed: int, expected: int, *, first: bool) -> Divergence:
     """Event ``seq``'s replayed state has digest ``replayed``; it was stored with ``expected``."""
     hint = "; at the first event, this often means the state type changed since" if first else ""
     return Divergence(
@@ -255,7 +255,7 @@ def _digest_differs(seq: int, replayed: int, expected: int, *, first: bool) -> D
     )
 
 
-def _stored_differs(
+def stored_differs(
     stored: tuple[int, AgentState | str], folded: int, hasher: StateHasher, replayed: int
 ) -> Divergence | None:
     """Why the state a resume would run from is not the replay's end (``None``: it is)."""
@@ -287,51 +287,3 @@ def _deliver(instance: Any, message: Any) -> str | None:
     except ValidationError as exc:
         return f"the recorded message does not fit its kind now: {exc.errors(include_url=False)}"
     return None
-
-
-async def verify_stored(journal: Journal, *, reexecute: bool = False) -> ReplayReport[Any]:
-    """Fold a stored session's whole log from its start and check it (see `verify`).
-
-    A session running meanwhile is checked as it was when the reads began:
-    its record, its first snapshot and its events up to the record's last.
-
-    Raises:
-        ConfigurationError: If the journal's machine is not the session's.
-        SessionNotFound: If the store has no such session.
-        StoreCorrupt: If the session's first snapshot does not decode.
-    """
-    parts = compiled(journal.machine)
-    codec, store, session_id = journal.codec, journal.store, journal.session_id
-    loaded = await journal.load()
-    last = loaded.record.last_seq
-    stored_events = [e for e in await store.history(session_id) if e.seq <= last]
-    _, first = await store.snapshot_at(session_id, 0)
-    events: list[tuple[TransitionEvent | str, int | None]] = []
-    for stored in stored_events:
-        try:
-            events.append((codec.decode_event(stored), stored.digest))
-        except StoreCorrupt as exc:
-            events.append((f"the stored event does not decode: {exc}", None))
-    current: AgentState | str
-    try:
-        current = journal.current(loaded)
-    except StoreCorrupt as exc:
-        current = f"the stored state does not decode: {exc}"
-    initial = codec.decode_state(first)
-    held = held_values(journal.machine, initial)
-    try:
-        return await verify(
-            journal.machine,
-            codec,
-            parts.hasher,
-            parts.validator,
-            session_id=session_id,
-            initial=initial,
-            events=events,
-            stored=(last, current),
-            reexecute=reexecute,
-            held=held,
-        )
-    finally:
-        if held is not None:
-            held.release()

@@ -1,0 +1,152 @@
+"""``arkhon-rheo check``: would this code read every stored session of its machine?
+
+Before a deploy, run the new code's machine against the store: every session
+stored under the machine's name is loaded and replayed as the new code would
+(`StoredSession.replay`, then its history): checked against the machine's
+fingerprint and upgrades, read in the new form, every stored digest verified.
+Nothing is written. Each session is reported ok, or with the reason it would
+fail; the exit status is 0 when every one is ok, 1 otherwise. A machine with
+`Sensitive` fields is checked with the keyring in ``ARKHON_RHEO_KEY`` (as the
+other commands read it): a key missing or wrong is no fault of a session's, so
+the command stops there (exit 2, naming the key), as they do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
+from .._errors import ArkhonError, KeyringError
+from ..core import Keyring
+from ..core._seams import compiled, differences, legacy_schema, same_form, version_of
+from ..system import AgentSystem
+from ._common import ExitStatus, console, existing_store, load_machine, print_json, shown, styled
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..protocols import Machine, SessionRecord
+
+__all__ = ["check", "check_sessions"]
+
+
+def _reading(machine: Machine[Any], record: SessionRecord, mine: dict[str, Any]) -> str:
+    """How the machine reads the session (as first stored): as it is, or through what."""
+    stored = record.fingerprint
+    if stored is None or same_form(stored, mine):
+        return "as stored"
+    old = version_of(stored)
+    if differences(stored, mine, legacy=lambda names: legacy_schema(machine.state_type, names)):
+        return "changed, not declared"
+    if old != mine["version"]:
+        return f"upgraded from version {old}"
+    return "compatible change"
+
+
+async def check_sessions(system: AgentSystem, machine: Machine[Any]) -> list[dict[str, Any]]:
+    """Load and replay every stored session of ``machine`` (by name); one row per session.
+
+    Each row: ``session_id``, ``status``, ``version`` (the session's, as
+    stored), ``reading`` (``"as stored"``, ``"compatible change"``,
+    ``"upgraded from version N"`` or ``"changed, not declared"``), ``events``
+    (folded), ``checked`` (digests verified), ``ok`` and ``reason`` (why it
+    would fail, ``None`` if it would not).
+
+    Raises:
+        KeyringError: If the system's keyring does not open a session's
+            sensitive values (no verdict is given on any).
+    """
+    store = system.store
+    assert store is not None
+    mine = compiled(machine).fingerprint
+    rows = []
+    for record in await store.sessions():
+        if record.machine != machine.name:
+            continue
+        row: dict[str, Any] = {
+            "session_id": record.session_id,
+            "status": record.status,
+            "version": version_of(record.fingerprint),
+            "reading": _reading(machine, record, mine),
+            "events": 0,
+            "checked": 0,
+            "ok": False,
+            "reason": None,
+        }
+        stored = system.stored(machine, record.session_id)
+        try:
+            report = await stored.replay()
+            await stored.history()
+        except KeyringError:
+            raise  # the keyring given does not open the sessions: no verdict on any
+        except ArkhonError as exc:
+            row["reason"] = f"{type(exc).__name__}: {exc}"
+        else:
+            row.update(events=report.events, checked=report.checked, ok=report.ok)
+            if report.divergence is not None:
+                divergence = report.divergence
+                row["reason"] = f"diverges at event {divergence.seq}: {divergence.reason}"
+        rows.append(row)
+    return rows
+
+
+def check(args: argparse.Namespace) -> ExitStatus:
+    """``arkhon-rheo check --machine MODULE:ATTR``: would every stored session load and verify."""
+    machine = load_machine(args.machine)
+
+    async def go() -> list[dict[str, Any]]:
+        path = existing_store(args.store)
+        async with AgentSystem(path=path, secrets=Keyring.from_env()) as system:
+            return await check_sessions(system, machine)
+
+    rows = args.run(go)
+    failed = [row for row in rows if not row["ok"]]
+    if args.json:
+        print_json(
+            {
+                "machine": machine.name,
+                "version": machine.version,
+                "sessions": rows,
+                "ok": not failed,
+                "failed": len(failed),
+            }
+        )
+    else:
+        _print(args, machine, rows, len(failed))
+    return ExitStatus.FAILED if failed else ExitStatus.OK
+
+
+def _print(
+    args: argparse.Namespace, machine: Machine[Any], rows: list[dict[str, Any]], failed: int
+) -> None:
+    out = console()
+    title = f"machine {machine.name!r} version {machine.version} against {args.store}"
+    if not rows:
+        out.print(styled(f"no stored session of {title}"))
+        return
+    table = Table(title=shown(title))
+    for column in ("session", "status", "version", "read", "digests", "result"):
+        table.add_column(column, justify="right" if column in ("version", "digests") else "left")
+    for row in rows:
+        result = (
+            styled(("ok", "green")) if row["ok"] else styled(("fails: ", "red"), str(row["reason"]))
+        )
+        table.add_row(
+            shown(row["session_id"]),
+            shown(row["status"]),
+            str(row["version"]),
+            row["reading"],
+            f"{row['checked']}/{row['events']}",
+            result,
+        )
+    out.print(table)
+    if failed:
+        out.print(
+            styled(
+                (f"{failed} of {len(rows)} session(s) would not load under this code", "red"),
+                ": declare the change (Machine(version=..., upgrades=...)) and check again",
+            )
+        )
+    else:
+        out.print(styled((f"all {len(rows)} session(s) load and verify", "green")))
