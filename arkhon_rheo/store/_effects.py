@@ -25,8 +25,6 @@ from ._codec import dumps, loads
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ._plan import Plan
-
 __all__ = [
     "BeginEffect",
     "EffectLedger",
@@ -75,45 +73,45 @@ def plan_effect(
     request: BeginEffect | FinishEffect,
     exists: bool,
     known: Known,
-    out: Plan,
+    written: Known,
     now: float,
     location: str,
-) -> Exception | None:
-    """Plan one effect request of a batch: set its result, or return why it is refused.
+) -> tuple[Exception | None, Any]:
+    """Plan one effect request of a batch: why it is refused (or ``None``), and its result.
 
     Args:
         request: The request.
         exists: Whether its session exists (as the batch knows it).
         known: The entries the batch knows, updated with what it plans.
-        out: The plan; ``out.effects`` gains the rows to write, ``out.results[-1]``
-            the request's result.
+        written: The rows the batch writes, by ``(session_id, key)``; gains this one's.
         now: The store's time, for the entry's timestamps.
         location: The store, for errors.
     """
     sid, key = request.session_id, request.key
     if not exists:
-        return SessionNotFound(session_id=sid)
+        return SessionNotFound(session_id=sid), None
     row = known.get((sid, key))
+    result: Any
     if isinstance(request, BeginEffect):
         if row is not None and (row[4] == _DONE or (row[4] == _STARTED and not request.retry)):
-            out.results[-1] = (row, False)
-            return None
+            return None, (row, False)
         attempts = 1 if row is None else row[5] + 1
         row = (sid, key, request.tool, request.arguments, _STARTED, attempts, now, None, None, None)
-        out.results[-1] = (row, True)
+        result = (row, True)
     else:
         if row is None or row[4] != _STARTED:
             state = "was never begun" if row is None else f"is {row[4]} already"
-            return StoreError(
+            error = StoreError(
                 f"session {sid!r}: effect {key!r} {state}; only a started effect is "
                 "finished (nothing was written)",
                 location=location,
             )
+            return error, None
         status = _FAILED if request.error is not None else _DONE
         row = (*row[:4], status, row[5], row[6], now, request.result, request.error)
-        out.results[-1] = row
-    known[(sid, key)] = out.effects[(sid, key)] = row
-    return None
+        result = row
+    known[(sid, key)] = written[(sid, key)] = row
+    return None, result
 
 
 def effect_keys(requests: Sequence[Any]) -> dict[str, list[str]]:

@@ -477,7 +477,10 @@ def plan(
         elif isinstance(request, Create):
             error = _create(request, current, state, out, now)
         elif isinstance(request, BeginEffect | FinishEffect):
-            error = plan_effect(request, current is not None, ledger, out, now, location)
+            exists = current is not None
+            error, out.results[-1] = plan_effect(
+                request, exists, ledger, out.effects, now, location
+            )
         elif current is None:
             error = SessionNotFound(session_id=sid)
         elif isinstance(request, SetStatus):
