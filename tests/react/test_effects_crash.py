@@ -83,6 +83,10 @@ def run_effects_crashes(
 ) -> None:
     db, world = tmp_path / "agent.db", tmp_path / "world.txt"
     monkeypatch.setenv(WORLD, str(world))  # the children inherit it
+
+    def check(path: Path) -> None:
+        check_world(path, world, backend)
+
     report = crash_loop(
         MACHINE,
         STATE,
@@ -93,7 +97,7 @@ def run_effects_crashes(
         seed=seed,
         backend=backend,
         commits_between_kills=12,
-        check=lambda path: None if check_world(path, world, backend) else None,
+        check=check,
     )
     assert report.kills == kills
     assert report.lost == ()
