@@ -55,16 +55,17 @@ class ToolCallHeld(Fatal):
     finished, of a tool whose crash policy asks a human (``reason="ambiguous"``).
     A ReAct agent catches it: the session pauses at its ``"tool call"`` gate,
     showing the call's arguments. Anywhere else it fails the session (it is
-    `Fatal`). Its ``args`` are ``(message, reason)``, both JSON, so a replay
-    rebuilds it as recorded.
+    `Fatal`). Its ``args`` are ``(message, reason, attempts)``, all JSON, so a
+    replay rebuilds it as recorded.
 
     Attributes:
         reason: ``"approval"`` or ``"ambiguous"``.
+        attempts: How many times an ambiguous call was begun (0 for an approval).
     """
 
-    def __init__(self, message: str, reason: str = "approval") -> None:
+    def __init__(self, message: str, reason: str = "approval", attempts: int = 0) -> None:
         super().__init__(message)
-        self.args = (message, reason)
+        self.args = (message, reason, attempts)
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
@@ -73,6 +74,11 @@ class ToolCallHeld(Fatal):
     def reason(self) -> str:
         """Why the call is held: ``"approval"`` or ``"ambiguous"``."""
         return str(self.args[1]) if len(self.args) > 1 else "approval"
+
+    @property
+    def attempts(self) -> int:
+        """How many times an ambiguous call was begun, as its effect ledger says."""
+        return int(self.args[2]) if len(self.args) > 2 else 0
 
 
 class AmbiguousEffect(Fatal):

@@ -73,6 +73,7 @@ def held_gate(toolbox: Toolbox) -> Gate:
             "arguments": _plain(held.arguments),
             "reason": held.reason,
             "why": _WHY[held.reason],
+            "attempts": held.attempts,
             "schema": toolbox[name].spec.parameters if name in toolbox else None,
             "answer": _HOW,
         }
@@ -103,7 +104,9 @@ def arguments_fit(toolbox: Toolbox) -> Condition[ReactState]:
     return Condition("a held tool call's approved arguments fit its tool's schema", fits)
 
 
-def _hold(calls: list[ToolCall], call: ToolCall, reason: str, ok: set[str]) -> Patch:
+def _hold(
+    calls: list[ToolCall], call: ToolCall, reason: str, ok: set[str], attempts: int = 0
+) -> Patch:
     """The patch that holds ``call`` for a human, with the turn's calls as they stand."""
     try:
         arguments = json.loads(call.arguments or "{}")
@@ -113,6 +116,7 @@ def _hold(calls: list[ToolCall], call: ToolCall, reason: str, ok: set[str]) -> P
         call=call,
         arguments=arguments if isinstance(arguments, dict) else {},
         reason=reason,  # type: ignore[arg-type]
+        attempts=attempts,
     )
     return Patch(pending=tuple(calls), held=held, approval=False, approved=tuple(sorted(ok)))
 
@@ -126,11 +130,11 @@ async def act_guarded(view: StateView[ReactState], toolbox: Toolbox, parallel: i
     """
     calls = list(view.pending)
     ok = set(view.approved)
-    rerun = ""
+    rerun, attempts = "", 0
     held = view.held
     if held is not None:
         if view.approval is False:  # let through by another gate: it still waits
-            return _hold(calls, held.call, held.reason, ok)
+            return _hold(calls, held.call, held.reason, ok, held.attempts)
         arguments = held.arguments if view.approval is None else view.approval
         text = json.dumps(_plain(arguments), separators=(",", ":"))
         call = held.call.model_copy(update={"arguments": text})
@@ -138,7 +142,7 @@ async def act_guarded(view: StateView[ReactState], toolbox: Toolbox, parallel: i
         if held.reason == "approval":
             ok.add(call.id)
         else:
-            rerun = call.id
+            rerun, attempts = call.id, held.attempts
     for call in calls:
         if call.id not in ok and toolbox.policy(call.name) is RunPolicy.APPROVE:
             return _hold(calls, call, "approval", ok)
@@ -149,8 +153,9 @@ async def act_guarded(view: StateView[ReactState], toolbox: Toolbox, parallel: i
     async def run(index: int, call: ToolCall) -> None:
         async with limiter:
             try:
+                again = attempts if call.id == rerun else 0
                 results[index] = await toolbox.call(
-                    call, step=step, approved=call.id in ok, rerun=call.id == rerun
+                    call, step=step, approved=call.id in ok, rerun=again
                 )
             except ToolCallHeld as waits:  # the others run on: their answers are kept
                 results[index] = waits
@@ -163,7 +168,7 @@ async def act_guarded(view: StateView[ReactState], toolbox: Toolbox, parallel: i
         raise unwrap(errors) from None
     for call, result in zip(calls, results, strict=True):
         if isinstance(result, ToolCallHeld):
-            return _hold(calls, call, result.reason, ok)
+            return _hold(calls, call, result.reason, ok, result.attempts)
     done = [
         result for result in results if result is not None and not isinstance(result, Exception)
     ]

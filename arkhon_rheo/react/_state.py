@@ -40,6 +40,8 @@ class HeldCall(BaseModel):
             each call; ``"ambiguous"``: it started and never finished (a crash,
             a timeout), so its side effect may or may not have happened, and its
             tool's effect is ``"ask"``.
+        attempts: How many times an ambiguous call had been begun when it was
+            held: an approval lets it run again once, not after another crash.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -47,6 +49,7 @@ class HeldCall(BaseModel):
     call: ToolCall
     arguments: Metadata
     reason: Literal["approval", "ambiguous"]
+    attempts: int = Field(default=0, ge=0)
 
 
 class ReactState(AgentState):

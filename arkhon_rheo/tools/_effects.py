@@ -127,27 +127,33 @@ async def run_once(
     arguments: Any,
     run: Callable[[], Awaitable[ToolMessage]],
     *,
-    rerun: bool = False,
+    rerun: int = 0,
 ) -> ToolMessage:
     """Run a side-effecting call at most once, through the session's effect ledger.
 
     The call's intent is committed first; then it runs, and its answer is stored.
     A call the ledger has done already is answered with its stored answer. One
     that started and never finished (ambiguous) runs again if the tool is
-    idempotent or ``rerun`` (a human let it), else fails the session (`FAIL`) or
-    is held for a human (`ASK`). A call that raised a classified error of its own
-    is stored as failed (its next attempt runs); one past its timeout, or
-    cancelled, stays started: ambiguous.
+    idempotent, or if a human let it (``rerun``: the number of times it had been
+    begun when the human was asked, so the permission is spent once it runs
+    again: if that run is cut short too, a human is asked again); else it fails
+    the session (`Effect.FAIL`) or is held for a human (`Effect.ASK`). A call
+    that raised a classified error of its own is stored as failed (its next
+    attempt runs); one past its timeout, or cancelled, stays started: ambiguous.
 
     Raises:
         AmbiguousEffect: Ambiguous, and the tool's effect is `Effect.FAIL`.
         ToolCallHeld: Ambiguous, and the tool's effect is `Effect.ASK`.
     """
     store, sid, key = ledger.store, ledger.session_id, ledger.key
-    retry = rerun or effect is Effect.IDEMPOTENT
+    stored_arguments = scrub_data(arguments)
     entry, began = await store.begin_effect(
-        sid, key, tool=call.name, arguments=scrub_data(arguments), retry=retry
+        sid, key, tool=call.name, arguments=stored_arguments, retry=effect is Effect.IDEMPOTENT
     )
+    if not began and entry.status is EffectStatus.STARTED and rerun == entry.attempts:
+        entry, began = await store.begin_effect(
+            sid, key, tool=call.name, arguments=stored_arguments, retry=True
+        )
     if not began:
         if entry.status is EffectStatus.DONE:
             answer = entry.result if isinstance(entry.result, dict) else {}
@@ -163,6 +169,7 @@ async def run_once(
             f"tool {call.name!r}: call {call.id!r} started and never finished, so its side "
             "effect may or may not have happened; a human decides whether it runs again",
             "ambiguous",
+            entry.attempts,
         )
     try:
         message = await run()

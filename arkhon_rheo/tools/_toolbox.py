@@ -196,7 +196,7 @@ class Toolbox:
         *,
         step: int | None = None,
         approved: bool = False,
-        rerun: bool = False,
+        rerun: int = 0,
     ) -> ToolMessage:
         """Answer one tool call; recorded as ``"tool:<name>"`` when made inside a stage.
 
@@ -218,7 +218,9 @@ class Toolbox:
                 passes the number of the step that asked for them, as the ReAct
                 engine does).
             approved: A human approved the call (its tool's run policy is ``approve``).
-            rerun: A human let a call that started and never finished run again.
+            rerun: A human let a call that started and never finished run again,
+                when it had been begun this many times (0: no one did). Spent once
+                it runs: if that run is cut short too, a human is asked again.
 
         Returns:
             The result, or an error message (``is_error=True``) for an unknown
@@ -243,7 +245,7 @@ class Toolbox:
         if approved:
             request["approved"] = True
         if rerun:
-            request["rerun"] = True
+            request["rerun"] = rerun
         # Read here: inside the recorded call, the stage's recorder is out of sight.
         sid, running, store = call_site()
         site = _Site(call, sid, running if step is None else step, store, approved, rerun)
@@ -364,7 +366,7 @@ class _Site:
     step: int | None
     store: Store | None
     approved: bool
-    rerun: bool
+    rerun: int
 
 
 async def _inject(name: str, arguments: Any) -> None:

@@ -242,6 +242,38 @@ async def test_a_call_that_may_have_happened_waits_for_a_human_who_sees_and_edit
     assert report.ok, report.divergence
 
 
+async def test_a_human_lets_an_ambiguous_call_run_once_and_is_asked_again_if_cut_short(
+    tmp_path: Path,
+) -> None:
+    outbox = Outbox()
+    agent = react_agent(ScriptedModel([call("send", {"to": "bob"}), "done"]), [outbox.tool("ask")])
+    db = tmp_path / "a.db"
+    await crash_mid_call(db, agent, outbox)
+    outbox.entered = anyio.Event()
+    outbox.hang = True
+    with anyio.CancelScope() as scope:  # the approved run is cut short too
+        async with AgentSystem(path=db) as system:
+            await (await system.resume(agent, "s")).result()
+            await system.stored(agent, "s").approve()
+            await outbox.entered.wait()
+            scope.cancel()
+    outbox.hang = False
+    async with AgentSystem(path=db) as system:
+        paused = await (await system.resume(agent, "s")).result()
+        assert paused.exit_reason is ExitReason.PAUSED  # not run a third time on its own
+        assert len(outbox.sent) == 2
+        waiting = (await system.stored(agent, "s").record()).waiting
+        assert waiting is not None
+        assert (waiting["question"]["reason"], waiting["question"]["attempts"]) == ("ambiguous", 2)
+        result = await (await system.stored(agent, "s").approve()).result()
+        (entry,) = await system.store.effects("s")  # type: ignore[union-attr]
+        report = await system.stored(agent, "s").replay(reexecute=True)
+    assert result.ok, result.failure
+    assert len(outbox.sent) == 3  # each run again by a human's decision, once
+    assert (entry.attempts, entry.status) == (3, EffectStatus.DONE)
+    assert report.ok, report.divergence
+
+
 async def test_an_aborted_ambiguous_call_never_runs_again(tmp_path: Path) -> None:
     outbox = Outbox()
     agent = react_agent(ScriptedModel([call("send", {"to": "bob"}), "done"]), [outbox.tool("ask")])
