@@ -3,8 +3,10 @@
 A store is event-sourced: each session has an initial snapshot, an
 append-only log of committed events (numbered from 1, a duplicate number is
 refused), and snapshots along the way. Loading a session is its latest
-snapshot plus the events after it. Everything a store holds is plain JSON
-data (``dict``/``list``/``str``/numbers/``bool``/``None``); turning states
+snapshot plus the events after it. Each session also has an inbox (messages
+posted to it, applied once) and an effect ledger (each side effect's intent,
+committed before its tool runs, and its answer). Everything a store holds is
+plain JSON data (``dict``/``list``/``str``/numbers/``bool``/``None``); turning states
 and patches into that data, and back, is the supervisor's job.
 
 A store whose class sets ``takes_encoded = True`` (the package's own) is

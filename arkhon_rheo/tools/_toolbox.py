@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 from pydantic import ValidationError
@@ -355,9 +355,8 @@ class Toolbox:
         return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=True)
 
 
-@dataclass(frozen=True, slots=True)
-class _Site:
-    """One call as `Toolbox.call` was asked to make it."""
+class _Site(NamedTuple):
+    """One call as `Toolbox.call` was asked to make it (a tuple: made for every call)."""
 
     call: ToolCall
     #: The session making it ("" outside one), the step its key is made from, and
