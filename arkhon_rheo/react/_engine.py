@@ -86,6 +86,9 @@ def react_agent(
         state_type: `ReactState` or your subclass of it.
         name: The machine's name.
         gates: Human-in-the-loop gates (``Gate.before("act")`` to approve tool calls).
+            A toolbox with a tool to approve (``@tool(run="approve")``) or to ask
+            about (``effect="ask"``) adds its own ``"tool call"`` gate, before these:
+            it shows the one call held, whose arguments the answer may edit.
         deadlines: Per-state deadlines in seconds (``{Lifecycle.ACTING: 30}``).
         conversational: After each answer, wait (parked, ``Lifecycle.OBSERVING``)
             for the user's next message instead of finishing: send it a
