@@ -22,6 +22,8 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   │   ├── SubgraphFailed    a subgraph's child session ended without finishing
     │   │   └── MalformedModelOutput  the model's replies stayed unusable (react)
     │   └── Fatal                 fail the session
+    │       ├── ToolCallHeld      a tool call waits for a human (react: the "tool call" gate)
+    │       └── AmbiguousEffect   a side effect may have happened; its tool says fail
     ├── ContractViolation         the supervisor refused what a stage did
     │   ├── UndeclaredRead        read a field outside the read set
     │   ├── ReadOnlyState         tried to change the state through its view
@@ -60,7 +62,8 @@ only: cancellation is never classified and always propagates, and any other
 
 The most common of them are also importable from ``arkhon_rheo`` itself, and
 those of a layer from its namespace, as the same classes: ``ToolError``,
-``ToolTimeout`` and ``IsolationUnavailable`` from `arkhon_rheo.tools`,
+``ToolTimeout``, ``ToolCallHeld``, ``AmbiguousEffect`` and ``IsolationUnavailable``
+from `arkhon_rheo.tools`,
 ``MalformedModelOutput`` from `arkhon_rheo.react`, ``CrashRunFailed`` from
 `arkhon_rheo.testing`.
 """

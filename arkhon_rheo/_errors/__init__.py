@@ -9,8 +9,10 @@ This module imports nothing from the package, so every layer may use it.
 
 from __future__ import annotations
 
+from ._agent import AmbiguousEffect as AmbiguousEffect
 from ._agent import IsolationUnavailable as IsolationUnavailable
 from ._agent import MalformedModelOutput as MalformedModelOutput
+from ._agent import ToolCallHeld as ToolCallHeld
 from ._agent import ToolError as ToolError
 from ._base import ActorError as ActorError
 from ._base import ActorStopped as ActorStopped
@@ -59,6 +61,7 @@ from ._testing import CrashRunFailed as CrashRunFailed
 __all__ = [
     "ActorError",
     "ActorStopped",
+    "AmbiguousEffect",
     "ArkhonError",
     "AskTimeout",
     "CommandError",
@@ -95,6 +98,7 @@ __all__ = [
     "StoreError",
     "SubgraphFailed",
     "SystemNotRunning",
+    "ToolCallHeld",
     "ToolError",
     "ToolTimeout",
     "Transient",

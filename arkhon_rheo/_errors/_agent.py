@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from ._base import ArkhonError, ConfigurationError
-from ._stages import Recoverable
+from ._stages import Fatal, Recoverable
 
-__all__ = ["IsolationUnavailable", "MalformedModelOutput", "ToolError"]
+__all__ = [
+    "AmbiguousEffect",
+    "IsolationUnavailable",
+    "MalformedModelOutput",
+    "ToolCallHeld",
+    "ToolError",
+]
 
 
 class ToolError(ArkhonError):
@@ -39,3 +45,62 @@ class MalformedModelOutput(Recoverable):
             "max_format_retries"
         )
         self.problem = problem
+
+
+class ToolCallHeld(Fatal):
+    """A tool call may not run before a human decides: it is held at a gate.
+
+    A `Toolbox` raises it for a call of a tool whose run policy asks for approval
+    (``reason="approval"``), and for a call whose side effect started and never
+    finished, of a tool whose crash policy asks a human (``reason="ambiguous"``).
+    A ReAct agent catches it: the session pauses at its ``"tool call"`` gate,
+    showing the call's arguments. Anywhere else it fails the session (it is
+    `Fatal`). Its ``args`` are ``(message, reason, attempts)``, all JSON, so a
+    replay rebuilds it as recorded.
+
+    Attributes:
+        reason: ``"approval"`` or ``"ambiguous"``.
+        attempts: How many times an ambiguous call was begun (0 for an approval).
+    """
+
+    def __init__(self, message: str, reason: str = "approval", attempts: int = 0) -> None:
+        super().__init__(message)
+        self.args = (message, reason, attempts)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    @property
+    def reason(self) -> str:
+        """Why the call is held: ``"approval"`` or ``"ambiguous"``."""
+        return str(self.args[1]) if len(self.args) > 1 else "approval"
+
+    @property
+    def attempts(self) -> int:
+        """How many times an ambiguous call was begun, as its effect ledger says."""
+        return int(self.args[2]) if len(self.args) > 2 else 0
+
+
+class AmbiguousEffect(Fatal):
+    """A side effect started and never finished, and its tool says to fail rather than guess.
+
+    The call's intent is in the session's effect ledger with no outcome: its
+    process died while it ran (or it ran past its timeout), so it may or may not
+    have happened. A tool declared ``effect="fail"`` fails the session then,
+    never running the call twice.
+
+    Attributes:
+        tool: The tool.
+        key: The call's idempotency key.
+    """
+
+    def __init__(self, *, tool: str, key: str) -> None:
+        super().__init__(
+            f"tool {tool!r}: a call (idempotency key {key!r}) started and never finished, so "
+            "its side effect may or may not have happened; the tool's policy (effect='fail') "
+            "fails the session rather than run it twice. Check the effect in the world, then "
+            "fork or roll the session back; declare effect='idempotent' (run again) or "
+            "effect='ask' (pause for a human) to go on by yourself"
+        )
+        self.tool = tool
+        self.key = key

@@ -60,11 +60,13 @@ from ._state import ErrorClass as ErrorClass
 from ._state import FailureRecord as FailureRecord
 from ._state import Lifecycle as Lifecycle
 from ._store import Durability as Durability
+from ._store import EffectStatus as EffectStatus
 from ._store import LeaseRecord as LeaseRecord
 from ._store import LoadedSession as LoadedSession
 from ._store import NewMessage as NewMessage
 from ._store import SessionRecord as SessionRecord
 from ._store import Store as Store
+from ._store import StoredEffect as StoredEffect
 from ._store import StoredEvent as StoredEvent
 from ._store import StoredMessage as StoredMessage
 from ._store import StoreStatistics as StoreStatistics
@@ -84,6 +86,7 @@ __all__ = [
     "Condition",
     "Durability",
     "Edit",
+    "EffectStatus",
     "ErrorClass",
     "EventKind",
     "FailureRecord",
@@ -114,6 +117,7 @@ __all__ = [
     "StateView",
     "Store",
     "StoreStatistics",
+    "StoredEffect",
     "StoredEvent",
     "StoredMessage",
     "StreamingModelClient",

@@ -46,11 +46,15 @@ from ._canonical import json_data
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
+    from ._store import Store
+
 __all__ = [
     "RECORDER",
     "Recorder",
     "aclose_iterator",
+    "call_site",
     "check_json",
+    "current_step",
     "record_call",
     "record_stream",
     "recorded",
@@ -98,6 +102,34 @@ def _jsonable(kind: str, what: str, value: Any) -> Any:
     except (PydanticSerializationError, ValueError, TypeError) as exc:
         raise UnrecordableCall(kind=kind, what=what, reason=str(exc)) from exc
     return data
+
+
+def current_step() -> int | None:
+    """The number of the step the running stage will be recorded as.
+
+    ``None`` outside a stage run by a supervisor (or a replay), and inside a
+    recorded call (a call it makes is part of that call).
+    """
+    recorder = RECORDER.get()
+    return None if recorder is None else getattr(recorder, "step", None)
+
+
+def call_site() -> tuple[str, int | None, Store | None]:
+    """Where a call made now is made: the session, the step, and the store of its effects.
+
+    The running stage's session id, the number its step will be recorded as,
+    and the store that keeps its session's effect ledger. Outside a stage run
+    by a supervisor, and inside a recorded call: ``("", None, None)``; in a
+    replay, and without a store, the store is ``None``.
+    """
+    recorder = RECORDER.get()
+    if recorder is None:
+        return "", None, None
+    return (
+        getattr(recorder, "session_id", ""),
+        getattr(recorder, "step", None),
+        getattr(recorder, "effects", None),
+    )
 
 
 async def aclose_iterator(iterator: AsyncIterator[Any]) -> None:

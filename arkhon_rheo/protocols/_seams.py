@@ -22,12 +22,15 @@ from ._faults import enter_session as enter_session
 from ._faults import install as install
 from ._faults import installed as installed
 from ._faults import uninstall as uninstall
+from ._frozen import Metadata as Metadata
 from ._gates import DECISIONS as DECISIONS
 from ._inbox import ScheduledMessage as ScheduledMessage
 from ._io import RECORDER as RECORDER
 from ._io import Recorder as Recorder
 from ._io import aclose_iterator as aclose_iterator
+from ._io import call_site as call_site
 from ._io import check_json as check_json
+from ._io import current_step as current_step
 from ._resources import NO_RESOURCES as NO_RESOURCES
 from ._resources import current_resources as current_resources
 from ._resources import is_async_context_manager as is_async_context_manager

@@ -3,8 +3,10 @@
 A store is event-sourced: each session has an initial snapshot, an
 append-only log of committed events (numbered from 1, a duplicate number is
 refused), and snapshots along the way. Loading a session is its latest
-snapshot plus the events after it. Everything a store holds is plain JSON
-data (``dict``/``list``/``str``/numbers/``bool``/``None``); turning states
+snapshot plus the events after it. Each session also has an inbox (messages
+posted to it, applied once) and an effect ledger (each side effect's intent,
+committed before its tool runs, and its answer). Everything a store holds is
+plain JSON data (``dict``/``list``/``str``/numbers/``bool``/``None``); turning states
 and patches into that data, and back, is the supervisor's job.
 
 A store whose class sets ``takes_encoded = True`` (the package's own) is
@@ -25,12 +27,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Durability",
+    "EffectStatus",
     "LeaseRecord",
     "LoadedSession",
     "NewMessage",
     "SessionRecord",
     "Store",
     "StoreStatistics",
+    "StoredEffect",
     "StoredEvent",
     "StoredMessage",
 ]
@@ -167,6 +171,48 @@ class StoredMessage:
     posted_at: float
     due_at: float
     applied_seq: int | None = None
+
+
+class EffectStatus(enum.Enum):
+    """Where a side effect in a session's effect ledger stands (`StoredEffect.status`)."""
+
+    #: Its intent is committed and no outcome is: it is running, or it was when its
+    #: process died (then it is *ambiguous*: it may or may not have happened).
+    STARTED = "started"
+    #: It returned; its result is stored, and is the answer to the call from now on.
+    DONE = "done"
+    #: It raised an error of its own, classified (a failure the supervisor retries,
+    #: restarts or fails on); beginning it again runs it again.
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEffect:
+    """One side effect in a session's effect ledger: its intent, and its outcome once known.
+
+    Attributes:
+        session_id: The session whose step made the call.
+        key: The call's idempotency key, unique within the session.
+        tool: The name of the tool called.
+        arguments: The arguments it was (last) begun with, as JSON data.
+        status: Where it stands.
+        attempts: How many times it was begun.
+        started_at: When it was last begun, by the store's clock.
+        finished_at: When its outcome was stored (``None`` while started).
+        result: What it returned, as JSON data (``None`` unless done).
+        error: What it raised (``None`` unless failed).
+    """
+
+    session_id: str
+    key: str
+    tool: str
+    arguments: Json
+    status: EffectStatus
+    attempts: int
+    started_at: float
+    finished_at: float | None = None
+    result: Json = None
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +418,46 @@ class Store(Protocol):
 
     async def release(self, session_id: str, owner: str) -> None:
         """Give up the lease if ``owner`` holds it."""
+        ...
+
+    async def begin_effect(
+        self,
+        session_id: str,
+        key: str,
+        *,
+        tool: str,
+        arguments: Json,
+        retry: bool = False,
+    ) -> tuple[StoredEffect, bool]:
+        """Commit the intent of a side effect before it runs, unless the ledger has its key.
+
+        Returns the stored effect and whether this call began it (the caller may run
+        the effect only then). With no entry for ``key``, the intent is stored
+        (status ``STARTED``) durably per the store's mode (and in ``ASYNC`` mode too:
+        the call returns once it is committed). An entry that is ``DONE`` is returned
+        as it is, and so is one ``STARTED`` (ambiguous: it may have happened) unless
+        ``retry``: then, as for a ``FAILED`` one, it is begun again with
+        ``arguments``. Raises ``SessionNotFound``.
+        """
+        ...
+
+    async def finish_effect(
+        self, session_id: str, key: str, *, result: Json = None, error: str | None = None
+    ) -> StoredEffect:
+        """Store the outcome of a started effect, durably as its intent was.
+
+        ``result`` (JSON data) makes it ``DONE``; ``error`` (what it raised) makes it
+        ``FAILED``. Returns the stored effect. Raises ``SessionNotFound``, or
+        ``StoreError`` if the effect is not ``STARTED`` (never begun, or finished
+        already): then nothing is written.
+        """
+        ...
+
+    async def effects(self, session_id: str) -> tuple[StoredEffect, ...]:
+        """The session's effect ledger, in the order its effects were first begun.
+
+        Raises ``SessionNotFound``.
+        """
         ...
 
     def statistics(self) -> StoreStatistics:

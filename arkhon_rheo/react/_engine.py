@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..protocols import Condition, Lifecycle, Machine
+from ..tools import Toolbox
 from ._config import DEFAULT_SYSTEM_PROMPT, ReactConfig
+from ._guard import arguments_fit, held_gate
 from ._listen import ListenStage
 from ._stages import ActStage, StartStage, ThinkStage
 from ._state import ReactState, StopReason
@@ -84,6 +86,9 @@ def react_agent(
         state_type: `ReactState` or your subclass of it.
         name: The machine's name.
         gates: Human-in-the-loop gates (``Gate.before("act")`` to approve tool calls).
+            A toolbox with a tool to approve (``@tool(run="approve")``) or to ask
+            about (``effect="ask"``) adds its own ``"tool call"`` gate, before these:
+            it shows the one call held, whose arguments the answer may edit.
         deadlines: Per-state deadlines in seconds (``{Lifecycle.ACTING: 30}``).
         conversational: After each answer, wait (parked, ``Lifecycle.OBSERVING``)
             for the user's next message instead of finishing: send it a
@@ -115,7 +120,10 @@ def react_machine(config: ReactConfig) -> Machine[ReactState]:
     """The ReAct machine of ``config``: its stages bound to it, and their lifecycle.
 
     A conversational agent has a fourth state, ``OBSERVING``, between an answer
-    and the user's next message (its stage, `ListenStage`, receives them).
+    and the user's next message (its stage, `ListenStage`, receives them). An
+    agent whose toolbox may hold a call for a human (a tool whose run policy is
+    ``approve``, or whose effect is ``ask``) may go from ``ACTING`` to
+    ``ACTING``, pausing at its ``"tool call"`` gate (first of its gates) between.
     """
     transitions: dict[enum.Enum, set[enum.Enum]] = {
         L.INITIALIZED: {L.THINKING, L.FAILED},
@@ -131,6 +139,13 @@ def react_machine(config: ReactConfig) -> Machine[ReactState]:
         transitions[L.THINKING] = {L.ACTING, L.OBSERVING, L.FAILED}
         transitions[L.OBSERVING] = {L.THINKING, L.FINISHED, L.FAILED}
         stages[L.OBSERVING] = ListenStage.bind(config)
+    acting: list[Condition[Any]] = [Condition("acting needs pending tool calls", _has_pending)]
+    gates: Sequence[Gate] = config.gates
+    runner = config.runner
+    if isinstance(runner, Toolbox) and runner.may_hold:
+        transitions[L.ACTING] = {L.THINKING, L.ACTING, L.FAILED}
+        gates = (held_gate(runner), *gates)
+        acting.append(arguments_fit(runner))
     return Machine(
         name=config.name,
         state_type=config.state_type,
@@ -145,9 +160,9 @@ def react_machine(config: ReactConfig) -> Machine[ReactState]:
                 Condition("a finished agent says why it finished", _says_why),
                 Condition("an answered agent has an answer", _answered_has_answer),
             ],
-            L.ACTING: [Condition("acting needs pending tool calls", _has_pending)],
+            L.ACTING: acting,
         },
-        gates=config.gates,
+        gates=gates,
         deadlines=config.deadlines,
         resources=config.declared,
     )

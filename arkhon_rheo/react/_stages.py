@@ -13,7 +13,9 @@ writes stay those declared here).
   tokens, cost and time against the `Budget`; and either leaves tool calls in
   ``pending`` or records the final answer and why the agent finished.
 - `ActStage` (Acting → Thinking) runs the pending tool calls concurrently
-  (bounded) and appends their results to ``messages`` in call order.
+  (bounded) and appends their results to ``messages`` in call order; with a
+  toolbox whose calls a human may have to decide on, it may hold one instead
+  (Acting → Acting, paused at the ``"tool call"`` gate: see ``_guard``).
 """
 
 from __future__ import annotations
@@ -44,15 +46,17 @@ from ..protocols import (
     record_call,
     record_stream,
 )
-from ..protocols._seams import current_injector, current_session
+from ..protocols._seams import current_injector, current_session, current_step
+from ..tools import Toolbox
 from ._budget import Used
 from ._calls import check_reply, tail, unwrap
 from ._context import trim_messages
+from ._guard import act_guarded
 from ._state import ReactState, StopReason
 
 if TYPE_CHECKING:
     import enum
-    from collections.abc import AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
     from typing import Self
 
     from ..protocols import StateView, ToolCall, ToolSpec
@@ -113,6 +117,7 @@ class ThinkStage(
         "wrapup",
         "answer",
         "exit",
+        "pending_step",
     },
 ):
     """One model turn: ask, check the reply (retrying its format), count what it used."""
@@ -152,8 +157,8 @@ class ThinkStage(
         patch = Patch(
             turns=turns, usage=usage, cost=cost, started_at=started, elapsed=elapsed, wrapup=wrapup
         ).append("messages", *new)
-        if reply.tool_calls:
-            return patch.set(pending=reply.tool_calls)
+        if reply.tool_calls:  # their idempotency keys are made from this step's number
+            return patch.set(pending=reply.tool_calls, pending_step=current_step())
         exit_reason = StopReason.BUDGET_EXHAUSTED if wrapup else StopReason.ANSWERED
         return patch.set(pending=(), answer=reply.text, exit=exit_reason)
 
@@ -273,37 +278,42 @@ class ThinkStage(
 class ActStage(
     ReactStage,
     name="act",
-    reads={"pending", "tool_calls"},
-    writes={"messages", "pending", "tool_calls"},
+    reads={"pending", "tool_calls", "pending_step", "held", "approval", "approved"},
+    writes={"messages", "pending", "tool_calls", "held", "approval", "approved"},
 ):
-    """Run the pending tool calls, at most ``max_parallel_tools`` at once."""
+    """Run the pending tool calls, at most ``max_parallel_tools`` at once (or hold one)."""
 
     async def execute(self, view: StateView[ReactState]) -> Patch:
-        """The calls' results, appended in call order."""
+        """The calls' results, appended in call order; or the call held for a human."""
         calls = view.pending
         runner = self.config.runner
+        call: Callable[[ToolCall], Awaitable[ToolMessage]] = runner.call
+        if isinstance(runner, Toolbox):
+            if runner.may_hold:
+                return await act_guarded(view, runner, self.config.max_parallel_tools)
+            call = functools.partial(runner.call, step=view.pending_step)
         if len(calls) == 1:  # the common case: no task group needed
-            result = await runner.call(calls[0])
+            result = await call(calls[0])
             return Patch(pending=(), tool_calls=view.tool_calls + 1).append("messages", result)
         results: list[ToolMessage | None] = [None] * len(calls)
         limiter = anyio.CapacityLimiter(self.config.max_parallel_tools)
 
-        async def run(index: int, call: ToolCall) -> None:
+        async def run(index: int, one: ToolCall) -> None:
             async with limiter:
-                results[index] = await runner.call(call)
+                results[index] = await call(one)
 
         try:
             async with anyio.create_task_group() as group:
-                for index, call in enumerate(calls):
-                    group.start_soon(run, index, call)
+                for index, one in enumerate(calls):
+                    group.start_soon(run, index, one)
         except BaseExceptionGroup as errors:
             raise unwrap(errors) from None
         done = [result for result in results if result is not None]
         return Patch(pending=(), tool_calls=view.tool_calls + len(calls)).append("messages", *done)
 
     def next(self, state: ReactState) -> enum.Enum:
-        """Think again."""
-        return L.THINKING
+        """Think again; with a call held for a human, act again (after the gate)."""
+        return L.THINKING if state.held is None else L.ACTING
 
 
 async def _now() -> float:

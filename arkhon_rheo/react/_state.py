@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import enum
+from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..protocols import AgentState, History, Lifecycle, Message, ToolCall, Usage
+from ..protocols._seams import Metadata
 
-__all__ = ["ReactState", "StopReason"]
+__all__ = ["HeldCall", "ReactState", "StopReason"]
 
 
 class StopReason(enum.Enum):
@@ -26,6 +28,28 @@ class StopReason(enum.Enum):
     #: A conversational agent's conversation was closed (a `Close` message);
     #: ``answer`` is the last reply.
     CLOSED = "closed"
+
+
+class HeldCall(BaseModel):
+    """A tool call waiting for a human at the agent's ``"tool call"`` gate.
+
+    Attributes:
+        call: The call, as the model made it (or as a human last approved it).
+        arguments: The arguments it runs with if approved as shown.
+        reason: ``"approval"``: its tool's run policy asks a human to approve
+            each call; ``"ambiguous"``: it started and never finished (a crash,
+            a timeout), so its side effect may or may not have happened, and its
+            tool's effect is ``"ask"``.
+        attempts: How many times an ambiguous call had been begun when it was
+            held: an approval lets it run again once, not after another crash.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    call: ToolCall
+    arguments: Metadata
+    reason: Literal["approval", "ambiguous"]
+    attempts: int = Field(default=0, ge=0)
 
 
 class ReactState(AgentState):
@@ -52,6 +76,13 @@ class ReactState(AgentState):
             agent before its next turn.
         answer: The final answer.
         exit: Why the agent finished.
+        pending_step: The number of the step that asked for the ``pending`` calls:
+            their idempotency keys are made from it (a resume runs the act step
+            again under a new number, never this one).
+        held: The call waiting for a human at the ``"tool call"`` gate, if any.
+        approval: The human's answer there: the arguments to run the held call
+            with, ``None`` to run it as shown; ``False`` until a human answers.
+        approved: The ids of this turn's calls a human approved.
     """
 
     lifecycle: Lifecycle = Lifecycle.INITIALIZED
@@ -68,3 +99,7 @@ class ReactState(AgentState):
     stop: bool = False
     answer: str | None = None
     exit: StopReason | None = None
+    pending_step: int | None = None
+    held: HeldCall | None = None
+    approval: Metadata | Literal[False] | None = False
+    approved: tuple[str, ...] = ()

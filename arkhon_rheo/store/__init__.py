@@ -3,6 +3,8 @@
 Both implement `arkhon_rheo.protocols.Store`. `SQLiteStore` keeps an
 event-sourced log with snapshots in one local SQLite file, with group commit
 and explicit durability modes; `MemoryStore` keeps the same rows in memory.
+Besides its log, each session has an inbox and an effect ledger (the intents
+and answers of its tools' side effects).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from ._codec import (
     decode_record,
     decode_snapshot,
 )
+from ._effects import BeginEffect, EffectLedger, EffectRow, FinishEffect
 from ._inbox import Inbox
 from ._plan import Park, Plan, Request, SetStatus, plan, posted_ids, touches_inbox
 
@@ -53,7 +54,7 @@ class _Messages:
         return Inbox(len(rows), pending, ids)
 
 
-class MemoryStore(StoreBase):
+class MemoryStore(StoreBase, EffectLedger):
     """A store that keeps everything in memory, with the semantics of `SQLiteStore`.
 
     It keeps the same rows as the SQLite store (compact JSON), so what it returns is
@@ -73,6 +74,8 @@ class MemoryStore(StoreBase):
         self._snapshots: dict[str, dict[int, Snapshot]] = {}
         self._leases: dict[str, tuple[str, float]] = {}
         self._inboxes: dict[str, _Messages] = {}
+        #: Each session's effect ledger by key, in the order first begun.
+        self._effects: dict[str, dict[str, EffectRow]] = {}
         #: The ``wake_at`` of every waiting session that has one.
         self._wakes: dict[str, float] = {}
         #: Each session's number, in order of creation (ties in `waking`).
@@ -112,9 +115,19 @@ class MemoryStore(StoreBase):
         inboxes = None
         if touches_inbox(request) and (box := self._inboxes.get(sid)) is not None:
             inboxes = {sid: box.known(posted_ids(request))}
+        effects = None
+        if isinstance(request, BeginEffect | FinishEffect):
+            entry = self._effects.get(sid, {}).get(request.key)
+            effects = None if entry is None else {(sid, request.key): entry}
         now = self._clock()
         result = plan(
-            [request], known, now=now, location=self._location, leases=leases, inboxes=inboxes
+            [request],
+            known,
+            now=now,
+            location=self._location,
+            leases=leases,
+            inboxes=inboxes,
+            effects=effects,
         )
         if (error := result.errors[0]) is not None:
             raise error
@@ -129,6 +142,8 @@ class MemoryStore(StoreBase):
             self._snapshots[session_id][seq] = state
         if result.inbox or result.applied:
             self._apply_inbox(result)
+        for (session_id, key), entry in result.effects.items():
+            self._effects.setdefault(session_id, {})[key] = entry
         self._apply_sessions(result, now)
         for session_id, lease in result.leases.items():
             if lease is None:
@@ -437,6 +452,14 @@ class MemoryStore(StoreBase):
         )
         later = min((t for t in self._wakes.values() if t > now), default=None)
         return tuple(decode_record(self._sessions[sid]) for *_, sid in due), later
+
+    async def _write_effect(self, request: BeginEffect | FinishEffect) -> Any:
+        await anyio.lowlevel.checkpoint()
+        return self._write(request)
+
+    async def _effect_rows(self, session_id: str) -> list[EffectRow]:
+        self._row(session_id)
+        return list(self._effects.get(session_id, {}).values())
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counters (``pending`` is always 0)."""

@@ -24,17 +24,21 @@ from .._errors import (
     SessionNotFound,
     StoreError,
 )
+from ._effects import BeginEffect, FinishEffect, plan_effect
 from ._inbox import Inbox, NewRow, Park, Post
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ._codec import EventRow, MessageRow, SessionRow, Snapshot
+    from ._effects import EffectRow
 
 __all__ = [
     "Acquire",
     "Append",
+    "BeginEffect",
     "Create",
+    "FinishEffect",
     "Flush",
     "Park",
     "Plan",
@@ -114,7 +118,18 @@ class Flush:
     session_id: str = ""
 
 
-Request = Create | Append | SetStatus | Acquire | Release | Flush | Post | Park
+Request = (
+    Create
+    | Append
+    | SetStatus
+    | Acquire
+    | Release
+    | Flush
+    | Post
+    | Park
+    | BeginEffect
+    | FinishEffect
+)
 #: ``(owner, expires_at)`` of a lease.
 Lease = tuple[str, float]
 
@@ -138,6 +153,8 @@ class Plan:
             batch set (``(None, None)`` unless it parked).
         nudges: The due time the messages posted to a session bring its ``wake_at``
             down to (if earlier), if it is waiting once the batch is written.
+        effects: The final row of every effect-ledger entry the batch begins or
+            finishes, by ``(session_id, key)``.
         errors: One entry per request: why it was refused, or ``None``.
         results: One entry per request: what it returns (a post's ``(row, new)``,
             whether a park parked), or ``None``.
@@ -148,6 +165,7 @@ class Plan:
         "appended",
         "applied",
         "created",
+        "effects",
         "errors",
         "events",
         "inbox",
@@ -169,6 +187,7 @@ class Plan:
         self.applied: list[tuple[int, str, int]] = []
         self.waits: dict[str, tuple[str | None, float | None]] = {}
         self.nudges: dict[str, float] = {}
+        self.effects: dict[tuple[str, str], EffectRow] = {}
         self.errors: list[Exception | None] = []
         self.results: list[Any] = []
         self.appended = 0
@@ -414,6 +433,7 @@ def plan(
     location: str = "",
     leases: dict[str, Lease] | None = None,
     inboxes: dict[str, Inbox] | None = None,
+    effects: dict[tuple[str, str], EffectRow] | None = None,
 ) -> Plan:
     """Check a batch of requests in order and gather the rows to write.
 
@@ -425,6 +445,8 @@ def plan(
             (absent: none). Not modified.
         inboxes: What is known of the inbox of every session whose inbox the batch
             reads or writes (see `touches_inbox`; absent: empty). Not modified.
+        effects: The effect-ledger rows of the entries the batch begins or finishes,
+            by ``(session_id, key)`` (absent: none). Not modified.
         now: The time to record as the sessions' ``updated_at``.
         location: The store's location, for errors.
 
@@ -435,6 +457,7 @@ def plan(
     state = dict(known)
     held = dict(leases or {})
     boxes: tuple[dict[str, Inbox], dict[str, Inbox]] = ({}, inboxes or {})
+    ledger = dict(effects or {})
     for request in requests:
         out.results.append(None)
         sid = request.session_id
@@ -453,6 +476,11 @@ def plan(
             _release(request, held, out)
         elif isinstance(request, Create):
             error = _create(request, current, state, out, now)
+        elif isinstance(request, BeginEffect | FinishEffect):
+            exists = current is not None
+            error, out.results[-1] = plan_effect(
+                request, exists, ledger, out.effects, now, location
+            )
         elif current is None:
             error = SessionNotFound(session_id=sid)
         elif isinstance(request, SetStatus):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import StoreCorrupt, StoreError
 from ._codec import upgrade_row
+from ._effects_sql import TABLE as _EFFECTS
 from ._sql import INSERT_EVENT, INSERT_SHAPE
 
 if TYPE_CHECKING:
@@ -33,9 +34,11 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "inspect_file", "prepare"]
 #: ``PRAGMA application_id`` of every store file: "ArkR".
 APPLICATION_ID = 0x41726B52
 #: ``PRAGMA user_version``: the schema version this code reads and writes.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _MAGIC = b"SQLite format 3\x00"
-_TABLES = frozenset({"meta", "sessions", "shapes", "events", "snapshots", "leases", "inbox"})
+_TABLES = frozenset(
+    {"meta", "sessions", "shapes", "events", "snapshots", "leases", "inbox", "effects"}
+)
 
 #: Version 4: events and snapshots name their session by its number (``n``), and an
 #: event's repeated parts by the number of its shape (see `._codec`).
@@ -80,6 +83,7 @@ _SCHEMA = (
         session_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL)
         WITHOUT ROWID""",
     *_INBOX,
+    _EFFECTS,
 )
 _META = (("application", "arkhon-rheo"), ("schema_version", str(SCHEMA_VERSION)))
 #: Old event rows converted per statement while upgrading from version 3.
@@ -132,7 +136,8 @@ def _compact_rows() -> Script[None]:
 #: each event's state digest (events stored before it have none); version 3 each
 #: session's machine fingerprint (sessions stored before it have none); version 4
 #: made the rows compact (their data, digests included, is unchanged); version 5
-#: gave each session an inbox (empty for the sessions stored before it).
+#: gave each session an inbox (empty for the sessions stored before it); version 6
+#: an effect ledger (empty for the sessions stored before it).
 _UPGRADES: dict[int, Callable[[], Script[None]]] = {
     1: _statements("ALTER TABLE events ADD COLUMN digest INTEGER"),
     2: _statements("ALTER TABLE sessions ADD COLUMN fingerprint TEXT"),
@@ -142,6 +147,7 @@ _UPGRADES: dict[int, Callable[[], Script[None]]] = {
         "ALTER TABLE sessions ADD COLUMN wake_at REAL",
         *_INBOX,
     ),
+    5: _statements(_EFFECTS),
 }
 
 

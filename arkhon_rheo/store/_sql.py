@@ -12,12 +12,15 @@ import contextlib
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import SessionNotFound, StoreError
+from . import _effects_sql as effects_sql
 from . import _inbox_sql as inbox
 from ._driver import ROWCOUNT, ROWCOUNT_MANY
 from ._plan import (
     Acquire,
     Append,
+    BeginEffect,
     Create,
+    FinishEffect,
     Lease,
     Park,
     Plan,
@@ -132,10 +135,15 @@ def write_batch(
     """
     known, leases = yield from _current(requests, cache)
     inboxes = {}
+    ledger = {}
     # (A batch of plain appends, the common case, skips even looking.)
     if any(type(r) is not Append or r.applied is not None or r.posts for r in requests):
         inboxes = yield from inbox.known(requests)
-    result = plan(requests, known, now=now, location=location, leases=leases, inboxes=inboxes)
+        if any(isinstance(r, BeginEffect | FinishEffect) for r in requests):
+            ledger = yield from effects_sql.known(requests)
+    result = plan(
+        requests, known, now=now, location=location, leases=leases, inboxes=inboxes, effects=ledger
+    )
     if cache is not None and any(
         error is not None and isinstance(r, Append | SetStatus) and r.session_id in cache
         for r, error in zip(requests, result.errors, strict=True)
@@ -168,6 +176,8 @@ def write_batch(
         yield _rows(INSERT_SNAPSHOT, result.snapshots)
     if result.waits or result.nudges or result.inbox or result.applied:
         yield from inbox.write(result)
+    if result.effects:
+        yield from effects_sql.write(result)
     if result.leases:
         taken = [(sid, *lease) for sid, lease in result.leases.items() if lease is not None]
         dropped = [(sid,) for sid, lease in result.leases.items() if lease is None]
@@ -190,7 +200,7 @@ def _current(
         {
             r.session_id
             for r in requests
-            if isinstance(r, Create | Append | SetStatus | Post | Park)
+            if isinstance(r, Create | Append | SetStatus | Post | Park | BeginEffect | FinishEffect)
             and (cache is None or r.session_id not in cache)
         }
     )

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 from .._errors import ConfigurationError
 from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord
 from ..protocols._seams import current_injector
+from . import _effects_sql as effects_sql
 from . import _inbox_sql as inbox_sql
 from . import _sql as sql
 from ._base import inject_store_fault
 from ._codec import decode_event, decode_message, decode_record, decode_snapshot
+from ._effects import EffectLedger
 from ._plan import Acquire, Release, SetStatus, plan
 from ._sqlite_base import SQLiteBase
 from ._writer import Ticket
@@ -20,12 +22,14 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
     from ..protocols import NewMessage, StoredEvent, StoredMessage
+    from ._driver import Rows
+    from ._effects import BeginEffect, FinishEffect
 
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(SQLiteBase):
-    """Sessions in one SQLite file: an event log, snapshots, records, leases and inboxes.
+class SQLiteStore(SQLiteBase, EffectLedger):
+    """Sessions in one SQLite file: event logs, snapshots, records, leases, inboxes, effects.
 
     One writer task per store commits the writes of many sessions together
     (group commit): each transaction takes every write queued while the previous
@@ -51,6 +55,8 @@ class SQLiteStore(SQLiteBase):
     once its transaction is committed as an ``append`` in that mode would be
     (in ``ASYNC`` mode too, as do ``park`` and an ``append`` that applies a
     message or posts timers: their answer, or their refusal, is known only then).
+    So do the effect ledger's writes (``begin_effect``, ``finish_effect``): an
+    intent is as durable as a commit in the store's mode before its tool runs.
 
     The SQL runs on stdlib `sqlite3` on one connection owned by one dedicated
     thread (`._thread_writer`), on asyncio and trio alike: it batches the queued
@@ -356,3 +362,16 @@ class SQLiteStore(SQLiteBase):
         writer = await self._reading()
         rows, later = await writer.run_script(sql.transaction(sql.waking(now), write=False))
         return tuple(map(decode_record, rows)), later
+
+    # -- effects ---------------------------------------------------------------
+
+    async def _write_effect(self, request: BeginEffect | FinishEffect) -> Any:
+        self._raise_deferred(request.session_id)
+        return (await self._submit(request, wait=True)).result
+
+    async def _effect_rows(self, session_id: str) -> Rows:
+        writer = await self._reading()
+        rows: Rows = await writer.run_script(
+            sql.transaction(effects_sql.effects(session_id), write=False)
+        )
+        return rows

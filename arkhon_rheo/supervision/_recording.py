@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
     from contextvars import Token
 
+    from ..protocols import Store
     from ..protocols._seams import Recorder, ScheduledMessage
 
 __all__ = ["CallPlayback", "CallRecorder"]
@@ -65,12 +66,25 @@ class CallRecorder:
         calls: The records, in the order the calls started.
     """
 
-    __slots__ = ("_after", "_done", "_token", "calls", "closed", "session_id", "step", "timers")
+    __slots__ = (
+        "_after",
+        "_done",
+        "_token",
+        "calls",
+        "closed",
+        "effects",
+        "session_id",
+        "step",
+        "timers",
+    )
 
-    def __init__(self, session_id: str = "", step: int = 0) -> None:
+    def __init__(self, session_id: str = "", step: int = 0, effects: Store | None = None) -> None:
         self.session_id = session_id
-        #: The number naming the step (the same across a crash and its resume).
+        #: The number naming the step (the same across a retry; a resumed session
+        #: records a resume event first, so a step run again after it has the next).
         self.step = step
+        #: The store keeping the session's effect ledger (see `call_site`), if any.
+        self.effects = effects
         self.calls: list[dict[str, Any]] = []
         #: The timers the stage scheduled (`schedule`), ``None`` until the first.
         self.timers: list[ScheduledMessage] | None = None

@@ -306,11 +306,13 @@ class SessionSupervisor(Actor[_Step, None]):
 
         attempt = 1
         deadline = plan.deadline
+        # Where tools with side effects commit their intents (`call_site`).
+        ledger = None if session.persistence is None else session.persistence.store
         while True:
             slot = self.stages[name]
             view: StateView[Any] = StateView(state, plan.reads, name)
             seq = session.next_seq()
-            recorder = CallRecorder(session.session_id, seq)
+            recorder = CallRecorder(session.session_id, seq, ledger)
             if delivery is not None:
                 slot.stage.delivered = delivery.message  # type: ignore[attr-defined]
             scope = session.partials.scope(name, seq, attempt)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         LoadedSession,
         NewMessage,
         SessionRecord,
+        StoredEffect,
         StoredEvent,
         StoredMessage,
         StoreStatistics,
@@ -55,6 +56,9 @@ OPERATIONS = (
     "messages",
     "park",
     "waking",
+    "begin_effect",
+    "finish_effect",
+    "effects",
 )
 
 
@@ -152,8 +156,8 @@ class FaultyStore:
             operation: A `Store` method: ``"create_session"``, ``"append"``,
                 ``"record"``, ``"load"``, ``"history"``, ``"snapshot_at"``,
                 ``"sessions"``, ``"set_status"``, ``"acquire"``, ``"leases"``,
-                ``"release"``, ``"post"``, ``"pending"``, ``"messages"``, ``"park"``
-                or ``"waking"``.
+                ``"release"``, ``"post"``, ``"pending"``, ``"messages"``, ``"park"``,
+                ``"waking"``, ``"begin_effect"``, ``"finish_effect"`` or ``"effects"``.
             nth: The call index (from 1, per operation) or indices to fail.
             when: A predicate over the `StoreCall`.
             error: Builds the exception to raise (a class or a lambda: a fresh
@@ -346,6 +350,33 @@ class FaultyStore:
         """`Store.waking`, unless a rule fails it."""
         await self._check("waking", None)
         return await self.inner.waking(now)
+
+    async def begin_effect(
+        self,
+        session_id: str,
+        key: str,
+        *,
+        tool: str,
+        arguments: Any,
+        retry: bool = False,
+    ) -> tuple[StoredEffect, bool]:
+        """`Store.begin_effect`, unless a rule fails it (then no intent is stored)."""
+        await self._check("begin_effect", session_id)
+        return await self.inner.begin_effect(
+            session_id, key, tool=tool, arguments=arguments, retry=retry
+        )
+
+    async def finish_effect(
+        self, session_id: str, key: str, *, result: Any = None, error: str | None = None
+    ) -> StoredEffect:
+        """`Store.finish_effect`, unless a rule fails it (then the effect stays started)."""
+        await self._check("finish_effect", session_id)
+        return await self.inner.finish_effect(session_id, key, result=result, error=error)
+
+    async def effects(self, session_id: str) -> tuple[StoredEffect, ...]:
+        """`Store.effects`, unless a rule fails it."""
+        await self._check("effects", session_id)
+        return await self.inner.effects(session_id)
 
     def statistics(self) -> StoreStatistics:
         """``inner``'s statistics (the failed calls never reached it)."""

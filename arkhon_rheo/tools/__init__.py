@@ -5,8 +5,11 @@ model of its arguments and a `ToolSpec` for the model. A `Toolbox` of tools
 answers the model's `ToolCall` with a `ToolMessage` (it implements
 `arkhon_rheo.protocols.ToolRunner`), bounds concurrent calls per tool and in
 all, and records every call for replay. A tool that declares a parameter
-annotated `ToolContext` gets the call's session, step, call id and the
-machine's resources there, out of the model's sight. ``@tool(sandbox=Sandbox(...))`` runs
+annotated `ToolContext` gets the call's session, step, call id, idempotency
+key and the machine's resources there, out of the model's sight. A tool
+declares its effect on the world (`Effect`: read-only by default; with side
+effects, a call runs at most once through the session's effect ledger) and a
+run policy (`RunPolicy`: allow, approve, block). ``@tool(sandbox=Sandbox(...))`` runs
 each call in a confined subprocess (with bubblewrap on Linux: no network, no
 file system but its own directory and read-only system paths, its own PID
 namespace); `Sandbox.enforcement` says what holds on this machine.
@@ -14,12 +17,17 @@ namespace); `Sandbox.enforcement` says what holds on this machine.
 
 from __future__ import annotations
 
+from .._errors import AmbiguousEffect as AmbiguousEffect
 from .._errors import IsolationUnavailable as IsolationUnavailable
+from .._errors import ToolCallHeld as ToolCallHeld
 from .._errors import ToolError as ToolError
 from .._errors import ToolTimeout as ToolTimeout
 from .._exports import publish
 from ._config import Sandbox as Sandbox
 from ._context import ToolContext as ToolContext
+from ._effects import Effect as Effect
+from ._effects import RunPolicy as RunPolicy
+from ._effects import idempotency_key as idempotency_key
 from ._isolation import Enforcement as Enforcement
 from ._tool import SANDBOX_TIMEOUT as SANDBOX_TIMEOUT
 from ._tool import Tool as Tool
@@ -29,15 +37,20 @@ from ._toolbox import ToolboxStatistics as ToolboxStatistics
 
 __all__ = [
     "SANDBOX_TIMEOUT",
+    "AmbiguousEffect",
+    "Effect",
     "Enforcement",
     "IsolationUnavailable",
+    "RunPolicy",
     "Sandbox",
     "Tool",
+    "ToolCallHeld",
     "ToolContext",
     "ToolError",
     "ToolTimeout",
     "Toolbox",
     "ToolboxStatistics",
+    "idempotency_key",
     "tool",
 ]
 

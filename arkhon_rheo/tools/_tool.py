@@ -26,6 +26,7 @@ from pydantic_core import PydanticSerializationError, to_json
 from .._errors import ConfigurationError, ToolError, ToolTimeout
 from ..protocols import ToolSpec
 from ._context import ToolContext, is_context, tool_context
+from ._effects import Effect, RunPolicy, effect_of, policy_of
 from ._sandbox import run_sandboxed
 
 if TYPE_CHECKING:
@@ -120,6 +121,10 @@ class Tool(Generic[P, R]):
         target: ``"module:qualname"`` of the function (how a sandbox imports it).
         takes_context: Whether the function declares a `ToolContext` parameter
             (left out of ``arguments`` and ``spec``; passed on each call).
+        effect: What it does to the world, and what a call that may have
+            happened gets after a crash (see `Effect`).
+        run_policy: Whether its calls may run (see `RunPolicy`); a `Toolbox` may
+            override it.
     """
 
     def __init__(
@@ -132,6 +137,8 @@ class Tool(Generic[P, R]):
         concurrency: int | None = None,
         thread: bool = True,
         sandbox: Sandbox | None = None,
+        effect: Effect | str = Effect.READ,
+        run: RunPolicy | str = RunPolicy.ALLOW,
     ) -> None:
         self.fn = fn
         self.name = name if name is not None else fn.__name__
@@ -160,6 +167,8 @@ class Tool(Generic[P, R]):
         self.concurrency = concurrency
         self.thread = thread
         self.sandbox = sandbox
+        self.effect = effect_of(effect, tool=self.name)
+        self.run_policy = policy_of(run, tool=self.name)
         summary, described = _parse_docstring(fn.__doc__)
         self.description = description if description is not None else summary
         self.arguments, self._parameters = _arguments_model(self.name, self.target, fn, described)
@@ -315,6 +324,8 @@ def tool(
     concurrency: int | None = None,
     thread: bool = True,
     sandbox: Sandbox | None = None,
+    effect: Effect | str = Effect.READ,
+    run: RunPolicy | str = RunPolicy.ALLOW,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -328,6 +339,8 @@ def tool(
     concurrency: int | None = None,
     thread: bool = True,
     sandbox: Sandbox | None = None,
+    effect: Effect | str = Effect.READ,
+    run: RunPolicy | str = RunPolicy.ALLOW,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a typed function, async or sync, into a `Tool`; bare or with options.
 
@@ -350,6 +363,17 @@ def tool(
             in the event loop (for quick, non-blocking functions). A thread
             that overruns its timeout is abandoned, not stopped.
         sandbox: Run each call in a subprocess with these limits.
+        effect: What it does to the world (`Effect`, or its value): ``"read"``
+            (the default: nothing changes, nothing is kept), or side effects,
+            with what a call that started and never finished gets (a crash, a
+            timeout): ``"idempotent"`` (it runs again), ``"ask"`` (a human
+            decides, at the agent's ``"tool call"`` gate) or ``"fail"`` (the
+            session fails). A side-effecting call's intent and result are kept
+            in the session's effect ledger (with a store): a call that returned
+            is never run again, its stored result answers it.
+        run: Whether its calls run (`RunPolicy`, or its value): ``"allow"``
+            (the default), ``"approve"`` (each waits for a human's approval,
+            its arguments shown and editable) or ``"block"``.
 
     A parameter annotated `ToolContext` gets the call's context (its session,
     step, call id and the machine's resources); it is not in the schema the
@@ -360,7 +384,7 @@ def tool(
 
     Raises:
         ConfigurationError: The name is not one model APIs accept, a parameter
-            is unannotated or variadic, an option is out of range, or a
+            is unannotated or variadic, an option is out of range or unknown, or a
             sandboxed function cannot be imported by a subprocess or declares
             a `ToolContext` parameter.
     """
@@ -374,6 +398,8 @@ def tool(
             concurrency=concurrency,
             thread=thread,
             sandbox=sandbox,
+            effect=effect,
+            run=run,
         )
 
     return decorate if fn is None else decorate(fn)

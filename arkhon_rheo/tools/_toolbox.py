@@ -2,11 +2,14 @@
 
 One call goes one way through: parse the arguments, record the call
 (`record_call`, so a replay answers it from the record), find the tool,
-validate, wait for the tool's and the toolbox's capacity, run. Whatever the
-model did wrong, and whatever the tool raised of its own, comes back as an
+validate, apply its run policy (blocked, or held for a human's approval),
+wait for the tool's and the toolbox's capacity, run: through the session's
+effect ledger for a tool with side effects (`._effects.run_once`). Whatever
+the model did wrong, and whatever the tool raised of its own, comes back as an
 error `ToolMessage` for the model to act on; the library's classified errors
-(`Transient`, including `ToolTimeout`, `Recoverable`, `Fatal`) propagate to
-the supervisor, which retries, restarts or fails the stage.
+(`Transient`, including `ToolTimeout`, `Recoverable`, `Fatal`, including
+`ToolCallHeld` and `AmbiguousEffect`) propagate to the supervisor, which
+retries, restarts or fails the stage (a ReAct agent pauses on `ToolCallHeld`).
 """
 
 from __future__ import annotations
@@ -14,20 +17,25 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 from pydantic import ValidationError
 
 from .. import _tracing
-from .._errors import ArkhonError, ConfigurationError, ToolError
+from .._errors import ArkhonError, ConfigurationError, ToolCallHeld, ToolError
 from ..protocols import ToolCall, ToolMessage, ToolSpec, record_call
-from ..protocols._seams import current_injector, current_session
+from ..protocols._seams import call_site, current_injector, current_session
 from ._context import tool_context
+from ._effects import Effect, Ledger, RunPolicy, idempotency_key, policy_of, run_once
 from ._tool import Tool
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
+
+    from pydantic import BaseModel
+
+    from ..protocols import Store
 
 __all__ = ["Toolbox", "ToolboxStatistics"]
 
@@ -87,13 +95,22 @@ class Toolbox:
     Args:
         *tools: The tools, made with `tool`; `specs` keeps their order.
         concurrency: How many calls may run at once in all, or ``None``.
+        policies: Run policies by tool name (`RunPolicy`, or its value), over
+            the tools' own (``@tool(run=...)``): a deployment's choice, say
+            ``{"send_email": "approve", "delete_account": "block"}``.
 
     Raises:
         ConfigurationError: Two tools have the same name, an argument is not a
-            `Tool`, or ``concurrency`` is not a positive int.
+            `Tool`, ``concurrency`` is not a positive int, or ``policies`` names
+            a tool the toolbox lacks or a policy that is not one.
     """
 
-    def __init__(self, *tools: Tool[..., Any], concurrency: int | None = None) -> None:
+    def __init__(
+        self,
+        *tools: Tool[..., Any],
+        concurrency: int | None = None,
+        policies: Mapping[str, RunPolicy | str] | None = None,
+    ) -> None:
         self._tools: dict[str, Tool[..., Any]] = {}
         for one in tools:
             if not isinstance(one, Tool):
@@ -111,7 +128,21 @@ class Toolbox:
             raise ConfigurationError(
                 f"Toolbox concurrency must be an int >= 1 or None, got {concurrency!r}"
             )
-        self._specs = tuple(one.spec for one in tools)
+        self._policies = {one.name: one.run_policy for one in tools}
+        for name, policy in (policies or {}).items():
+            if name not in self._tools:
+                raise ConfigurationError(
+                    f"Toolbox policies name {name!r}, which is not one of its tools "
+                    f"({', '.join(self._tools) or 'none'})"
+                )
+            self._policies[name] = policy_of(policy, tool=name)
+        blocked = RunPolicy.BLOCK
+        self._specs = tuple(one.spec for one in tools if self._policies[one.name] is not blocked)
+        #: Whether a call may be held for a human (a tool to approve, or to ask about).
+        self.may_hold = any(
+            self._policies[one.name] is RunPolicy.APPROVE or one.effect is Effect.ASK
+            for one in tools
+        )
         self._limiters = {
             one.name: anyio.CapacityLimiter(one.concurrency)
             for one in tools
@@ -142,8 +173,12 @@ class Toolbox:
 
     @property
     def specs(self) -> Sequence[ToolSpec]:
-        """The tools as the model sees them, in the order they were given."""
+        """The tools as the model sees them, in the order given (blocked ones left out)."""
         return self._specs
+
+    def policy(self, name: str) -> RunPolicy:
+        """The run policy of tool ``name`` here (``ALLOW`` for a tool it lacks)."""
+        return self._policies.get(name, RunPolicy.ALLOW)
 
     def statistics(self) -> ToolboxStatistics:
         """How many calls were answered, failed, and are running or waiting now."""
@@ -155,23 +190,50 @@ class Toolbox:
             waiting=self._waiting,
         )
 
-    async def call(self, call: ToolCall) -> ToolMessage:
+    async def call(
+        self,
+        call: ToolCall,
+        *,
+        step: int | None = None,
+        approved: bool = False,
+        rerun: int = 0,
+    ) -> ToolMessage:
         """Answer one tool call; recorded as ``"tool:<name>"`` when made inside a stage.
 
         The record's request is ``{"name", "arguments"}`` with the arguments
-        as parsed JSON (their raw text when they are not JSON); its response
-        is the `ToolMessage`. A replay answers from the record without running
-        the tool.
+        as parsed JSON (their raw text when they are not JSON), and
+        ``"approved"`` or ``"rerun"`` when given; its response is the
+        `ToolMessage`. A replay answers from the record without running the tool.
+
+        A call of a tool with side effects (see `Effect`) made in a stage of a
+        session kept in a store runs through the session's effect ledger: its
+        intent is committed first, its answer once it returns, and a call the
+        ledger has an answer for is answered from it, never run again.
+
+        Args:
+            call: The model's call.
+            step: The step that asked for the call, for its idempotency key (the
+                running step's by default; a resume runs a step again under a new
+                number, so a stage whose calls must keep their keys across one
+                passes the number of the step that asked for them, as the ReAct
+                engine does).
+            approved: A human approved the call (its tool's run policy is ``approve``).
+            rerun: A human let a call that started and never finished run again,
+                when it had been begun this many times (0: no one did). Spent once
+                it runs: if that run is cut short too, a human is asked again.
 
         Returns:
             The result, or an error message (``is_error=True``) for an unknown
-            tool, arguments that are not JSON or do not validate, and an
-            exception the tool raised of its own.
+            or blocked tool, arguments that are not JSON or do not validate, and
+            an exception the tool raised of its own.
 
         Raises:
             Transient: The tool raised it, or ran past its timeout (`ToolTimeout`).
             Recoverable: The tool raised it.
-            Fatal: The tool raised it.
+            Fatal: The tool raised it; or `ToolCallHeld`: the call waits for a
+                human (its tool's run policy is ``approve``, or its effect is
+                ``ask`` and it started and never finished); or `AmbiguousEffect`:
+                it started and never finished, and its tool's effect is ``fail``.
         """
         text = call.arguments.strip() or "{}"
         arguments: Any
@@ -179,13 +241,20 @@ class Toolbox:
             arguments = json.loads(text, parse_constant=_reject_constant)
         except ValueError:
             arguments = call.arguments
-        request = {"name": call.name, "arguments": arguments}
+        request: dict[str, Any] = {"name": call.name, "arguments": arguments}
+        if approved:
+            request["approved"] = True
+        if rerun:
+            request["rerun"] = rerun
+        # Read here: inside the recorded call, the stage's recorder is out of sight.
+        sid, running, store = call_site()
+        site = _Site(call, sid, running if step is None else step, store, approved, rerun)
         try:
             with _tracing.tool_call(call.name, call.id):
                 message: ToolMessage = await record_call(
                     f"tool:{call.name}",
                     request,
-                    lambda: self._answer(call, text, arguments),
+                    lambda: self._answer(site, text, arguments),
                     returns=ToolMessage,
                 )
         except BaseException:
@@ -197,7 +266,8 @@ class Toolbox:
             message = message.model_copy(update={"tool_call_id": call.id})
         return message
 
-    async def _answer(self, call: ToolCall, text: str, arguments: Any) -> ToolMessage:
+    async def _answer(self, site: _Site, text: str, arguments: Any) -> ToolMessage:
+        call = site.call
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(self._tools) or "none"
@@ -216,11 +286,44 @@ class Toolbox:
                 f"invalid arguments for {call.name!r}: {_compact(exc)}; call it again with "
                 "arguments that match its parameters",
             )
+        policy = self._policies[tool.name]
+        if policy is RunPolicy.BLOCK:
+            return self._error(
+                call, f"tool {call.name!r} is blocked here (its run policy); do without it"
+            )
+        if policy is RunPolicy.APPROVE and not site.approved:
+            raise ToolCallHeld(
+                f"tool {call.name!r}: call {call.id!r} waits for a human's approval", "approval"
+            )
+        if tool.effect is Effect.READ and not tool.takes_context:
+            return await self._run(tool, call, arguments, validated, None)
+        sid, step, store = site.session_id, site.step, site.store
+        key = idempotency_key(sid, step, call.id) if sid and step is not None and call.id else None
+        context = tool_context(call.id, key) if tool.takes_context else None
+        if tool.effect is Effect.READ or store is None or key is None:
+            return await self._run(tool, call, arguments, validated, context)
+        return await run_once(
+            Ledger(store, sid, key),
+            call,
+            tool.effect,
+            arguments,
+            lambda: self._run(tool, call, arguments, validated, context),
+            rerun=site.rerun,
+        )
+
+    async def _run(
+        self,
+        tool: Tool[..., Any],
+        call: ToolCall,
+        arguments: Any,
+        validated: BaseModel,
+        context: Any,
+    ) -> ToolMessage:
+        """Run the tool within capacity; its own errors become an error message."""
         try:
             async with self._capacity(call.name):
                 if current_injector() is not None:
                     await _inject(call.name, arguments)
-                context = tool_context(call.id) if tool.takes_context else None
                 content = await tool.run(validated, context)
         except ToolError as exc:
             return self._error(call, str(exc))
@@ -250,6 +353,19 @@ class Toolbox:
     @staticmethod
     def _error(call: ToolCall, content: str) -> ToolMessage:
         return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=True)
+
+
+class _Site(NamedTuple):
+    """One call as `Toolbox.call` was asked to make it (a tuple: made for every call)."""
+
+    call: ToolCall
+    #: The session making it ("" outside one), the step its key is made from, and
+    #: the store of the session's effect ledger (``None`` without one, or in a replay).
+    session_id: str
+    step: int | None
+    store: Store | None
+    approved: bool
+    rerun: int
 
 
 async def _inject(name: str, arguments: Any) -> None:

@@ -141,6 +141,7 @@ def write_schema_3(path: Path | str) -> None:
         for table in ("sessions", "shapes", "events", "snapshots"):
             db.execute(f"DROP TABLE {table}")
         db.execute("DROP TABLE IF EXISTS inbox")  # version 5's, empty here
+        db.execute("DROP TABLE IF EXISTS effects")  # version 6's, empty here
         for statement in SCHEMA_3:
             db.execute(statement)
         db.executemany("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", sessions)

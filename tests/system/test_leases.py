@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         NewMessage,
         SessionRecord,
         Store,
+        StoredEffect,
         StoredEvent,
         StoredMessage,
     )
@@ -262,6 +263,28 @@ class CountingStore:
         found: tuple[tuple[SessionRecord, ...], float | None] = await self._call(
             lambda: self.inner.waking(now)
         )
+        return found
+
+    async def begin_effect(
+        self, session_id: str, key: str, *, tool: str, arguments: Any, retry: bool = False
+    ) -> tuple[StoredEffect, bool]:
+        began: tuple[StoredEffect, bool] = await self._call(
+            lambda: self.inner.begin_effect(
+                session_id, key, tool=tool, arguments=arguments, retry=retry
+            )
+        )
+        return began
+
+    async def finish_effect(
+        self, session_id: str, key: str, *, result: Any = None, error: str | None = None
+    ) -> StoredEffect:
+        finished: StoredEffect = await self._call(
+            lambda: self.inner.finish_effect(session_id, key, result=result, error=error)
+        )
+        return finished
+
+    async def effects(self, session_id: str) -> tuple[StoredEffect, ...]:
+        found: tuple[StoredEffect, ...] = await self._call(lambda: self.inner.effects(session_id))
         return found
 
     def statistics(self) -> StoreStatistics:
