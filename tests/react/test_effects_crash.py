@@ -64,15 +64,21 @@ def check_world(db: Path, world: Path, backend: str) -> dict[str, Any]:
 
 
 async def _outcomes(db: Path) -> dict[str, tuple[str, Any, Any]]:
-    """Each session's status, what it waits for, and its last failure's type."""
+    """Each session's status, what its last pause recorded, and its last failure's type.
+
+    (What a paused session waits for is read from its pause event, not from its
+    record's ``waiting``: a kill between the pause's commit and the park that
+    follows it leaves the record without it, and the session paused all the same.)
+    """
     async with SQLiteStore(db) as store:
         found = {}
         for record in await store.sessions():
             events = await store.history(record.session_id)
             failures = [e.error for e in events if e.kind == EventKind.FAILURE.value and e.error]
+            pauses = [e.io for e in events if e.kind == EventKind.PAUSE.value]
             found[record.session_id] = (
                 record.status,
-                record.waiting,
+                pauses[-1] if pauses else None,
                 failures[-1]["error_type"] if failures else None,
             )
         return found
@@ -108,7 +114,7 @@ def run_effects_crashes(
     made, ledgers = seen["made"], seen["ledgers"]
     outcomes = anyio.run(_outcomes, db, backend=backend)
     counts = {"finished": 0, "paused": 0, "failed": 0}
-    for session_id, (status, waiting, error) in outcomes.items():
+    for session_id, (status, pause, error) in outcomes.items():
         _, entries = ledgers[session_id]
         started = [e for e in entries if e.status is EffectStatus.STARTED]
         state = report.replays[session_id].state
@@ -119,8 +125,9 @@ def run_effects_crashes(
         elif status == "paused":
             counts["paused"] += 1
             # A send that may have happened: a human sees it, its arguments, and decides.
-            assert waiting["gate"] == "tool call", waiting
-            question = waiting["question"]
+            assert pause is not None
+            assert pause["gate"] == "tool call", pause
+            question = pause["question"]
             assert (question["tool"], question["reason"]) == ("send", "ambiguous")
             assert question["arguments"]["what"].endswith(question["call_id"].split("-")[1])
             ((entry,),) = [started]
