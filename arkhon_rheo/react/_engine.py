@@ -91,10 +91,9 @@ def react_agent(
             it shows the one call held, whose arguments the answer may edit.
         deadlines: Per-state deadlines in seconds (``{Lifecycle.ACTING: 30}``).
         conversational: After each answer, wait (parked, ``Lifecycle.OBSERVING``)
-            for the user's next message instead of finishing: send it a
-            `UserInput` (``system.send(agent, id, UserInput(text=...))``, or
-            use a `Conversation`) and it answers with the whole conversation;
-            a `Close` ends it. Budgets and ``max_steps`` count over the whole
+            for the user's next message (a `UserInput`, through ``system.send``
+            or a `Conversation`) and answer it with the whole conversation; a
+            `Close` ends it. Budgets and ``max_steps`` count over the whole
             conversation. Its sessions need a store (``MemoryStore`` will do).
         resources: More resources of the machine, by name, for its tools (an
             HTTP client, a database pool; see `ToolContext`). The agent declares
