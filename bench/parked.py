@@ -37,7 +37,6 @@ import enum
 import gc
 import logging
 import random
-import resource
 import statistics
 import sys
 import tempfile
@@ -49,6 +48,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import structlog
+from memory import rss as memory_rss
 from pydantic import BaseModel
 
 from arkhon_rheo import AgentState, AgentSystem, Machine, Patch, StateView, stage
@@ -122,13 +122,9 @@ def trim() -> None:
 
 
 def rss() -> int:
-    """The process's resident set size now, in bytes (Linux), else its peak."""
+    """The process's resident set size now, after `trim` (``bench/memory.py``'s reading)."""
     trim()
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * resource.getpagesize()
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return memory_rss()
 
 
 async def park(system: AgentSystem, count: int, prefix: str) -> None:
