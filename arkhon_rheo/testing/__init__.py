@@ -7,13 +7,17 @@ benches use them too: `reference_machine` (a small deterministic loop over
 calls you name) `EventCapture` (a listener that keeps every committed
 event) and `run_machine` (run one session to its end; its result and events).
 `crash_loop` kills your agent's process at random commits and checks that
-nothing it was told was stored is lost.
+nothing it was told was stored is lost. `StoreConformance` is the behaviour
+every store must have, as a pytest class your own store's tests subclass
+(imported on first use: it needs pytest).
 """
 
 from __future__ import annotations
 
+import typing
+
 from .._errors import CrashRunFailed as CrashRunFailed
-from .._exports import publish
+from .._exports import publish as _publish
 from ._asserts import assert_all_ended as assert_all_ended
 from ._asserts import assert_none_hung as assert_none_hung
 from ._asserts import assert_nothing_lost as assert_nothing_lost
@@ -45,6 +49,9 @@ from ._scripted import ScriptedModel as ScriptedModel
 from ._scripted import ScriptedRequest as ScriptedRequest
 from ._scripted import Step as Step
 
+if typing.TYPE_CHECKING:
+    from ._conformance import StoreConformance as StoreConformance
+
 __all__ = [
     "ChaosReport",
     "Chunks",
@@ -67,6 +74,7 @@ __all__ = [
     "ScriptedRequest",
     "Step",
     "StoreCall",
+    "StoreConformance",
     "VirtualClock",
     "assert_all_ended",
     "assert_none_hung",
@@ -79,5 +87,27 @@ __all__ = [
     "run_machine",
 ]
 
-publish(__name__, __all__, globals())
-del publish
+#: The names imported on first use (they need pytest, which the library does not).
+_LAZY = {"StoreConformance": "._conformance"}
+
+_publish(__name__, [name for name in __all__ if name not in _LAZY], globals())
+
+
+def __getattr__(name: str) -> object:
+    """Import `StoreConformance` on first use, so the rest of the package needs no pytest."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    try:
+        module = importlib.import_module(_LAZY[name], __name__)
+    except ModuleNotFoundError as exc:
+        if exc.name != "pytest":
+            raise
+        raise ImportError(
+            f"arkhon_rheo.testing.{name} is a pytest test class: install pytest to use it"
+        ) from exc
+    value = getattr(module, name)
+    _publish(__name__, [name], {name: value})
+    globals()[name] = value
+    return value
