@@ -49,6 +49,8 @@ def test_the_public_namespaces_are_the_expected_ones() -> None:
 @pytest.mark.parametrize("name", PUBLIC_NAMESPACES)
 def test_all_lists_exactly_the_public_names(name: str) -> None:
     module = importlib.import_module(name)
+    for attr in module.__all__:  # a name a module imports on first use (a module __getattr__)
+        getattr(module, attr)
     public = {
         attr
         for attr, value in vars(module).items()

@@ -171,10 +171,14 @@ class AppendConformance(ConformanceBase):
                 "s", [make_event("s", 1, patch=encoded)], snapshot=(1, EncodedJson(b'{"n":1}'))
             )
             (stored,) = await store.history("s")
-            assert stored.patch == encoded.data() == {
-                "set": {"answer": "42", "point": {"x": 1.5, "y": None}},
-                "append": {"messages": [{"role": "tool"}, [1, 2]]},
-            }
+            assert (
+                stored.patch
+                == encoded.data()
+                == {
+                    "set": {"answer": "42", "point": {"x": 1.5, "y": None}},
+                    "append": {"messages": [{"role": "tool"}, [1, 2]]},
+                }
+            )
             assert stored == make_event("s", 1, patch=encoded.data())
             loaded = await store.load("s")
             assert (loaded.snapshot_seq, loaded.snapshot, loaded.events) == (1, {"n": 1}, ())

@@ -11,7 +11,15 @@ import pytest
 
 from .._errors import SessionLocked
 from ..protocols import EffectStatus
-from ._conformance_base import T0, ConformanceBase, eventually, ids, make_event, make_events, message
+from ._conformance_base import (
+    T0,
+    ConformanceBase,
+    eventually,
+    ids,
+    make_event,
+    make_events,
+    message,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -100,8 +108,8 @@ class SharedStorageConformance(ConformanceBase):
 
         with pytest.raises(LookupError, match="mine"):
             await body()
-        async with new_store() as store:
-            assert [e.seq for e in await store.history("s")] == list(range(1, 41))
+        async with new_store() as again:
+            assert [e.seq for e in await again.history("s")] == list(range(1, 41))
 
     async def test_leaving_by_cancellation_commits_every_acknowledged_write(
         self, new_store: Callable[[], Store]

@@ -3,12 +3,19 @@
 `MemoryStore`; `SQLiteStore` in each durability mode on its default driver
 (a thread), and on aiosqlite (asyncio only). The SQLite classes run the
 upgrade tests on copies of the version 3, 4 and 5 files in ``tests/fixtures``.
+The README's example runs too, as a user runs it: in a directory of its own,
+without this repository's ``conftest.py``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
@@ -20,7 +27,6 @@ from tests.fixtures import store_v3, store_v4, store_v5
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-    from pathlib import Path
 
     from arkhon_rheo.protocols import Store
 
@@ -91,3 +97,47 @@ class TestSQLiteAiosqlite(_SQLite):
     durability = Durability.BATCHED
     driver = "aiosqlite"
     backends = ("asyncio",)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _python(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *(["-c", code] if code else []), *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # the tree under test
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=cwd,
+    )
+
+
+def test_the_readme_example_runs_the_suite_outside_this_repository(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    (example,) = re.findall(r"```python\n(# test_my_store\.py\n.*?)```", readme, re.DOTALL)
+    (tmp_path / "test_my_store.py").write_text(example)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # none of this repository's settings
+    # The lease tests, the suite's own fixtures at work (all of it runs above, on SQLiteStore).
+    result = _python("", tmp_path, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-k", "lease")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+    passed = re.findall(r"::(test_\w+)\[(asyncio|trio)[^\]]*\] PASSED", result.stdout)
+    assert {backend for _, backend in passed} == {"asyncio", "trio"}
+    assert len(passed) > 20
+    assert " FAILED" not in result.stdout
+
+
+def test_the_package_imports_pytest_only_for_the_suite(tmp_path: Path) -> None:
+    code = (
+        "import sys, arkhon_rheo.testing\n"
+        "assert 'pytest' not in sys.modules\n"
+        "sys.modules['pytest'] = None  # as if it were not installed\n"
+        "try:\n"
+        "    arkhon_rheo.testing.StoreConformance\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = _python(code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "install pytest" in result.stdout
