@@ -109,6 +109,8 @@ class ConformanceBase:
         backends: The anyio backends the store runs on.
     """
 
+    #: Every async test runs through anyio's pytest plugin (on `anyio_backend`).
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
     shared_storage: ClassVar[bool] = True
     backends: ClassVar[tuple[str, ...]] = ("asyncio", "trio")
 

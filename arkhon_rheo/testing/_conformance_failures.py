@@ -63,8 +63,6 @@ NOT_JSON = [
 class FailureConformance(ConformanceBase):
     """What a store refuses, with which error, and that a refusal writes nothing."""
 
-    pytestmark = pytest.mark.anyio
-
     @pytest.mark.parametrize("call", [*STORE_CALLS, *SESSION_CALLS])
     async def test_a_store_not_open_refuses_every_call(
         self, new_store: Callable[[], Store], call: str

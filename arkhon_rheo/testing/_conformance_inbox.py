@@ -34,8 +34,6 @@ async def _waiting(store: Store, sid: str) -> tuple[str, object, float | None]:
 class InboxConformance(ConformanceBase):
     """Posting (idempotent, bounded), pending order, parking atomically, waking."""
 
-    pytestmark = pytest.mark.anyio
-
     async def test_a_post_is_stored_once_and_a_repost_changes_nothing(
         self, new_store: Callable[[], Store]
     ) -> None:

@@ -33,8 +33,6 @@ async def _owners(store: Store) -> dict[str, str]:
 class LeaseConformance(ConformanceBase):
     """Taking, renewing, refusing, taking over, releasing and running out of leases."""
 
-    pytestmark = pytest.mark.anyio
-
     async def test_one_owner_at_a_time_and_the_holder_renews(
         self, new_store: Callable[[], Store]
     ) -> None:
@@ -149,8 +147,6 @@ class LeaseConformance(ConformanceBase):
 
 class EffectConformance(ConformanceBase):
     """The effect ledger: intents committed once, outcomes stored once, in order."""
-
-    pytestmark = pytest.mark.anyio
 
     async def test_an_intent_is_committed_once_and_its_outcome_is_the_answer(
         self, new_store: Callable[[], Store]

@@ -47,8 +47,6 @@ async def _everything(store: Store) -> tuple[object, ...]:
 class SharedStorageConformance(ConformanceBase):
     """What one store wrote, another on the same storage reads; leases hold across them."""
 
-    pytestmark = pytest.mark.anyio
-
     async def test_a_store_opened_again_reads_everything_back(
         self, new_store: Callable[[], Store]
     ) -> None:
@@ -198,8 +196,6 @@ class UpgradeConformance(ConformanceBase):
     Enabled by overriding the ``old_store_factory`` and ``old_store_histories``
     fixtures; skipped otherwise.
     """
-
-    pytestmark = pytest.mark.anyio
 
     @pytest.fixture
     def old_store(

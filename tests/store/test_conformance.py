@@ -22,7 +22,7 @@ import pytest
 
 from arkhon_rheo.protocols import Durability
 from arkhon_rheo.store import MemoryStore, SQLiteStore
-from arkhon_rheo.testing import StoreConformance
+from arkhon_rheo.testing import FaultyStore, StoreConformance
 from tests.fixtures import store_v3, store_v4, store_v5
 
 if TYPE_CHECKING:
@@ -141,3 +141,11 @@ def test_the_package_imports_pytest_only_for_the_suite(tmp_path: Path) -> None:
     result = _python(code, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "install pytest" in result.stdout
+
+
+class TestFaultyStoreWithoutFaults(StoreConformance):
+    """`FaultyStore` forwards every call: with no faults named, its store conforms as it is."""
+
+    @pytest.fixture
+    def new_store(self, tmp_path: Path) -> Callable[[], Store]:
+        return lambda: FaultyStore(SQLiteStore(tmp_path / "store.db"))
