@@ -9,9 +9,9 @@ import anyio
 import pytest
 
 from .._errors import DuplicateEvent, SessionError, SessionNotFound
-from ..protocols import Store
+from ..protocols import NewMessage, Store
 from ..protocols._seams import EncodedJson, EncodedPatch, takes_encoded
-from ._conformance_base import ConformanceBase, make_event, make_events, message
+from ._conformance_base import T0, ConformanceBase, make_event, make_events, message
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -164,7 +164,7 @@ class AppendConformance(ConformanceBase):
             await store.append(
                 "s", [make_event("s", 1, patch=patch, io=value)], snapshot=(1, {"z": value})
             )
-            await store.post("s", message("m", **value), capacity=5)
+            await store.post("s", NewMessage("m", "Ask", value, T0), capacity=5)
             await store.begin_effect("s", "k", tool="t", arguments=value)
             await store.finish_effect("s", "k", result=value)
             (stored,) = await store.history("s")
