@@ -146,6 +146,8 @@ def test_the_package_imports_pytest_only_for_the_suite(tmp_path: Path) -> None:
 class TestFaultyStoreWithoutFaults(StoreConformance):
     """`FaultyStore` forwards every call: with no faults named, its store conforms as it is."""
 
+    shared_storage = False
+
     @pytest.fixture
-    def new_store(self, tmp_path: Path) -> Callable[[], Store]:
-        return lambda: FaultyStore(SQLiteStore(tmp_path / "store.db"))
+    def new_store(self) -> Callable[[], Store]:
+        return lambda: FaultyStore(MemoryStore())
