@@ -29,7 +29,11 @@ _REPLY = json.dumps(
         "object": "chat.completion",
         "model": "bench-model",
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "done"},
+                "finish_reason": "stop",
+            }
         ],
         "usage": {"prompt_tokens": 20, "completion_tokens": 1},
     }

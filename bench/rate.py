@@ -178,11 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     sizes = QUICK if args.quick else FULL
     sizes = sizes._replace(
-        **{
-            name: value
-            for name in Sizes._fields
-            if (value := getattr(args, name)) is not None
-        }
+        **{name: value for name in Sizes._fields if (value := getattr(args, name)) is not None}
     )
     backends = BACKENDS if args.backend == "both" else (args.backend,)
     print(
