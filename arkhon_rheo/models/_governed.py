@@ -128,6 +128,13 @@ class GovernedClient:
         """What a call is counted as until its reply's usage is known."""
         return estimate_tokens(messages, tools) + self.max_reply_tokens
 
+    def _tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
+        """The estimate, made only when the key limits tokens (it reads the whole prompt)."""
+        limit = self.governor.limit_of(self.key)
+        if limit is None or limit.tokens_per_minute is None:
+            return 0
+        return self.estimate(messages, tools)
+
     async def complete(
         self,
         messages: Sequence[Message],
@@ -136,7 +143,7 @@ class GovernedClient:
         json_mode: bool = False,
     ) -> ModelReply:
         """The wrapped client's reply, once the governor lets the call go."""
-        tokens = self.estimate(messages, tools)
+        tokens = self._tokens(messages, tools)
         async with self.governor.slot(self.key, tokens=tokens) as permit:
             reply = await self.client.complete(messages, tools=tools, json_mode=json_mode)
             if reply.usage.total_tokens:
@@ -157,7 +164,7 @@ class GovernedStreamingClient(GovernedClient):
         """The wrapped client's stream, once the governor lets the call go."""
         client = self.client
         assert isinstance(client, StreamingModelClient)
-        tokens = self.estimate(messages, tools)
+        tokens = self._tokens(messages, tools)
         async with self.governor.slot(self.key, tokens=tokens) as permit:
             chunks = client.stream(messages, tools=tools, json_mode=json_mode)
             try:

@@ -105,7 +105,9 @@ class RateGovernor:
     Calls that must wait are served by priority (`rate_priority`; the engine
     gives the fraction of the session's budget left), then in the order they
     asked. The limits are per process: with a store shared by several
-    processes (Postgres), give each process its share.
+    processes (Postgres), give each process its share. A governor serves the
+    sessions of one event loop at a time (as a process's sessions are); a
+    program running loops in several threads gives each its own.
 
     Args:
         limits: Limits by key (a string, as `key_of` makes them).

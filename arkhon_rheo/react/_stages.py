@@ -8,7 +8,8 @@ writes stay those declared here).
 - `StartStage` (Initialized → Thinking) writes the system prompt and the task
   into ``messages``.
 - `ThinkStage` (Thinking → Acting, or Finished) asks the model, through
-  `record_call` so a replay can answer it from the record; checks the reply
+  `record_call` so a replay can answer it from the record (and through the
+  rate governor, `governing`, with the budget left as its priority); checks the reply
   (bounded format retries, the error shown to the model); counts turns,
   tokens, cost and time against the `Budget`; and either leaves tool calls in
   ``pending`` or records the final answer and why the agent finished.
