@@ -19,7 +19,7 @@ per minute against the limit per minute), 429s received, sessions finished
 (start to result, finished sessions), and the run's time.
 
 The full run is 1,000 sessions against 500 requests a minute (a real minute:
-about ten minutes in all). ``--quick`` (about a minute) is 200 sessions
+about four minutes a backend). ``--quick`` (about a minute) is 200 sessions
 against 20 requests a second (1,200 a minute, counted over 1 s windows);
 ``--sessions``, ``--limit``, ``--window`` and ``--deadline`` change either.
 Nothing is asserted.

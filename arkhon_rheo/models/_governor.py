@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from typing import TYPE_CHECKING
 
 from .._errors import ConfigurationError, Transient
@@ -78,8 +79,9 @@ class Permit:
         tb: TracebackType | None,
     ) -> None:
         governor, lane = self._governor, self._lane
-        if isinstance(exc, Transient) and exc.retry_after is not None:
-            governor.pause(self.key, exc.retry_after)
+        wait = exc.retry_after if isinstance(exc, Transient) else None
+        if wait is not None and math.isfinite(wait):
+            governor.pause(self.key, wait)
             self._spent = 0  # refused: its tokens were not spent
         if self._counted:
             spent = self._estimate if self._spent is None else self._spent
@@ -164,9 +166,22 @@ class RateGovernor:
         return None if lane is None else lane.limit
 
     def pause(self, key: str, seconds: float) -> None:
-        """Close ``key``'s lane for ``seconds`` (a server said so); every call on it waits."""
+        """Close ``key``'s lane for ``seconds`` (a server said so); every call on it waits.
+
+        Raises:
+            ConfigurationError: ``seconds`` is negative or not a finite number.
+        """
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or seconds < 0
+        ):
+            raise ConfigurationError(
+                f"pause({key!r}, {seconds!r}): give a finite number of seconds, zero or more"
+            )
         lane = self._lane(key)
-        until = self.clock.now() + max(0.0, float(seconds))
+        until = self.clock.now() + float(seconds)
         lane.pauses += 1
         if until > lane.closed_until:
             lane.closed_until = until

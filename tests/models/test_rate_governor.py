@@ -401,6 +401,10 @@ def test_bad_governor_arguments_are_refused() -> None:
         governor.set_limit("m", 60)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="non-empty"):
         governor.set_limit("", RateLimit(requests_per_minute=1))
+    with pytest.raises(ConfigurationError, match="finite number of seconds"):
+        governor.pause("m", float("inf"))
+    with pytest.raises(ConfigurationError, match="zero or more"):
+        governor.pause("m", -1)
     with pytest.raises(ConfigurationError, match="finite"):
         rate_priority(float("inf"))
     with pytest.raises(ConfigurationError, match="a number"):
