@@ -285,27 +285,27 @@ async def test_a_governed_stream_counts_the_usage_of_its_reply(clock: VirtualClo
     assert governor.stats("m").tokens_in_window == 9
 
 
-async def test_the_engine_goes_through_the_default_governor(
+async def test_many_agent_sessions_go_through_the_default_governor(
     clock: VirtualClock, default_off: None
 ) -> None:
-    governor = set_default_governor(RateGovernor(clock=clock))
-    assert governor is not None
+    set_default_governor(RateGovernor(clock=clock))
     governor = default_governor()
     assert governor is not None
     async with open_chat_server() as server:
-        server.add(*(Canned.completion(f"a{n}") for n in range(4)))
+        server.add(*(Canned.completion(f"a{n}") for n in range(12)))
         client = OpenAIChatClient("m", api_key="k", base_url=server.url)
-        governor.set_limit(client, RateLimit(requests_per_minute=2))
-        agent = react_agent(client)
+        governor.set_limit(client, RateLimit(requests_per_minute=5))
+        agent = react_agent(client)  # not wrapped: it has a base_url
         async with AgentSystem(path=None) as system:
-            handles = [await system.start(agent, ReactState(task=f"t{n}")) for n in range(4)]
-            await wait_all_tasks_blocked()
-            assert len(server.requests) == 2
-            assert governor.stats(governor.key_of(client)).waiting == 2
-            clock.advance(60)
+            handles = [await system.start(agent, ReactState(task=f"t{n}")) for n in range(12)]
+            for sent in (5, 10, 12):
+                await wait_all_tasks_blocked()
+                assert len(server.requests) == sent  # a minute's worth at a time
+                assert governor.stats(governor.key_of(client)).waiting == 12 - sent
+                clock.advance(60)
             results = [await handle.result() for handle in handles]
     assert all(result.ok for result in results)
-    assert len(server.requests) == 4
+    assert len(server.requests) == 12
 
 
 async def test_a_replay_makes_no_call_and_does_not_wait(
