@@ -418,3 +418,23 @@ def test_bad_governor_arguments_are_refused() -> None:
     assert RateLimit(requests_per_minute=600, window=10).requests == 100
     assert RateLimit(tokens_per_minute=60_000, window=1).tokens == 1000
     assert governor.limit_of("unknown") is None
+
+
+async def test_a_streaming_agent_is_governed_and_counts_its_usage(
+    clock: VirtualClock, default_off: None
+) -> None:
+    set_default_governor(RateGovernor(clock=clock))
+    governor = default_governor()
+    assert governor is not None
+    async with open_chat_server() as server:
+        chunks = text_chunks("4", "2")
+        usage = {"prompt_tokens": 11, "completion_tokens": 2}
+        chunks.append({"model": "m", "choices": [], "usage": usage})
+        server.add(Canned(events=chunks))
+        client = OpenAIChatClient("m", api_key="k", base_url=server.url)
+        key = governor.set_limit(client, RateLimit(tokens_per_minute=10_000))
+        async with AgentSystem(path=None) as system:
+            result = await system.run(react_agent(client, stream=True), ReactState(task="6*7"))
+    assert result.state.answer == "42"
+    assert governor.stats(key).tokens_in_window == 13
+    assert governor.stats(key).requests == 1
