@@ -20,7 +20,7 @@ from ._governor import Permit as Permit
 from ._governor import RateGovernor as RateGovernor
 from ._governor import default_governor as default_governor
 from ._governor import set_default_governor as set_default_governor
-from ._governor_lane import LaneStats as LaneStats
+from ._governor_lane import LaneStatistics as LaneStatistics
 from ._governor_limit import RateLimit as RateLimit
 from ._governor_limit import current_priority as current_priority
 from ._governor_limit import rate_priority as rate_priority
@@ -39,7 +39,7 @@ __all__ = [
     "DEFAULT_PRICING",
     "ClientState",
     "GovernedClient",
-    "LaneStats",
+    "LaneStatistics",
     "ModelPrice",
     "OpenAIChatClient",
     "Permit",

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import ConfigurationError, Transient
 from ..protocols import WallClock
-from ._governor_lane import Lane, LaneStats, Waiter
+from ._governor_lane import Lane, LaneStatistics, Waiter
 from ._governor_limit import RateLimit, checked_priority, current_priority
 
 if TYPE_CHECKING:
@@ -187,9 +187,9 @@ class RateGovernor:
             lane.closed_until = until
             lane.kick_head()
 
-    def stats(self, key: str) -> LaneStats:
+    def statistics(self, key: str) -> LaneStatistics:
         """Where ``key`` stands now."""
-        return self._lane(key).stats(self.clock.now())
+        return self._lane(key).statistics(self.clock.now())
 
     def slot(self, key: str, *, tokens: int = 0, priority: float | None = None) -> Permit:
         """A slot for one request on ``key``: ``async with governor.slot(key) as permit:``.

@@ -21,12 +21,12 @@ if TYPE_CHECKING:
     from ..protocols import Clock
     from ._governor_limit import RateLimit
 
-__all__ = ["Lane", "LaneStats", "Waiter"]
+__all__ = ["Lane", "LaneStatistics", "Waiter"]
 
 
 @dataclass(frozen=True, slots=True)
-class LaneStats:
-    """Where one model key stands now (`RateGovernor.stats`).
+class LaneStatistics:
+    """Where one model key stands now (`RateGovernor.statistics`).
 
     Attributes:
         limit: Its limits, or None.
@@ -176,9 +176,9 @@ class Lane:
             self.finished_tokens += spent
         self.kick_head()
 
-    def stats(self, now: float) -> LaneStats:
+    def statistics(self, now: float) -> LaneStatistics:
         self.prune(now)
-        return LaneStats(
+        return LaneStatistics(
             limit=self.limit,
             in_flight=self.in_flight,
             waiting=len(self.queue) - self.cancelled,

@@ -72,13 +72,13 @@ async def test_many_callers_send_no_more_than_the_requests_per_minute(
         for minute in range(1, 6):
             await wait_all_tasks_blocked()
             assert len(sent) == min(5 * minute, 23)  # one minute's worth, no more
-            assert governor.stats("m").waiting == max(0, 23 - 5 * minute)
+            assert governor.statistics("m").waiting == max(0, 23 - 5 * minute)
             clock.advance(59.9)
             await wait_all_tasks_blocked()
             assert len(sent) == min(5 * minute, 23)  # the window has not passed yet
             clock.advance(0.1)
     assert sorted(sent) == sorted(f"c{n}" for n in range(23))
-    assert governor.stats("m").requests == 23
+    assert governor.statistics("m").requests == 23
 
 
 async def test_a_request_counts_until_a_window_after_its_reply(clock: VirtualClock) -> None:
@@ -127,10 +127,10 @@ async def test_tokens_per_minute_are_estimated_then_corrected_by_the_usage(
         group.start_soon(_take, governor, "m", sent, "third", 50)
         await wait_all_tasks_blocked()
         assert sent == ["first", "second"]  # 60 + 30 fit, 50 more would not
-        assert governor.stats("m").tokens_in_window == 90
+        assert governor.statistics("m").tokens_in_window == 90
         first_back.set()  # corrected to 10: 10 + 30 + 50 fit now, with no time passing
     assert sent == ["first", "second", "third"]
-    assert governor.stats("m").tokens_in_window == 90
+    assert governor.statistics("m").tokens_in_window == 90
 
 
 async def test_a_request_larger_than_the_window_goes_alone(clock: VirtualClock) -> None:
@@ -156,7 +156,7 @@ async def test_a_429_pauses_every_session_on_the_key_together(clock: VirtualCloc
             with pytest.raises(Transient) as caught:
                 await client.complete(HI)
             assert caught.value.retry_after == 30
-            assert governor.stats(client.key).closed_until == 1_030.0
+            assert governor.statistics(client.key).closed_until == 1_030.0
             answers: list[str] = []
 
             async def ask() -> None:
@@ -167,14 +167,14 @@ async def test_a_429_pauses_every_session_on_the_key_together(clock: VirtualCloc
                     group.start_soon(ask)
                 await wait_all_tasks_blocked()
                 assert len(server.requests) == 1  # nobody retried on their own
-                assert governor.stats(client.key).waiting == 6
+                assert governor.statistics(client.key).waiting == 6
                 clock.advance(29)
                 await wait_all_tasks_blocked()
                 assert len(server.requests) == 1
                 clock.advance(1)  # the pause is over, for all of them at once
     assert sorted(answers) == [f"a{n}" for n in range(6)]
     assert len(server.requests) == 7
-    assert governor.stats(client.key).pauses == 1
+    assert governor.statistics(client.key).pauses == 1
 
 
 async def test_waiting_calls_are_served_by_priority_then_in_the_order_they_asked(
@@ -221,10 +221,10 @@ async def test_a_cancelled_waiter_leaves_the_queue(clock: VirtualClock) -> None:
         group.start_soon(impatient)
         group.start_soon(_take, governor, "m", served, "last")
         await wait_all_tasks_blocked()
-        assert governor.stats("m").waiting == 3
+        assert governor.statistics("m").waiting == 3
         inner.cancel()
         await wait_all_tasks_blocked()
-        assert governor.stats("m").waiting == 2
+        assert governor.statistics("m").waiting == 2
         clock.advance(60)
         await wait_all_tasks_blocked()
         clock.advance(60)
@@ -282,7 +282,7 @@ async def test_a_governed_stream_counts_the_usage_of_its_reply(clock: VirtualClo
             pieces = [chunk async for chunk in client.stream(HI)]  # type: ignore[attr-defined]
     assert [p.text for p in pieces if isinstance(p, ReplyDelta)] == ["Hel", "lo"]
     assert isinstance(pieces[-1], ModelReply)
-    assert governor.stats("m").tokens_in_window == 9
+    assert governor.statistics("m").tokens_in_window == 9
 
 
 async def test_many_agent_sessions_go_through_the_default_governor(
@@ -301,7 +301,7 @@ async def test_many_agent_sessions_go_through_the_default_governor(
             for sent in (5, 10, 12):
                 await wait_all_tasks_blocked()
                 assert len(server.requests) == sent  # a minute's worth at a time
-                assert governor.stats(governor.key_of(client)).waiting == 12 - sent
+                assert governor.statistics(governor.key_of(client)).waiting == 12 - sent
                 clock.advance(60)
             results = [await handle.result() for handle in handles]
     assert all(result.ok for result in results)
@@ -436,5 +436,5 @@ async def test_a_streaming_agent_is_governed_and_counts_its_usage(
         async with AgentSystem(path=None) as system:
             result = await system.run(react_agent(client, stream=True), ReactState(task="6*7"))
     assert result.state.answer == "42"
-    assert governor.stats(key).tokens_in_window == 13
-    assert governor.stats(key).requests == 1
+    assert governor.statistics(key).tokens_in_window == 13
+    assert governor.statistics(key).requests == 1
