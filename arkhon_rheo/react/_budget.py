@@ -72,6 +72,19 @@ class Budget:
                 return f"{name} {_number(value)}/{_number(limit)}"
         return None
 
+    def left(self, used: Used) -> float:
+        """The fraction of the budget left: the least over the limits set (1.0 with none).
+
+        The engine's model calls wait with it as their priority on a rate
+        governor: sessions with the most budget left are served first.
+        """
+        fractions = [
+            max(0.0, 1.0 - value / limit) if limit else 0.0
+            for _, value, limit in self._rows(used)
+            if limit is not None
+        ]
+        return min(fractions, default=1.0)
+
     def render(self, used: Used, *, wrapup: bool = False) -> str:
         """The remaining budget in one compact line for the model's prompt.
 

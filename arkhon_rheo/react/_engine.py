@@ -60,7 +60,7 @@ def react_agent(
     Run it like any machine: ``await system.run(agent, ReactState(task="..."))``.
 
     Args:
-        model: The model client (shared by every session of the machine).
+        model: The model client, shared by every session (and rate-governed: see ``governing``).
         tools: A `ToolRunner` (an ``arkhon_rheo.tools.Toolbox``), or the tools
             themselves (functions decorated with ``@tool``), put in a toolbox.
         system_prompt: The first message of every conversation; None for none.

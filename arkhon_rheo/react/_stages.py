@@ -8,7 +8,8 @@ writes stay those declared here).
 - `StartStage` (Initialized → Thinking) writes the system prompt and the task
   into ``messages``.
 - `ThinkStage` (Thinking → Acting, or Finished) asks the model, through
-  `record_call` so a replay can answer it from the record; checks the reply
+  `record_call` so a replay can answer it from the record (and through the
+  rate governor, `governing`, with the budget left as its priority); checks the reply
   (bounded format retries, the error shown to the model); counts turns,
   tokens, cost and time against the `Budget`; and either leaves tool calls in
   ``pending`` or records the final answer and why the agent finished.
@@ -31,6 +32,7 @@ import anyio
 from .. import _tracing
 from .._errors import Fatal, MalformedModelOutput, Recoverable
 from .._log import get_logger
+from ..models import governing, rate_priority
 from ..protocols import (
     Lifecycle,
     Message,
@@ -207,7 +209,10 @@ class ThinkStage(
             "tools": [spec.name for spec in offered],
             "budget": line,
         }
-        with _tracing.model_call(config.trace_system, config.trace_model) as span:
+        with (
+            _tracing.model_call(config.trace_system, config.trace_model) as span,
+            rate_priority(config.limits.left(used)),  # its place when a rate governor queues it
+        ):
             if config.stream:
                 reply = await self._stream(request, payload, offered)
             else:
@@ -229,7 +234,7 @@ class ThinkStage(
     async def _ask(self, payload: Sequence[Message], offered: Sequence[ToolSpec]) -> ModelReply:
         """The model's reply (or the prompt cache's), under the fault plan if one is installed."""
         config = self.config
-        model, cache, ask_json = config.model, config.cache, config.ask_json
+        model, cache, ask_json = governing(config.model), config.cache, config.ask_json
         key = ""
         if cache is not None:
             key = cache.key(payload, offered, ask_json)
@@ -251,7 +256,7 @@ class ThinkStage(
         self, request: Any, payload: Sequence[Message], offered: Sequence[ToolSpec]
     ) -> ModelReply:
         """The model's streamed reply: its text pieces emitted, its chunks recorded."""
-        model, ask_json = self.config.model, self.config.ask_json
+        model, ask_json = governing(self.config.model), self.config.ask_json
         assert isinstance(model, StreamingModelClient)
         final: ModelReply | None = None
         chunks = record_stream(
