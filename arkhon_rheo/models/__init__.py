@@ -9,9 +9,9 @@ errors; `Pricing` and `cost` price a call's `Usage`. For tests, the scripted
 from __future__ import annotations
 
 from .._exports import publish
+from ._http import ClientState as ClientState
 from ._openai import DEFAULT_BASE_URL as DEFAULT_BASE_URL
 from ._openai import DEFAULT_MODEL as DEFAULT_MODEL
-from ._openai import ClientState as ClientState
 from ._openai import OpenAIChatClient as OpenAIChatClient
 from ._pricing import DEFAULT_PRICING as DEFAULT_PRICING
 from ._pricing import ModelPrice as ModelPrice
