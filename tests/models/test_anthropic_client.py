@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -39,7 +40,17 @@ from tests.support.anthropic_server import (
 )
 from tests.support.chat_server import Canned, ChatServer, open_chat_server
 
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
 pytestmark = pytest.mark.anyio
+
+
+async def collect(chunks: AsyncIterator[object], into: list[object]) -> None:
+    """Take ``chunks`` into ``into`` until the stream ends or fails."""
+    async for chunk in chunks:
+        into.append(chunk)  # noqa: PERF401 - each chunk kept before the stream fails
+
 
 KEY = "sk-ant-test-0123456789abcdef"
 HELLO = [UserMessage(content="hello")]
@@ -289,8 +300,7 @@ async def test_an_error_event_mid_stream_is_classified(
         server.add(Canned(events=events, done_marker=False))
         seen: list[object] = []
         with pytest.raises(raised, match=says) as caught:
-            async for chunk in client.stream(HELLO):
-                seen.append(chunk)
+            await collect(client.stream(HELLO), seen)
     assert seen == [ReplyDelta(text="par", index=0)]
     assert type(caught.value) is raised
 

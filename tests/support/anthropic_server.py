@@ -194,7 +194,7 @@ def streamed(*texts: str, **options: Any) -> Canned:
 
 
 def multiline(name: str, data: dict[str, Any]) -> bytes:
-    """An event whose JSON data is spread over several ``data:`` lines, with ``id`` and ``retry``."""
+    """An event with ``id`` and ``retry`` fields, its JSON over several ``data:`` lines."""
     lines = json.dumps(data, indent=1).splitlines()
     body = "".join(f"data: {line}\n" for line in lines)
     return f"event: {name}\nid: 7\nretry: 3000\n{body}\n".encode()
