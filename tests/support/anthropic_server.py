@@ -101,6 +101,15 @@ def named(data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return (data["type"], data)
 
 
+def block_events(index: int, block: dict[str, Any], deltas: Sequence[dict[str, Any]]) -> list[Any]:
+    """The events of one content block: its start, its deltas, its stop."""
+    return [
+        named({"type": "content_block_start", "index": index, "content_block": block}),
+        *(named({"type": "content_block_delta", "index": index, "delta": d}) for d in deltas),
+        named({"type": "content_block_stop", "index": index}),
+    ]
+
+
 def stream_events(
     *texts: str,
     tool_uses: Sequence[tuple[str, str, Sequence[str]]] = (),
@@ -115,73 +124,32 @@ def stream_events(
     ``message_delta``; a ``ping`` comes after the start; ``stop=False``
     leaves out ``message_stop`` (a stream cut short).
     """
-    start_usage = {**usage_of(usage), "output_tokens": 1}
+    start = {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "usage": {**usage_of(usage), "output_tokens": 1},
+    }
     events: list[Any] = [
-        named(
-            {
-                "type": "message_start",
-                "message": {
-                    "id": "msg_01",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": model,
-                    "content": [],
-                    "stop_reason": None,
-                    "usage": start_usage,
-                },
-            }
-        ),
+        named({"type": "message_start", "message": start}),
         named({"type": "ping"}),
     ]
-    index = 0
+    blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     if texts:
-        events.append(
-            named(
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "text", "text": ""},
-                }
-            )
-        )
-        events += [
-            named(
-                {
-                    "type": "content_block_delta",
-                    "index": 0,
-                    "delta": {"type": "text_delta", "text": piece},
-                }
-            )
-            for piece in texts
-        ]
-        events.append(named({"type": "content_block_stop", "index": 0}))
-        index = 1
+        deltas = [{"type": "text_delta", "text": piece} for piece in texts]
+        blocks.append(({"type": "text", "text": ""}, deltas))
     for call_id, name, pieces in tool_uses:
         block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
-        events.append(
-            named({"type": "content_block_start", "index": index, "content_block": block})
-        )
-        events += [
-            named(
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": piece},
-                }
-            )
-            for piece in pieces
-        ]
-        events.append(named({"type": "content_block_stop", "index": index}))
-        index += 1
+        blocks.append((block, [{"type": "input_json_delta", "partial_json": p} for p in pieces]))
+    for index, (block, deltas) in enumerate(blocks):
+        events += block_events(index, block, deltas)
     reason = stop_reason or ("tool_use" if tool_uses else "end_turn")
+    delta = {"stop_reason": reason, "stop_sequence": None}
     events.append(
-        named(
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": reason, "stop_sequence": None},
-                "usage": {"output_tokens": usage[1]},
-            }
-        )
+        named({"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage[1]}})
     )
     if stop:
         events.append(named({"type": "message_stop"}))
