@@ -196,13 +196,15 @@ class HTTPModelClient(abc.ABC):
                     if response.status_code >= 400:
                         await response.aread()
                         raise self._status_failure(response)
-                    kind = response.headers.get("content-type", "").partition(";")[0].strip()
+                    kind = response.headers.get("content-type", "").partition(";")[0]
+                    kind = kind.strip().lower()
                     if kind != "text/event-stream":
                         await response.aread()
                         raise self._not_a_stream(kind, response.text)
-                    async for event in source.aiter_sse():
-                        if event.data:
-                            yield event
+                    async with contextlib.aclosing(source.aiter_sse()) as events:
+                        async for event in events:
+                            if event.data:
+                                yield event
             except Exception as exc:
                 failure = self._request_failure(exc)
         if failure is not None:

@@ -13,6 +13,8 @@ from arkhon_rheo.models import (
     DEFAULT_PRICING,
     AnthropicClient,
     ClientState,
+    ModelPrice,
+    Pricing,
     cost,
 )
 from arkhon_rheo.protocols import (
@@ -439,3 +441,34 @@ async def test_a_refused_connection_is_transient() -> None:
             await client.complete(HELLO)
         with pytest.raises(Transient, match="could not be reached"):
             _ = [chunk async for chunk in client.stream(HELLO)]
+
+
+def test_cache_prices_default_to_the_input_price_and_must_not_be_negative() -> None:
+    usage = Usage(
+        prompt_tokens=1_000_000, completion_tokens=0, cache_read_tokens=400_000,
+        cache_creation_tokens=100_000,
+    )  # fmt: skip
+    plain = Pricing({"m": (2.0, 8.0)})
+    assert plain.cost(usage, "m") == pytest.approx(2.0)  # every prompt token at the input price
+    cached = Pricing({"m": (2.0, 8.0, 0.2, 2.5)})
+    assert cached.cost(usage, "m") == pytest.approx(0.5 * 2.0 + 0.4 * 0.2 + 0.1 * 2.5)
+    with pytest.raises(ConfigurationError, match="non-negative"):
+        ModelPrice(input=1, output=1, cache_read=-0.1)
+    with pytest.raises(ConfigurationError, match="non-negative"):
+        ModelPrice(input=1, output=1, cache_write=-1)
+
+
+# httpx's own body iterators, left unexhausted when a stream is left early, warn
+# when collected on trio (an httpx limitation, not a leak: the response is closed).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_stream_left_early_frees_its_slot_for_the_next_call() -> None:
+    import anyio
+
+    limiter = anyio.CapacityLimiter(1)
+    async with open_chat_server() as server, client_for(server, limiter=limiter) as client:
+        server.add(streamed("first ", "of many"), message("next"))
+        chunks = client.stream(HELLO)
+        assert await anext(aiter(chunks)) == ReplyDelta(text="first ", index=0)
+        await chunks.aclose()  # type: ignore[attr-defined]
+        assert limiter.borrowed_tokens == 0
+        assert (await client.complete(HELLO)).text == "next"

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from arkhon_rheo import ConfigurationError, Fatal, Recoverable, Transient
-from arkhon_rheo.models import ClientState, OpenAIChatClient
+from arkhon_rheo.models import ClientState, OpenAIChatClient, cost
 from arkhon_rheo.models._failures import retry_after_seconds
 from arkhon_rheo.protocols import (
     AssistantMessage,
@@ -437,3 +437,19 @@ async def test_a_reply_that_is_not_an_event_stream_is_recoverable() -> None:
         server.add(Canned.completion("a JSON body: the server ignored stream=true"))
         with pytest.raises(Recoverable, match="application/json, not text/event-stream"):
             _ = [chunk async for chunk in client.stream(HELLO)]
+
+
+async def test_openais_cached_prompt_tokens_are_counted() -> None:
+    body = Canned.completion("ok").body
+    body["usage"] = {
+        "prompt_tokens": 2006,
+        "completion_tokens": 300,
+        "prompt_tokens_details": {"cached_tokens": 1920},
+    }
+    async with open_chat_server() as server, client_for(server) as client:
+        server.add(Canned(body=body))
+        reply = await client.complete(HELLO)
+    assert reply.usage == Usage(prompt_tokens=2006, completion_tokens=300, cache_read_tokens=1920)
+    # gpt-4o-mini: input 0.15, cached input 0.075, output 0.60 per million.
+    expected = (86 * 0.15 + 1920 * 0.075 + 300 * 0.60) / 1e6
+    assert cost(reply.usage, "gpt-4o-mini") == pytest.approx(expected)
