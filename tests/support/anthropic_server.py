@@ -124,7 +124,7 @@ def stream_events(
     ``message_delta``; a ``ping`` comes after the start; ``stop=False``
     leaves out ``message_stop`` (a stream cut short).
     """
-    start = {
+    start: dict[str, Any] = {
         "id": "msg_01",
         "type": "message",
         "role": "assistant",
