@@ -191,21 +191,18 @@ def usage(data: Any, before: Usage | None = None) -> Usage:
     if not isinstance(data, dict):
         return before or Usage()
     old = before or Usage()
-    read = count(data["cache_read_input_tokens"]) if "cache_read_input_tokens" in data else None
-    made = data.get("cache_creation_input_tokens")
-    made = count(made) if made is not None else None
-    cache_read = old.cache_read_tokens if read is None else read
-    cache_made = old.cache_creation_tokens if made is None else made
-    if "input_tokens" in data:
-        prompt = count(data["input_tokens"]) + cache_read + cache_made
-    else:
-        prompt = old.prompt_tokens
-    completion = count(data["output_tokens"]) if "output_tokens" in data else old.completion_tokens
+
+    def field(name: str, fallback: int) -> int:
+        return count(data[name]) if data.get(name) is not None else fallback
+
+    read = field("cache_read_input_tokens", old.cache_read_tokens)
+    made = field("cache_creation_input_tokens", old.cache_creation_tokens)
+    uncached = old.prompt_tokens - old.cache_read_tokens - old.cache_creation_tokens
     return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        cache_read_tokens=cache_read,
-        cache_creation_tokens=cache_made,
+        prompt_tokens=field("input_tokens", uncached) + read + made,
+        completion_tokens=field("output_tokens", old.completion_tokens),
+        cache_read_tokens=read,
+        cache_creation_tokens=made,
     )
 
 

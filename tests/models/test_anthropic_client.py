@@ -472,3 +472,22 @@ async def test_a_stream_left_early_frees_its_slot_for_the_next_call() -> None:
         await chunks.aclose()  # type: ignore[attr-defined]
         assert limiter.borrowed_tokens == 0
         assert (await client.complete(HELLO)).text == "next"
+
+
+def test_a_message_delta_updates_only_the_counts_it_carries() -> None:
+    from arkhon_rheo.models._anthropic_wire import usage
+
+    started = usage(
+        {"input_tokens": 10, "output_tokens": 1, "cache_read_input_tokens": 90}, Usage()
+    )
+    assert started == Usage(prompt_tokens=100, completion_tokens=1, cache_read_tokens=90)
+    assert usage({"output_tokens": 40}, started) == Usage(
+        prompt_tokens=100, completion_tokens=40, cache_read_tokens=90
+    )
+    # The newer API repeats the input side, cumulative, in message_delta.
+    again = {"input_tokens": 10, "output_tokens": 41, "cache_creation_input_tokens": 5}
+    assert usage(again, started) == Usage(
+        prompt_tokens=105, completion_tokens=41, cache_read_tokens=90, cache_creation_tokens=5
+    )
+    assert usage(None, started) == started
+    assert usage({"input_tokens": -3, "output_tokens": "x"}) == Usage()
