@@ -1,10 +1,12 @@
 """A ReAct agent with two tools (one sandboxed), supervised and durable, then replayed.
 
-Offline it runs on a scripted model; with ``OPENAI_BASE_URL`` set (and
-``OPENAI_API_KEY``, ``ARKHON_MODEL`` as your server needs) it asks that server
-instead: any OpenAI-compatible chat-completions API (vLLM, llama.cpp, Ollama,
-hosted). It prints each step, the answer, the usage and why the agent finished,
-then replays the stored run, re-executing every stage without the model.
+Offline it runs on a scripted model. With ``ANTHROPIC_API_KEY`` or
+``ANTHROPIC_BASE_URL`` set it asks Anthropic's Messages API (or a server
+speaking it); else, with ``OPENAI_BASE_URL`` set (and ``OPENAI_API_KEY`` as
+your server needs), any OpenAI-compatible chat-completions API (vLLM,
+llama.cpp, Ollama, hosted). ``ARKHON_MODEL`` names the model for either.
+It prints each step, the answer, the usage and why the agent finished, then
+replays the stored run, re-executing every stage without the model.
 
 Run it with ``python examples/react_agent.py [asyncio|trio]``.
 """
@@ -19,7 +21,7 @@ import anyio
 from agent_tools import TOOLS
 
 from arkhon_rheo import AgentSystem
-from arkhon_rheo.models import OpenAIChatClient
+from arkhon_rheo.models import AnthropicClient, OpenAIChatClient
 from arkhon_rheo.protocols import ModelClient, ToolCall, ToolMessage
 from arkhon_rheo.react import Budget, ReactState, react_agent
 from arkhon_rheo.testing import ScriptedModel
@@ -68,8 +70,11 @@ async def run(model: ModelClient) -> None:
 
 
 async def main() -> None:
-    if os.environ.get("OPENAI_BASE_URL"):
-        await run(OpenAIChatClient())  # a resource of the agent: the system opens and closes it
+    # A client is a resource of the agent: the system opens and closes it.
+    if os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_BASE_URL"):
+        await run(AnthropicClient())
+    elif os.environ.get("OPENAI_BASE_URL"):
+        await run(OpenAIChatClient())
     else:
         await run(scripted())
 

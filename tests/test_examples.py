@@ -81,7 +81,7 @@ def test_the_react_example_answers_with_both_tools_and_replays(
     tmp_path: Path, backend: str
 ) -> None:
     script = next(path for path in EXAMPLES if path.stem == "react_agent")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
     result = subprocess.run(
         [sys.executable, str(script), backend],
         capture_output=True,
@@ -115,7 +115,7 @@ async def test_the_react_example_talks_to_a_real_server_when_configured(tmp_path
             Canned.completion("6 * 7 = 42", usage=(30, 7)),
         )
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
             "OPENAI_BASE_URL": server.url,
             "OPENAI_API_KEY": "sk-example-key-0000",
             "ARKHON_MODEL": "test-model",
@@ -133,3 +133,37 @@ async def test_the_react_example_talks_to_a_real_server_when_configured(tmp_path
     assert "usage: 45 tokens, 2 turns, 1 tool calls" in out  # (3 + 5) + (30 + 7)
     assert [r["model"] for r in requests] == ["test-model", "test-model"]
     assert {t["function"]["name"] for t in requests[0]["tools"]} == {"calculate", "count_words"}
+
+
+@pytest.mark.anyio
+async def test_the_react_example_talks_to_anthropic_when_configured(tmp_path: Path) -> None:
+    from tests.support.anthropic_server import message
+    from tests.support.chat_server import open_chat_server
+
+    script = next(path for path in EXAMPLES if path.stem == "react_agent")
+    async with open_chat_server() as server:
+        server.add(
+            message(tool_uses=[("tu_1", "calculate", {"expression": "6 * 7"})]),
+            message("6 * 7 = 42", usage=(30, 7, 0, 100)),
+        )
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")},
+            "ANTHROPIC_BASE_URL": server.root,
+            "ANTHROPIC_API_KEY": "sk-ant-example-key-0000",
+            "ARKHON_MODEL": "claude-test",
+            "PYTHONPATH": str(script.parents[1]),
+        }
+        result = await anyio.run_process(
+            [sys.executable, str(script)], cwd=tmp_path, env=env, check=False
+        )
+        received = list(server.requests)
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode()
+    assert "answer: 6 * 7 = 42" in out
+    assert "usage: 145 tokens, 2 turns, 1 tool calls" in out  # (3 + 5) + (30 + 100 + 7)
+    assert [r.path for r in received] == ["/v1/messages"] * 2
+    assert {r.headers["x-api-key"] for r in received} == {"sk-ant-example-key-0000"}
+    bodies = [r.json for r in received]
+    assert [b["model"] for b in bodies] == ["claude-test", "claude-test"]
+    assert {t["name"] for t in bodies[0]["tools"]} == {"calculate", "count_words"}
+    assert bodies[1]["messages"][-1]["content"][0]["type"] == "tool_result"

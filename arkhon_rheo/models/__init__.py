@@ -1,8 +1,9 @@
-"""Model clients: an OpenAI-compatible chat-completions client, what calls cost, rate limits.
+"""Model clients: OpenAI-compatible chat completions, Anthropic's Messages, costs, rate limits.
 
-`OpenAIChatClient` implements the `StreamingModelClient` protocol of
-``arkhon_rheo.protocols`` over HTTP (httpx), raising the library's classified
-errors; `Pricing` and `cost` price a call's `Usage`. For tests, the scripted
+`OpenAIChatClient` and `AnthropicClient` implement the `StreamingModelClient`
+protocol of ``arkhon_rheo.protocols`` over HTTP (httpx, their streams read
+through httpx-sse), raising the library's classified errors; `Pricing` and
+`cost` price a call's `Usage`. For tests, the scripted
 `arkhon_rheo.testing.ScriptedModel` implements the same protocol.
 
 `RateGovernor` paces model calls per model key (`RateLimit`: requests and
@@ -13,6 +14,10 @@ out a server's 429 together; `governed` wraps any client with one.
 from __future__ import annotations
 
 from .._exports import publish
+from ._anthropic import ANTHROPIC_VERSION as ANTHROPIC_VERSION
+from ._anthropic import DEFAULT_ANTHROPIC_BASE_URL as DEFAULT_ANTHROPIC_BASE_URL
+from ._anthropic import DEFAULT_ANTHROPIC_MODEL as DEFAULT_ANTHROPIC_MODEL
+from ._anthropic import AnthropicClient as AnthropicClient
 from ._governed import GovernedClient as GovernedClient
 from ._governed import governed as governed
 from ._governed import governing as governing
@@ -24,9 +29,9 @@ from ._governor_lane import LaneStatistics as LaneStatistics
 from ._governor_limit import RateLimit as RateLimit
 from ._governor_limit import current_priority as current_priority
 from ._governor_limit import rate_priority as rate_priority
+from ._http import ClientState as ClientState
 from ._openai import DEFAULT_BASE_URL as DEFAULT_BASE_URL
 from ._openai import DEFAULT_MODEL as DEFAULT_MODEL
-from ._openai import ClientState as ClientState
 from ._openai import OpenAIChatClient as OpenAIChatClient
 from ._pricing import DEFAULT_PRICING as DEFAULT_PRICING
 from ._pricing import ModelPrice as ModelPrice
@@ -34,9 +39,13 @@ from ._pricing import Pricing as Pricing
 from ._pricing import cost as cost
 
 __all__ = [
+    "ANTHROPIC_VERSION",
+    "DEFAULT_ANTHROPIC_BASE_URL",
+    "DEFAULT_ANTHROPIC_MODEL",
     "DEFAULT_BASE_URL",
     "DEFAULT_MODEL",
     "DEFAULT_PRICING",
+    "AnthropicClient",
     "ClientState",
     "GovernedClient",
     "LaneStatistics",

@@ -111,12 +111,13 @@ def _shown_query(query: str) -> str:
     return "&".join(shown)
 
 
-def register_http_client(http: httpx.AsyncClient) -> None:
+def register_http_client(http: httpx.AsyncClient, *, client: str = "OpenAIChatClient") -> None:
     """Register the credentials an ``httpx.AsyncClient`` sends with every request.
 
     Its headers and query parameters named like a credential (``Authorization``,
     ``api-key``, ``X-API-Key``, ``Cookie``...), with and without their scheme
-    (``Bearer ...``), and its basic auth.
+    (``Bearer ...``), and its basic auth. ``client`` names the model client
+    it was given to, for the error.
 
     Raises:
         ConfigurationError: A credential header holds a character a header
@@ -134,7 +135,7 @@ def register_http_client(http: httpx.AsyncClient) -> None:
         if flaw is not None:
             raise ConfigurationError(
                 f"the {_header_name(http, name)} header of the http_client given to "
-                f"OpenAIChatClient has {flaw}, which an HTTP header cannot carry; "
+                f"{client} has {flaw}, which an HTTP header cannot carry; "
                 "strip the value (a key read from a file keeps its newline)"
             )
     for name, value in http.params.multi_items():

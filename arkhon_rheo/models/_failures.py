@@ -3,8 +3,9 @@
 ::
 
     429 Too Many Requests, 408, 5xx      Transient   (honouring Retry-After)
+    529 Overloaded (Anthropic)           Transient   (honouring Retry-After)
     timeouts, refused or dropped links   Transient
-    400, 401, 403, 404, 422, other 4xx   Fatal       (the message says what to fix)
+    400, 401, 403, 404, 413, 422, 4xx    Fatal       (the message says what to fix)
     a request that cannot be sent        Fatal       (a header httpx refuses, a UnicodeError)
     a body that is not the format        Recoverable (see ``_wire``)
 
@@ -27,6 +28,7 @@ from .._redact import scrub
 __all__ = [
     "for_request",
     "for_status",
+    "for_stream_error",
     "for_transport",
     "retry_after_seconds",
     "server_message",
@@ -34,6 +36,16 @@ __all__ = [
 
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 _MAX_MESSAGE = 500
+#: The error types of a stream's error event that a retry cannot fix.
+_FATAL_KINDS = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+    }
+)
 
 
 def retry_after_seconds(value: str | None, now: float) -> float | None:
@@ -79,19 +91,32 @@ def server_message(text: str) -> str:
 
 
 def for_status(
-    status: int, body: str, retry_after: str | None, *, model: str, url: str, now: float
+    status: int,
+    body: str,
+    retry_after: str | None,
+    *,
+    model: str,
+    url: str,
+    now: float,
+    key_hint: str = "OPENAI_API_KEY",
+    url_hint: str = "OPENAI_BASE_URL, usually ending in /v1",
 ) -> StageFailure:
-    """The classified error for a response with an error ``status``."""
+    """The classified error for a response with an error ``status``.
+
+    ``key_hint`` and ``url_hint`` name where the key and the base URL come
+    from, for the messages of a 401 and a 404 (each provider's own variables).
+    """
     said = server_message(body)
     where = f"model {model!r} at {url}"
     if status in _TRANSIENT_STATUS or status >= 500:
         wait = retry_after_seconds(retry_after, now)
         hint = f"; the server asks to retry after {wait:g} s" if wait is not None else ""
-        reason = "rate limited" if status == 429 else "temporarily unavailable"
+        reasons = {429: "rate limited", 529: "overloaded"}
+        reason = reasons.get(status, "temporarily unavailable")
         return Transient(f"{where}: {reason} (HTTP {status}: {said}){hint}", retry_after=wait)
     if status == 401:
         return Fatal(
-            f"{where} refused the API key (HTTP 401: {said}); check OPENAI_API_KEY, "
+            f"{where} refused the API key (HTTP 401: {said}); check {key_hint}, "
             "or the api_key argument of the client"
         )
     if status == 403:
@@ -102,12 +127,37 @@ def for_status(
     if status == 404:
         return Fatal(
             f"{where} was not found (HTTP 404: {said}); check the model name (ARKHON_MODEL "
-            "or the model argument) and the base URL (OPENAI_BASE_URL, usually ending in /v1)"
+            f"or the model argument) and the base URL ({url_hint})"
+        )
+    if status == 413:
+        return Fatal(
+            f"{where}: the request is too large (HTTP 413: {said}); shorten the conversation "
+            "(react_agent's max_context_tokens), the tool results or the tool schemas"
         )
     return Fatal(
         f"{where} refused the request (HTTP {status}: {said}); fix what the server names "
         "(a message, tool schema or option it does not accept)"
     )
+
+
+def for_stream_error(data: object, *, model: str, url: str) -> StageFailure:
+    """The error for an ``error`` event in a stream (the server failed mid-reply).
+
+    ``data`` is the event's JSON (``{"error": {"type": ..., "message": ...}}``,
+    Anthropic's and OpenAI's shape) or its text. A request the server refuses
+    (invalid, unauthenticated, forbidden, unknown, too large) is `Fatal`;
+    anything else (overloaded, rate limited, an API error) is `Transient`.
+    """
+    error = data.get("error", data) if isinstance(data, dict) else data
+    kind = str(error.get("type") or "error") if isinstance(error, dict) else "error"
+    said = server_message(data if isinstance(data, str) else json.dumps(data))
+    where = f"model {model!r} at {url}"
+    if kind in _FATAL_KINDS:
+        return Fatal(
+            f"{where}: the server refused the request mid-stream ({kind}: {said}); "
+            "fix what it names (the API key, the model name, the request's size or fields)"
+        )
+    return Transient(f"{where}: the server failed mid-stream ({kind}: {said})")
 
 
 def for_transport(

@@ -1,35 +1,30 @@
 """`OpenAIChatClient`: a model client for any OpenAI-compatible chat-completions server.
 
 One way through a call: `complete` and `stream` build the body (``_wire``),
-send it under the client's concurrency limit, classify any failure
-(``_failures``) and parse the reply. The client owns its ``httpx.AsyncClient``
+send it under the client's concurrency limit (``_http``: a stream's events
+read through ``httpx-sse``), classify any failure (``_failures``) and parse
+the reply. The client owns its ``httpx.AsyncClient``
 unless given one, and is meant to be shared by every session of a system.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
+import json
 import os
-import time
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from .._errors import ConfigurationError, Fatal, Recoverable, Transient
-from .._log import get_logger
-from .._redact import scrub, scrub_exception
+from .._errors import Recoverable, Transient
 from ..protocols import ModelReply, ReplyDelta
-from ._credentials import api_key as checked_key
-from ._credentials import register_http_client, shown_url
-from ._failures import for_request, for_status, for_transport
+from ._failures import for_stream_error
+from ._http import ClientState, HTTPModelClient
 from ._wire import StreamAssembly, parse_reply, request_body
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
-    from types import TracebackType
 
     import anyio
+    import httpx
 
     from ..protocols import Message, ToolSpec
 
@@ -38,21 +33,8 @@ __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "ClientState", "OpenAIChatClient
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
 
-_logger = get_logger("arkhon_rheo.models")
 
-
-class ClientState(enum.Enum):
-    """Where a client is in its life."""
-
-    #: Made, not entered: calls are refused until ``async with client``.
-    UNOPENED = "unopened"
-    #: Inside its ``async with`` (or given an ``httpx.AsyncClient`` it does not own).
-    OPEN = "open"
-    #: Left its ``async with``; it cannot be reopened.
-    CLOSED = "closed"
-
-
-class OpenAIChatClient:
+class OpenAIChatClient(HTTPModelClient):
     """A `StreamingModelClient` for OpenAI's API and servers that speak its chat completions.
 
     vLLM, llama.cpp's server, Ollama, LiteLLM and most hosted APIs do. Use it as
@@ -110,6 +92,8 @@ class OpenAIChatClient:
 
     #: The provider, as OpenTelemetry's GenAI conventions name it (``gen_ai.system``).
     system = "openai"
+    _KEY_HINT = "OPENAI_API_KEY"
+    _URL_HINT = "OPENAI_BASE_URL, usually ending in /v1"
 
     def __init__(
         self,
@@ -123,67 +107,22 @@ class OpenAIChatClient:
         limiter: anyio.CapacityLimiter | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.model = model or os.environ.get("ARKHON_MODEL") or DEFAULT_MODEL
-        root = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        #: The API root, as it may be shown (a password in it masked).
-        self.base_url = shown_url(root)
-        # Checked, stripped and registered for scrubbing wherever it shows up.
-        if api_key is not None:
-            self._api_key = checked_key(api_key, "the api_key argument")
-        else:
-            self._api_key = checked_key(os.environ.get("OPENAI_API_KEY"), "OPENAI_API_KEY")
-        if http_client is not None:
-            register_http_client(http_client)
-        for name, value in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ConfigurationError(
-                    f"{name} must be a positive number of seconds, got {value!r}"
-                )
-        self.timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
-        self.limiter = limiter
-        self.options = dict(options or {})
-        #: The endpoint, as it may be shown; requests go to the real one.
-        self.url = f"{self.base_url}/chat/completions"
-        self._url = f"{root}/chat/completions"
-        self._owns_http = http_client is None
-        self._http = http_client
-        self.state = ClientState.UNOPENED if http_client is None else ClientState.OPEN
-
-    def __repr__(self) -> str:
-        key = "set" if self._api_key else "none"
-        return (
-            f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, "
-            f"api_key=<{key}>, state={self.state.value})"
+        key: str | None = api_key
+        source = "the api_key argument"
+        if api_key is None:
+            key, source = os.environ.get("OPENAI_API_KEY"), "OPENAI_API_KEY"
+        super().__init__(
+            model or os.environ.get("ARKHON_MODEL") or DEFAULT_MODEL,
+            api_key=key,
+            key_source=source,
+            root=base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+            path="/chat/completions",
+            http_client=http_client,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            limiter=limiter,
+            options=options,
         )
-
-    @property
-    def is_open(self) -> bool:
-        """Whether calls may be made now: inside its ``async with``, or given an ``http_client``.
-
-        An `AgentSystem` whose machine declares this client as a resource (as
-        `react_agent` does) enters it only when it is not open already.
-        """
-        return self.state is ClientState.OPEN
-
-    async def __aenter__(self) -> Self:
-        if self.state is ClientState.CLOSED:
-            raise ConfigurationError(
-                "cannot reopen an OpenAIChatClient once it has been closed; make a new one"
-            )
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=self.timeout)
-        self.state = ClientState.OPEN
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.state = ClientState.CLOSED
-        if self._owns_http and self._http is not None:
-            await self._http.aclose()
 
     def request_body(
         self,
@@ -218,20 +157,8 @@ class OpenAIChatClient:
                 client is not open.
             Recoverable: The reply is not a chat-completions body.
         """
-        http = self._open_http()
         body = self.request_body(messages, tools=tools, json_mode=json_mode)
-        failure: Exception | None = None
-        async with self._slot():
-            try:
-                response = await http.post(
-                    self._url, json=body, headers=self._headers(), timeout=self.timeout
-                )
-            except Exception as exc:
-                failure = self._request_failure(exc)
-        if failure is not None:
-            raise failure  # out of the except clause: no unscrubbed __context__
-        if response.status_code >= 400:
-            raise self._status_failure(response)
+        response = await self._post(body)
         return parse_reply(response.text, self.model)
 
     async def stream(
@@ -246,42 +173,39 @@ class OpenAIChatClient:
         The reply's tool calls are assembled from their deltas, and its usage
         asked for with ``stream_options.include_usage``.
 
+        Events are read through ``httpx-sse``: ``data:`` spread over several
+        lines, ``event:``, ``id:`` and ``retry:`` fields are understood; an
+        ``error`` event fails the call, classified by its error's type.
+
         Raises:
-            Transient: As `complete`, and a stream that ends before its end marker.
-            Fatal: As `complete`.
-            Recoverable: An event that is not a chat-completions chunk.
+            Transient: As `complete`, a stream that ends before its end marker,
+                and an ``error`` event for a failure a retry may get past.
+            Fatal: As `complete`, and an ``error`` event refusing the request.
+            Recoverable: An event that is not a chat-completions chunk, or a
+                reply that is not an event stream.
         """
-        http = self._open_http()
         body = self.request_body(messages, tools=tools, json_mode=json_mode, stream=True)
         assembly = StreamAssembly(self.model)
         index = 0
-        bad: Recoverable | None = None
-        failure: Exception | None = None
-        async with self._slot():
-            try:
-                async with http.stream(
-                    "POST", self._url, json=body, headers=self._headers(), timeout=self.timeout
-                ) as response:
-                    if response.status_code >= 400:
-                        await response.aread()
-                        raise self._status_failure(response)
-                    # Read to the end of the body even past a bad event: httpx's
-                    # iterators warn (on trio) when left unfinished.
-                    async for line in response.aiter_lines():
-                        if bad is not None or not line.startswith("data:"):
-                            continue  # comments, event names, blank separators
-                        try:
-                            text = assembly.add(line[5:].strip())
-                        except Recoverable as exc:
-                            bad = exc
-                            continue
-                        if text:
-                            yield ReplyDelta(text=text, index=index)
-                            index += 1
-            except Exception as exc:
-                failure = self._request_failure(exc)
-        if failure is not None:
-            raise failure  # out of the except clause: no unscrubbed __context__
+        bad: Exception | None = None
+        # Read to the end of the body even past a bad event: httpx's iterators
+        # warn (on trio) when left unfinished.
+        async with contextlib.aclosing(self._events(body)) as events:
+            async for event in events:
+                if bad is not None:
+                    continue
+                if event.event == "error":
+                    data = _json_or_text(event.data)
+                    bad = for_stream_error(data, model=self.model, url=self.url)
+                    continue
+                try:
+                    text = assembly.add(event.data)
+                except Recoverable as exc:
+                    bad = exc
+                    continue
+                if text:
+                    yield ReplyDelta(text=text, index=index)
+                    index += 1
         if bad is not None:
             raise bad
         if not assembly.done and assembly.finish is None:
@@ -294,61 +218,15 @@ class OpenAIChatClient:
             yield ReplyDelta(text=held, index=index)
         yield assembly.reply()
 
-    def _open_http(self) -> httpx.AsyncClient:
-        if self.state is not ClientState.OPEN or self._http is None:
-            raise Fatal(
-                f"the model client is {self.state.value}: use it inside "
-                "`async with OpenAIChatClient(...) as client:`"
-            )
-        return self._http
-
-    def _slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        return self.limiter if self.limiter is not None else contextlib.nullcontext()
-
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
 
-    def _status_failure(self, response: httpx.Response) -> Exception:
-        failure = for_status(
-            response.status_code,
-            response.text,
-            response.headers.get("retry-after"),
-            model=self.model,
-            url=self.url,
-            now=time.time(),
-        )
-        _logger.debug(
-            "model_call_failed",
-            model=self.model,
-            url=self.url,
-            status=response.status_code,
-            error=str(failure),
-        )
-        return failure
 
-    def _request_failure(self, exc: Exception) -> Exception:
-        """What to raise for what a request raised, scrubbed of secrets, chain included.
-
-        A transport failure or a `UnicodeError` as a classified error chained to
-        it; anything else (an ``http_client``'s event hook...) as it is, so the
-        session's classifier decides, unless it cannot be scrubbed in place.
-        """
-        cleaned = scrub_exception(exc)  # its args and its whole chain
-        if isinstance(exc, httpx.TransportError):
-            timeouts = f"connect {self.timeout.connect:g} s, read {self.timeout.read:g} s"
-            failure: Exception = for_transport(
-                exc, model=self.model, url=self.url, timeouts=timeouts
-            )
-        elif isinstance(exc, UnicodeError) or cleaned is not exc:
-            failure = for_request(exc, model=self.model, url=self.url)
-        else:
-            failure = exc
-        if failure is not exc:
-            failure.__cause__ = cleaned
-            _logger.debug(
-                "model_call_failed", model=self.model, url=self.url, error=scrub(str(failure))
-            )
-        return failure
+def _json_or_text(data: str) -> object:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data

@@ -98,14 +98,26 @@ def finish_reason(value: Any, *, has_tool_calls: bool) -> FinishReason:
     return reason if reason in _FINISH_REASONS else "unknown"  # type: ignore[return-value]
 
 
+def count(value: Any) -> int:
+    """A token count as the server wrote it (0 unless a non-negative integer)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def usage(data: Any) -> Usage:
-    """The ``usage`` object of a reply (zero when absent or malformed)."""
+    """The ``usage`` object of a reply (zero when absent or malformed).
+
+    ``prompt_tokens_details.cached_tokens`` (OpenAI's prompt cache) is the
+    part of the prompt read from the cache.
+    """
     if not isinstance(data, dict):
         return Usage()
-    prompt, completion = data.get("prompt_tokens"), data.get("completion_tokens")
+    prompt = count(data.get("prompt_tokens"))
+    details = data.get("prompt_tokens_details")
+    cached = count(details.get("cached_tokens")) if isinstance(details, dict) else 0
     return Usage(
-        prompt_tokens=prompt if isinstance(prompt, int) and prompt >= 0 else 0,
-        completion_tokens=completion if isinstance(completion, int) and completion >= 0 else 0,
+        prompt_tokens=prompt,
+        completion_tokens=count(data.get("completion_tokens")),
+        cache_read_tokens=min(cached, prompt),
     )
 
 

@@ -109,11 +109,25 @@ FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "error"
 
 
 class Usage(BaseModel):
-    """Tokens one model call consumed."""
+    """Tokens one model call consumed.
+
+    Attributes:
+        prompt_tokens: Every token of the prompt, cached or not.
+        completion_tokens: The tokens the model generated.
+        cache_read_tokens: The part of ``prompt_tokens`` read from the
+            provider's prompt cache (Anthropic's ``cache_read_input_tokens``,
+            OpenAI's ``prompt_tokens_details.cached_tokens``), usually billed
+            at a fraction of the input price.
+        cache_creation_tokens: The part of ``prompt_tokens`` written to the
+            prompt cache (Anthropic's ``cache_creation_input_tokens``),
+            usually billed above the input price.
+    """
 
     model_config = _FROZEN
     prompt_tokens: int = Field(default=0, ge=0)
     completion_tokens: int = Field(default=0, ge=0)
+    cache_read_tokens: int = Field(default=0, ge=0)
+    cache_creation_tokens: int = Field(default=0, ge=0)
 
     @property
     def total_tokens(self) -> int:
@@ -124,6 +138,8 @@ class Usage(BaseModel):
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_creation_tokens=self.cache_creation_tokens + other.cache_creation_tokens,
         )
 
 

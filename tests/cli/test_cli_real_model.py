@@ -18,8 +18,9 @@ import anyio
 import pytest
 
 from arkhon_rheo.store import SQLiteStore
+from tests.support.anthropic_server import message
 from tests.support.chat_server import Canned, ChatServer, open_chat_server
-from tests.support.real_agent import KEY, URL_VARIABLE
+from tests.support.real_agent import KEY, PROVIDER_VARIABLE, URL_VARIABLE
 
 pytestmark = pytest.mark.anyio
 
@@ -28,10 +29,14 @@ AGENT = "tests.support.real_agent:agent"
 GATED = "tests.support.real_agent:gated_agent"
 
 
-async def cli(server: ChatServer, backend: str, *argv: str) -> tuple[int, Any, str]:
+async def cli(
+    server: ChatServer, backend: str, *argv: str, provider: str = "openai"
+) -> tuple[int, Any, str]:
     """Run ``arkhon-rheo ARGV --json`` in a process of its own; its status, JSON output, stderr."""
-    env = {**os.environ, URL_VARIABLE: server.url, "PYTHONPATH": str(ROOT)}
+    url = server.root if provider == "anthropic" else server.url
+    env = {**os.environ, URL_VARIABLE: url, PROVIDER_VARIABLE: provider, "PYTHONPATH": str(ROOT)}
     env.pop("OPENAI_API_KEY", None)
+    env.pop("ANTHROPIC_API_KEY", None)
     with anyio.fail_after(120):  # a hung command, not a timing threshold
         done = await anyio.run_process(
             [sys.executable, "-m", "arkhon_rheo", *argv, "--backend", backend, "--json"],
@@ -111,6 +116,43 @@ async def test_run_decide_fork_and_resume_drive_a_real_model_agent(
     assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in server.requests)
     for session_id in ("s1", "g1", "f1"):
         assert await status(Path(db), session_id) == "finished"
+
+
+async def test_run_and_decide_drive_a_real_anthropic_agent(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    db = str(tmp_path / "anthropic.db")
+    async with open_chat_server() as server:
+        server.add(
+            message(tool_uses=[("tu_1", "add", {"a": 2, "b": 3})]),
+            message("2 + 3 = 5", usage=(20, 6, 0, 40)),
+        )
+        code, ran, err = await cli(
+            server, anyio_backend, "run", AGENT, "--input", '{"task": "add 2 and 3"}',
+            "--session-id", "a1", "--store", db, provider="anthropic",
+        )  # fmt: skip
+        assert code == 0, err
+        assert ran["exit_reason"] == "finished", ran["failure"]
+        assert ran["state"]["answer"] == "2 + 3 = 5"
+        assert tool_result(ran["state"])["sum"] == 5
+        assert ran["state"]["usage"]["cache_read_tokens"] == 40
+
+        server.add(message(tool_uses=[("tu_2", "add", {"a": 1, "b": 1})]), message("two"))
+        code, paused, err = await cli(
+            server, anyio_backend, "run", GATED, "--input", '{"task": "1 + 1"}',
+            "--session-id", "a2", "--store", db, provider="anthropic",
+        )  # fmt: skip
+        assert (code, paused["exit_reason"]) == (0, "paused"), err
+        code, decided, err = await cli(
+            server, anyio_backend, "decide", "a2", "resume", "--machine", GATED,
+            "--store", db, provider="anthropic",
+        )  # fmt: skip
+        assert code == 0, err
+        assert decided["state"]["answer"] == "two"
+
+    assert [r.path for r in server.requests] == ["/v1/messages"] * 4
+    assert all(r.headers["x-api-key"] == KEY for r in server.requests)
+    assert server.requests[1].json["messages"][-1]["content"][0]["tool_use_id"] == "tu_1"
 
 
 async def test_a_resource_that_cannot_open_fails_the_command_not_the_session(

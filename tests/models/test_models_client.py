@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
 
 from arkhon_rheo import ConfigurationError, Fatal, Recoverable, Transient
-from arkhon_rheo.models import ClientState, OpenAIChatClient
+from arkhon_rheo.models import ClientState, OpenAIChatClient, cost
 from arkhon_rheo.models._failures import retry_after_seconds
 from arkhon_rheo.protocols import (
     AssistantMessage,
@@ -27,7 +28,17 @@ from arkhon_rheo.protocols import (
 )
 from tests.support.chat_server import Canned, ChatServer, open_chat_server, text_chunks
 
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
 pytestmark = pytest.mark.anyio
+
+
+async def collect(chunks: AsyncIterator[object], into: list[object]) -> None:
+    """Take ``chunks`` into ``into`` until the stream ends or fails."""
+    async for chunk in chunks:
+        into.append(chunk)  # noqa: PERF401 - each chunk kept before the stream fails
+
 
 KEY = "sk-test-0123456789abcdef"
 HELLO = [UserMessage(content="hello")]
@@ -370,3 +381,75 @@ async def test_a_client_given_an_httpx_client_leaves_it_open() -> None:
         assert not http.is_closed
         reply = await OpenAIChatClient("m", base_url=server.url, http_client=http).complete(HELLO)
     assert reply.text == "b"
+
+
+# --- server-sent events through httpx-sse ----------------------------------------------------
+
+
+def spread(data: dict[str, object], *fields: str) -> bytes:
+    """One event with its JSON over several ``data:`` lines, after ``fields`` lines."""
+    lines = json.dumps(data, indent=1).splitlines()
+    return (
+        "".join(f"{f}\n" for f in fields) + "".join(f"data: {x}\n" for x in lines) + "\n"
+    ).encode()
+
+
+async def test_multi_line_data_event_id_and_retry_fields_are_read() -> None:
+    first, second, stop = text_chunks("Hel", "lo")
+    raw = spread(second, "event: message", "id: 2")
+    async with open_chat_server() as server, client_for(server) as client:
+        server.add(
+            Canned(
+                events=[
+                    b": keep-alive comment\n\n",
+                    b"retry: 3000\n\n",  # a lone retry field: no event
+                    spread(first, "retry: 1000"),
+                    raw[:9],  # one event cut across two chunks of the body
+                    raw[9:],
+                    ("message", stop),
+                ]
+            )
+        )
+        chunks = [chunk async for chunk in client.stream(HELLO)]
+    assert chunks[:2] == [ReplyDelta(text="Hel", index=0), ReplyDelta(text="lo", index=1)]
+    final = chunks[-1]
+    assert isinstance(final, ModelReply)
+    assert (final.text, final.finish_reason) == ("Hello", "stop")
+    assert server.requests[0].headers["accept"] == "text/event-stream"
+
+
+@pytest.mark.parametrize(
+    ("kind", "raised"), [("server_error", Transient), ("invalid_request_error", Fatal)]
+)
+async def test_an_error_event_mid_stream_is_classified(kind: str, raised: type[Exception]) -> None:
+    error = {"error": {"type": kind, "message": "the model crashed"}}
+    async with open_chat_server() as server, client_for(server) as client:
+        server.add(Canned(events=[*text_chunks("par")[:1], ("error", error)], done_marker=False))
+        seen: list[object] = []
+        with pytest.raises(raised, match=f"{kind}: the model crashed") as caught:
+            await collect(client.stream(HELLO), seen)
+    assert type(caught.value) is raised
+    assert seen == [ReplyDelta(text="par", index=0)]
+
+
+async def test_a_reply_that_is_not_an_event_stream_is_recoverable() -> None:
+    async with open_chat_server() as server, client_for(server) as client:
+        server.add(Canned.completion("a JSON body: the server ignored stream=true"))
+        with pytest.raises(Recoverable, match="application/json, not text/event-stream"):
+            _ = [chunk async for chunk in client.stream(HELLO)]
+
+
+async def test_openais_cached_prompt_tokens_are_counted() -> None:
+    body = Canned.completion("ok").body
+    body["usage"] = {
+        "prompt_tokens": 2006,
+        "completion_tokens": 300,
+        "prompt_tokens_details": {"cached_tokens": 1920},
+    }
+    async with open_chat_server() as server, client_for(server) as client:
+        server.add(Canned(body=body))
+        reply = await client.complete(HELLO)
+    assert reply.usage == Usage(prompt_tokens=2006, completion_tokens=300, cache_read_tokens=1920)
+    # gpt-4o-mini: input 0.15, cached input 0.075, output 0.60 per million.
+    expected = (86 * 0.15 + 1920 * 0.075 + 300 * 0.60) / 1e6
+    assert cost(reply.usage, "gpt-4o-mini") == pytest.approx(expected)

@@ -37,8 +37,11 @@ _REASONS = {
     200: "OK",
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
+    413: "Payload Too Large",
     429: "Too Many Requests",
+    529: "Overloaded",
 }
 
 
@@ -50,8 +53,11 @@ class Canned:
         status: The status code.
         body: The body (a dict or list is sent as JSON).
         headers: Extra headers (``Retry-After``...).
-        events: Server-sent events: each is sent as one ``data:`` chunk,
-            chunked transfer encoding, then ``data: [DONE]``.
+        events: Server-sent events, each sent as one chunk of a chunked body,
+            then ``data: [DONE]``: a dict, list or str as one ``data:`` line; a
+            ``(name, data)`` pair with an ``event: name`` line before it; bytes
+            as they are (several ``data:`` lines, ``retry:`` fields, half an
+            event...).
         hold: Wait for this event before sending anything (a slow server).
         drop_after: Send only this many bytes of the body, then close the connection.
         done_marker: Send ``data: [DONE]`` after ``events``.
@@ -118,6 +124,17 @@ def text_chunks(*pieces: str, model: str = "test-model") -> list[dict[str, Any]]
     return chunks
 
 
+def sse_bytes(event: Any) -> bytes:
+    """One server-sent event as sent (see `Canned.events`)."""
+    if isinstance(event, bytes):
+        return event
+    name = ""
+    if isinstance(event, tuple):
+        name, event = event
+    data = event if isinstance(event, str) else json.dumps(event)
+    return (f"event: {name}\n" if name else "").encode() + f"data: {data}\n\n".encode()
+
+
 @dataclass
 class Received:
     """One request the server received."""
@@ -136,7 +153,9 @@ class ChatServer:
     """The server's state: its address, the queue of responses, the requests received."""
 
     def __init__(self, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}/v1"
+        #: The server's root (Anthropic's base URL); ``url`` is OpenAI's API root under it.
+        self.root = f"http://127.0.0.1:{port}"
+        self.url = f"{self.root}/v1"
         self.queue: deque[Canned] = deque()
         self.requests: list[Received] = []
         self.connections = 0
@@ -187,11 +206,10 @@ class ChatServer:
             head += ["content-type: text/event-stream", "transfer-encoding: chunked"]
             head += [f"{k}: {v}" for k, v in extra.items()]
             await stream.send(("\r\n".join(head) + "\r\n\r\n").encode())
-            events = [e if isinstance(e, str) else json.dumps(e) for e in canned.events]
+            events = [sse_bytes(event) for event in canned.events]
             if canned.done_marker:
-                events.append("[DONE]")
-            for event in events:
-                data = f"data: {event}\n\n".encode()
+                events.append(sse_bytes("[DONE]"))
+            for data in events:
                 await stream.send(b"%x\r\n%s\r\n" % (len(data), data))
             if canned.drop_after is not None:
                 return False  # no final chunk: the stream is cut

@@ -5,7 +5,9 @@ module is imported, exactly as a user's module would make it; ``gated_agent``
 makes one that pauses before each tool call, ``broken_agent`` one with a
 resource that cannot open. The client's base URL comes from
 the ``ARKHON_TEST_CHAT_URL`` environment variable (a loopback server the test
-runs, `tests.support.chat_server`), read when a client is made. Nothing here
+runs, `tests.support.chat_server`), read when a client is made; with
+``ARKHON_TEST_PROVIDER=anthropic`` the client is an `AnthropicClient` of that
+server's root (`tests.support.anthropic_server`'s replies). Nothing here
 enters the client: whoever drives the agent (the CLI, the inspector,
 `AgentSystem.recover`) must open it.
 
@@ -20,12 +22,14 @@ import os
 from typing import Any
 
 from arkhon_rheo import Gate, Machine
-from arkhon_rheo.models import OpenAIChatClient
+from arkhon_rheo.models import AnthropicClient, OpenAIChatClient
 from arkhon_rheo.react import ReactState, react_agent
 from arkhon_rheo.tools import ToolContext, tool
 
 #: The environment variable holding the chat server's base URL.
 URL_VARIABLE = "ARKHON_TEST_CHAT_URL"
+#: The environment variable naming the provider (``anthropic``; else OpenAI-compatible).
+PROVIDER_VARIABLE = "ARKHON_TEST_PROVIDER"
 #: The API key the client sends.
 KEY = "real-agent-test-key"
 
@@ -45,8 +49,11 @@ async def add(a: int, b: int, ctx: ToolContext) -> str:
     )
 
 
-def client() -> OpenAIChatClient:
+def client() -> OpenAIChatClient | AnthropicClient:
     """A client of the test's chat server (a port nothing listens on without one)."""
+    if os.environ.get(PROVIDER_VARIABLE) == "anthropic":
+        root = os.environ.get(URL_VARIABLE, "http://127.0.0.1:9")
+        return AnthropicClient("claude-test", base_url=root, api_key=KEY, read_timeout=30)
     base_url = os.environ.get(URL_VARIABLE, "http://127.0.0.1:9/v1")
     return OpenAIChatClient("test-model", base_url=base_url, api_key=KEY, read_timeout=30)
 
