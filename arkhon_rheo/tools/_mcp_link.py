@@ -296,8 +296,8 @@ def classify(
         exc = next((leaf for leaf in leaves if not isinstance(leaf, TimeoutError)), leaves[0])
     if isinstance(exc, StageFailure):
         return exc
-    if isinstance(exc, ArkhonError):
-        return Fatal(str(exc))
+    if isinstance(exc, ArkhonError):  # the toolbox's own check of the listing
+        return exc if opening else Fatal(str(exc))
     what = f"tool {tool!r} of the MCP server {label}" if tool else f"the MCP server {label}"
     code = _code(exc)
     if code is not None:
@@ -338,6 +338,7 @@ def _classify_code(
     from mcp.types import (
         CONNECTION_CLOSED,
         INTERNAL_ERROR,
+        INVALID_REQUEST,
         METHOD_NOT_FOUND,
         REQUEST_TIMEOUT,
         UNSUPPORTED_PROTOCOL_VERSION,
@@ -354,6 +355,11 @@ def _classify_code(
                 detail="for a tool of an MCP server, raise MCPToolbox(timeout=...)",
             )
         return Transient(f"{what} did not answer in time ({message})")
+    if code == INVALID_REQUEST and "session" in message.lower():  # an HTTP server restarted
+        return Transient(
+            f"{what} no longer knows this connection's session ({message}); "
+            "retrying connects again"
+        )
     if code == INTERNAL_ERROR:
         return Transient(f"{what} answered with an error ({message}); retrying may help")
     if code == METHOD_NOT_FOUND:

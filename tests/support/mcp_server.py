@@ -1,19 +1,24 @@
 """A small MCP server for the tests, on the SDK's own server framework (`MCPServer`).
 
 Run ``python -m tests.support.mcp_server stdio`` to serve over stdio, or
-``python -m tests.support.mcp_server http PORT`` to serve streamable HTTP on
-``127.0.0.1:PORT`` at ``/mcp``.
+``python -m tests.support.mcp_server http [PORT]`` to serve streamable HTTP on
+``127.0.0.1:PORT`` at ``/mcp`` (a free port by default; it prints the port).
 
 Its tools: ``add`` (two ints), ``fail`` (always reports an error), ``stats``
 (structured output), ``pixel`` (an image), ``whoami`` (its process id, so a
-test can kill it) and ``header`` (a request header, echoed back: HTTP only).
+test can kill it), ``header`` (a request header, echoed back: HTTP only) and
+``hang`` (never answers).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
+import socket
 import sys
+
+import anyio
 
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -73,12 +78,37 @@ def header(name: str, ctx: Context) -> str:
     return headers.get(name.lower(), "(none)")
 
 
+@server.tool()
+async def hang() -> str:
+    """Never answers."""
+    await anyio.sleep_forever()
+    return "unreachable"
+
+
+def serve_http(port: int) -> None:
+    """Serve streamable HTTP on ``port`` (0: a free one), printing the port once it listens.
+
+    The socket listens before the port is printed, so a client that read it
+    may connect at once (the connection waits in the backlog until uvicorn
+    accepts it).
+    """
+    import uvicorn
+
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(64)
+    print(sock.getsockname()[1], flush=True)
+    config = uvicorn.Config(server.streamable_http_app(), log_level="critical")
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+
 def main() -> None:
     transport = sys.argv[1] if len(sys.argv) > 1 else "stdio"
     if transport == "stdio":
         server.run("stdio")
     else:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        serve_http(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
 
 
 if __name__ == "__main__":
