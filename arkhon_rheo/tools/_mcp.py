@@ -19,7 +19,7 @@ from .._errors import ConfigurationError, Fatal
 from .._redact import scrub, scrub_secrets
 from ..protocols import ToolMessage, ToolSpec
 from ..protocols._seams import current_injector
-from ._mcp_link import Connection, Server
+from ._mcp_link import Connection, Server, observation
 from ._mcp_results import (
     ArgumentCheck,
     model_name,
@@ -33,9 +33,9 @@ from ._toolbox import Toolbox, _inject
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
     from types import TracebackType
+    from typing import Self
 
     from mcp.types import Tool as MCPTool
-    from typing_extensions import Self
 
     from ..protocols import ToolCall
     from ._effects import RunPolicy
@@ -326,6 +326,11 @@ class MCPToolbox(Toolbox):
                 self._remote[call.name], arguments, read_timeout_seconds=self.timeout
             )
         except Exception as exc:
+            refused = observation(exc)
+            if refused is not None:
+                return self._error(
+                    call, f"{refused}; call {call.name!r} again with arguments that fit its schema"
+                )
             raise await connection.failed(link, exc, call.name, self.timeout) from exc
         return ToolMessage(
             tool_call_id=call.id,

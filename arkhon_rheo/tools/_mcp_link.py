@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from mcp import ClientSession
     from mcp.types import Tool as MCPTool
 
-__all__ = ["Connection", "Server", "classify"]
+__all__ = ["Connection", "Server", "classify", "observation"]
 
 _logger = get_logger("arkhon_rheo.tools")
 
@@ -183,9 +183,9 @@ class Connection:
             raise classify(error, self.server.label) from error
         return link
 
-    async def failed(self, link: Link, exc: Exception, tool: str, timeout: float | None) -> Exception:
+    async def failed(self, link: Link, exc: Exception, tool: str, limit: float | None) -> Exception:
         """The classified failure of a call on ``link``; the link is dropped if it is gone."""
-        failure = classify(exc, self.server.label, tool=tool, timeout=timeout)
+        failure = classify(exc, self.server.label, tool=tool, timeout=limit)
         if isinstance(failure, Transient) and not isinstance(failure, ToolTimeout):
             link.broken.set()
             with anyio.CancelScope(shield=True):
@@ -220,7 +220,9 @@ class Connection:
                 link.session = None
                 link.ready.set()
                 link.done.set()
-                self._link = Link()  # no await since done: a caller never sees a done link as current
+                self._link = (
+                    Link()
+                )  # no await since done: a caller never sees a done link as current
             first = False
 
     async def _hold(self, link: Link, task_status: TaskStatus[None] | None) -> None:
@@ -261,6 +263,15 @@ def _code(exc: BaseException) -> int | None:
     from mcp.shared.exceptions import MCPError
 
     return exc.code if isinstance(exc, MCPError) else None
+
+
+def observation(exc: BaseException) -> str | None:
+    """What the model is told of a call refused for what it sent (invalid params), or ``None``."""
+    from mcp.types import INVALID_PARAMS
+
+    if _code(exc) != INVALID_PARAMS:
+        return None
+    return f"the server refused the call ({scrub(str(exc))})"
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -357,8 +368,7 @@ def _classify_code(
         return Transient(f"{what} did not answer in time ({message})")
     if code == INVALID_REQUEST and "session" in message.lower():  # an HTTP server restarted
         return Transient(
-            f"{what} no longer knows this connection's session ({message}); "
-            "retrying connects again"
+            f"{what} no longer knows this connection's session ({message}); retrying connects again"
         )
     if code == INTERNAL_ERROR:
         return Transient(f"{what} answered with an error ({message}); retrying may help")

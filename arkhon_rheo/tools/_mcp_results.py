@@ -11,6 +11,7 @@ in its URL) are registered for scrubbing (`register_credentials`).
 
 from __future__ import annotations
 
+import importlib
 import re
 import urllib.parse
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,14 @@ if TYPE_CHECKING:
     from mcp.types import CallToolResult
     from mcp.types import Tool as MCPTool
 
-__all__ = ["ArgumentCheck", "model_name", "register_credentials", "result_text", "shown_url", "spec_of"]
+__all__ = [
+    "ArgumentCheck",
+    "model_name",
+    "register_credentials",
+    "result_text",
+    "shown_url",
+    "spec_of",
+]
 
 _UNFIT = re.compile(r"[^A-Za-z0-9_-]")
 _SCHEMES = ("bearer ", "basic ", "token ")
@@ -57,15 +65,15 @@ class ArgumentCheck:
     __slots__ = ("_validator",)
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
-        from jsonschema.exceptions import SchemaError
-        from jsonschema.validators import validator_for
-
+        # jsonschema (the MCP SDK's dependency) has no type hints of its own.
+        validators: Any = importlib.import_module("jsonschema.validators")
+        errors: Any = importlib.import_module("jsonschema.exceptions")
         self._validator: Any = None
         try:
-            cls: Any = validator_for(dict(schema))
+            cls = validators.validator_for(dict(schema))
             cls.check_schema(dict(schema))
             self._validator = cls(dict(schema))
-        except (SchemaError, TypeError, ValueError):
+        except (errors.SchemaError, TypeError, ValueError):
             self._validator = None
 
     def problems(self, arguments: Mapping[str, Any]) -> str:
@@ -100,7 +108,9 @@ def result_text(result: CallToolResult) -> str:
             size = len(str(getattr(block, "data", ""))) * 3 // 4
             parts.append(f"[{kind}: {getattr(block, 'mime_type', '')}, about {size} bytes]")
         elif kind == "resource_link":
-            parts.append(f"[resource link: {getattr(block, 'name', '')} {getattr(block, 'uri', '')}]")
+            parts.append(
+                f"[resource link: {getattr(block, 'name', '')} {getattr(block, 'uri', '')}]"
+            )
         elif kind == "resource":
             parts.append(_resource(getattr(block, "resource", None)))
         else:
@@ -114,7 +124,9 @@ def _resource(resource: Any) -> str:
     if isinstance(text, str):
         return f"[resource {uri}]\n{text}"
     size = len(str(getattr(resource, "blob", ""))) * 3 // 4
-    return f"[resource {uri}: {getattr(resource, 'mime_type', None) or 'binary'}, about {size} bytes]"
+    return (
+        f"[resource {uri}: {getattr(resource, 'mime_type', None) or 'binary'}, about {size} bytes]"
+    )
 
 
 def register_credentials(values: Mapping[str, str]) -> None:
@@ -155,5 +167,7 @@ def shown_url(url: str) -> str:
         secret = password if colon else user
         register_secret(secret)
         register_secret(urllib.parse.unquote(secret))
-        parts = parts._replace(netloc=f"{user}:{REDACTED}@{host}" if colon else f"{REDACTED}@{host}")
+        parts = parts._replace(
+            netloc=f"{user}:{REDACTED}@{host}" if colon else f"{REDACTED}@{host}"
+        )
     return urllib.parse.urlunsplit(parts)

@@ -19,7 +19,6 @@ import socket
 import sys
 
 import anyio
-
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel

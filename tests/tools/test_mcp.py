@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 
 from arkhon_rheo import AgentSystem, ConfigurationError, Fatal, Transient
 from arkhon_rheo.errors import ResourceUnavailable, ToolTimeout
-from arkhon_rheo.protocols import ToolCall, ToolMessage, ToolSpec
+from arkhon_rheo.protocols import ToolCall, ToolMessage
 from arkhon_rheo.react import ReactState, react_agent
 from arkhon_rheo.supervision import Backoff
 from arkhon_rheo.testing import ScriptedModel
@@ -139,7 +139,9 @@ def server_of(transport: str, shared_url: str) -> str | None:
 
 
 @transports
-async def test_it_lists_the_tools_and_answers_calls_bad_arguments_as_observations(transport: str, shared_url: str) -> None:
+async def test_it_lists_the_tools_and_answers_calls_bad_arguments_as_observations(
+    transport: str, shared_url: str
+) -> None:
     async with toolbox(transport, server_of(transport, shared_url)) as tools:
         assert tools.is_open
         specs = {spec.name: spec for spec in tools.specs}
@@ -174,8 +176,10 @@ async def test_it_lists_the_tools_and_answers_calls_bad_arguments_as_observation
     assert "invalid arguments for 'add'" in wrong.content
     assert "'b' is a required property" in wrong.content
     assert "a: 'two' is not of type 'integer'" in wrong.content
-    assert not_json.is_error and "not JSON" in not_json.content
-    assert not_object.is_error and "must be a JSON object" in not_object.content
+    assert not_json.is_error
+    assert "not JSON" in not_json.content
+    assert not_object.is_error
+    assert "must be a JSON object" in not_object.content
     assert unknown.is_error
     assert "unknown tool 'subtract'; the tools are: add, fail" in unknown.content
 
@@ -295,7 +299,7 @@ async def test_a_call_past_its_timeout_and_calls_from_many_tasks(
     results: dict[int, str] = {}
     server = server_of(transport, shared_url)
     async with toolbox(transport, server, timeout=0.2, concurrency=4) as tools:
-        with pytest.raises(ToolTimeout, match="MCPToolbox\\(timeout=...\\)"):
+        with pytest.raises(ToolTimeout, match=r"MCPToolbox\(timeout=\.\.\.\)"):
             await tools.call(call("hang"))
 
         async def one(n: int) -> None:
