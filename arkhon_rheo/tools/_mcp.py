@@ -103,9 +103,9 @@ class MCPToolbox(Toolbox):
         prefix: Put before each of the server's tool names (``"github_"``).
         include: The server's tools to offer, by their names on the server;
             all of them when ``None``.
-        specs: The server's tools as the model saw them (``toolbox.specs`` of
-            an earlier run, without the Python tools), offered until the toolbox
-            lists them: replaying a session in a process without the server.
+        specs: The server's tools as the model saw them (`server_specs` of an
+            earlier run), offered until the toolbox lists them: to replay a
+            session in a process that cannot reach the server.
         timeout: Seconds a call may take (`ToolTimeout` past it), or ``None``.
         connect_timeout: Seconds the connection, handshake and listing may take.
         concurrency: How many calls may run at once in all, or ``None``.
@@ -225,6 +225,11 @@ class MCPToolbox(Toolbox):
     def specs(self) -> Sequence[ToolSpec]:
         """The Python tools (blocked ones left out), then the server's, as last listed."""
         return (*super().specs, *self._mcp_specs)
+
+    @property
+    def server_specs(self) -> Sequence[ToolSpec]:
+        """The server's tools alone, as last listed (what ``specs=`` takes)."""
+        return self._mcp_specs
 
     @property
     def is_open(self) -> bool:
