@@ -81,9 +81,8 @@ async def run(model: ModelClient, db: Path) -> None:
                 error = " (error: an observation for the model)" if message.is_error else ""
                 print(f"  tool {message.name} -> {message.content}{error}")
         print(f"answer: {result.state.answer}")
-        print(
-            f"exit: {result.exit_reason.value} ({result.state.exit.value if result.state.exit else None})"
-        )
+        stop = result.state.exit.value if result.state.exit else None
+        print(f"exit: {result.exit_reason.value} ({stop})")
     print(f"toolbox open after the system stopped: {tools.is_open} (the server process ended)")
 
     # Replay in a new system, without the server: a toolbox given the specs the model saw.
