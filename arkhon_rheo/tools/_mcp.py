@@ -19,6 +19,7 @@ from .._errors import ConfigurationError, Fatal
 from .._redact import scrub, scrub_secrets
 from ..protocols import ToolMessage, ToolSpec
 from ..protocols._seams import current_injector
+from ._effects import Effect, Ledger, effect_of, idempotency_key, run_once
 from ._mcp_link import Connection, Server, observation
 from ._mcp_results import (
     ArgumentCheck,
@@ -103,6 +104,10 @@ class MCPToolbox(Toolbox):
         prefix: Put before each of the server's tool names (``"github_"``).
         include: The server's tools to offer, by their names on the server;
             all of them when ``None``.
+        effects: The effects of the server's tools (`Effect`, or its value), by
+            their names on the server; ``read`` for the others. A call of a tool
+            with side effects runs through the session's effect ledger, as a
+            Python tool's does: at most once, whatever retries and resumes.
         specs: The server's tools as the model saw them (`server_specs` of an
             earlier run), offered until the toolbox lists them: to replay a
             session in a process that cannot reach the server.
@@ -123,6 +128,7 @@ class MCPToolbox(Toolbox):
         tools: Sequence[Tool[..., Any]] = (),
         prefix: str = "",
         include: Collection[str] | None = None,
+        effects: Mapping[str, Effect | str] | None = None,
         specs: Sequence[ToolSpec] | None = None,
         timeout: float | None = 60.0,
         connect_timeout: float = 30.0,
@@ -140,6 +146,9 @@ class MCPToolbox(Toolbox):
             raise ConfigurationError(f"MCPToolbox prefix must be a str, got {prefix!r}")
         self.prefix = prefix
         self.include = frozenset(include) if include is not None else None
+        #: The effects of the server's tools, by their names on the server.
+        self.effects = {name: effect_of(one, tool=name) for name, one in (effects or {}).items()}
+        self.may_hold = self.may_hold or Effect.ASK in self.effects.values()
         self.timeout = _seconds("timeout", timeout, optional=True)
         connect = _seconds("connect_timeout", connect_timeout, optional=False)
         self.server = server
@@ -262,10 +271,11 @@ class MCPToolbox(Toolbox):
     def _listed(self, tools: list[MCPTool]) -> None:
         """Take the server's listing: the specs, the names, the argument checks."""
         offered = [one for one in tools if self.include is None or one.name in self.include]
-        missing = sorted((self.include or set()) - {one.name for one in tools})
+        named = (self.include or set()) | set(self.effects)
+        missing = sorted(named - {one.name for one in tools})
         if missing:
             raise ConfigurationError(
-                f"MCPToolbox include names {missing}, which the MCP server "
+                f"MCPToolbox include or effects names {missing}, which the MCP server "
                 f"{self.server.label} does not list (it lists: "
                 f"{', '.join(one.name for one in tools) or 'none'})"
             )
@@ -315,6 +325,21 @@ class MCPToolbox(Toolbox):
                 f"invalid arguments for {call.name!r}: {problems}; call it again with "
                 "arguments that match its parameters",
             )
+        effect = self.effects.get(self._remote[call.name], Effect.READ)
+        sid, step, store = site.session_id, site.step, site.store
+        key = idempotency_key(sid, step, call.id) if sid and step is not None and call.id else None
+        if effect is Effect.READ or store is None or key is None:
+            return await self._run_server(call, arguments)
+        return await run_once(
+            Ledger(store, sid, key),
+            call,
+            effect,
+            arguments,
+            lambda: self._run_server(call, arguments),
+            rerun=site.rerun,
+        )
+
+    async def _run_server(self, call: ToolCall, arguments: dict[str, Any]) -> ToolMessage:
         async with self._capacity(call.name):
             if current_injector() is not None:
                 await _inject(call.name, arguments)

@@ -282,6 +282,26 @@ async def test_a_header_secret_the_server_echoes_is_scrubbed(
     assert SECRET not in repr(tools)
 
 
+async def test_a_tool_with_side_effects_runs_through_the_effect_ledger(
+    shared_url: str, tmp_path: Path
+) -> None:
+    model = ScriptedModel([call("add", {"a": 1, "b": 2}, id="e1"), "3"])
+    tools = toolbox("http", shared_url, effects={"add": "idempotent"})
+    agent = react_agent(model, tools)
+    async with AgentSystem(path=tmp_path / "a.db") as system:
+        result = await system.run(agent, ReactState(task="1 + 2"), session_id="s")
+        assert system.store is not None
+        effects = await system.store.effects("s")
+    assert result.ok
+    assert [(one.tool, one.status.value, one.arguments) for one in effects] == [
+        ("add", "done", {"a": 1, "b": 2})
+    ]
+    unknown = toolbox("http", shared_url, effects={"delete_everything": "fail"})
+    with pytest.raises(ConfigurationError, match="effects names \\['delete_everything'\\]"):
+        async with unknown:
+            pass
+
+
 async def test_a_password_in_the_url_is_masked_and_scrubbed() -> None:
     tools = MCPToolbox.http(free_url(password="pa55-w0rd-zz"), connect_timeout=10)
     assert "pa55-w0rd-zz" not in repr(tools)
@@ -335,7 +355,7 @@ async def test_python_tools_sit_beside_the_servers(shared_url: str) -> None:
     async with mixed:  # it opens again after it was closed
         assert (await mixed.call(call("srv_add", {"a": 2, "b": 2}))).content == '{"result":4}'
     missing = toolbox(transport, server, include=["add", "multiply"])
-    with pytest.raises(ConfigurationError, match="include names \\['multiply'\\]"):
+    with pytest.raises(ConfigurationError, match="effects names \\['multiply'\\]"):
         async with missing:
             pass
 
