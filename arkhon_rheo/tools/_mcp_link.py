@@ -188,10 +188,13 @@ class Connection:
         failure = classify(exc, self.server.label, tool=tool, timeout=limit)
         if isinstance(failure, Transient) and not isinstance(failure, ToolTimeout):
             link.broken.set()
-            with anyio.CancelScope(shield=True):
-                await link.done.wait()  # so the keeper's own error (a refused connection) is known
+            # The keeper's own error (a refused connection) says more: wait for it, a while.
+            with anyio.CancelScope(shield=True) as scope:
+                scope.deadline = anyio.current_time() + min(self._connect_timeout, 10.0)
+                await link.done.wait()
             if link.error is not None and _code(exc) is not None:  # say why it closed
-                failure = classify(link.error, self.server.label, tool=tool)
+                why = classify(link.error, self.server.label, tool=tool)
+                failure = why if isinstance(why, Transient) else failure
         return failure
 
     async def _keep(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

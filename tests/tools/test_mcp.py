@@ -260,6 +260,26 @@ async def test_a_server_killed_mid_session_is_transient_and_the_retry_reconnects
     assert "MCP server" in retries[0]["error"]
 
 
+@transports
+async def test_a_server_gone_is_transient_until_it_is_back(transport: str) -> None:
+    async with server_for(transport) as server, toolbox(transport, server) as tools:
+        first = int(json.loads((await tools.call(call("whoami"))).content)["result"])
+        if server is not None:
+            await server.stop()  # and nothing listens on its port
+            with pytest.raises(Transient, match=r"is unreachable \(ConnectError"):
+                await tools.call(call("add", {"a": 1, "b": 1}))
+            with pytest.raises(Transient, match="is unreachable"):  # it tries again
+                await tools.call(call("add", {"a": 1, "b": 1}))
+            await server.restart()
+        else:
+            os.kill(first, signal.SIGKILL)
+            with pytest.raises(Transient, match="closed the connection"):
+                await tools.call(call("add", {"a": 1, "b": 1}))
+        assert (await tools.call(call("add", {"a": 1, "b": 1}))).content == '{"result":2}'
+        second = int(json.loads((await tools.call(call("whoami"))).content)["result"])
+    assert second != first
+
+
 async def test_a_header_secret_the_server_echoes_is_scrubbed(
     shared_url: str, tmp_path: Path
 ) -> None:
