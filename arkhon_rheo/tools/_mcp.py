@@ -145,6 +145,11 @@ class MCPToolbox(Toolbox):
         if not isinstance(prefix, str):
             raise ConfigurationError(f"MCPToolbox prefix must be a str, got {prefix!r}")
         self.prefix = prefix
+        if isinstance(include, str):
+            raise ConfigurationError(
+                f"MCPToolbox include must be a collection of tool names, not one string: "
+                f"{include!r} (write include=[{include!r}])"
+            )
         self.include = frozenset(include) if include is not None else None
         #: The effects of the server's tools, by their names on the server.
         self.effects = {name: effect_of(one, tool=name) for name, one in (effects or {}).items()}

@@ -55,6 +55,7 @@ def test_without_the_sdk_it_says_what_to_install(monkeypatch: pytest.MonkeyPatch
         (lambda: MCPToolbox.stdio("s", timeout=True), "timeout must be a positive number"),
         (lambda: MCPToolbox.stdio("s", connect_timeout=None), "connect_timeout must be a"),
         (lambda: MCPToolbox.stdio("s", prefix=3), "prefix must be a str"),
+        (lambda: MCPToolbox.stdio("s", include="add"), "write include=\\['add'\\]"),
         (lambda: MCPToolbox.stdio("s", concurrency=0), "concurrency must be an int"),
         (lambda: MCPToolbox.stdio("s", effects={"rm": "maybe"}), "rm"),
         (lambda: MCPToolbox.stdio("s", policies={"x": "block"}), "not one of its tools"),
