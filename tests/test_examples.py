@@ -104,6 +104,37 @@ def test_the_react_example_answers_with_both_tools_and_replays(
     assert "replay: ok; 4 stages re-executed on their recorded calls, without the model" in lines
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_mcp_example_calls_its_servers_tools_and_replays_without_it(backend: str) -> None:
+    script = next(path for path in EXAMPLES if path.stem == "mcp_agent")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    result = subprocess.run(
+        [sys.executable, str(script), backend],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[lines.index("tools:") + 1 :][:4] == [
+        "  thousands(number)",
+        "  population(city)",
+        "  compare(a, b)",
+        "  #1 start: INITIALIZED -> THINKING",
+    ]
+    assert "  #5 act: ACTING -> THINKING (recorded calls: tool:compare)" in lines
+    assert '  tool compare -> {"larger":"b","factor":1.844}' in lines
+    assert any("no data for 'Atlantis'" in line and "observation" in line for line in lines)
+    assert "exit: finished (answered)" in lines
+    assert "toolbox open after the system stopped: False (the server process ended)" in lines
+    assert (
+        "replay: ok; 8 stages re-executed on their recorded calls, without the model or the "
+        "MCP server" in lines
+    )
+
+
 @pytest.mark.anyio
 async def test_the_react_example_talks_to_a_real_server_when_configured(tmp_path: Path) -> None:
     from tests.support.chat_server import Canned, open_chat_server

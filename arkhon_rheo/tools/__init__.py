@@ -13,6 +13,9 @@ run policy (`RunPolicy`: allow, approve, block). ``@tool(sandbox=Sandbox(...))``
 each call in a confined subprocess (with bubblewrap on Linux: no network, no
 file system but its own directory and read-only system paths, its own PID
 namespace); `Sandbox.enforcement` says what holds on this machine.
+`MCPToolbox` is a toolbox of an MCP server's tools (over stdio or streamable
+HTTP, through the official ``mcp`` SDK: ``pip install "arkhon-rheo[mcp]"``),
+with Python tools beside them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ._effects import Effect as Effect
 from ._effects import RunPolicy as RunPolicy
 from ._effects import idempotency_key as idempotency_key
 from ._isolation import Enforcement as Enforcement
+from ._mcp import MCPToolbox as MCPToolbox
 from ._tool import SANDBOX_TIMEOUT as SANDBOX_TIMEOUT
 from ._tool import Tool as Tool
 from ._tool import tool as tool
@@ -41,6 +45,7 @@ __all__ = [
     "Effect",
     "Enforcement",
     "IsolationUnavailable",
+    "MCPToolbox",
     "RunPolicy",
     "Sandbox",
     "Tool",

@@ -1,0 +1,375 @@
+"""`MCPToolbox`: the tools of an MCP server (over stdio or streamable HTTP), with Python tools.
+
+It is a `Toolbox`: a call goes through `Toolbox.call` (recorded as
+``"tool:<name>"``, answered from the record in a replay, counted, bounded by
+the toolbox's ``concurrency``), and a call of one of its Python tools runs as
+in any toolbox. A call of a server's tool is checked against the tool's
+input schema, sent with the MCP SDK's `ClientSession`, and its result made
+text (`._mcp_results`). The connection is kept by a task of the toolbox's
+own (`._mcp_link`), opened by ``async with`` (or by the agent system, for a
+`react_agent`'s toolbox) and made again on the next call after it broke.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from .._errors import ConfigurationError, Fatal
+from .._redact import scrub, scrub_secrets
+from ..protocols import ToolMessage, ToolSpec
+from ..protocols._seams import current_injector
+from ._effects import Effect, Ledger, effect_of, idempotency_key, run_once
+from ._mcp_link import Connection, Server, observation
+from ._mcp_results import (
+    ArgumentCheck,
+    model_name,
+    register_credentials,
+    result_text,
+    shown_url,
+    spec_of,
+)
+from ._toolbox import Toolbox, _inject
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping, Sequence
+    from types import TracebackType
+    from typing import Self
+
+    from mcp.types import Tool as MCPTool
+
+    from ..protocols import ToolCall
+    from ._effects import RunPolicy
+    from ._tool import Tool
+    from ._toolbox import _Site
+
+__all__ = ["MCPToolbox"]
+
+_INSTALL = 'pip install "arkhon-rheo[mcp]"'
+
+
+def _require_sdk() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"MCPToolbox needs the MCP SDK, which is not installed: {_INSTALL}"
+        ) from exc
+
+
+def _seconds(name: str, value: float | None, *, optional: bool) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigurationError(
+            f"MCPToolbox {name} must be a positive number of seconds"
+            f"{' or None' if optional else ''}, got {value!r}"
+        )
+    return float(value) if math.isfinite(value) else None
+
+
+class MCPToolbox(Toolbox):
+    """The tools of an MCP server, and Python tools beside them; a `Toolbox` (a `ToolRunner`).
+
+    Made with `stdio` (the server runs as a subprocess) or `http` (a streamable
+    HTTP endpoint). Open it with ``async with`` to connect and list the
+    server's tools; a `react_agent` needs no ``async with``: it declares its
+    toolbox as a resource, which the `AgentSystem` opens in a task of its own
+    (the SDK's connection must be left by the task that entered it) and closes
+    when it stops. It may be opened again after it was closed.
+
+    The model sees the Python tools first, then the server's, each under its
+    name with ``prefix`` before it (characters model APIs refuse become
+    ``_``), with the server's description and ``inputSchema``. A call is
+    recorded and replayed like any tool call (a replay answers it from the
+    record, without the server). Its result is the tool's structured content
+    as JSON, else its text, with images, audio and resources described.
+
+    What the model gets as an error message (``is_error=True``): arguments that
+    are not JSON or do not fit the tool's schema (checked here, and by the
+    server), and a result the server marks ``isError``. What is raised: the
+    server gone (exited, connection refused or dropped) as `Transient`, so the
+    supervisor retries the stage, and the call after it connects again; a call
+    past ``timeout`` as `ToolTimeout`; a server that cannot be started or does
+    not speak the protocol as `Fatal`, saying what to fix.
+
+    Credentials are registered for scrubbing: the values of ``headers`` and
+    ``env`` named like one (``Authorization``, ``X-API-Key``, ``GITHUB_TOKEN``...)
+    and a password or token in the URL; a tool's result quoting one is
+    recorded, stored and returned masked.
+
+    Args:
+        server: Where the server is (made by `stdio` or `http`).
+        tools: Python tools offered beside the server's, made with `tool`.
+        prefix: Put before each of the server's tool names (``"github_"``).
+        include: The server's tools to offer, by their names on the server;
+            all of them when ``None``.
+        effects: The effects of the server's tools (`Effect`, or its value), by
+            their names on the server; ``read`` for the others. A call of a tool
+            with side effects runs through the session's effect ledger, as a
+            Python tool's does: at most once, whatever retries and resumes.
+        specs: The server's tools as the model saw them (`server_specs` of an
+            earlier run), offered until the toolbox lists them: to replay a
+            session in a process that cannot reach the server.
+        timeout: Seconds a call may take (`ToolTimeout` past it), or ``None``.
+        connect_timeout: Seconds the connection, handshake and listing may take.
+        concurrency: How many calls may run at once in all, or ``None``.
+        policies: Run policies of the Python tools, as for `Toolbox`.
+
+    Raises:
+        ConfigurationError: The MCP SDK is not installed (``pip install
+            "arkhon-rheo[mcp]"``), or an argument is invalid.
+    """
+
+    def __init__(
+        self,
+        server: Server,
+        *,
+        tools: Sequence[Tool[..., Any]] = (),
+        prefix: str = "",
+        include: Collection[str] | None = None,
+        effects: Mapping[str, Effect | str] | None = None,
+        specs: Sequence[ToolSpec] | None = None,
+        timeout: float | None = 60.0,
+        connect_timeout: float = 30.0,
+        concurrency: int | None = None,
+        policies: Mapping[str, RunPolicy | str] | None = None,
+    ) -> None:
+        _require_sdk()
+        if not isinstance(server, Server):
+            raise ConfigurationError(
+                f"MCPToolbox takes a server made by MCPToolbox.stdio or MCPToolbox.http, "
+                f"got {server!r}"
+            )
+        super().__init__(*tools, concurrency=concurrency, policies=policies)
+        if not isinstance(prefix, str):
+            raise ConfigurationError(f"MCPToolbox prefix must be a str, got {prefix!r}")
+        self.prefix = prefix
+        if isinstance(include, str):
+            raise ConfigurationError(
+                f"MCPToolbox include must be a collection of tool names, not one string: "
+                f"{include!r} (write include=[{include!r}])"
+            )
+        self.include = frozenset(include) if include is not None else None
+        #: The effects of the server's tools, by their names on the server.
+        self.effects = {name: effect_of(one, tool=name) for name, one in (effects or {}).items()}
+        self.may_hold = self.may_hold or Effect.ASK in self.effects.values()
+        self.timeout = _seconds("timeout", timeout, optional=True)
+        connect = _seconds("connect_timeout", connect_timeout, optional=False)
+        self.server = server
+        self._connection = Connection(server, connect or math.inf, self._listed)
+        self._remote: dict[str, str] = {}
+        self._checks: dict[str, ArgumentCheck] = {}
+        self._mcp_specs: tuple[ToolSpec, ...] = tuple(
+            ToolSpec.model_validate(one) for one in (specs or ())
+        )
+
+    @classmethod
+    def stdio(
+        cls,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        **options: Any,
+    ) -> MCPToolbox:
+        """An MCP server run as a subprocess, spoken to over its stdin and stdout.
+
+        Args:
+            command: The executable (``"npx"``, ``sys.executable``...).
+            args: Its arguments.
+            env: Environment variables for it, over the SDK's safe defaults
+                (``PATH``, ``HOME``...: the rest of this process's is not passed).
+            cwd: Its working directory.
+            **options: `MCPToolbox`'s other arguments (``tools``, ``prefix``...).
+
+        Raises:
+            ConfigurationError: The SDK is not installed, or an argument is invalid.
+        """
+        _require_sdk()
+        if not isinstance(command, str) or not command:
+            raise ConfigurationError(f"MCPToolbox.stdio needs a command, got {command!r}")
+        if isinstance(args, str):
+            raise ConfigurationError(
+                f"MCPToolbox.stdio args must be a sequence of strings, not one string: {args!r}"
+            )
+        env = dict(env) if env is not None else None
+        register_credentials(env or {})
+        shown = " ".join((command, *map(str, args)))
+        server = Server(
+            label=scrub(f"stdio:{shown if len(shown) <= 80 else shown[:77] + '...'}"),
+            command=command,
+            args=tuple(str(one) for one in args),
+            env=env,
+            cwd=None if cwd is None else str(cwd),
+        )
+        return cls(server, **options)
+
+    @classmethod
+    def http(
+        cls, url: str, *, headers: Mapping[str, str] | None = None, **options: Any
+    ) -> MCPToolbox:
+        """An MCP server at a streamable HTTP endpoint (``http://host:port/mcp``).
+
+        Args:
+            url: The endpoint.
+            headers: Headers sent with every request (``Authorization``...);
+                the ones named like a credential are registered for scrubbing.
+            **options: `MCPToolbox`'s other arguments (``tools``, ``prefix``...).
+
+        Raises:
+            ConfigurationError: The SDK is not installed, or the URL is not http(s).
+        """
+        _require_sdk()
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"MCPToolbox.http needs an http:// or https:// URL, got {shown_url(str(url))!r}"
+            )
+        headers = dict(headers or {})
+        register_credentials(headers)
+        server = Server(label=shown_url(url), url=url, headers=headers)
+        return cls(server, **options)
+
+    def __repr__(self) -> str:
+        names = [spec.name for spec in self.specs]
+        return f"<MCPToolbox {self.server.label}: {', '.join(names) or '(no tools listed)'}>"
+
+    @property
+    def specs(self) -> Sequence[ToolSpec]:
+        """The Python tools (blocked ones left out), then the server's, as last listed."""
+        return (*super().specs, *self._mcp_specs)
+
+    @property
+    def server_specs(self) -> Sequence[ToolSpec]:
+        """The server's tools alone, as last listed (what ``specs=`` takes)."""
+        return self._mcp_specs
+
+    @property
+    def is_open(self) -> bool:
+        """Whether it is connected, or connects on the next call (inside its ``async with``)."""
+        return self._connection.is_open
+
+    async def __aenter__(self) -> Self:
+        """Connect to the server and list its tools.
+
+        Raises:
+            ConfigurationError: It is open already, or the server's tools clash
+                with the Python tools' names.
+            Transient: The server could not be reached.
+            Fatal: It could not be started, or does not speak MCP as expected.
+        """
+        if self._connection.is_open:
+            raise ConfigurationError(f"{self!r} is open already; open it once")
+        await self._connection.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the connection (a stdio server is stopped)."""
+        await self._connection.close()
+
+    def _listed(self, tools: list[MCPTool]) -> None:
+        """Take the server's listing: the specs, the names, the argument checks."""
+        offered = [one for one in tools if self.include is None or one.name in self.include]
+        named = (self.include or set()) | set(self.effects)
+        missing = sorted(named - {one.name for one in tools})
+        if missing:
+            raise ConfigurationError(
+                f"MCPToolbox include or effects names {missing}, which the MCP server "
+                f"{self.server.label} does not list (it lists: "
+                f"{', '.join(one.name for one in tools) or 'none'})"
+            )
+        remote: dict[str, str] = {}
+        for one in offered:
+            name = model_name(self.prefix, one.name)
+            if name in remote or name in self:
+                raise ConfigurationError(
+                    f"the MCP server {self.server.label}'s tool {one.name!r} is offered as "
+                    f"{name!r}, a name another tool has; give MCPToolbox a prefix= to tell them "
+                    "apart"
+                )
+            remote[name] = one.name
+        self._checks = {
+            name: ArgumentCheck(one.input_schema or {})
+            for name, one in zip(remote, offered, strict=True)
+        }
+        self._mcp_specs = tuple(
+            spec_of(one, name) for name, one in zip(remote, offered, strict=True)
+        )
+        self._remote = remote
+
+    async def _answer(self, site: _Site, text: str, arguments: Any) -> ToolMessage:
+        """A Python tool's call as `Toolbox` answers it; a server's tool's, by the server."""
+        call = site.call
+        if call.name in self:
+            return await super()._answer(site, text, arguments)
+        if call.name not in self._remote:
+            if not self.is_open:
+                await self._connection.acquire()  # raises: not open
+            known = ", ".join(spec.name for spec in self.specs) or "none"
+            return self._error(call, f"unknown tool {call.name!r}; the tools are: {known}")
+        if isinstance(arguments, str):
+            return self._error(
+                call,
+                f"the arguments of {call.name!r} are not JSON ({arguments[:80]!r}); "
+                "send a JSON object with the tool's parameters",
+            )
+        if not isinstance(arguments, dict):
+            return self._error(
+                call, f"the arguments of {call.name!r} must be a JSON object, got {text[:80]!r}"
+            )
+        problems = self._checks[call.name].problems(arguments)
+        if problems:
+            return self._error(
+                call,
+                f"invalid arguments for {call.name!r}: {problems}; call it again with "
+                "arguments that match its parameters",
+            )
+        effect = self.effects.get(self._remote[call.name], Effect.READ)
+        sid, step, store = site.session_id, site.step, site.store
+        key = idempotency_key(sid, step, call.id) if sid and step is not None and call.id else None
+        if effect is Effect.READ or store is None or key is None:
+            return await self._run_server(call, arguments)
+        return await run_once(
+            Ledger(store, sid, key),
+            call,
+            effect,
+            arguments,
+            lambda: self._run_server(call, arguments),
+            rerun=site.rerun,
+        )
+
+    async def _run_server(self, call: ToolCall, arguments: dict[str, Any]) -> ToolMessage:
+        async with self._capacity(call.name):
+            if current_injector() is not None:
+                await _inject(call.name, arguments)
+            return await self._call_server(call, arguments)
+
+    async def _call_server(self, call: ToolCall, arguments: dict[str, Any]) -> ToolMessage:
+        connection = self._connection
+        link = await connection.acquire()
+        session = link.session
+        if session is None:  # closed between the two
+            raise Fatal(f"the MCP toolbox of {self.server.label} was closed")
+        try:
+            result = await session.call_tool(
+                self._remote[call.name], arguments, read_timeout_seconds=self.timeout
+            )
+        except Exception as exc:
+            refused = observation(exc)
+            if refused is not None:
+                return self._error(
+                    call, f"{refused}; call {call.name!r} again with arguments that fit its schema"
+                )
+            raise await connection.failed(link, exc, call.name, self.timeout) from exc
+        return ToolMessage(
+            tool_call_id=call.id,
+            name=call.name,
+            content=scrub_secrets(result_text(result)),  # a credential it echoes
+            is_error=bool(result.is_error),
+        )
