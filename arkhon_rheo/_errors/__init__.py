@@ -33,6 +33,7 @@ from ._sessions import RecordedCallFailed as RecordedCallFailed
 from ._sessions import ReplayDiverged as ReplayDiverged
 from ._sessions import SessionBusy as SessionBusy
 from ._sessions import SessionError as SessionError
+from ._sessions import LeaseLost as LeaseLost
 from ._sessions import SessionLocked as SessionLocked
 from ._sessions import SessionNotFound as SessionNotFound
 from ._sessions import StoreCorrupt as StoreCorrupt
@@ -90,6 +91,7 @@ __all__ = [
     "RestartIntensityExceeded",
     "SessionBusy",
     "SessionError",
+    "LeaseLost",
     "SessionLocked",
     "SessionNotFound",
     "StageFailure",

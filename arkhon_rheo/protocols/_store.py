@@ -308,6 +308,7 @@ class Store(Protocol):
         status: str | None = None,
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
+        owner: str | None = None,
     ) -> None:
         """Append events (with numbers following the last one), durably per the store's mode.
 
@@ -319,6 +320,13 @@ class Store(Protocol):
         has already is skipped). Raises ``StoreError`` (``DuplicateEvent``) if a
         number is taken or not the next one, or if message ``applied`` is not
         pending (applied already): then nothing is written.
+
+        Fencing: with ``owner`` (who holds the session's lease), the append is
+        refused with ``LeaseLost`` unless ``owner`` still holds the lease (in a store
+        that keeps fencing tokens, under the token it was given when it took the
+        lease), checked in the same transaction as the insert: then nothing is
+        written. A lease that ran out but that no other owner took still lets its
+        owner commit.
         """
         ...
 

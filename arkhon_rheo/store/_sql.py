@@ -218,7 +218,8 @@ def _current(
         {
             r.session_id
             for r in requests
-            if isinstance(r, Acquire | Release) or (isinstance(r, Park) and r.owner is not None)
+            if isinstance(r, Acquire | Release)
+            or (isinstance(r, Park | Append) and r.owner is not None)
         }
     )
     leases: dict[str, Lease] = {}

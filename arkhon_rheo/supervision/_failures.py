@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import ArkhonError, RestartIntensityExceeded, Transient
+from .._errors import ArkhonError, LeaseLost, RestartIntensityExceeded, Transient
 from .._log import get_logger
 from ..protocols import ErrorClass, EventKind, Patch
 from ._record import ExitReason, failure_record
@@ -75,6 +75,28 @@ class FailureHandler:
         await anyio.sleep(delay)
         session.retries += 1
         return None
+
+    def lease_lost(self, error: LeaseLost, stage: str, attempt: int) -> bool:
+        """Another owner took the session: stop at once, writing nothing more; it has ended."""
+        session = self.session
+        session.failure = failure_record(
+            type(error).__name__,
+            str(error),
+            ErrorClass.FATAL,
+            stage=stage,
+            attempt=attempt,
+            lifecycle=session.state.lifecycle,
+            reason=ExitReason.LEASE_LOST,
+        )
+        _logger.error(
+            "session_lease_lost",
+            session_id=session.session_id,
+            owner=error.owner,
+            holder=error.holder,
+            stage=stage,
+        )
+        session.finish(ExitReason.LEASE_LOST)
+        return True
 
     async def failed(
         self,

@@ -184,8 +184,23 @@ class Persistence:
         # The store may drop the encoded event (and its patch) once it has its
         # rows, rather than hold it until the write is durable.
         events = [self.codec.encode_event(event, digest.value, patch=patch)]
+        # Fencing: the append names the lease's owner, so a store refuses it
+        # (`LeaseLost`) once another owner took the session.
         if mail is None:
-            return self.store.append(self.session_id, events, snapshot=snapshot, status=status)
+            if self.owner is None:
+                return self.store.append(self.session_id, events, snapshot=snapshot, status=status)
+            return self.store.append(
+                self.session_id, events, snapshot=snapshot, status=status, owner=self.owner
+            )
+        if self.owner is None:
+            return self.store.append(
+                self.session_id,
+                events,
+                snapshot=snapshot,
+                status=status,
+                applied=mail.applied,
+                posts=mail.posts,
+            )
         return self.store.append(
             self.session_id,
             events,
@@ -193,6 +208,7 @@ class Persistence:
             status=status,
             applied=mail.applied,
             posts=mail.posts,
+            owner=self.owner,
         )
 
     def accept(self) -> None:
