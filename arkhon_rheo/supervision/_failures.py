@@ -56,6 +56,8 @@ class FailureHandler:
             that used up its attempts counts as recoverable.
         """
         session = self.session
+        if type(failure) is LeaseLost:  # never retried: another owner drives it now
+            return ErrorClass.FATAL
         error_class = session.config.classifier.classify(failure)
         if error_class is not ErrorClass.TRANSIENT:
             return error_class
@@ -77,8 +79,14 @@ class FailureHandler:
         return None
 
     def lease_lost(self, error: LeaseLost, stage: str, attempt: int) -> bool:
-        """Another owner took the session: stop at once, writing nothing more; it has ended."""
+        """Another owner took the session: stop at once, writing nothing more; it has ended.
+
+        No failure event, no status and no release is written: the session is its
+        new owner's (`Persistence.lost` keeps the supervisor's stop from writing).
+        """
         session = self.session
+        if session.persistence is not None:
+            session.persistence.lost = True
         session.failure = failure_record(
             type(error).__name__,
             str(error),
@@ -114,6 +122,8 @@ class FailureHandler:
             Whether the session ended.
         """
         session = self.session
+        if type(error) is LeaseLost:
+            return self.lease_lost(error, stage, attempt)
         if error_class is None:
             error_class = session.config.classifier.classify(error)
         if error_class is ErrorClass.RECOVERABLE:

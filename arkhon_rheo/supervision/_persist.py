@@ -79,6 +79,7 @@ class Persistence:
         "codec",
         "digest",
         "link",
+        "lost",
         "owner",
         "session_id",
         "snapshot_every",
@@ -100,6 +101,8 @@ class Persistence:
         self.store = store
         self.digest = digest
         self.owner = owner
+        #: Another owner took the lease (`LeaseLost`): nothing more is written.
+        self.lost = False
         self.codec = codec
         self.session_id = session_id
         self.snapshot_every = snapshot_every
@@ -223,9 +226,13 @@ class Persistence:
     async def close(self, status: str | None) -> None:
         """The run has ended: store its ``status`` (unless ``None``) and give its lease up.
 
+        Nothing at all once the lease was lost to another owner (`lost`).
+
         Raises:
             StoreError: If the store failed; the lease is given up all the same.
         """
+        if self.lost:  # the session is another owner's now: not ours to write
+            return
         try:
             if status is not None:
                 await self.store.set_status(self.session_id, status)

@@ -21,7 +21,7 @@ import structlog
 from anyio.lowlevel import checkpoint
 
 from .. import _tracing
-from .._errors import ArkhonError, IllegalTransition, LeaseLost, PreconditionFailed
+from .._errors import ArkhonError, IllegalTransition, PreconditionFailed
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
 from ..core._seams import check_edge, check_invariants, state_label, step_moves, with_fields
@@ -57,8 +57,6 @@ _STORED_WITH_COMMIT = frozenset(
     for reason in (ExitReason.FINISHED, ExitReason.FAILED, ExitReason.WAITING, ExitReason.PAUSED)
 )
 
-#: No status stored: none known, or the session is another owner's now (`LeaseLost`).
-_NOT_OURS = frozenset({None, ExitReason.LEASE_LOST})
 #: How long a stopping session may wait to store its status and give up its lease.
 _STATUS_TIMEOUT = 10.0
 
@@ -178,12 +176,11 @@ class SessionSupervisor(Actor[_Step, None]):
             try:
                 self._conclude(termination)
                 self._log_end()
-                reason = session.exit_reason
-                if session.persistence is not None and reason not in _NOT_OURS:
+                if session.persistence is not None and session.exit_reason is not None:
                     # Even when the system is being cancelled: the status is stored and
                     # the lease given up (bounded, should the store hang).
                     with anyio.move_on_after(_STATUS_TIMEOUT, shield=True):
-                        await self._store_status(reason.value)
+                        await self._store_status(session.exit_reason.value)
             finally:
                 session.close()
 
@@ -347,8 +344,6 @@ class SessionSupervisor(Actor[_Step, None]):
             if failure is None:
                 session.steps += 1
                 return self.landed.terminal and self._ended()
-            if type(failure) is LeaseLost:
-                return self.failures.lease_lost(failure, name, attempt)
             error_class = await self.failures.retry(failure, name, attempt)
             if error_class is None:  # retried after its backoff
                 attempt += 1
