@@ -28,12 +28,12 @@ from ._base import SystemNotRunning as SystemNotRunning
 from ._cli import CommandError as CommandError
 from ._sessions import DuplicateEvent as DuplicateEvent
 from ._sessions import InboxFull as InboxFull
+from ._sessions import LeaseLost as LeaseLost
 from ._sessions import MessageRefused as MessageRefused
 from ._sessions import RecordedCallFailed as RecordedCallFailed
 from ._sessions import ReplayDiverged as ReplayDiverged
 from ._sessions import SessionBusy as SessionBusy
 from ._sessions import SessionError as SessionError
-from ._sessions import LeaseLost as LeaseLost
 from ._sessions import SessionLocked as SessionLocked
 from ._sessions import SessionNotFound as SessionNotFound
 from ._sessions import StoreCorrupt as StoreCorrupt
@@ -77,6 +77,7 @@ __all__ = [
     "InvariantViolation",
     "IsolationUnavailable",
     "KeyringError",
+    "LeaseLost",
     "MailboxClosed",
     "MailboxError",
     "MailboxFull",
@@ -91,7 +92,6 @@ __all__ = [
     "RestartIntensityExceeded",
     "SessionBusy",
     "SessionError",
-    "LeaseLost",
     "SessionLocked",
     "SessionNotFound",
     "StageFailure",

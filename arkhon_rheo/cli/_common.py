@@ -32,8 +32,8 @@ from rich.text import Text
 
 from .._errors import CommandError
 from .._json import JsonSyntaxError, read_json
-from ..protocols import Machine
 from .._redact import scrub_secrets
+from ..protocols import Machine
 from ..store._seams import is_postgres_url, not_a_file, redacted_url
 
 if TYPE_CHECKING:

@@ -10,21 +10,28 @@ no other owner took still lets its owner commit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .._errors import LeaseLost
 
-if TYPE_CHECKING:
-    from ._plan import Append
-
-__all__ = ["Lease", "fence"]
+__all__ = ["Fenced", "Lease", "fence"]
 
 #: ``(owner, expires_at)`` of a lease.
 Lease = tuple[str, float]
 
 
+class Fenced(Protocol):
+    """An append as fencing sees it (`._plan.Append`)."""
+
+    session_id: str
+    #: Who the append is made for.
+    owner: str | None
+    #: The fencing token the store got when ``owner`` took the lease, if known.
+    token: int | None
+
+
 def fence(
-    request: Append, held: dict[str, Lease], tokens: dict[str, int] | None, location: str
+    request: Fenced, held: dict[str, Lease], tokens: dict[str, int] | None, location: str
 ) -> LeaseLost | None:
     """Refuse ``request`` unless its owner holds its session's lease (under its token).
 
@@ -34,13 +41,14 @@ def fence(
         tokens: The fencing token of each lease, where the store keeps them.
         location: The store, for the error.
     """
-    sid = request.session_id
-    owner = request.owner
+    sid, owner, token = request.session_id, request.owner, request.token
     assert owner is not None
     lease = held.get(sid)
-    if lease is not None and lease[0] == owner:
-        token = request.token
-        if token is None or tokens is None or tokens.get(sid, token) == token:
-            return None
+    if (
+        lease is not None
+        and lease[0] == owner
+        and (token is None or tokens is None or tokens.get(sid, token) == token)
+    ):
+        return None
     holder = None if lease is None else lease[0]
     return LeaseLost(session_id=sid, owner=owner, holder=holder, location=location)

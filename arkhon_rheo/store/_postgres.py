@@ -13,7 +13,7 @@ from .._errors import ConfigurationError, StoreError
 from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord
 from . import _postgres_sql as pg
 from ._base import StoreBase, StoreState
-from ._codec import decode_event, decode_message, decode_record, decode_snapshot
+from ._codec import decode_event, decode_record, decode_snapshot
 from ._plan import Acquire
 from ._postgres_conn import connect, import_psycopg, is_postgres_url, redacted_url, run_now
 from ._postgres_queue import WorkQueueMixin, channel_of
@@ -162,7 +162,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
     def _open_sync(self) -> tuple[Any, Any]:
         """Blocking: prepare the schema, open the writer's connection and the pool."""
         psycopg = import_psycopg()
-        import psycopg_pool  # noqa: PLC0415 - optional
+        import psycopg_pool
 
         first = connect(self._url, self._location)
         try:
@@ -256,9 +256,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
             with self._pool.connection() as connection:
                 return run_now(connection, script, self._location)
         except psycopg.Error:
-            error = StoreError(
-                f"lost the connection to {self._location}", location=self._location
-            )
+            error = StoreError(f"lost the connection to {self._location}", location=self._location)
         raise error
 
     async def record(self, session_id: str) -> SessionRecord:

@@ -85,8 +85,8 @@ def import_psycopg() -> Any:
         ConfigurationError: psycopg (with psycopg_pool) is not installed.
     """
     try:
-        import psycopg  # noqa: PLC0415 - optional: loaded when a store is opened
-        import psycopg_pool  # noqa: F401, PLC0415
+        import psycopg
+        import psycopg_pool  # noqa: F401
     except ImportError:
         raise ConfigurationError(
             f"a PostgreSQL store needs psycopg 3 and psycopg_pool: {_INSTALL}"

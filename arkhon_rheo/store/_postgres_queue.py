@@ -102,7 +102,7 @@ class WorkQueueMixin:
                 f"{limit!r} and {ttl!r}"
             )
         await self._ensure_listener()
-        params = {"machines": names, "now": now, "limit": limit, "owner": owner, "ttl": ttl}
+        params: Any = {"machines": names, "now": now, "limit": limit, "owner": owner, "ttl": ttl}
 
         def script() -> Script[tuple[Rows, Rows]]:
             taken: Rows = yield sql(_CLAIM, params)
@@ -138,7 +138,7 @@ class WorkQueueMixin:
         if listener is not None:
             await anyio.to_thread.run_sync(listener.close)
 
-    async def wait_for_work(self, timeout: float) -> None:
+    async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the protocol's
         """Return when there may be new work, or after ``timeout`` seconds.
 
         Woken by ``LISTEN/NOTIFY`` (a session created, a message posted, a lease
@@ -172,7 +172,7 @@ class _Listener:
         self._lock = threading.Lock()
 
     def wait(self, timeout: float) -> bool:
-        """Block until a notification arrives (or ``timeout``); ``False`` if the connection failed."""
+        """Block until a notification arrives (or ``timeout``); ``False``: the connection failed."""
         psycopg = import_psycopg()
         with self._lock:
             try:

@@ -105,7 +105,7 @@ class ReadsMixin:
         Raises:
             SessionNotFound: No such session.
         """
-        from ._codec import decode_snapshot  # noqa: PLC0415
+        from ._codec import decode_snapshot
 
         def script() -> Script[tuple[int, Any]]:
             row = yield from self._record(session_id)

@@ -110,7 +110,7 @@ def _create(schema: str, location: str) -> Script[None]:
 
 
 def _verify(schema: str, location: str) -> Script[None]:
-    meta = dict((yield _sql("SELECT key, value FROM meta")))
+    meta: dict[str, str] = dict((yield _sql("SELECT key, value FROM meta")))
     if meta.get("application") != _META["application"]:
         raise StoreCorrupt(
             f"schema {schema!r} of {location} is not an arkhon-rheo store ({meta!r}); it was "

@@ -17,8 +17,19 @@ from typing import TYPE_CHECKING, Any
 from .._errors import SessionNotFound
 from ._effects import effect_keys
 from ._inbox import Inbox
-from ._plan import Acquire, Append, Create, Park, Plan, Release, Request, SetStatus, plan
-from ._plan import posted_ids, touches_inbox
+from ._plan import (
+    Acquire,
+    Append,
+    Create,
+    Park,
+    Plan,
+    Release,
+    Request,
+    SetStatus,
+    plan,
+    posted_ids,
+    touches_inbox,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -144,8 +155,7 @@ def _inboxes(requests: list[Request], numbers: dict[str, int]) -> Script[dict[st
         if (number := numbers.get(sid)) is None:
             continue
         pending: Rows = yield sql(
-            f"SELECT %s, {_MESSAGE_COLUMNS} FROM inbox WHERE session = %s "
-            "AND applied_seq IS NULL",
+            f"SELECT %s, {_MESSAGE_COLUMNS} FROM inbox WHERE session = %s AND applied_seq IS NULL",
             (sid, number),
         )
         box = Inbox(0, {row[2]: tuple(row) for row in pending}, {})
@@ -197,9 +207,12 @@ def _tokens(
             if owner != request.owner:
                 current[sid] = (owner, token) = (request.owner, token + 1)
             result.results[index] = token
-        elif isinstance(request, Release | Park) and owner == request.owner:
-            if isinstance(request, Release) or result.results[index]:
-                current[sid] = (None, token)
+        elif (
+            isinstance(request, Release | Park)
+            and owner == request.owner
+            and (isinstance(request, Release) or result.results[index])
+        ):
+            current[sid] = (None, token)
     return current
 
 
@@ -282,7 +295,9 @@ def _write(
             [(*row[:3], _bytes(row[3]), *row[4:]) for row in result.events],
         )
     if result.snapshots:
-        rows = [(sid, seq, _bytes(state), type(state) is bytes) for sid, seq, state in result.snapshots]
+        rows = [
+            (sid, seq, _bytes(state), type(state) is bytes) for sid, seq, state in result.snapshots
+        ]
         yield _rows(_INSERT_SNAPSHOT, rows)
     if result.waits:
         accepts = _accepts(requests, result)
@@ -301,13 +316,13 @@ def _write(
         yield _rows(_UPSERT_EFFECT, list(result.effects.values()))
     if result.leases or any(isinstance(r, Acquire) for r in requests):
         final = _tokens(requests, result, tokens)
-        rows = []
+        leases: list[tuple[str, str | None, float, int]] = []
         for sid in sorted(result.leases):
             lease = result.leases[sid]
             owner, token = final.get(sid, (None, 0))
-            rows.append((sid, owner, 0.0 if lease is None else lease[1], token))
-        if rows:
-            yield _rows(_UPSERT_LEASE, rows)
+            leases.append((sid, owner, 0.0 if lease is None else lease[1], token))
+        if leases:
+            yield _rows(_UPSERT_LEASE, leases)
 
 
 def _bytes(value: bytes | str) -> bytes:

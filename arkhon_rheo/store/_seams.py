@@ -25,11 +25,25 @@ def store_at(
         ConfigurationError: psycopg is missing for a URL (``pip install
             "arkhon-rheo[postgres]"``), or an argument is malformed.
     """
-    from ..protocols import Durability  # noqa: PLC0415
-    from ._postgres import PostgresStore  # noqa: PLC0415
-    from ._sqlite import SQLiteStore  # noqa: PLC0415
+    from ..protocols import Durability
+    from ._postgres import PostgresStore
+    from ._sqlite import SQLiteStore
 
     mode = Durability.BATCHED if durability is None else durability
     if is_postgres_url(location):
         return PostgresStore(str(location), durability=mode)
     return SQLiteStore(location, durability=mode)
+
+
+def owned_store(
+    store: object, path: str | os.PathLike[str] | None, *, durability: Durability
+) -> SQLiteStore | PostgresStore | None:
+    """The store an `AgentSystem` opens itself: ``store`` given as a str, or else ``path``.
+
+    ``None``: it was given a `Store` (its caller's), or neither.
+    """
+    if isinstance(store, str):
+        return store_at(store, durability=durability)
+    if store is None and path is not None:
+        return store_at(path, durability=durability)
+    return None

@@ -21,7 +21,6 @@ from ._plan import (
     BeginEffect,
     Create,
     FinishEffect,
-    Lease,
     Park,
     Plan,
     Post,
@@ -36,6 +35,7 @@ if TYPE_CHECKING:
 
     from ._codec import Snapshot
     from ._driver import Rows, Script, Statement
+    from ._fence import Lease
 
 __all__ = [
     "StaleCache",

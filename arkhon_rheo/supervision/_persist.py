@@ -187,31 +187,34 @@ class Persistence:
         # The store may drop the encoded event (and its patch) once it has its
         # rows, rather than hold it until the write is durable.
         events = [self.codec.encode_event(event, digest.value, patch=patch)]
-        # Fencing: the append names the lease's owner, so a store refuses it
-        # (`LeaseLost`) once another owner took the session.
+        return self._append(events, snapshot, status, mail)
+
+    def _append(
+        self, events: list[Any], snapshot: Any, status: str | None, mail: Mail | None
+    ) -> Awaitable[None]:
+        """The store's append of ``events``; it names the lease's owner (fencing: `LeaseLost`)."""
+        store, sid, owner = self.store, self.session_id, self.owner
         if mail is None:
-            if self.owner is None:
-                return self.store.append(self.session_id, events, snapshot=snapshot, status=status)
-            return self.store.append(
-                self.session_id, events, snapshot=snapshot, status=status, owner=self.owner
-            )
-        if self.owner is None:
-            return self.store.append(
-                self.session_id,
+            if owner is None:
+                return store.append(sid, events, snapshot=snapshot, status=status)
+            return store.append(sid, events, snapshot=snapshot, status=status, owner=owner)
+        if owner is None:
+            return store.append(
+                sid,
                 events,
                 snapshot=snapshot,
                 status=status,
                 applied=mail.applied,
                 posts=mail.posts,
             )
-        return self.store.append(
-            self.session_id,
+        return store.append(
+            sid,
             events,
             snapshot=snapshot,
             status=status,
             applied=mail.applied,
             posts=mail.posts,
-            owner=self.owner,
+            owner=owner,
         )
 
     def accept(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .._errors import (
     ConfigurationError,
@@ -23,7 +23,7 @@ from .._errors import (
 from ..actors import ActorSystem
 from ..core._seams import compiled
 from ..protocols import AgentState, Durability, Machine
-from ..store._seams import is_postgres_url, store_at
+from ..store._seams import owned_store
 from ..supervision import StageMode
 from ..supervision._seams import EventListener
 from ._children import ChildHost
@@ -92,14 +92,11 @@ class AgentSystem:
         store: Where sessions are recorded: every commit is stored before it
             becomes authoritative, and `resume` rebuilds a session from it. A
             store passed here is yours: enter it (``async with``) before the
-            system and leave it after. A ``postgresql://`` (or ``postgres://``)
-            URL, or a file path, given as a str instead: the system opens (and
-            closes) that store itself (a `PostgresStore` needs the ``postgres``
-            extra; its password is never shown).
+            system and leave it after. A str (a file path, a ``postgresql://`` URL)
+            is opened and closed here.
         path: Without ``store``, the SQLite file the system opens (and closes)
             itself: the embedded default, ``arkhon-rheo.db`` in the working
-            directory (a ``postgresql://`` URL opens a `PostgresStore`).
-            ``path=None`` (and no store) keeps sessions in memory only.
+            directory (or a ``postgresql://`` URL); ``path=None``: in memory only.
         durability: The durability mode of that store (see `Durability`).
         lease_ttl: With a store, each running session is leased to this system
             for this many seconds, renewed every third of it: a second system
@@ -176,14 +173,8 @@ class AgentSystem:
         lease_ttl = check_lease_ttl(lease_ttl)
         identity = Owner.current()
         self._exit = contextlib.AsyncExitStack()
-        self._owned_store: Store | None = None
-        if isinstance(store, str) or is_postgres_url(path):
-            # A URL (``postgresql://...``) or a path given as ``store``: the system's own.
-            location = store if isinstance(store, str) else path
-            assert location is not None
-            store = self._owned_store = store_at(location, durability=durability)
-        elif store is None and path is not None:
-            store = self._owned_store = store_at(path, durability=durability)
+        self._owned_store = owned_store(store, path, durability=durability)
+        store = self._owned_store or cast("Store | None", store)
         self._store = store
         self._actors = ActorSystem(
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout

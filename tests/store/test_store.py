@@ -367,9 +367,7 @@ async def test_a_refused_write_does_not_take_its_batch_down(
             assert store.statistics().largest_batch > 1
 
 
-async def test_leases_one_owner_at_a_time(
-    make_store: Callable[..., AnyStore], kind: Kind
-) -> None:
+async def test_leases_one_owner_at_a_time(make_store: Callable[..., AnyStore], kind: Kind) -> None:
     if kind.postgres:
         pytest.skip("PostgresStore's leases run by PostgreSQL's clock (see test_postgres.py)")
     now = [1000.0]

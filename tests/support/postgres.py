@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -69,14 +70,26 @@ class PostgresServer:
         return f"postgresql://postgres:pw@127.0.0.1:{self.port}/{database}"
 
     def stop(self) -> None:
-        """Stop the server (fast) and remove its folder."""
-        subprocess.run(
-            [*self.prefix, f"{self.bindir}/pg_ctl", "-D", str(self.root / "data"), "-m", "fast",
-             "-w", "stop"],
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
+        """Stop the server (immediate: it is thrown away) and remove its folder."""
+        try:
+            subprocess.run(
+                [
+                    *self.prefix,
+                    f"{self.bindir}/pg_ctl",
+                    "-D",
+                    str(self.root / "data"),
+                    "-m",
+                    "immediate",
+                    "-w",
+                    "stop",
+                ],
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:  # gone astray: stop its postmaster by its pid
+            pid = (self.root / "data" / "postmaster.pid").read_text().split()[0]
+            os.kill(int(pid), signal.SIGKILL)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -99,8 +112,18 @@ def start_server(bindir: str) -> PostgresServer:
     port = _free_port()
     run = {"capture_output": True, "text": True, "timeout": 120, "check": False}
     init = subprocess.run(
-        [*prefix, f"{bindir}/initdb", "-D", str(root / "data"), "-U", "postgres",
-         f"--pwfile={pwfile}", "-A", "scram-sha-256", "--no-sync"],
+        [
+            *prefix,
+            f"{bindir}/initdb",
+            "-D",
+            str(root / "data"),
+            "-U",
+            "postgres",
+            f"--pwfile={pwfile}",
+            "-A",
+            "scram-sha-256",
+            "--no-sync",
+        ],
         **run,  # type: ignore[call-overload]
     )
     if init.returncode != 0:
@@ -108,8 +131,18 @@ def start_server(bindir: str) -> PostgresServer:
         raise RuntimeError(f"initdb failed: {init.stdout}{init.stderr}")
     options = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root}"
     start = subprocess.run(
-        [*prefix, f"{bindir}/pg_ctl", "-D", str(root / "data"), "-o", options,
-         "-l", str(root / "log"), "-w", "start"],
+        [
+            *prefix,
+            f"{bindir}/pg_ctl",
+            "-D",
+            str(root / "data"),
+            "-o",
+            options,
+            "-l",
+            str(root / "log"),
+            "-w",
+            "start",
+        ],
         **run,  # type: ignore[call-overload]
     )
     if start.returncode != 0:
