@@ -21,6 +21,7 @@ import anyio
 from .._errors import ConfigurationError
 from .._log import get_logger
 from ..protocols import Machine
+from ..store._seams import is_postgres_url, redacted_url
 
 if TYPE_CHECKING:
     import os
@@ -77,7 +78,10 @@ def _machines_by_name(
     return found
 
 
-def _store_file(store_path: str | os.PathLike[str]) -> Path:
+def _store_file(store_path: str | os.PathLike[str]) -> Path | str:
+    if is_postgres_url(store_path):
+        redacted_url(str(store_path))  # its password is registered: never shown
+        return str(store_path)
     path = Path(store_path)
     if not path.is_file():
         raise ConfigurationError(
@@ -96,7 +100,7 @@ def create_app(
     allowed_hosts: Iterable[str] | None = None,
     secrets: Keyring | None = None,
 ) -> Starlette:
-    """The inspector as an ASGI app over the SQLite store at ``store_path``.
+    """The inspector as an ASGI app over the store at ``store_path`` (a file, or a URL).
 
     The app's lifespan opens the store through an `AgentSystem` of its own: a
     session resumed from the page runs in that system, as long as the app
@@ -106,7 +110,7 @@ def create_app(
     carry it. The token is ``app.state.token``.
 
     Args:
-        store_path: The SQLite file sessions are stored in.
+        store_path: The SQLite file sessions are stored in, or a ``postgresql://`` URL.
         machines: The machines of the store's sessions, by name (or a list of
             them, named by ``Machine.name``): deciding a paused session and
             replaying one need its machine; the other views need the store only.
@@ -217,7 +221,7 @@ async def serve(
     reported through ``task_status`` (``await task_group.start(serve, ...)``).
 
     Args:
-        store_path: The SQLite file sessions are stored in.
+        store_path: The SQLite file sessions are stored in, or a ``postgresql://`` URL.
         host: The address to listen on.
         port: The port (0: any free one).
         machines: The machines of the store's sessions (see `create_app`).
