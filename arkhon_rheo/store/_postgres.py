@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import TYPE_CHECKING, Any, Self
@@ -212,6 +213,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
                 max_pending=self._max_pending,
                 on_unacknowledged_error=self._defer,
                 channel=channel_of(self._schema),
+                reconnect=functools.partial(self._connect, writer=True),
             )
         self._state = StoreState.OPEN
         return self
@@ -241,23 +243,32 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
 
     # -- reading, on the pool ------------------------------------------------------------
 
-    async def _read(self, script: Script[Any], *, transaction: bool = True) -> Any:
-        """Run ``script`` on a pooled connection (after the queued writes, in ``ASYNC`` mode)."""
+    async def _read(self, make: Callable[[], Script[Any]], *, transaction: bool = True) -> Any:
+        """Run the script ``make`` makes on a pooled connection (``ASYNC``: after the queue)."""
         self._check_open()
         if self._durability is Durability.ASYNC:
             await self._flush()
-        if transaction:
-            script = pg.transaction(script)
-        return await anyio.to_thread.run_sync(self._run_pooled, script)
+        return await anyio.to_thread.run_sync(self._run_pooled, make, transaction)
 
-    def _run_pooled(self, script: Script[Any]) -> Any:
+    def _run_pooled(self, make: Callable[[], Script[Any]], transaction: bool) -> Any:
+        """Run a read on a pooled connection; on one PostgreSQL dropped, once more on another."""
         psycopg = import_psycopg()
-        try:
-            with self._pool.connection() as connection:
-                return run_now(connection, script, self._location)
-        except psycopg.Error:
-            error = StoreError(f"lost the connection to {self._location}", location=self._location)
-        raise error
+        for attempt in (1, 2):
+            script = pg.transaction(make()) if transaction else make()
+            try:
+                with self._pool.connection() as connection:
+                    try:
+                        return run_now(connection, script, self._location)
+                    except StoreError:
+                        if attempt == 2 or not connection.broken:
+                            raise
+                # Dropped (PostgreSQL restarted, say): the pool replaces it; start over.
+            except psycopg.Error:
+                error = StoreError(
+                    f"lost the connection to {self._location}", location=self._location
+                )
+                raise error from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def record(self, session_id: str) -> SessionRecord:
         """The session's record.
@@ -265,7 +276,9 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         Raises:
             SessionNotFound: No such session.
         """
-        return decode_record(await self._read(self._record(session_id), transaction=False))
+        return decode_record(
+            await self._read(functools.partial(self._record, session_id), transaction=False)
+        )
 
     async def load(self, session_id: str) -> LoadedSession:
         """The latest snapshot and the events after it.
@@ -273,7 +286,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         Raises:
             SessionNotFound: No such session.
         """
-        row, seq, state, events = await self._read(self._load(session_id))
+        row, seq, state, events = await self._read(functools.partial(self._load, session_id))
         return LoadedSession(
             decode_record(row), seq, decode_snapshot(state), tuple(map(decode_event, events))
         )
@@ -305,7 +318,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
 
     async def leases(self) -> tuple[LeaseRecord, ...]:
         """Every lease that has not expired, by PostgreSQL's clock."""
-        rows = await self._read(self._leases(), transaction=False)
+        rows = await self._read(self._leases, transaction=False)
         return tuple(LeaseRecord(*row) for row in rows)
 
     def _append_request(self, session_id: str, events: Any, *args: Any) -> Any:

@@ -26,7 +26,7 @@ from ._postgres_conn import connect, import_psycopg
 from ._postgres_sql import NOW, SESSION_COLUMNS, sql
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Callable, Collection
 
     from ..protocols import SessionRecord
     from ._driver import Rows, Script
@@ -68,7 +68,7 @@ class WorkQueueMixin:
 
     if TYPE_CHECKING:  # PostgresStore's (and StoreBase's)
 
-        async def _read(self, script: Script[Any], *, transaction: bool = True) -> Any:
+        async def _read(self, make: Callable[[], Script[Any]], *, transaction: bool = True) -> Any:
             raise NotImplementedError  # pragma: no cover (PostgresStore's)
 
         def _check_open(self) -> None:
@@ -112,7 +112,7 @@ class WorkQueueMixin:
             )
             return taken, rows
 
-        taken, rows = await self._read(script())
+        taken, rows = await self._read(script)
         for sid, token in taken:
             self._tokens[sid] = (owner, token)
         return tuple(map(decode_record, rows))

@@ -9,6 +9,8 @@ from ._codec import decode_event, decode_message, decode_record
 from ._postgres_sql import NOW, SESSION_COLUMNS, number, sql
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..protocols import SessionRecord, StoredEvent, StoredMessage
     from ._driver import Rows, Script
 
@@ -38,7 +40,7 @@ class ReadsMixin:
 
     if TYPE_CHECKING:  # PostgresStore's (and StoreBase's)
 
-        async def _read(self, script: Script[Any], *, transaction: bool = True) -> Any:
+        async def _read(self, make: Callable[[], Script[Any]], *, transaction: bool = True) -> Any:
             raise NotImplementedError  # pragma: no cover (PostgresStore's)
 
     # -- scripts -----------------------------------------------------------------------
@@ -97,7 +99,7 @@ class ReadsMixin:
             )
             return rows
 
-        return tuple(decode_event(_event(row)) for row in await self._read(script()))
+        return tuple(decode_event(_event(row)) for row in await self._read(script))
 
     async def snapshot_at(self, session_id: str, seq: int) -> tuple[int, Any]:
         """The latest snapshot taken at or before event ``seq``.
@@ -111,7 +113,7 @@ class ReadsMixin:
             row = yield from self._record(session_id)
             return (yield from self._snapshot(row[-1], seq))
 
-        found, state = await self._read(script())
+        found, state = await self._read(script)
         return found, decode_snapshot(state)
 
     async def sessions(self) -> tuple[SessionRecord, ...]:
@@ -121,7 +123,7 @@ class ReadsMixin:
             rows: Rows = yield sql(f"SELECT {SESSION_COLUMNS} FROM sessions ORDER BY n")
             return rows
 
-        return tuple(map(decode_record, await self._read(script(), transaction=False)))
+        return tuple(map(decode_record, await self._read(script, transaction=False)))
 
     async def _messages(self, session_id: str, where: str, order: str) -> Any:
         def script() -> Script[Rows]:
@@ -131,7 +133,7 @@ class ReadsMixin:
             )
             return rows
 
-        return tuple(map(decode_message, await self._read(script())))
+        return tuple(map(decode_message, await self._read(script)))
 
     async def pending(self, session_id: str) -> tuple[StoredMessage, ...]:
         """The session's messages not applied yet, by ``(due_at, position)``.
@@ -168,7 +170,7 @@ class ReadsMixin:
             )
             return rows, later[0][0]
 
-        rows, later = await self._read(script())
+        rows, later = await self._read(script)
         return tuple(map(decode_record, rows)), later
 
     async def _effect_rows(self, session_id: str) -> Rows:
@@ -181,5 +183,5 @@ class ReadsMixin:
             )
             return rows
 
-        found: Rows = await self._read(script())
+        found: Rows = await self._read(script)
         return found

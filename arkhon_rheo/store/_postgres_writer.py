@@ -31,11 +31,17 @@ _ATTEMPTS = 5
 
 
 class _Connection:
-    """A psycopg connection with the thread driver's interface (`run_now`, `close_now`)."""
+    """A psycopg connection with the thread driver's interface (`run_now`, `close_now`).
 
-    def __init__(self, connection: Any, location: str) -> None:
+    A connection PostgreSQL dropped (a restart, a terminated backend) is replaced
+    by a new one (``reconnect``) before the next script: the batch that found it
+    broken is refused, the next ones commit.
+    """
+
+    def __init__(self, connection: Any, location: str, reconnect: Callable[[], Any]) -> None:
         self._connection: Any = connection
         self._location = location
+        self._reconnect = reconnect
         self._lock = threading.Lock()
 
     def run_now(self, script: Script[Any]) -> Any:
@@ -44,6 +50,9 @@ class _Connection:
                 raise StoreError(
                     f"the connection to {self._location} is closed", location=self._location
                 )
+            if self._connection.broken:
+                self._connection.close()
+                self._connection = self._reconnect()
             return run_now(self._connection, script, self._location)
 
     def close_now(self) -> None:
@@ -64,6 +73,7 @@ class PostgresWriter(ThreadWriter):
         max_pending: How many tickets may be queued or in flight.
         on_unacknowledged_error: Called with each failed ticket nobody waits for.
         channel: The ``LISTEN/NOTIFY`` channel of the store's work queue.
+        reconnect: Opens a new connection, should PostgreSQL drop this one.
     """
 
     def __init__(
@@ -76,9 +86,10 @@ class PostgresWriter(ThreadWriter):
         max_pending: int,
         on_unacknowledged_error: Callable[[Ticket], None],
         channel: str,
+        reconnect: Callable[[], Any],
     ) -> None:
         super().__init__(
-            _Connection(connection, location),  # type: ignore[arg-type]
+            _Connection(connection, location, reconnect),  # type: ignore[arg-type]
             location=location,
             clock=clock,
             batch_max=batch_max,

@@ -178,3 +178,22 @@ async def test_an_agent_system_on_postgres_recovers_in_a_second_system(postgres_
     assert result.ok
     assert [e.seq for e in history] == list(range(1, len(history) + 1))
     assert len(result.state.steps) == 3
+
+
+async def test_the_writer_reconnects_after_postgres_drops_its_connection(
+    postgres_url: str,
+) -> None:
+    async with PostgresStore(postgres_url) as store:
+        await store.create_session("s", machine="m", snapshot={})
+        await store.append("s", [event("s", 1)])
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        try:
+            await store.append("s", [event("s", 2)])  # may find the connection dropped
+        except StoreError:
+            await store.append("s", [event("s", 2)])  # refused, nothing written: again
+        await store.append("s", [event("s", 3)])
+        assert [e.seq for e in await store.history("s")] == [1, 2, 3]

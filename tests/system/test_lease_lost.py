@@ -1,4 +1,4 @@
-"""A session whose lease another owner took stops at once: `ExitReason.LEASE_LOST`, nothing written."""
+"""A session whose lease another owner took stops at once (`LEASE_LOST`), writing nothing."""
 
 from __future__ import annotations
 
