@@ -316,6 +316,17 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         )
         self._tokens[session_id] = (owner, ticket.result)
 
+    async def release(self, session_id: str, owner: str) -> None:
+        """Give up the lease if ``owner`` holds it (its row stays, keeping its fencing token).
+
+        Raises:
+            StoreError: The write failed, or the store is not open.
+        """
+        await super().release(session_id, owner)
+        held = self._tokens.get(session_id)
+        if held is not None and held[0] == owner:
+            del self._tokens[session_id]
+
     async def leases(self) -> tuple[LeaseRecord, ...]:
         """Every lease that has not expired, by PostgreSQL's clock."""
         rows = await self._read(self._leases, transaction=False)
