@@ -16,7 +16,7 @@ import pytest
 
 from arkhon_rheo import AgentSystem, ConfigurationError, StoreError
 from arkhon_rheo.errors import LeaseLost, StoreCorrupt
-from arkhon_rheo.protocols import NewMessage
+from arkhon_rheo.protocols import Durability, NewMessage
 from arkhon_rheo.store import PostgresStore
 from tests.store.test_store import event
 
@@ -197,3 +197,31 @@ async def test_the_writer_reconnects_after_postgres_drops_its_connection(
             await store.append("s", [event("s", 2)])  # refused, nothing written: again
         await store.append("s", [event("s", 3)])
         assert [e.seq for e in await store.history("s")] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("mode", list(Durability), ids=[m.value for m in Durability])
+async def test_each_durability_mode_commits_everything_it_acknowledged(
+    postgres_url: str, mode: Durability
+) -> None:
+    # (The whole store suite runs on BATCHED; SYNC and ASYNC were run on it by hand too.)
+    async with PostgresStore(postgres_url, durability=mode) as store:
+        for i in range(20):
+            await store.create_session(f"s{i}", machine="m", snapshot={})
+        before = store.statistics().transactions
+
+        async def write(sid: str) -> None:
+            for seq in range(1, 6):
+                await store.append(sid, [event(sid, seq)], owner=None)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(write, f"s{i}")
+        for i in range(20):  # read your writes (ASYNC: the queue is committed first)
+            assert [e.seq for e in await store.history(f"s{i}")] == [1, 2, 3, 4, 5]
+        stats = store.statistics()
+        assert (stats.appended, stats.pending) == (100, 0)
+        if mode is Durability.SYNC:  # no grouping: one transaction per append
+            assert stats.largest_batch == 1
+            assert stats.transactions - before == 100
+    async with PostgresStore(postgres_url) as again:  # and it is all in PostgreSQL
+        assert {r.last_seq for r in await again.sessions()} == {5}
