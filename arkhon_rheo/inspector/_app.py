@@ -29,9 +29,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._errors import ArkhonError, SessionNotFound
+from .._redact import scrub_secrets
 from ..core._seams import differences, fingerprint
 from ..protocols import StateGraph
-from ..store._seams import redacted_url
 from ..system import AgentSystem
 from ._data import LIVE, load_timeline, summarize, when
 from ._graph import svg
@@ -137,7 +137,7 @@ class _Inspector:
         html = self.templates.get_template(name).render(
             token=self.browser_token(request),
             machines=sorted(self.machines),
-            store_path=redacted_url(str(self.store_path)),
+            store_path=scrub_secrets(str(self.store_path)),  # a URL's password masked
             **context,
         )
         return HTMLResponse(html, status_code=status)

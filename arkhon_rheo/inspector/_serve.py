@@ -21,7 +21,6 @@ import anyio
 from .._errors import ConfigurationError
 from .._log import get_logger
 from ..protocols import Machine
-from ..store._seams import is_postgres_url, redacted_url
 
 if TYPE_CHECKING:
     import os
@@ -79,9 +78,8 @@ def _machines_by_name(
 
 
 def _store_file(store_path: str | os.PathLike[str]) -> Path | str:
-    if is_postgres_url(store_path):
-        redacted_url(str(store_path))  # its password is registered: never shown
-        return str(store_path)
+    if str(store_path).lower().startswith(("postgresql://", "postgres://")):
+        return str(store_path)  # its store registers its password as a secret: never shown
     path = Path(store_path)
     if not path.is_file():
         raise ConfigurationError(
