@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["WorkQueueMixin", "channel_of"]
 
 logger = get_logger("arkhon_rheo.store")
+#: The longest one thread waits for a notification (see `WorkQueueMixin.wait_for_work`).
+_SLICE = 1.0
 
 _CLAIM = f"""WITH picked AS (
     SELECT s.id, s.n FROM sessions s
@@ -158,29 +161,52 @@ class WorkQueueMixin:
             logger.warning("store.listen_failed", location=self._location, error=str(exc))
             await anyio.sleep(timeout)
             return
-        listener = self._listener
-        if not await anyio.to_thread.run_sync(listener.wait, timeout, abandon_on_cancel=True):
-            await self._close_listener()  # broken: the next call listens anew; poll meanwhile
-            await anyio.sleep(timeout)
+        # In slices: a cancelled wait (its thread abandoned) holds the connection, and
+        # closing the store waits for it, at most one slice.
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            listener = self._listener
+            woke = await anyio.to_thread.run_sync(
+                listener.wait, min(left, _SLICE), abandon_on_cancel=True
+            )
+            if woke is None:  # broken: the next call listens anew; poll meanwhile
+                await self._close_listener()
+                await anyio.sleep(max(0.0, deadline - time.monotonic()))
+                return
+            if woke:
+                listener.pending = False  # taken by this call
+                return
 
 
 class _Listener:
-    """A connection that listens on the store's channel; one waiter at a time."""
+    """A connection that listens on the store's channel; one waiter at a time.
+
+    A notification a waiter received is kept (``pending``) until the call that
+    waited takes it: a waiter whose call was cancelled (its thread abandoned)
+    leaves it to the next call, which returns at once, so no news is lost.
+    """
 
     def __init__(self, connection: Any) -> None:
         self._connection = connection
         self._lock = threading.Lock()
+        self.pending = False
 
-    def wait(self, timeout: float) -> bool:
-        """Block until a notification arrives (or ``timeout``); ``False``: the connection failed."""
+    def wait(self, timeout: float) -> bool | None:
+        """Block until a notification arrives (``True``) or ``timeout`` (``False``).
+
+        ``None``: the connection failed.
+        """
         psycopg = import_psycopg()
         with self._lock:
+            if self.pending:
+                return True
             try:
-                for _ in self._connection.notifies(timeout=timeout, stop_after=1):
-                    pass
+                got = sum(1 for _ in self._connection.notifies(timeout=timeout, stop_after=1))
             except psycopg.Error:
-                return False
-            return True
+                return None
+            if got:
+                self.pending = True
+            return self.pending
 
     def close(self) -> None:
         with self._lock:

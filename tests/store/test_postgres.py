@@ -225,3 +225,22 @@ async def test_each_durability_mode_commits_everything_it_acknowledged(
             assert stats.transactions - before == 100
     async with PostgresStore(postgres_url) as again:  # and it is all in PostgreSQL
         assert {r.last_seq for r in await again.sessions()} == {5}
+
+
+async def test_a_cancelled_wait_for_work_lets_the_store_close(postgres_url: str) -> None:
+    with anyio.fail_after(60):  # (a hang guard: closing waits for one slice at most)
+        async with PostgresStore(postgres_url) as store:
+            started = anyio.Event()
+
+            async def wait() -> None:
+                started.set()
+                await store.wait_for_work(timeout=3600)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await started.wait()
+                await anyio.sleep(0.1)  # (let its thread begin to wait)
+                tg.cancel_scope.cancel()
+            # The store still works, and wakes on news as before.
+            await store.create_session("s", machine="m", snapshot={})
+            await store.wait_for_work(timeout=3600)  # the create's notification
