@@ -244,3 +244,16 @@ async def test_a_cancelled_wait_for_work_lets_the_store_close(postgres_url: str)
             # The store still works, and wakes on news as before.
             await store.create_session("s", machine="m", snapshot={})
             await store.wait_for_work(timeout=3600)  # the create's notification
+
+
+def test_a_password_in_the_query_is_masked_too() -> None:
+    from arkhon_rheo._redact import scrub_secrets
+    from arkhon_rheo.store._postgres_conn import redacted_url
+
+    shown = redacted_url("postgresql://db.internal/agents?user=app&password=qu3ry-secret")
+    assert "qu3ry-secret" not in shown
+    assert "user=app" in shown
+    assert scrub_secrets("dsn password=qu3ry-secret") == "dsn password=[REDACTED]"
+    store = PostgresStore("postgres://app:p%40ss-w0rd@db.internal/agents")
+    assert "p%40ss-w0rd" not in repr(store)
+    assert "p@ss-w0rd" not in scrub_secrets("the password is p@ss-w0rd")
