@@ -257,3 +257,25 @@ def test_a_password_in_the_query_is_masked_too() -> None:
     store = PostgresStore("postgres://app:p%40ss-w0rd@db.internal/agents")
     assert "p%40ss-w0rd" not in repr(store)
     assert "p@ss-w0rd" not in scrub_secrets("the password is p@ss-w0rd")
+
+
+async def test_an_older_schema_is_upgraded_when_opened(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arkhon_rheo.store import _postgres_schema
+
+    async with PostgresStore(postgres_url) as store:
+        await store.create_session("s", machine="m", snapshot={"v": 1})
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute("UPDATE arkhon_rheo.meta SET value = '0' WHERE key = 'schema_version'")
+    # A version 0 -> 1 step, as a future version's would be: run once, in the open's transaction.
+    monkeypatch.setattr(_postgres_schema, "_UPGRADES", {0: ("CREATE TABLE upgraded (x integer)",)})
+    async with PostgresStore(postgres_url) as store:
+        assert (await store.load("s")).snapshot == {"v": 1}
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        (version,) = connection.execute(
+            "SELECT value FROM arkhon_rheo.meta WHERE key = 'schema_version'"
+        ).fetchone() or ("",)
+        assert version == "1"
+        found = connection.execute("SELECT to_regclass('arkhon_rheo.upgraded')::text").fetchone()
+        assert found == ("arkhon_rheo.upgraded",)  # in the store's schema
