@@ -48,7 +48,8 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   ├── UnserializablePatch   a patch value cannot be stored (refused before commit)
     │   ├── UnrecordableCall      a recorded call's request or response cannot be stored
     │   ├── InboxFull             a session's inbox is full: the message was not stored
-    │   └── SessionLocked         another owner holds the session's lease
+    │   ├── SessionLocked         another owner holds the session's lease
+    │   └── LeaseLost             a write's owner lost its lease to another: stop driving
     ├── CommandError              a command of ``arkhon-rheo`` cannot go on (its exit status)
     └── CrashRunFailed            a `crash_loop` child failed on its own, not by the kill
 

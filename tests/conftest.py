@@ -60,3 +60,36 @@ def _structlog_as_it_was() -> Iterator[None]:
         structlog.configure(**saved)
     else:
         structlog.reset_defaults()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """One throwaway PostgreSQL server for the test run (skips if there are no binaries)."""
+    from tests.support.postgres import find_bindir, start_server
+
+    pytest.importorskip("psycopg", reason="psycopg is not installed (the postgres extra)")
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip(
+            "no PostgreSQL binaries (initdb, pg_ctl) found via pg_config, "
+            "/usr/lib/postgresql/*/bin or PATH: install postgresql to run these tests"
+        )
+    server = start_server(bindir)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: Any) -> str:
+    """The URL of a fresh, empty database on the test run's PostgreSQL server."""
+    import uuid
+
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_server.url, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    url: str = postgres_server.database_url(name)
+    return url

@@ -28,6 +28,7 @@ from ._base import SystemNotRunning as SystemNotRunning
 from ._cli import CommandError as CommandError
 from ._sessions import DuplicateEvent as DuplicateEvent
 from ._sessions import InboxFull as InboxFull
+from ._sessions import LeaseLost as LeaseLost
 from ._sessions import MessageRefused as MessageRefused
 from ._sessions import RecordedCallFailed as RecordedCallFailed
 from ._sessions import ReplayDiverged as ReplayDiverged
@@ -76,6 +77,7 @@ __all__ = [
     "InvariantViolation",
     "IsolationUnavailable",
     "KeyringError",
+    "LeaseLost",
     "MailboxClosed",
     "MailboxError",
     "MailboxFull",

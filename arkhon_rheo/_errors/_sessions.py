@@ -10,6 +10,7 @@ from ._base import ArkhonError
 __all__ = [
     "DuplicateEvent",
     "InboxFull",
+    "LeaseLost",
     "RecordedCallFailed",
     "ReplayDiverged",
     "SessionError",
@@ -203,6 +204,38 @@ class SessionLocked(StoreError):
         self.session_id = session_id
         self.owner = owner
         self.expires_at = expires_at
+
+
+class LeaseLost(StoreError):
+    """A write carried a lease its owner no longer holds: another owner took the session.
+
+    Nothing of the write was stored. The process that made it must stop driving
+    the session at once (no retry, no further writes): its successor drives it
+    now, from the last commit it saw. (A lease that ran out but that no other
+    owner took still lets its owner commit.)
+
+    Attributes:
+        session_id: The session.
+        owner: The owner the write was made for.
+        holder: Who holds the lease now (``None``: nobody; another owner took it
+            since, and gave it up).
+    """
+
+    def __init__(
+        self, *, session_id: str, owner: str, holder: str | None, location: str = ""
+    ) -> None:
+        now = "nobody holds it now" if holder is None else f"{holder!r} holds it now"
+        if holder == owner:
+            now = "it was taken again since, under a newer fencing token"
+        super().__init__(
+            f"session {session_id!r}: {owner!r} lost its lease ({now}); nothing of this write "
+            "was stored, and this process must stop driving the session: its new owner "
+            "drives it from the last commit",
+            location=location,
+        )
+        self.session_id = session_id
+        self.owner = owner
+        self.holder = holder
 
 
 class InboxFull(StoreError):

@@ -48,8 +48,8 @@ def _common(parser: argparse.ArgumentParser, *, json: bool = True) -> None:
     parser.add_argument(
         "--store",
         default=DEFAULT_STORE,
-        metavar="PATH",
-        help=f"the SQLite store file (default: ./{DEFAULT_STORE})",
+        metavar="PATH|URL",
+        help=f"the SQLite store file (default: ./{DEFAULT_STORE}), or a postgresql:// URL",
     )
     parser.add_argument(
         "--backend", choices=["asyncio", "trio"], default="asyncio", help="the event loop"

@@ -32,8 +32,9 @@ from rich.text import Text
 
 from .._errors import CommandError
 from .._json import JsonSyntaxError, read_json
+from .._redact import scrub_secrets
 from ..protocols import Machine
-from ..store._seams import not_a_file
+from ..store._seams import is_postgres_url, not_a_file, redacted_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -95,9 +96,10 @@ def shown(value: object) -> str:
     r"""``value`` as text safe for a terminal: control characters made visible (``\x1b``).
 
     A session id or an error message from the store could otherwise clear the
-    screen, retitle the terminal or hide what follows it.
+    screen, retitle the terminal or hide what follows it. Registered secrets (a
+    PostgreSQL URL's password) are masked.
     """
-    return str(value).translate(_CONTROLS)
+    return scrub_secrets(str(value)).translate(_CONTROLS)
 
 
 def styled(*parts: str | tuple[object, str]) -> Text:
@@ -150,6 +152,9 @@ def store_file(path: str) -> str:
             a FIFO, a socket or a device: never a store, and reading one
             could block forever.
     """
+    if is_postgres_url(path):
+        redacted_url(path)  # its password is registered: never shown
+        return path
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -175,7 +180,9 @@ def existing_store(path: str) -> str:
         CommandError: If there is no such file (exit status 3), or something
             other than a regular file is there (2).
     """
-    if not os.path.exists(store_file(path)):
+    if is_postgres_url(store_file(path)):
+        return path
+    if not os.path.exists(path):
         raise CommandError(
             f"no store file at {path!r}; pass --store PATH, or create one with "
             "`arkhon-rheo demo` or `arkhon-rheo run MODULE:ATTR`",

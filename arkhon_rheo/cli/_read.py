@@ -18,7 +18,7 @@ from rich.table import Table
 
 from ..core._seams import differences, fingerprint, masked, waits_for
 from ..protocols import StateGraph
-from ..store import SQLiteStore
+from ..store._seams import store_at
 from ._common import (
     CommandError,
     ExitStatus,
@@ -70,7 +70,7 @@ def _row(record: SessionRecord, last: StoredEvent | None, leased: bool) -> dict[
 
 
 async def _sessions(path: str) -> list[dict[str, Any]]:
-    async with SQLiteStore(path) as store:
+    async with store_at(path) as store:
         records = await store.sessions()
         leased = {lease.session_id for lease in await store.leases()}
         rows = []
@@ -112,7 +112,7 @@ def list_sessions(args: argparse.Namespace) -> ExitStatus:
 
 
 async def _history(path: str, session_id: str) -> tuple[SessionRecord, tuple[StoredEvent, ...]]:
-    async with SQLiteStore(path) as store:
+    async with store_at(path) as store:
         record = await store.record(session_id)
         return record, await store.history(session_id)
 
@@ -121,7 +121,7 @@ async def _session(
     path: str, session_id: str
 ) -> tuple[SessionRecord, tuple[StoredEvent, ...], bool]:
     """A session's record, its events, and whether a process holds its lease."""
-    async with SQLiteStore(path) as store:
+    async with store_at(path) as store:
         record = await store.record(session_id)
         leased = any(lease.session_id == session_id for lease in await store.leases())
         return record, await store.history(session_id), leased

@@ -68,7 +68,9 @@ def _read_token_file(name: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the arguments and serve until interrupted; return the exit status."""
     parser = argparse.ArgumentParser(prog="arkhon-rheo inspect")
-    parser.add_argument("--store", default="arkhon-rheo.db", help="the SQLite store file")
+    parser.add_argument(
+        "--store", default="arkhon-rheo.db", help="the SQLite store file, or a postgresql:// URL"
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765, help="0: any free port")
     parser.add_argument(

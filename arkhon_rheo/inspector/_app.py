@@ -29,6 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._errors import ArkhonError, SessionNotFound
+from .._redact import scrub_secrets
 from ..core._seams import differences, fingerprint
 from ..protocols import StateGraph
 from ..system import AgentSystem
@@ -69,7 +70,7 @@ class _Inspector:
 
     def __init__(
         self,
-        store_path: Path,
+        store_path: Path | str,
         machines: Mapping[str, Machine[Any]],
         token: str,
         protect: bool,
@@ -136,7 +137,7 @@ class _Inspector:
         html = self.templates.get_template(name).render(
             token=self.browser_token(request),
             machines=sorted(self.machines),
-            store_path=str(self.store_path),
+            store_path=scrub_secrets(str(self.store_path)),  # a URL's password masked
             **context,
         )
         return HTMLResponse(html, status_code=status)
@@ -387,7 +388,7 @@ def _pretty(text: str) -> str:
 
 
 def build_app(
-    store_path: Path,
+    store_path: Path | str,
     machines: Mapping[str, Machine[Any]],
     token: str,
     *,

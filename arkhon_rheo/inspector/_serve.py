@@ -77,7 +77,9 @@ def _machines_by_name(
     return found
 
 
-def _store_file(store_path: str | os.PathLike[str]) -> Path:
+def _store_file(store_path: str | os.PathLike[str]) -> Path | str:
+    if str(store_path).lower().startswith(("postgresql://", "postgres://")):
+        return str(store_path)  # its store registers its password as a secret: never shown
     path = Path(store_path)
     if not path.is_file():
         raise ConfigurationError(
@@ -96,7 +98,7 @@ def create_app(
     allowed_hosts: Iterable[str] | None = None,
     secrets: Keyring | None = None,
 ) -> Starlette:
-    """The inspector as an ASGI app over the SQLite store at ``store_path``.
+    """The inspector as an ASGI app over the store at ``store_path`` (a file, or a URL).
 
     The app's lifespan opens the store through an `AgentSystem` of its own: a
     session resumed from the page runs in that system, as long as the app
@@ -106,7 +108,7 @@ def create_app(
     carry it. The token is ``app.state.token``.
 
     Args:
-        store_path: The SQLite file sessions are stored in.
+        store_path: The SQLite file sessions are stored in, or a ``postgresql://`` URL.
         machines: The machines of the store's sessions, by name (or a list of
             them, named by ``Machine.name``): deciding a paused session and
             replaying one need its machine; the other views need the store only.
@@ -217,7 +219,7 @@ async def serve(
     reported through ``task_status`` (``await task_group.start(serve, ...)``).
 
     Args:
-        store_path: The SQLite file sessions are stored in.
+        store_path: The SQLite file sessions are stored in, or a ``postgresql://`` URL.
         host: The address to listen on.
         port: The port (0: any free one).
         machines: The machines of the store's sessions (see `create_app`).

@@ -37,6 +37,7 @@ __all__ = [
     "StoredEffect",
     "StoredEvent",
     "StoredMessage",
+    "WorkQueue",
 ]
 
 #: A JSON-compatible value.
@@ -308,6 +309,7 @@ class Store(Protocol):
         status: str | None = None,
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
+        owner: str | None = None,
     ) -> None:
         """Append events (with numbers following the last one), durably per the store's mode.
 
@@ -319,6 +321,13 @@ class Store(Protocol):
         has already is skipped). Raises ``StoreError`` (``DuplicateEvent``) if a
         number is taken or not the next one, or if message ``applied`` is not
         pending (applied already): then nothing is written.
+
+        Fencing: with ``owner`` (who holds the session's lease), the append is
+        refused with ``LeaseLost`` unless ``owner`` still holds the lease (in a store
+        that keeps fencing tokens, under the token it was given when it took the
+        lease), checked in the same transaction as the insert: then nothing is
+        written. A lease that ran out but that no other owner took still lets its
+        owner commit.
         """
         ...
 
@@ -462,4 +471,23 @@ class Store(Protocol):
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counters."""
+        ...
+
+
+@runtime_checkable
+class WorkQueue(Protocol):
+    """An optional capability of a store shared by worker processes: claiming work, and waking."""
+
+    async def claim(
+        self, owner: str, *, machines: Collection[str], limit: int, ttl: float, now: float
+    ) -> tuple[SessionRecord, ...]:
+        """Lease up to `limit` sessions of these machine names that have something to do, for `owner`, `ttl` seconds; return their records.
+
+        Something to do: status "running" with no unexpired lease (a new start, or an owner whose lease ran out), or status "waiting" with wake_at <= now.
+        The leases are taken in the same transaction (Postgres: FOR UPDATE SKIP LOCKED), so two workers never claim the same session.
+        """  # noqa: E501
+        ...
+
+    async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the protocol's
+        """Return when there may be new work (a post, a new session, a released lease, a park with a wake time), or after `timeout` seconds. Postgres: LISTEN/NOTIFY, polling as the fallback."""  # noqa: E501
         ...

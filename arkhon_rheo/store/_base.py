@@ -116,6 +116,8 @@ class StoreBase:
         status: str | None,
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
+        owner: str | None = None,
+        token: int | None = None,
     ) -> Append:
         self._check_open()
         rows = encode_events(session_id, events, self._location)
@@ -124,8 +126,12 @@ class StoreBase:
             seq, state = snapshot
             what = f"the snapshot of session {session_id!r} after event #{seq}"
             encoded = (seq, encode_snapshot(state, what=what, location=self._location))
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise ConfigurationError(
+                f"owner must be the lease's owner (a non-empty str) or None, not {owner!r}"
+            )
         if applied is None and not posts:
-            return Append(session_id, rows, encoded, status)
+            return Append(session_id, rows, encoded, status, owner=owner, token=token)
         if applied is not None and (
             type(applied) is not int or applied < 1 or not rows  # bool is no position
         ):
@@ -136,7 +142,7 @@ class StoreBase:
             )
         now = self._clock()
         new = [self._new_row(session_id, message, now) for message in posts]
-        return Append(session_id, rows, encoded, status, applied, new)
+        return Append(session_id, rows, encoded, status, applied, new, owner, token)
 
     def _new_row(self, session_id: str, message: NewMessage, now: float) -> NewRow:
         """A message to post, checked and encoded (its payload as JSON text)."""

@@ -22,7 +22,7 @@ from ._codec import (
 )
 from ._effects import BeginEffect, EffectLedger, EffectRow, FinishEffect
 from ._inbox import Inbox
-from ._plan import Park, Plan, Request, SetStatus, plan, posted_ids, touches_inbox
+from ._plan import Append, Park, Plan, Request, SetStatus, plan, posted_ids, touches_inbox
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -110,7 +110,9 @@ class MemoryStore(StoreBase, EffectLedger):
         if (row := self._sessions.get(sid)) is not None:
             known[sid] = (row[3], row[2])
         leases = None
-        if type(request) is Park and (held := self._leases.get(sid)) is not None:
+        if (type(request) is Park or (type(request) is Append and request.owner is not None)) and (
+            held := self._leases.get(sid)
+        ) is not None:
             leases = {sid: held}
         inboxes = None
         if touches_inbox(request) and (box := self._inboxes.get(sid)) is not None:
@@ -243,6 +245,7 @@ class MemoryStore(StoreBase, EffectLedger):
         status: str | None = None,
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
+        owner: str | None = None,
     ) -> None:
         """Append events whose numbers follow the session's last one.
 
@@ -255,12 +258,16 @@ class MemoryStore(StoreBase, EffectLedger):
             UnserializablePatch: A patch holds a value that is not JSON data.
             StoreError: Message ``applied`` is not pending, another value is not JSON
                 data, or the store is not open; nothing is appended.
+            LeaseLost: ``owner`` is given and no longer holds the session's lease
+                (another owner took it); nothing is appended.
             ConfigurationError: ``applied`` is not a position, or comes with no events.
         """
         if current_injector() is not None:
             await inject_store_fault(session_id, "append")
         await anyio.lowlevel.checkpoint()
-        self._write(self._append_request(session_id, events, snapshot, status, applied, posts))
+        self._write(
+            self._append_request(session_id, events, snapshot, status, applied, posts, owner)
+        )
 
     async def record(self, session_id: str) -> SessionRecord:
         """The session's record.

@@ -25,6 +25,7 @@ from .._errors import (
     StoreError,
 )
 from ._effects import BeginEffect, FinishEffect, plan_effect
+from ._fence import Lease, fence
 from ._inbox import Inbox, NewRow, Park, Post
 
 if TYPE_CHECKING:
@@ -79,6 +80,9 @@ class Append:
     status: str | None
     applied: int | None = None
     posts: Sequence[NewRow] = ()
+    #: Fencing (see `._fence`): refused unless ``owner`` holds the lease (under ``token``).
+    owner: str | None = None
+    token: int | None = None
 
 
 @dataclass(slots=True)
@@ -130,8 +134,6 @@ Request = (
     | BeginEffect
     | FinishEffect
 )
-#: ``(owner, expires_at)`` of a lease.
-Lease = tuple[str, float]
 
 
 class Plan:
@@ -434,6 +436,7 @@ def plan(
     leases: dict[str, Lease] | None = None,
     inboxes: dict[str, Inbox] | None = None,
     effects: dict[tuple[str, str], EffectRow] | None = None,
+    tokens: dict[str, int] | None = None,
 ) -> Plan:
     """Check a batch of requests in order and gather the rows to write.
 
@@ -447,6 +450,7 @@ def plan(
             reads or writes (see `touches_inbox`; absent: empty). Not modified.
         effects: The effect-ledger rows of the entries the batch begins or finishes,
             by ``(session_id, key)`` (absent: none). Not modified.
+        tokens: The fencing token of each lease in ``leases`` (see `._fence`).
         now: The time to record as the sessions' ``updated_at``.
         location: The store's location, for errors.
 
@@ -466,6 +470,8 @@ def plan(
         if type(request) is Append:
             if current is None:
                 error = SessionNotFound(session_id=sid)
+            elif request.owner and (fenced := fence(request, held, tokens, location)):
+                error = fenced
             else:
                 error = _append(request, current, state, boxes, out, location)
         elif isinstance(request, Flush):

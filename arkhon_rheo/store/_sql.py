@@ -21,7 +21,6 @@ from ._plan import (
     BeginEffect,
     Create,
     FinishEffect,
-    Lease,
     Park,
     Plan,
     Post,
@@ -36,6 +35,7 @@ if TYPE_CHECKING:
 
     from ._codec import Snapshot
     from ._driver import Rows, Script, Statement
+    from ._fence import Lease
 
 __all__ = [
     "StaleCache",
@@ -218,7 +218,8 @@ def _current(
         {
             r.session_id
             for r in requests
-            if isinstance(r, Acquire | Release) or (isinstance(r, Park) and r.owner is not None)
+            if isinstance(r, Acquire | Release)
+            or (isinstance(r, Park | Append) and r.owner is not None)
         }
     )
     leases: dict[str, Lease] = {}

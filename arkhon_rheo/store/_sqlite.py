@@ -118,6 +118,7 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         status: str | None = None,
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
+        owner: str | None = None,
     ) -> None:
         """Append events whose numbers follow the session's last one.
 
@@ -135,11 +136,13 @@ class SQLiteStore(SQLiteBase, EffectLedger):
             StoreError: Message ``applied`` is not pending, another value is not
                 JSON data, the write failed, or the store is not open; nothing is
                 appended.
+            LeaseLost: ``owner`` is given and no longer holds the session's lease
+                (another owner took it); nothing is appended.
             ConfigurationError: ``applied`` is not a position, or comes with no events.
         """
         if current_injector() is not None:
             await inject_store_fault(session_id, "append")
-        request = self._append_request(session_id, events, snapshot, status, applied, posts)
+        request = self._append_request(session_id, events, snapshot, status, applied, posts, owner)
         del events, snapshot, posts  # encoded: nothing here keeps them alive while waiting
         if self._durability is not Durability.ASYNC:
             # `_submit`, inlined: one coroutine less for every commit in flight.
@@ -168,7 +171,9 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         if last is None:
             last = (await self.record(session_id)).last_seq
         known = {session_id: (last, "")}
-        if error := plan([request], known, now=0.0, location=self._location).errors[0]:
+        # (Fencing is checked by the writer's transaction; a refusal there is deferred.)
+        held = None if owner is None else {session_id: (owner, math.inf)}
+        if error := plan([request], known, now=0.0, location=self._location, leases=held).errors[0]:
             raise error
         if request.rows:
             self._tails[session_id] = request.rows[-1][1]

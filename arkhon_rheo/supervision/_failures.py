@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import ArkhonError, RestartIntensityExceeded, Transient
+from .._errors import ArkhonError, LeaseLost, RestartIntensityExceeded, Transient
 from .._log import get_logger
 from ..protocols import ErrorClass, EventKind, Patch
 from ._record import ExitReason, failure_record
@@ -56,6 +56,8 @@ class FailureHandler:
             that used up its attempts counts as recoverable.
         """
         session = self.session
+        if type(failure) is LeaseLost:  # never retried: another owner drives it now
+            return ErrorClass.FATAL
         error_class = session.config.classifier.classify(failure)
         if error_class is not ErrorClass.TRANSIENT:
             return error_class
@@ -76,6 +78,34 @@ class FailureHandler:
         session.retries += 1
         return None
 
+    def lease_lost(self, error: LeaseLost, stage: str, attempt: int) -> bool:
+        """Another owner took the session: stop at once, writing nothing more; it has ended.
+
+        No failure event, no status and no release is written: the session is its
+        new owner's (`Persistence.lost` keeps the supervisor's stop from writing).
+        """
+        session = self.session
+        if session.persistence is not None:
+            session.persistence.lost = True
+        session.failure = failure_record(
+            type(error).__name__,
+            str(error),
+            ErrorClass.FATAL,
+            stage=stage,
+            attempt=attempt,
+            lifecycle=session.state.lifecycle,
+            reason=ExitReason.LEASE_LOST,
+        )
+        _logger.error(
+            "session_lease_lost",
+            session_id=session.session_id,
+            owner=error.owner,
+            holder=error.holder,
+            stage=stage,
+        )
+        session.finish(ExitReason.LEASE_LOST)
+        return True
+
     async def failed(
         self,
         error: Exception,
@@ -92,6 +122,8 @@ class FailureHandler:
             Whether the session ended.
         """
         session = self.session
+        if type(error) is LeaseLost:
+            return self.lease_lost(error, stage, attempt)
         if error_class is None:
             error_class = session.config.classifier.classify(error)
         if error_class is ErrorClass.RECOVERABLE:

@@ -79,6 +79,7 @@ class Persistence:
         "codec",
         "digest",
         "link",
+        "lost",
         "owner",
         "session_id",
         "snapshot_every",
@@ -100,6 +101,8 @@ class Persistence:
         self.store = store
         self.digest = digest
         self.owner = owner
+        #: Another owner took the lease (`LeaseLost`): nothing more is written.
+        self.lost = False
         self.codec = codec
         self.session_id = session_id
         self.snapshot_every = snapshot_every
@@ -184,15 +187,34 @@ class Persistence:
         # The store may drop the encoded event (and its patch) once it has its
         # rows, rather than hold it until the write is durable.
         events = [self.codec.encode_event(event, digest.value, patch=patch)]
+        return self._append(events, snapshot, status, mail)
+
+    def _append(
+        self, events: list[Any], snapshot: Any, status: str | None, mail: Mail | None
+    ) -> Awaitable[None]:
+        """The store's append of ``events``; it names the lease's owner (fencing: `LeaseLost`)."""
+        store, sid, owner = self.store, self.session_id, self.owner
         if mail is None:
-            return self.store.append(self.session_id, events, snapshot=snapshot, status=status)
-        return self.store.append(
-            self.session_id,
+            if owner is None:
+                return store.append(sid, events, snapshot=snapshot, status=status)
+            return store.append(sid, events, snapshot=snapshot, status=status, owner=owner)
+        if owner is None:
+            return store.append(
+                sid,
+                events,
+                snapshot=snapshot,
+                status=status,
+                applied=mail.applied,
+                posts=mail.posts,
+            )
+        return store.append(
+            sid,
             events,
             snapshot=snapshot,
             status=status,
             applied=mail.applied,
             posts=mail.posts,
+            owner=owner,
         )
 
     def accept(self) -> None:
@@ -207,9 +229,13 @@ class Persistence:
     async def close(self, status: str | None) -> None:
         """The run has ended: store its ``status`` (unless ``None``) and give its lease up.
 
+        Nothing at all once the lease was lost to another owner (`lost`).
+
         Raises:
             StoreError: If the store failed; the lease is given up all the same.
         """
+        if self.lost:  # the session is another owner's now: not ours to write
+            return
         try:
             if status is not None:
                 await self.store.set_status(self.session_id, status)

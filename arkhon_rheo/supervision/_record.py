@@ -91,6 +91,11 @@ class ExitReason(enum.Enum):
     #: it parked, stored as ``"waiting"``, holding no lease and no memory; a
     #: message sent to it (or a timer falling due) wakes it where it is served.
     WAITING = "waiting"
+    #: A commit was refused because another owner took the session's lease
+    #: (`LeaseLost`: this process was paused, or cut off, past its lease). It
+    #: stopped at once, writing nothing more (no status, no lease release): its
+    #: new owner drives it from the last commit. Its ``failure`` names the error.
+    LEASE_LOST = "lease_lost"
 
 
 class StageMode(enum.Enum):

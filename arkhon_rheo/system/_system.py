@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .._errors import (
     ConfigurationError,
@@ -23,7 +23,7 @@ from .._errors import (
 from ..actors import ActorSystem
 from ..core._seams import compiled
 from ..protocols import AgentState, Durability, Machine
-from ..store import SQLiteStore
+from ..store._seams import owned_store
 from ..supervision import StageMode
 from ..supervision._seams import EventListener
 from ._children import ChildHost
@@ -92,11 +92,12 @@ class AgentSystem:
         store: Where sessions are recorded: every commit is stored before it
             becomes authoritative, and `resume` rebuilds a session from it. A
             store passed here is yours: enter it (``async with``) before the
-            system and leave it after.
+            system and leave it after. A str (a file path, a ``postgresql://`` URL)
+            is opened and closed here.
         path: Without ``store``, the SQLite file the system opens (and closes)
             itself: the embedded default, ``arkhon-rheo.db`` in the working
-            directory. ``path=None`` (and no store) keeps sessions in memory only.
-        durability: The durability mode of that file (see `Durability`).
+            directory (or a ``postgresql://`` URL); ``path=None``: in memory only.
+        durability: The durability mode of that store (see `Durability`).
         lease_ttl: With a store, each running session is leased to this system
             for this many seconds, renewed every third of it: a second system
             (in this process or another on the same file) cannot drive it. If
@@ -146,7 +147,7 @@ class AgentSystem:
         seed: int | None = None,
         listeners: Iterable[EventListener] = (),
         shutdown_timeout: float = 5.0,
-        store: Store | None = None,
+        store: Store | str | None = None,
         lease_ttl: float = 30.0,
         path: str | os.PathLike[str] | None = DEFAULT_PATH,
         durability: Durability = Durability.BATCHED,
@@ -172,9 +173,8 @@ class AgentSystem:
         lease_ttl = check_lease_ttl(lease_ttl)
         identity = Owner.current()
         self._exit = contextlib.AsyncExitStack()
-        self._owned_store: SQLiteStore | None = None
-        if store is None and path is not None:
-            store = self._owned_store = SQLiteStore(path, durability=durability)
+        self._owned_store = owned_store(store, path, durability=durability)
+        store = self._owned_store or cast("Store | None", store)
         self._store = store
         self._actors = ActorSystem(
             name="agents", mailbox_capacity=mailbox_capacity, shutdown_timeout=shutdown_timeout

@@ -259,11 +259,18 @@ class FaultyStore:
         status: str | None = None,
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
+        owner: str | None = None,
     ) -> None:
         """`Store.append`, unless a rule fails it (then nothing of it is stored)."""
         await self._check("append", session_id)
         await self.inner.append(
-            session_id, events, snapshot=snapshot, status=status, applied=applied, posts=posts
+            session_id,
+            events,
+            snapshot=snapshot,
+            status=status,
+            applied=applied,
+            posts=posts,
+            owner=owner,
         )
 
     async def record(self, session_id: str) -> SessionRecord:

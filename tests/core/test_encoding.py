@@ -241,10 +241,17 @@ class SpyStore(MemoryStore):
         status: str | None = None,
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
+        owner: str | None = None,
     ) -> None:
         self.given.append((list(events), snapshot))
         await super().append(
-            session_id, events, snapshot=snapshot, status=status, applied=applied, posts=posts
+            session_id,
+            events,
+            snapshot=snapshot,
+            status=status,
+            applied=applied,
+            posts=posts,
+            owner=owner,
         )
 
 

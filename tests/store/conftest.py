@@ -2,7 +2,8 @@
 
 ``memory`` is `MemoryStore`; ``sync``, ``batched`` and ``async`` are `SQLiteStore` in
 that mode with the default driver (threads); ``aiosqlite`` is `SQLiteStore` on
-aiosqlite (asyncio only: skipped on trio).
+aiosqlite (asyncio only: skipped on trio); ``postgres`` is `PostgresStore` (batched)
+on a fresh database of the test run's throwaway server (skipped without PostgreSQL).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from arkhon_rheo.protocols import Durability
-from arkhon_rheo.store import MemoryStore, SQLiteStore
+from arkhon_rheo.store import MemoryStore, PostgresStore, SQLiteStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-AnyStore = MemoryStore | SQLiteStore
+AnyStore = MemoryStore | SQLiteStore | PostgresStore
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +31,12 @@ class Kind:
 
     @property
     def sqlite(self) -> bool:
+        """A durable store (SQLite or PostgreSQL): it keeps what it stored, in batches."""
         return self.durability is not None
+
+    @property
+    def postgres(self) -> bool:
+        return self.driver == "postgres"
 
 
 KINDS = [
@@ -39,6 +45,7 @@ KINDS = [
     Kind("batched", Durability.BATCHED),
     Kind("async", Durability.ASYNC),
     Kind("aiosqlite", Durability.BATCHED, "aiosqlite"),
+    Kind("postgres", Durability.BATCHED, "postgres"),
 ]
 
 
@@ -49,14 +56,20 @@ def kind(request: pytest.FixtureRequest) -> Kind:
 
 
 @pytest.fixture
-def make_store(kind: Kind, tmp_path: Path, anyio_backend: str) -> Callable[..., AnyStore]:
-    """Make a new store of the kind; SQLite ones all open the same file."""
+def make_store(
+    kind: Kind, tmp_path: Path, anyio_backend: str, request: pytest.FixtureRequest
+) -> Callable[..., AnyStore]:
+    """Make a new store of the kind; SQLite ones all open the same file (Postgres: database)."""
     if kind.driver == "aiosqlite" and anyio_backend != "asyncio":
         pytest.skip("aiosqlite runs on asyncio only")
+    url = request.getfixturevalue("postgres_url") if kind.postgres else ""
 
     def make(**options: Any) -> AnyStore:
         if kind.durability is None:
             return MemoryStore(**options)
+        if kind.postgres:
+            options.pop("busy_timeout", None)
+            return PostgresStore(url, durability=kind.durability, **options)
         return SQLiteStore(
             tmp_path / "store.db",
             durability=kind.durability,

@@ -186,10 +186,17 @@ class CountingStore:
         status: str | None = None,
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
+        owner: str | None = None,
     ) -> None:
         await self._call(
             lambda: self.inner.append(
-                session_id, events, snapshot=snapshot, status=status, applied=applied, posts=posts
+                session_id,
+                events,
+                snapshot=snapshot,
+                status=status,
+                applied=applied,
+                posts=posts,
+                owner=owner,
             )
         )
 

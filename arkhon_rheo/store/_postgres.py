@@ -1,0 +1,341 @@
+"""`PostgresStore`: sessions in PostgreSQL, shared by processes on many machines."""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
+import anyio.to_thread
+
+from .._errors import ConfigurationError, StoreError
+from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord
+from . import _postgres_sql as pg
+from ._base import StoreBase, StoreState
+from ._codec import decode_event, decode_record, decode_snapshot
+from ._plan import Acquire
+from ._postgres_conn import connect, import_psycopg, is_postgres_url, redacted_url, run_now
+from ._postgres_queue import WorkQueueMixin, channel_of
+from ._postgres_reads import ReadsMixin
+from ._postgres_schema import check_schema_name, prepare
+from ._postgres_writer import PostgresWriter
+from ._sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+
+    from ._driver import Script
+    from ._thread_writer import Batch
+    from ._writer import Ticket
+
+__all__ = ["PostgresStore"]
+
+
+class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
+    """Sessions in a PostgreSQL database: logs, snapshots, records, leases, inboxes, effects.
+
+    The same event-sourced rows as `SQLiteStore` (compact events, snapshots by
+    cost), in one PostgreSQL schema, so many processes on many machines share
+    the sessions. Its writes go the same way as `SQLiteStore`'s (it shares its
+    write path): one writer thread per store, with its own connection, commits
+    the writes of many sessions together (group commit), each batch in one
+    transaction that locks the rows of the sessions it touches
+    (``SELECT ... FOR UPDATE``), checks them with the same rules as the other
+    stores and writes what passes. Reads run on a `psycopg_pool` pool in worker
+    threads. Everything runs on synchronous psycopg connections in threads, so
+    it works on asyncio and trio alike.
+
+    ``durability`` says when a write is acknowledged and what survives:
+
+    * `Durability.SYNC`: each request is its own transaction (no grouping),
+      committed with ``synchronous_commit = on``: acknowledged once PostgreSQL
+      has flushed its WAL. Survives a crash of this process, of PostgreSQL and
+      of its host (and, with synchronous standbys configured, of the primary).
+    * `Durability.BATCHED` (default): group commit, acknowledged once the
+      batch's ``COMMIT`` returns with ``synchronous_commit = on``: the same
+      guarantees as ``SYNC``, one WAL flush per batch.
+    * `Durability.ASYNC`: appends are acknowledged once queued, and batches
+      commit with ``synchronous_commit = off``. What is still queued when this
+      process dies is lost; a crash of PostgreSQL or its host may lose the
+      last commits not yet flushed (up to three times ``wal_writer_delay``,
+      600 ms by default), never corrupting the database. Posts, parks, leases
+      and effect intents are still acknowledged only once committed.
+
+    Leases are rows stamped by PostgreSQL's clock (``clock_timestamp()``), so
+    the machines need not agree on the time. Each carries a **fencing token**
+    that grows by one whenever a new owner takes the lease; an append made for
+    an owner (``append(..., owner=...)``) is checked against the lease row in
+    its own transaction, under the token this store was given when that owner
+    took it, and refused with `LeaseLost` if another owner took it since: a
+    worker paused past its lease never writes over its successor.
+
+    The store is also a work queue (`WorkQueue`): `claim` leases sessions that
+    have something to do with ``FOR UPDATE SKIP LOCKED``, and `wait_for_work`
+    wakes on ``LISTEN/NOTIFY``.
+
+    The URL's password is a secret: it is registered with the scrubbing
+    registry, masked in ``location``, ``repr`` and errors, and no psycopg error
+    is chained to the errors raised.
+
+    Args:
+        url: ``postgresql://user:password@host:port/database`` (or ``postgres://``).
+        durability: When writes are acknowledged (see above).
+        schema: The PostgreSQL schema holding the store's tables (created if missing).
+        batch_max: The most requests one transaction carries.
+        max_pending: How many requests may wait for the writer; more wait for room.
+        pool_size: The most connections reads use at once.
+        clock: Stamps records (``created_at``, ``updated_at``); leases use
+            PostgreSQL's clock.
+
+    Raises:
+        ConfigurationError: An argument is out of range, or psycopg is not
+            installed (``pip install "arkhon-rheo[postgres]"``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        durability: Durability = Durability.BATCHED,
+        schema: str = "arkhon_rheo",
+        batch_max: int = 1024,
+        max_pending: int = 8192,
+        pool_size: int = 4,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not is_postgres_url(url):
+            raise ConfigurationError(
+                "url must be a postgresql:// (or postgres://) URL, not "
+                f"{redacted_url(url) if isinstance(url, str) else url!r}"
+            )
+        location = redacted_url(url)
+        import_psycopg()
+        StoreBase.__init__(self, location, clock)
+        if not isinstance(durability, Durability):
+            raise ConfigurationError(f"durability must be a Durability, not {durability!r}")
+        if batch_max < 1 or max_pending < 1 or pool_size < 1:
+            raise ConfigurationError(
+                f"batch_max ({batch_max}), max_pending ({max_pending}) and pool_size "
+                f"({pool_size}) must be at least 1"
+            )
+        self._url = url
+        self._schema = check_schema_name(schema)
+        self._durability = durability
+        self._batch_max = 1 if durability is Durability.SYNC else batch_max
+        self._max_pending = max_pending
+        self._pool_size = pool_size
+        self._writer: Any = None
+        self._task_group = None
+        self._tails: dict[str, int] = {}
+        self._deferred: dict[str, Exception] = {}
+        self._pool: Any = None
+        #: The fencing token this store was given for each session it took: ``(owner, token)``.
+        self._tokens: dict[str, tuple[str, int]] = {}
+        self._listener: Any = None
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._location!r}, schema={self._schema!r})"
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding the store's tables."""
+        return self._schema
+
+    def _configure(self, connection: Any) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f'SET search_path TO "{self._schema}"')
+
+    def _connect(self, *, writer: bool) -> Any:
+        connection = connect(self._url, self._location)
+        try:
+            self._configure(connection)
+            if writer and self._durability is Durability.ASYNC:
+                with connection.cursor() as cursor:
+                    cursor.execute("SET synchronous_commit TO off")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _open_sync(self) -> tuple[Any, Any]:
+        """Blocking: prepare the schema, open the writer's connection and the pool."""
+        psycopg = import_psycopg()
+        import psycopg_pool
+
+        first = connect(self._url, self._location)
+        try:
+            run_now(first, prepare(self._schema, self._location), self._location)
+        finally:
+            first.close()
+        connection = self._connect(writer=True)
+        pool = psycopg_pool.ConnectionPool(
+            self._url,
+            min_size=1,
+            max_size=self._pool_size,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            open=False,
+            name="arkhon-rheo",
+        )
+        try:
+            pool.open(wait=True, timeout=30.0)
+        except (psycopg.Error, psycopg_pool.PoolTimeout):
+            pool.close()
+            connection.close()
+            raise StoreError(
+                f"cannot open a connection pool to {self._location}", location=self._location
+            ) from None
+        return connection, pool
+
+    async def __aenter__(self) -> Self:
+        """Connect, create (or check, or upgrade) the schema and start the writer.
+
+        Raises:
+            StoreCorrupt: The schema holds another application's tables, or a
+                store of another version; it is left untouched.
+            StoreError: PostgreSQL cannot be reached, or the store was open already.
+        """
+        self._begin_enter()
+        with anyio.CancelScope(shield=True):
+            try:
+                connection, self._pool = await anyio.to_thread.run_sync(self._open_sync)
+            except BaseException:
+                self._state = StoreState.CLOSED
+                raise
+            self._writer = PostgresWriter(
+                connection,
+                location=self._location,
+                clock=self._clock,
+                batch_max=self._batch_max,
+                max_pending=self._max_pending,
+                on_unacknowledged_error=self._defer,
+                channel=channel_of(self._schema),
+                reconnect=functools.partial(self._connect, writer=True),
+            )
+        self._state = StoreState.OPEN
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Commit everything queued, stop the writer and close the connections."""
+        if self._state is not StoreState.OPEN:
+            return
+        self._state = StoreState.CLOSED
+        with anyio.CancelScope(shield=True):
+            await self._writer.aclose()
+            await self._close_listener()
+            pool, self._pool = self._pool, None
+            await anyio.to_thread.run_sync(pool.close)
+
+    def _enqueue(self, ticket: Ticket) -> Batch | None:
+        """The writer's fast path (see `SQLiteBase._enqueue`)."""
+        try:
+            return self._writer.enqueue(ticket)  # type: ignore[no-any-return]
+        except anyio.ClosedResourceError as exc:
+            raise self._closing() from exc
+
+    # -- reading, on the pool ------------------------------------------------------------
+
+    async def _read(self, make: Callable[[], Script[Any]], *, transaction: bool = True) -> Any:
+        """Run the script ``make`` makes on a pooled connection (``ASYNC``: after the queue)."""
+        self._check_open()
+        if self._durability is Durability.ASYNC:
+            await self._flush()
+        return await anyio.to_thread.run_sync(self._run_pooled, make, transaction)
+
+    def _run_pooled(self, make: Callable[[], Script[Any]], transaction: bool) -> Any:
+        """Run a read on a pooled connection; on one PostgreSQL dropped, once more on another."""
+        psycopg = import_psycopg()
+        for attempt in (1, 2):
+            script = pg.transaction(make()) if transaction else make()
+            try:
+                with self._pool.connection() as connection:
+                    try:
+                        return run_now(connection, script, self._location)
+                    except StoreError:
+                        if attempt == 2 or not connection.broken:
+                            raise
+                # Dropped (PostgreSQL restarted, say): the pool replaces it; start over.
+            except psycopg.Error:
+                error = StoreError(
+                    f"lost the connection to {self._location}", location=self._location
+                )
+                raise error from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def record(self, session_id: str) -> SessionRecord:
+        """The session's record.
+
+        Raises:
+            SessionNotFound: No such session.
+        """
+        return decode_record(
+            await self._read(functools.partial(self._record, session_id), transaction=False)
+        )
+
+    async def load(self, session_id: str) -> LoadedSession:
+        """The latest snapshot and the events after it.
+
+        Raises:
+            SessionNotFound: No such session.
+        """
+        row, seq, state, events = await self._read(functools.partial(self._load, session_id))
+        return LoadedSession(
+            decode_record(row), seq, decode_snapshot(state), tuple(map(decode_event, events))
+        )
+
+    # -- leases ------------------------------------------------------------------------
+
+    async def acquire(
+        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+    ) -> None:
+        """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
+
+        By PostgreSQL's clock. A lease held by ``replacing`` (an owner known to be
+        dead) is taken over. A new owner gets the next fencing token, which this
+        store keeps for ``owner``'s appends.
+
+        Raises:
+            SessionLocked: Another owner holds a lease that has not expired.
+            ConfigurationError: ``ttl`` is not a positive number of seconds.
+            StoreError: The write failed, or the store is not open.
+        """
+        self._check_open()
+        if not 0 < ttl < math.inf:
+            raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
+        now = self._clock()
+        ticket = await self._submit(
+            Acquire(session_id, owner, now + ttl, now, replacing), wait=True
+        )
+        self._tokens[session_id] = (owner, ticket.result)
+
+    async def release(self, session_id: str, owner: str) -> None:
+        """Give up the lease if ``owner`` holds it (its row stays, keeping its fencing token).
+
+        Raises:
+            StoreError: The write failed, or the store is not open.
+        """
+        await super().release(session_id, owner)
+        held = self._tokens.get(session_id)
+        if held is not None and held[0] == owner:
+            del self._tokens[session_id]
+
+    async def leases(self) -> tuple[LeaseRecord, ...]:
+        """Every lease that has not expired, by PostgreSQL's clock."""
+        rows = await self._read(self._leases, transaction=False)
+        return tuple(LeaseRecord(*row) for row in rows)
+
+    def _append_request(self, session_id: str, events: Any, *args: Any) -> Any:
+        request = super()._append_request(session_id, events, *args)
+        if request.owner is not None:
+            held = self._tokens.get(session_id)
+            if held is not None and held[0] == request.owner:
+                request.token = held[1]
+        return request

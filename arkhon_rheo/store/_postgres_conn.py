@@ -1,0 +1,159 @@
+"""How `PostgresStore` reaches PostgreSQL: its URL, its connections, and running scripts on them.
+
+psycopg 3 is an optional dependency (the ``postgres`` extra): it is imported
+when a store is opened, never when this package is. The store's SQL is written
+as scripts (generators that yield ``(sql, parameters, mode)`` and receive the
+rows, as in `._driver`), run whole by `run_now` on a synchronous psycopg
+connection in a worker thread, so the same code runs on asyncio and trio
+(psycopg's async connections need asyncio).
+
+The URL's password is a secret: `redacted_url` registers it (and a
+``password=`` query parameter) with the scrubbing registry and masks it, and
+every psycopg error becomes a `StoreError` whose text is scrubbed and whose
+cause is never psycopg's own exception (its text or arguments could quote the
+connection string).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._errors import ConfigurationError, StoreError
+from .._redact import REDACTED, register_secret, scrub
+from ._driver import step
+
+if TYPE_CHECKING:
+    from ._driver import Rows, Script, Statement
+
+__all__ = [
+    "SCHEMES",
+    "Connection",
+    "connect",
+    "import_psycopg",
+    "is_postgres_url",
+    "redacted_url",
+    "run_now",
+    "translate",
+]
+
+T = TypeVar("T")
+#: The URL schemes of a PostgreSQL store.
+SCHEMES = ("postgresql://", "postgres://")
+#: A psycopg connection (typed loosely: psycopg is optional).
+Connection = Any
+_INSTALL = 'pip install "arkhon-rheo[postgres]"'
+
+
+def is_postgres_url(value: object) -> bool:
+    """Whether ``value`` is a ``postgresql://`` or ``postgres://`` URL."""
+    return isinstance(value, str) and value.lower().startswith(SCHEMES)
+
+
+def redacted_url(url: str) -> str:
+    """``url`` as it may be shown: its password masked, and registered as a secret.
+
+    ``postgresql://app:s3cret@db/agents`` shows as
+    ``postgresql://app:[REDACTED]@db/agents``; a ``password=`` query parameter
+    is masked (and registered) too.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.query:
+        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        shown = []
+        for key, value in pairs:
+            if key.lower() in ("password", "passfile", "sslpassword"):
+                register_secret(value)
+                register_secret(urllib.parse.quote(value, safe=""))
+                value = REDACTED
+            shown.append((key, value))
+        parts = parts._replace(query=urllib.parse.urlencode(shown, safe="[]"))
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if colon:
+            for form in {password, urllib.parse.unquote(password)}:
+                register_secret(form)
+            parts = parts._replace(netloc=f"{user}:{REDACTED}@{host}")
+    return urllib.parse.urlunsplit(parts)
+
+
+def import_psycopg() -> Any:
+    """The ``psycopg`` module.
+
+    Raises:
+        ConfigurationError: psycopg (with psycopg_pool) is not installed.
+    """
+    try:
+        import psycopg
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        raise ConfigurationError(
+            f"a PostgreSQL store needs psycopg 3 and psycopg_pool: {_INSTALL}"
+        ) from None
+    return psycopg
+
+
+def translate(exc: BaseException, location: str, *, what: str = "PostgreSQL failed") -> StoreError:
+    """A `StoreError` for a psycopg error: its text scrubbed, with no chained cause.
+
+    The original error is not chained (``__cause__`` stays empty and
+    ``__suppress_context__`` is set): its arguments may hold the connection string.
+    """
+    psycopg = import_psycopg()
+    text = scrub(str(exc).strip() or type(exc).__name__)
+    kind = type(exc).__name__
+    if isinstance(exc, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected):
+        kind = "a conflict with another transaction"
+    error = StoreError(f"{what} on {location}: {kind}: {text}", location=location)
+    error.__suppress_context__ = True
+    return error
+
+
+def connect(url: str, location: str, *, autocommit: bool = True) -> Connection:
+    """A new synchronous connection to ``url`` (blocking; run it in a worker thread).
+
+    Raises:
+        StoreError: PostgreSQL cannot be reached, or refused the connection.
+    """
+    psycopg = import_psycopg()
+    try:
+        return psycopg.connect(url, autocommit=autocommit)
+    except psycopg.Error as exc:
+        error = translate(exc, location, what="cannot connect to PostgreSQL")
+    raise error
+
+
+def _execute(connection: Connection, statement: Statement, location: str) -> Rows:
+    psycopg = import_psycopg()
+    sql, params, mode = statement
+    try:
+        with connection.cursor() as cursor:
+            if mode & 1:
+                cursor.executemany(sql, params)
+            else:
+                cursor.execute(sql, params)
+            if mode & 2:
+                return [(cursor.rowcount,)]
+            if mode or cursor.description is None:
+                return []
+            rows: Rows = cursor.fetchall()
+            return rows
+    except psycopg.Error as exc:
+        error = translate(exc, location)
+        error.sqlstate = getattr(exc, "sqlstate", None)  # type: ignore[attr-defined]
+    raise error
+
+
+def run_now(connection: Connection, script: Script[T], location: str) -> T:
+    """Run the whole script on ``connection``, on the calling thread.
+
+    Raises:
+        StoreError: A statement failed and the script did not handle it.
+    """
+    try:
+        first = next(script)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    return step(script, first, lambda statement: _execute(connection, statement, location))

@@ -1,0 +1,338 @@
+"""The SQL of `PostgresStore`: a batch's transaction, and the reads.
+
+Scripts, as in `._sql` (``%s`` placeholders). A batch (`write_batch`) locks
+the rows of every session it touches (``SELECT ... FOR UPDATE``, in id order,
+so two processes' batches never deadlock on each other), reads what `plan`
+needs, plans with the same function as the other stores, and writes the rows:
+the check and the insert are one transaction, so a stale lease holder's
+append (fencing) or a duplicate event number is refused against the rows as
+they stand. Leases are stamped by PostgreSQL's clock, and each lease row keeps
+a fencing token that grows by one whenever a new owner takes it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._errors import SessionNotFound
+from ._effects import effect_keys
+from ._inbox import Inbox
+from ._plan import (
+    Acquire,
+    Append,
+    Create,
+    Park,
+    Plan,
+    Release,
+    Request,
+    SetStatus,
+    plan,
+    posted_ids,
+    touches_inbox,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._driver import Rows, Script, Statement
+    from ._fence import Lease
+
+__all__ = ["NOW", "SESSION_COLUMNS", "write_batch"]
+
+#: PostgreSQL's clock, in seconds since the epoch.
+NOW = "extract(epoch from clock_timestamp())::double precision"
+SESSION_COLUMNS = (
+    "id, machine, status, last_seq, created_at, updated_at, parent, fingerprint, waiting, wake_at"
+)
+_N = "(SELECT n FROM sessions WHERE id = %s)"
+_INSERT_SESSION = f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join(['%s'] * 10)})"
+_UPDATE_SESSION = "UPDATE sessions SET last_seq = %s, status = %s, updated_at = %s WHERE id = %s"
+_INSERT_SHAPE = "INSERT INTO shapes (shape) VALUES (%s) ON CONFLICT (shape) DO NOTHING"
+_INSERT_EVENT = (
+    f"INSERT INTO events VALUES ({_N}, %s, (SELECT id FROM shapes WHERE shape = %s), "
+    "%s, %s, %s, %s, %s, %s, %s)"
+)
+_INSERT_SNAPSHOT = (
+    f"INSERT INTO snapshots VALUES ({_N}, %s, %s, %s) ON CONFLICT (session, seq) "
+    "DO UPDATE SET state = excluded.state, zipped = excluded.zipped"
+)
+_SET_WAITING = "UPDATE sessions SET waiting = %s, wake_at = %s, accepts = %s WHERE id = %s"
+#: A message posted to a waiting session that takes its kind brings its wake time forward.
+_NUDGE = (
+    "UPDATE sessions SET wake_at = least(coalesce(wake_at, %s), %s) WHERE id = %s "
+    "AND status = 'waiting' AND (accepts IS NULL OR %s = ANY(accepts))"
+)
+_INSERT_MESSAGE = (
+    "INSERT INTO inbox (session, message_id, position, kind, payload, posted_at, due_at, "
+    f"applied_seq) VALUES ({_N}, %s, %s, %s, %s, %s, %s, %s)"
+)
+_MARK_APPLIED = (
+    f"UPDATE inbox SET applied_seq = %s WHERE session = {_N} AND position = %s "
+    "AND applied_seq IS NULL"
+)
+_UPSERT_EFFECT = (
+    "INSERT INTO effects (session, key, tool, arguments, status, attempts, started_at, "
+    f"finished_at, result, error) VALUES ({_N}, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (session, key) DO UPDATE SET tool = excluded.tool, "
+    "arguments = excluded.arguments, status = excluded.status, attempts = excluded.attempts, "
+    "started_at = excluded.started_at, finished_at = excluded.finished_at, "
+    "result = excluded.result, error = excluded.error"
+)
+_UPSERT_LEASE = (
+    "INSERT INTO leases VALUES (%s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE "
+    "SET owner = excluded.owner, expires_at = excluded.expires_at, token = excluded.token"
+)
+_MESSAGE_COLUMNS = "message_id, position, kind, payload, posted_at, due_at, applied_seq"
+
+
+def sql(text: str, params: Sequence[Any] = ()) -> Statement:
+    """One statement, run once."""
+    return (text, params, False)
+
+
+def _rows(text: str, rows: list[Any]) -> Statement:
+    return (text, rows[0], False) if len(rows) == 1 else (text, rows, True)
+
+
+def transaction(body: Script[Any]) -> Script[Any]:
+    """Run ``body`` in a transaction: committed if it returns, rolled back if anything raises."""
+    yield sql("BEGIN")
+    try:
+        result = yield from body
+        yield sql("COMMIT")
+    except GeneratorExit:
+        raise
+    except BaseException:
+        yield sql("ROLLBACK")
+        raise
+    return result
+
+
+def _leased(requests: list[Request]) -> list[str]:
+    return sorted(
+        {
+            r.session_id
+            for r in requests
+            if isinstance(r, Acquire | Release)
+            or (isinstance(r, Park | Append) and r.owner is not None)
+        }
+    )
+
+
+def _current(
+    requests: list[Request],
+) -> Script[tuple[dict[str, tuple[int, str]], dict[str, int], dict[str, Lease], dict[str, Any]]]:
+    """Lock and read the batch's sessions and leases: ``(known, numbers, leases, tokens)``."""
+    ids = sorted({r.session_id for r in requests if r.session_id})
+    rows = yield sql(
+        "SELECT id, last_seq, status, n FROM sessions WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
+        (ids,),
+    )
+    known = {row[0]: (row[1], row[2]) for row in rows}
+    numbers = {row[0]: row[3] for row in rows}
+    leases: dict[str, Lease] = {}
+    tokens: dict[str, Any] = {}
+    if leased := _leased(requests):
+        rows = yield sql(
+            "SELECT session_id, owner, expires_at, token FROM leases "
+            "WHERE session_id = ANY(%s) ORDER BY session_id FOR UPDATE",
+            (leased,),
+        )
+        for sid, owner, expires_at, token in rows:
+            tokens[sid] = (owner, token)
+            if owner is not None:
+                leases[sid] = (owner, expires_at)
+    return known, numbers, leases, tokens
+
+
+def _inboxes(requests: list[Request], numbers: dict[str, int]) -> Script[dict[str, Inbox]]:
+    asked: dict[str, list[str]] = {}
+    for request in requests:
+        if touches_inbox(request):
+            asked.setdefault(request.session_id, []).extend(posted_ids(request))
+    found: dict[str, Inbox] = {}
+    for sid in sorted(asked):
+        if (number := numbers.get(sid)) is None:
+            continue
+        pending: Rows = yield sql(
+            f"SELECT %s, {_MESSAGE_COLUMNS} FROM inbox WHERE session = %s AND applied_seq IS NULL",
+            (sid, number),
+        )
+        box = Inbox(0, {row[2]: tuple(row) for row in pending}, {})
+        if wanted := sorted(set(asked[sid])):
+            top = yield sql(
+                "SELECT coalesce(max(position), 0) FROM inbox WHERE session = %s", (number,)
+            )
+            box.last_position = top[0][0]
+            rows = yield sql(
+                f"SELECT %s, {_MESSAGE_COLUMNS} FROM inbox WHERE session = %s "
+                "AND message_id = ANY(%s)",
+                (sid, number, wanted),
+            )
+            box.ids.update((row[1], tuple(row)) for row in rows)
+        found[sid] = box
+    return found
+
+
+def _ledger(requests: list[Request], numbers: dict[str, int]) -> Script[dict[Any, Any]]:
+    found: dict[Any, Any] = {}
+    for sid, keys in sorted(effect_keys(requests).items()):
+        if (number := numbers.get(sid)) is None:
+            continue
+        rows = yield sql(
+            "SELECT %s, key, tool, arguments, status, attempts, started_at, finished_at, "
+            "result, error FROM effects WHERE session = %s AND key = ANY(%s)",
+            (sid, number, sorted(set(keys))),
+        )
+        found.update(((sid, row[1]), tuple(row)) for row in rows)
+    return found
+
+
+def _tokens(
+    requests: list[Request], result: Plan, tokens: dict[str, Any]
+) -> dict[str, tuple[str | None, int]]:
+    """Each lease's owner and fencing token in turn; set each `Acquire`'s result to its token.
+
+    The token grows by one whenever an owner other than the current one takes the lease.
+    """
+    current: dict[str, tuple[str | None, int]] = {
+        sid: (owner, token) for sid, (owner, token) in tokens.items()
+    }
+    for index, (request, error) in enumerate(zip(requests, result.errors, strict=True)):
+        if error is not None:
+            continue
+        sid = request.session_id
+        owner, token = current.get(sid, (None, 0))
+        if isinstance(request, Acquire):
+            if owner != request.owner:
+                current[sid] = (owner, token) = (request.owner, token + 1)
+            result.results[index] = token
+        elif (
+            isinstance(request, Release | Park)
+            and owner == request.owner
+            and (isinstance(request, Release) or result.results[index])
+        ):
+            current[sid] = (None, token)
+    return current
+
+
+def _accepts(requests: list[Request], result: Plan) -> dict[str, list[str] | None]:
+    """The message kinds each session whose status the batch set takes (parked: its own)."""
+    accepts: dict[str, list[str] | None] = {}
+    for index, (request, error) in enumerate(zip(requests, result.errors, strict=True)):
+        if error is not None:
+            continue
+        if isinstance(request, Park) and result.results[index]:
+            accepts[request.session_id] = sorted(request.accepts)
+        elif isinstance(request, SetStatus | Create) or (
+            type(request) is Append and request.status
+        ):
+            accepts[request.session_id] = None
+    return accepts
+
+
+def write_batch(
+    requests: list[Request], *, now: float, location: str, channel: str
+) -> Script[Plan]:
+    """Check a batch against the rows as they stand (locked) and write what passes.
+
+    Run it in a transaction. Returns the plan; each `Acquire`'s result is the
+    lease's fencing token. Appends naming an owner carry, as their ``token``,
+    the token their store got when that owner took the lease. A batch that may
+    give a worker work notifies ``channel`` (delivered at its commit).
+    """
+    known, numbers, leases, tokens = yield from _current(requests)
+    inboxes: dict[str, Inbox] = {}
+    ledger: dict[Any, Any] = {}
+    if any(type(r) is not Append or r.applied is not None or r.posts for r in requests):
+        inboxes = yield from _inboxes(requests, numbers)
+        ledger = yield from _ledger(requests, numbers)
+    if any(isinstance(r, Acquire) for r in requests):
+        # Leases expire by PostgreSQL's clock: the batch takes them at its time.
+        db_now = (yield sql(f"SELECT {NOW}"))[0][0]
+        for r in requests:
+            if isinstance(r, Acquire):
+                r.expires_at, r.now = db_now + (r.expires_at - r.now), db_now
+    fencing = {sid: token for sid, (owner, token) in tokens.items() if owner is not None}
+    result = plan(
+        requests,
+        known,
+        now=now,
+        location=location,
+        leases=leases,
+        inboxes=inboxes,
+        effects=ledger,
+        tokens=fencing,
+    )
+    yield from _write(requests, result, now, tokens)
+    if _news(requests, result):
+        yield sql("SELECT pg_notify(%s, '')", (channel,))
+    return result
+
+
+def _news(requests: list[Request], result: Plan) -> bool:
+    """Whether the batch may give a worker work: a new session, message, free lease or wake."""
+    if result.created or result.inbox:
+        return True
+    if any(lease is None for lease in result.leases.values()):
+        return True
+    return any(wait[1] is not None for wait in result.waits.values())
+
+
+def _write(
+    requests: list[Request], result: Plan, now: float, tokens: dict[str, Any]
+) -> Script[None]:
+    if result.created:
+        yield _rows(_INSERT_SESSION, result.created)
+    if result.updated:
+        updates = [(last, status, now, sid) for sid, (last, status) in result.updated.items()]
+        yield _rows(_UPDATE_SESSION, updates)
+    if result.events:
+        shapes = sorted({row[2] for row in result.events})
+        yield _rows(_INSERT_SHAPE, [(shape,) for shape in shapes])
+        yield _rows(
+            _INSERT_EVENT,
+            [(*row[:3], _bytes(row[3]), *row[4:]) for row in result.events],
+        )
+    if result.snapshots:
+        rows = [
+            (sid, seq, _bytes(state), type(state) is bytes) for sid, seq, state in result.snapshots
+        ]
+        yield _rows(_INSERT_SNAPSHOT, rows)
+    if result.waits:
+        accepts = _accepts(requests, result)
+        yield _rows(
+            _SET_WAITING, [(*wait, accepts.get(sid), sid) for sid, wait in result.waits.items()]
+        )
+    if result.nudges:
+        nudges = [(r[6], r[6], r[0], r[3]) for r in result.inbox if r[0] in result.nudges]
+        if nudges:
+            yield _rows(_NUDGE, nudges)
+    if result.inbox:
+        yield _rows(_INSERT_MESSAGE, result.inbox)
+    if result.applied:
+        yield _rows(_MARK_APPLIED, result.applied)
+    if result.effects:
+        yield _rows(_UPSERT_EFFECT, list(result.effects.values()))
+    if result.leases or any(isinstance(r, Acquire) for r in requests):
+        final = _tokens(requests, result, tokens)
+        leases: list[tuple[str, str | None, float, int]] = []
+        for sid in sorted(result.leases):
+            lease = result.leases[sid]
+            owner, token = final.get(sid, (None, 0))
+            leases.append((sid, owner, 0.0 if lease is None else lease[1], token))
+        if leases:
+            yield _rows(_UPSERT_LEASE, leases)
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+def number(session_id: str) -> Script[int]:
+    """The session's number; raises `SessionNotFound`."""
+    rows = yield sql("SELECT n FROM sessions WHERE id = %s", (session_id,))
+    if not rows:
+        raise SessionNotFound(session_id=session_id)
+    found: int = rows[0][0]
+    return found

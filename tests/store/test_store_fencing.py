@@ -1,0 +1,82 @@
+"""Fencing, in every store: an append made for an owner that lost its lease is refused."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from arkhon_rheo.errors import LeaseLost, StoreError
+from arkhon_rheo.protocols import Durability
+from tests.store.test_store import event
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tests.store.conftest import AnyStore, Kind
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_stale_holder_is_refused_and_nothing_is_written(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        await store.acquire("s", "alice", ttl=30)
+        await store.append("s", [event("s", 1)], owner="alice")
+        # Alice is taken for dead (paused past her lease): Bob takes the session over.
+        await store.acquire("s", "bob", ttl=30, replacing="alice")
+        if kind.durability is Durability.ASYNC:
+            await store.append("s", [event("s", 2)], owner="alice")  # queued, refused later
+            assert [e.seq for e in await store.history("s")] == [1]  # (after the queue)
+            with pytest.raises(LeaseLost) as caught:  # the deferred refusal surfaces
+                await store.append("s", [event("s", 2)], owner="alice")
+        else:
+            with pytest.raises(LeaseLost) as caught:
+                await store.append("s", [event("s", 2)], status="finished", owner="alice")
+        assert isinstance(caught.value, StoreError)
+        assert (caught.value.session_id, caught.value.owner) == ("s", "alice")
+        assert caught.value.holder == "bob"
+        assert "'bob' holds it now" in str(caught.value)
+        assert "must stop driving the session" in str(caught.value)
+        record = await store.record("s")
+        assert (record.last_seq, record.status) == (1, "running")  # nothing written
+        assert [e.seq for e in await store.history("s")] == [1]
+        # The new holder commits; so does an append that names no owner.
+        await store.append("s", [event("s", 2)], owner="bob")
+        await store.append("s", [event("s", 3)])
+        assert (await store.record("s")).last_seq == 3
+
+
+async def test_a_released_lease_fences_its_old_holder_too(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    if kind.durability is Durability.ASYNC:
+        pytest.skip("async mode defers the refusal (see the test above)")
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        await store.acquire("s", "alice", ttl=30)
+        await store.acquire("s", "bob", ttl=30, replacing="alice")
+        await store.release("s", "bob")
+        with pytest.raises(LeaseLost) as caught:
+            await store.append("s", [event("s", 1)], owner="alice")
+        assert caught.value.holder is None
+        assert "nobody holds it now" in str(caught.value)
+        assert (await store.record("s")).last_seq == 0
+
+
+async def test_a_lease_that_ran_out_but_was_not_taken_still_commits(
+    make_store: Callable[..., AnyStore], kind: Kind
+) -> None:
+    if kind.postgres:
+        pytest.skip("PostgresStore's leases run by PostgreSQL's clock: see test_postgres.py")
+    now = [1000.0]
+    async with make_store(clock=lambda: now[0]) as store:
+        await store.create_session("s", machine="m", snapshot={})
+        await store.acquire("s", "alice", ttl=30)
+        now[0] += 60  # ran out; nobody took it
+        assert await store.leases() == ()
+        await store.append("s", [event("s", 1)], owner="alice")
+        await store.append("s", [event("s", 2)], owner="alice")
+        assert (await store.record("s")).last_seq == 2
