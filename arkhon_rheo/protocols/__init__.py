@@ -70,6 +70,7 @@ from ._store import StoredEffect as StoredEffect
 from ._store import StoredEvent as StoredEvent
 from ._store import StoredMessage as StoredMessage
 from ._store import StoreStatistics as StoreStatistics
+from ._store import WorkQueue as WorkQueue
 from ._stream import Partial as Partial
 from ._stream import SessionStream as SessionStream
 from ._stream import SessionStreamStatistics as SessionStreamStatistics
@@ -132,6 +133,7 @@ __all__ = [
     "Usage",
     "UserMessage",
     "WallClock",
+    "WorkQueue",
     "emit",
     "message_kind",
     "record_call",

@@ -37,6 +37,7 @@ __all__ = [
     "StoredEffect",
     "StoredEvent",
     "StoredMessage",
+    "WorkQueue",
 ]
 
 #: A JSON-compatible value.
@@ -462,4 +463,26 @@ class Store(Protocol):
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counters."""
+        ...
+
+
+@runtime_checkable
+class WorkQueue(Protocol):
+    """A store whose sessions workers claim: the sessions that have something to do.
+
+    Implemented by the stores that workers share (`arkhon_rheo.system.Worker`).
+    """
+
+    async def claim(
+        self, owner: str, *, machines: Collection[str], limit: int, ttl: float, now: float
+    ) -> tuple[SessionRecord, ...]:
+        """Lease up to `limit` sessions of these machine names that have something to do, for `owner`, `ttl` seconds; return their records.
+
+        Something to do: status "running" with no unexpired lease (a new start, or an owner whose lease ran out), or status "waiting" with wake_at <= now.
+        The leases are taken in the same transaction, so two workers never claim the same session.
+        """  # noqa: E501
+        ...
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when there may be new work (a post, a new session, a released lease, a park with a wake time), or after `timeout` seconds."""  # noqa: E501
         ...
