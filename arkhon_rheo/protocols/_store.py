@@ -483,6 +483,6 @@ class WorkQueue(Protocol):
         """  # noqa: E501
         ...
 
-    async def wait_for_work(self, timeout: float) -> None:
+    async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 (the protocol's)
         """Return when there may be new work (a post, a new session, a released lease, a park with a wake time), or after `timeout` seconds."""  # noqa: E501
         ...

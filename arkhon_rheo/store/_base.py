@@ -87,7 +87,7 @@ class StoreBase:
                 location=self._location,
             )
 
-    async def wait_for_work(self, timeout: float) -> None:
+    async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 (the protocol's)
         """Return when there may be new work, or after ``timeout`` seconds.
 
         New work: a session created, a message posted, a session parked or a

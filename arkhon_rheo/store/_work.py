@@ -74,7 +74,7 @@ class WorkSignal:
         if event is not None:
             event.set()
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float) -> None:  # noqa: ASYNC109
         """Return once `set` was called since the last wait returned, or after ``timeout``."""
         if self._ready:
             self._ready = False
