@@ -22,7 +22,7 @@ from ._codec import (
     loads,
 )
 from ._effects import BeginEffect, EffectLedger, EffectRow, FinishEffect
-from ._inbox import Inbox
+from ._memory_inbox import Messages as _Messages
 from ._plan import Create, Park, Plan, Post, Request, SetStatus, plan, posted_ids, touches_inbox
 from ._work import check_claim
 
@@ -37,26 +37,6 @@ __all__ = ["MemoryStore"]
 
 #: The writes that may be work for a worker (see `wait_for_work`).
 _WORK = frozenset({Create, SetStatus, Post, Park})
-
-
-class _Messages:
-    """One session's inbox in memory: every row by position, and which are pending."""
-
-    __slots__ = ("ids", "pending", "rows")
-
-    def __init__(self) -> None:
-        self.rows: list[MessageRow] = []
-        #: Position of each message id.
-        self.ids: dict[str, int] = {}
-        #: The positions of the pending messages (an ordered set).
-        self.pending: dict[int, None] = {}
-
-    def known(self, message_ids: list[str]) -> Inbox:
-        """What a plan needs to know of it, for a request posting ``message_ids``."""
-        rows = self.rows
-        pending = {position: rows[position - 1] for position in self.pending}
-        ids = {mid: rows[self.ids[mid] - 1] for mid in message_ids if mid in self.ids}
-        return Inbox(len(rows), pending, ids)
 
 
 class MemoryStore(StoreBase, EffectLedger):
@@ -202,10 +182,10 @@ class MemoryStore(StoreBase, EffectLedger):
                 sessions[session_id] = (*old[:2], status, last_seq, old[4], now, *old[6:])
         if not (waits or result.nudges):
             return
-        for session_id, kinds in result.nudges.items():
+        for session_id, posted in result.nudges.items():
             old = sessions[session_id]
             accepts = self._accepts.get(session_id, ())
-            dues = [due for kind, due in kinds.items() if kind in accepts]
+            dues = [due for kind, due in posted.items() if kind in accepts]
             if old[2] == "waiting" and dues and (old[9] is None or min(dues) < old[9]):
                 sessions[session_id] = (*old[:9], min(dues))
         for session_id in (*result.waits, *result.nudges):

@@ -324,9 +324,7 @@ def _post(
     # If the session is waiting when the batch is written (its status as the batch
     # knows it may be stale) and parked accepting this kind, it wakes at the
     # message's due time (the store applies the check with the session's row).
-    kinds = out.nudges.get(sid)
-    if kinds is None:
-        kinds = out.nudges[sid] = {}
+    kinds = out.nudges.setdefault(sid, {})
     kinds[row[3]] = min(kinds.get(row[3], math.inf), row[6])
     out.results[-1] = (row, True)
     return None
