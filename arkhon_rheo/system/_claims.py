@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._errors import SessionBusy, SessionLocked, StoreError
+from ._handle import session_of
 from ._owner import is_dead
 
 if TYPE_CHECKING:
@@ -156,7 +157,9 @@ class Claims:
                 try:
                     await store.acquire(handle.session_id, self.owner, ttl=self.ttl)
                 except SessionLocked:
-                    handle.cancel()  # another owner took over: never write beside it
+                    # Another owner took over: never write beside it, not even a status.
+                    session_of(handle).handoff = True
+                    handle.cancel()
                 except StoreError:
                     pass  # a transient store failure; the next round tries again
 
