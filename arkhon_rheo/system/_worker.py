@@ -206,15 +206,16 @@ class Worker:
         ttl = self._system._claims.ttl
         while not self._draining:
             room = self._concurrency - len(self._running)
+            now = clock.now()
             if room > 0:
                 claimed = await self._queue.claim(
-                    self.owner, machines=names, limit=room, ttl=ttl, now=clock.now()
+                    self.owner, machines=names, limit=room, ttl=ttl, now=now
                 )
                 for record in claimed:
                     await self._drive(record, group)
                 if claimed and len(claimed) == room:
                     continue  # there may be more: look again once there is room
-            await self._idle()
+            await self._idle(now)
 
     async def _drive(self, record: SessionRecord, group: TaskGroup) -> None:
         """Drive claimed session ``record`` here; give its lease up if it cannot run."""
@@ -251,12 +252,16 @@ class Worker:
             self._running.pop(handle.session_id, None)
             self._kick.set()
 
-    async def _idle(self) -> None:
-        """Wait for work: a write, a timer due, a run ending, a drain, or the poll."""
+    async def _idle(self, claimed_at: float) -> None:
+        """Wait for work: a write, a timer due, a run ending, a drain, or the poll.
+
+        The next timer is the first one after ``claimed_at``, the time the last
+        claim looked at: one that fell due since (the clock moved on) wakes it at once.
+        """
         clock = self._system._host.clock
         store = self._system.store
         assert store is not None
-        _, next_at = await store.waking(clock.now())
+        _, next_at = await store.waking(claimed_at)
         async with anyio.create_task_group() as group:
 
             async def first(waiting: Any) -> None:
