@@ -115,16 +115,15 @@ class _Workers:
         return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(self.logs.iterdir()))
 
     async def drain(self) -> list[int | None]:
-        for process in self.live:
-            # Ready (its SIGTERM handler in place) before it is told, or it dies unclean.
-            await _eventually(
-                lambda p=process: b"ready" in self.outs[p.pid].read_bytes() or p.poll() is not None
-            )
+        def ready(process: subprocess.Popen[bytes]) -> bool:
+            return b"ready" in self.outs[process.pid].read_bytes() or process.poll() is not None
+
+        # Ready (its SIGTERM handler in place) before it is told, or it dies unclean.
+        await _eventually(lambda: all(map(ready, self.live)))
         for process in self.live:
             process.send_signal(signal.SIGCONT)
             process.send_signal(signal.SIGTERM)
-        for process in self.live:
-            await _eventually(lambda p=process: p.poll() is not None)
+        await _eventually(lambda: all(process.poll() is not None for process in self.live))
         return [process.returncode for process in self.live]
 
 

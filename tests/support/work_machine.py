@@ -11,7 +11,7 @@ against all that. Importable by worker processes as
 `HOLD` lets an in-process test stop the first ``count`` step that finds it
 armed until the test releases it (a step under way while a worker drains); in
 a process whose environment sets ``WORK_HOLD_FOREVER``, every ``count`` step
-says ``holding SESSION`` on stdout and never ends (a worker to be killed).
+says ``holding at n=N`` on stdout and never ends (a worker to be killed).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ async def begin(view: StateView[Counting]) -> Patch:
 @stage(reads={"n"}, writes={"n"}, next=_after_count)
 async def count(view: StateView[Counting]) -> Patch:
     if os.environ.get("WORK_HOLD_FOREVER"):  # a worker process to be killed mid-step
-        sys.stdout.write(f"holding {view.session_id}\n")
+        sys.stdout.write(f"holding at n={view.n}\n")
         sys.stdout.flush()
         await anyio.sleep_forever()
     if HOLD["armed"]:

@@ -2,8 +2,8 @@
 
 Run as ``python tests/support/worker_child.py STORE ACKS TTL CONCURRENCY``: a
 `Worker` of the counting machine on store ``STORE`` (see
-`chaos_workers.open_store`), with leases of ``TTL`` seconds. Every commit the
-worker's runs are acknowledged (its event listener is called) is appended as
+`chaos_workers.open_store`), with leases of ``TTL`` seconds. Every step the
+worker's runs commit (acknowledged by the store, then its listener called) is appended as
 one line to ``ACKS/<pid>.log`` with a single ``write`` on an ``O_APPEND`` file,
 so it is on file the moment it is acknowledged, whatever kills the process
 after. Prints ``ready`` once SIGTERM drains it.
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from arkhon_rheo.protocols import EventKind
 from arkhon_rheo.system import Worker
 from tests.support.chaos_workers import ack_line, open_store
 from tests.support.work_machine import COUNTER
@@ -31,7 +32,10 @@ async def work(store_spec: str, acks: str, ttl: float, concurrency: int) -> None
     fd = os.open(Path(acks) / f"{os.getpid()}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
     def acknowledged(event: TransitionEvent) -> None:
-        os.write(fd, ack_line(event).encode())
+        # A step reaches the listeners once its append is acknowledged (a supervisor's
+        # failure record is published even when its store refused it: not counted).
+        if event.kind is EventKind.STEP:
+            os.write(fd, ack_line(event).encode())
 
     async with open_store(store_spec) as store:
         worker = Worker(

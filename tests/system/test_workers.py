@@ -168,9 +168,9 @@ async def test_a_drain_hands_a_run_over_at_a_commit_boundary(tmp_path: Path) -> 
                 second.drain()
             await check_all(service, ["d"])
             history = await service.stored(COUNTER, "d").history()
-            resumes = [e for e in history if e.kind.value == "resume"]
-            assert [e.info["previous_status"] for e in resumes] == ["running", "running"]
-            assert [e.info["rerun"] for e in resumes] == ["begin", "count"]
+            resumes = [e.info for e in history if e.kind.value == "resume" and e.info]
+            assert [info["previous_status"] for info in resumes] == ["running", "running"]
+            assert [info["rerun"] for info in resumes] == ["begin", "count"]
 
 
 @pytest.mark.parametrize(
