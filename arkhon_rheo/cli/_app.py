@@ -25,7 +25,7 @@ from .._errors import (
 )
 from ._check import check
 from ._common import DEFAULT_STORE, CommandError, ExitStatus, shown
-from ._demo import demo
+from ._demo_workers import demo_command
 from ._read import graph, list_sessions, show
 from ._steer import decide, fork, replay, resume, rollback, run
 from ._talk import send
@@ -106,7 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_demo(add: _Add) -> None:
     """``demo``: the seeded fault-plan run of many ReAct agents."""
-    sub = add("demo", demo, "run a few hundred supervised ReAct agents under a seeded fault plan")
+    sub = add(
+        "demo", demo_command, "run a few hundred supervised ReAct agents under a seeded fault plan"
+    )
     _common(sub)
     sub.add_argument("--sessions", type=_positive, default=300, help="agents to run (300)")
     sub.add_argument("--concurrency", type=_positive, default=100, help="agents at once (100)")

@@ -261,8 +261,6 @@ async def _run(args: argparse.Namespace, tally: _Tally) -> float:
 def demo(args: argparse.Namespace) -> int:
     """``arkhon-rheo demo``: run the agents, then print a summary and how to inspect them."""
     store_file(args.store)
-    if args.workers:
-        return _demo_with_workers(args)
     tally = _Tally()
     seconds = args.run(_run, args, tally)
     assert tally.plan is not None
@@ -336,29 +334,4 @@ def demo(args: argparse.Namespace) -> int:
     out.print(shown(f"stored in {args.store}; inspect it with:"))
     for command in commands:
         out.print(shown(f"  {command}"))
-    return 0
-
-
-def _demo_with_workers(args: argparse.Namespace) -> int:
-    """``demo --workers N``: the agents submitted, driven by N worker processes."""
-    from ._demo_workers import run_with_workers
-
-    summary = run_with_workers(args)
-    if args.json:
-        print_json(summary)
-        return 0
-    out = console()
-    table = Table(title=f"{summary['sessions']} ReAct agents driven by {args.workers} workers")
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    for status, count in summary["outcomes"].items():
-        table.add_row(f"sessions {status}", str(count))
-    table.add_row("events committed", str(summary["events"]))
-    table.add_row("wall time (s)", f"{summary['seconds']:.2f}")
-    table.add_row("events/s", f"{summary['events_per_second']}")
-    table.add_row("worker exit codes", " ".join(map(str, summary["worker_exit_codes"])))
-    out.print(table)
-    out.print(
-        shown(f"stored in {args.store}; list them with: arkhon-rheo sessions --store {args.store}")
-    )
     return 0

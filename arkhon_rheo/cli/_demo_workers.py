@@ -20,15 +20,17 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from rich.table import Table
 
 from ..react import ReactState
 from ..system import AgentSystem
-from ._common import CommandError, ExitStatus
+from ._common import CommandError, ExitStatus, console, print_json, shown, store_file
+from ._demo import _task, demo, demo_agent
 
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["run_with_workers"]
+__all__ = ["demo_command", "run_with_workers"]
 
 _MACHINE = "arkhon_rheo.cli:demo_agent"
 #: The statuses of a session that has ended.
@@ -83,8 +85,6 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> list[int]:
 async def _submit_and_wait(
     args: argparse.Namespace, run: str, workers: list[subprocess.Popen[bytes]]
 ) -> dict[str, tuple[str, int]]:
-    from ._demo import _task, demo_agent
-
     machine = demo_agent()
     async with AgentSystem(path=args.store) as system:
         for agent in range(args.sessions):
@@ -128,3 +128,29 @@ def run_with_workers(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "events_per_second": round(events / seconds, 1) if seconds else None,
     }
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    """``arkhon-rheo demo``: in this process, or with ``--workers N`` in N worker processes."""
+    if not args.workers:
+        return demo(args)
+    store_file(args.store)
+    summary = run_with_workers(args)
+    if args.json:
+        print_json(summary)
+        return 0
+    out = console()
+    table = Table(title=f"{summary['sessions']} ReAct agents driven by {args.workers} workers")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for status, count in summary["outcomes"].items():
+        table.add_row(f"sessions {status}", str(count))
+    table.add_row("events committed", str(summary["events"]))
+    table.add_row("wall time (s)", f"{summary['seconds']:.2f}")
+    table.add_row("events/s", f"{summary['events_per_second']}")
+    table.add_row("worker exit codes", " ".join(map(str, summary["worker_exit_codes"])))
+    out.print(table)
+    out.print(
+        shown(f"stored in {args.store}; list them with: arkhon-rheo sessions --store {args.store}")
+    )
+    return 0
