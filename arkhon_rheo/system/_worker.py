@@ -218,7 +218,7 @@ class Worker:
             await self._idle(now)
 
     async def _drive(self, record: SessionRecord, group: TaskGroup) -> None:
-        """Drive claimed session ``record`` here; give its lease up if it cannot run."""
+        """Drive claimed session ``record`` here; give its lease up if it has nothing to run."""
         system = self._system
         machine = self._machines[record.machine]
         session_id = record.session_id
@@ -227,10 +227,12 @@ class Worker:
                 handle = await system._postman.wake(machine, session_id)
             else:
                 handle = await system.stored(machine, session_id).resume()
-        except ArkhonError as exc:  # ended meanwhile, or a record that does not fit
+        except ArkhonError as exc:
+            # A record that does not fit this machine, say: its lease is left to run
+            # out, so it is tried again (here or elsewhere) a lease later, not at once.
             _logger.warning("session_not_driven", session_id=session_id, error=repr(exc))
-            handle = None
-        if handle is None or handle.done:
+            return
+        if handle is None or handle.done:  # not waiting any more, or over already
             await self._release(session_id)
             return
         self.driven += 1
