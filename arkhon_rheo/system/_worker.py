@@ -18,6 +18,7 @@ leaves its leases to run out; then other workers claim its sessions.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -228,9 +229,11 @@ class Worker:
             else:
                 handle = await system.stored(machine, session_id).resume()
         except ArkhonError as exc:
-            # A record that does not fit this machine, say: its lease is left to run
-            # out, so it is tried again (here or elsewhere) a lease later, not at once.
+            # A record that does not fit this machine, say: it stays leased here (the
+            # failed call gave its lease up) until that runs out, so it is tried again
+            # (here or elsewhere) a lease later, not in a loop.
             _logger.warning("session_not_driven", session_id=session_id, error=repr(exc))
+            await self._hold(session_id)
             return
         if handle is None or handle.done:  # not waiting any more, or over already
             await self._release(session_id)
@@ -238,6 +241,12 @@ class Worker:
         self.driven += 1
         self._running[session_id] = handle
         group.start_soon(self._follow, handle)
+
+    async def _hold(self, session_id: str) -> None:
+        store = self._system.store
+        assert store is not None
+        with contextlib.suppress(StoreError):  # taken meanwhile, or the store failed
+            await store.acquire(session_id, self.owner, ttl=self._system._claims.ttl)
 
     async def _release(self, session_id: str) -> None:
         store = self._system.store

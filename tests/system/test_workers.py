@@ -209,3 +209,35 @@ async def test_a_worker_runs_once_and_submit_needs_a_store(store: Store) -> None
         with pytest.raises(ConfigurationError, match="submit a session"):
             await system.submit(COUNTER, Counting())
     assert Phase.DONE.value == "done"
+
+
+async def test_a_session_a_worker_cannot_drive_keeps_its_lease_until_it_runs_out(
+    store: Store,
+) -> None:
+    from arkhon_rheo import Machine
+
+    # The same name, another machine: the stored session does not fit it.
+    other = Machine(
+        name="work-counter",
+        state_type=Counting,
+        initial=Phase.START,
+        transitions={Phase.START: {Phase.DONE}},
+        stages={Phase.START: COUNTER.stages[Phase.START]},
+        terminal={Phase.DONE, Phase.FAILED},
+        failed=Phase.FAILED,
+    )
+    worker = Worker(store, [other], poll_interval=0.05, lease_ttl=3600)
+    async with AgentSystem(store=store) as service, anyio.create_task_group() as group:
+        await service.submit(COUNTER, Counting(), session_id="misfit")
+        group.start_soon(worker.run)
+        with anyio.fail_after(60):
+            while True:
+                if await store.leases():
+                    break
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.2)  # polls of the worker: the session is not claimed again
+        worker.drain()
+    (lease,) = await store.leases()
+    assert (lease.session_id, lease.owner) == ("misfit", worker.owner)
+    assert (await store.record("misfit")).last_seq == 0
+    assert worker.driven == 0
