@@ -25,10 +25,11 @@ from .._errors import (
 )
 from ._check import check
 from ._common import DEFAULT_STORE, CommandError, ExitStatus, shown
-from ._demo import demo
+from ._demo_workers import demo_command
 from ._read import graph, list_sessions, show
 from ._steer import decide, fork, replay, resume, rollback, run
 from ._talk import send
+from ._worker import worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_read_commands(add)
     _add_session_commands(add)
     _add_steering_commands(add)
+    _add_worker(add)
     sub = commands.add_parser(
         "inspect",
         help="serve the session inspector page ('inspector' extra); --help for its options",
@@ -104,7 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_demo(add: _Add) -> None:
     """``demo``: the seeded fault-plan run of many ReAct agents."""
-    sub = add("demo", demo, "run a few hundred supervised ReAct agents under a seeded fault plan")
+    sub = add(
+        "demo", demo_command, "run a few hundred supervised ReAct agents under a seeded fault plan"
+    )
     _common(sub)
     sub.add_argument("--sessions", type=_positive, default=300, help="agents to run (300)")
     sub.add_argument("--concurrency", type=_positive, default=100, help="agents at once (100)")
@@ -119,6 +123,46 @@ def _add_demo(add: _Add) -> None:
     )
     sub.add_argument(
         "--gate-rate", type=_rate, default=0.05, help="chance an agent pauses for a human (0.05)"
+    )
+    sub.add_argument(
+        "--workers",
+        type=_natural,
+        default=0,
+        help="submit the agents and run them in N 'arkhon-rheo worker' processes (no faults, "
+        "no gates); 0 runs them here (0)",
+    )
+
+
+def _add_worker(add: _Add) -> None:
+    """``worker``: claim and drive the sessions of some machines, until SIGTERM."""
+    sub = add(
+        "worker",
+        worker,
+        "drive the sessions of MODULE:ATTR machines that the store has work for (SIGTERM drains)",
+    )
+    _common(sub)
+    sub.add_argument(
+        "--machine",
+        "-m",
+        action="append",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="a machine whose sessions it drives (repeatable)",
+    )
+    sub.add_argument(
+        "--concurrency", type=_positive, default=16, help="sessions driven at once (16)"
+    )
+    sub.add_argument(
+        "--lease-ttl",
+        type=_seconds,
+        default=30.0,
+        help="each session's lease, in seconds (30): a dead worker's sessions wait this long",
+    )
+    sub.add_argument(
+        "--poll",
+        type=_seconds,
+        default=1.0,
+        help="the longest wait before looking in the store again, in seconds (1)",
     )
 
 
@@ -249,6 +293,13 @@ def _natural(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
 
 

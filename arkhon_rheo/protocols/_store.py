@@ -476,7 +476,10 @@ class Store(Protocol):
 
 @runtime_checkable
 class WorkQueue(Protocol):
-    """An optional capability of a store shared by worker processes: claiming work, and waking."""
+    """A store whose sessions workers claim: the sessions that have something to do.
+
+    Implemented by the stores that workers share (`arkhon_rheo.system.Worker`).
+    """
 
     async def claim(
         self, owner: str, *, machines: Collection[str], limit: int, ttl: float, now: float

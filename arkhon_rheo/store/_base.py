@@ -10,6 +10,7 @@ from .._errors import ConfigurationError, StoreError
 from ..protocols._seams import current_injector
 from ._codec import dumps, encode_events, encode_snapshot
 from ._plan import Append, Create, Park, Post
+from ._work import WorkSignal, check_timeout
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -48,6 +49,8 @@ class StoreBase:
         self._location = location
         self._clock = clock
         self._state = StoreState.NEW
+        #: Set by this process's writes that may be work for a worker.
+        self._work = WorkSignal()
 
     @property
     def state(self) -> StoreState:
@@ -83,6 +86,21 @@ class StoreBase:
                 f"the store at {self._location} is {self._state.value}; {hint}",
                 location=self._location,
             )
+
+    async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 (the protocol's)
+        """Return when there may be new work, or after ``timeout`` seconds.
+
+        New work: a session created, a message posted, a session parked or a
+        lease released by this store object (at once), or by another process
+        (found by the next `claim`: poll, with ``timeout`` as the interval).
+
+        Raises:
+            ConfigurationError: If ``timeout`` is not a number of seconds >= 0.
+            StoreError: If the store is not open.
+        """
+        timeout = check_timeout(timeout)
+        self._check_open()
+        await self._work.wait(timeout)
 
     def _create_request(
         self,

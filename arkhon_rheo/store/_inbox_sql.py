@@ -35,10 +35,14 @@ MARK_APPLIED = (
     f"UPDATE inbox SET applied_seq = ? WHERE session = {_SESSION_NUMBER} AND position = ? "
     "AND applied_seq IS NULL"
 )
-SET_WAITING = "UPDATE sessions SET waiting = ?, wake_at = ? WHERE id = ?"
-#: A message posted to a waiting session brings its wake time forward to its own.
+SET_WAITING = "UPDATE sessions SET waiting = ?, wake_at = ?, accepts = ? WHERE id = ?"
+#: A message posted to a waiting session that parked accepting its kind brings the
+#: session's wake time forward to its own (one parked before schema version 7 has
+#: no kinds stored: any message does).
 NUDGE = (
-    "UPDATE sessions SET wake_at = min(coalesce(wake_at, ?), ?) WHERE id = ? AND status = 'waiting'"
+    "UPDATE sessions SET wake_at = min(coalesce(wake_at, ?), ?) WHERE id = ? "
+    "AND status = 'waiting' AND (accepts IS NULL OR EXISTS "
+    "(SELECT 1 FROM json_each(sessions.accepts) WHERE json_each.value = ?))"
 )
 
 
@@ -98,7 +102,12 @@ def write(result: Plan) -> Script[None]:
     if result.waits:
         yield _many(SET_WAITING, [(*wait, sid) for sid, wait in result.waits.items()])
     if result.nudges:
-        yield _many(NUDGE, [(due, due, sid) for sid, due in result.nudges.items()])
+        nudges = [
+            (due, due, sid, kind)
+            for sid, kinds in result.nudges.items()
+            for kind, due in kinds.items()
+        ]
+        yield _many(NUDGE, nudges)
     if result.inbox:
         yield _many(INSERT_MESSAGE, result.inbox)
     if result.applied:

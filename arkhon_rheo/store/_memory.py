@@ -19,10 +19,23 @@ from ._codec import (
     decode_message,
     decode_record,
     decode_snapshot,
+    loads,
 )
 from ._effects import BeginEffect, EffectLedger, EffectRow, FinishEffect
-from ._inbox import Inbox
-from ._plan import Append, Park, Plan, Request, SetStatus, plan, posted_ids, touches_inbox
+from ._memory_inbox import Messages as _Messages
+from ._plan import (
+    Append,
+    Create,
+    Park,
+    Plan,
+    Post,
+    Request,
+    SetStatus,
+    plan,
+    posted_ids,
+    touches_inbox,
+)
+from ._work import check_claim
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -33,25 +46,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryStore"]
 
-
-class _Messages:
-    """One session's inbox in memory: every row by position, and which are pending."""
-
-    __slots__ = ("ids", "pending", "rows")
-
-    def __init__(self) -> None:
-        self.rows: list[MessageRow] = []
-        #: Position of each message id.
-        self.ids: dict[str, int] = {}
-        #: The positions of the pending messages (an ordered set).
-        self.pending: dict[int, None] = {}
-
-    def known(self, message_ids: list[str]) -> Inbox:
-        """What a plan needs to know of it, for a request posting ``message_ids``."""
-        rows = self.rows
-        pending = {position: rows[position - 1] for position in self.pending}
-        ids = {mid: rows[self.ids[mid] - 1] for mid in message_ids if mid in self.ids}
-        return Inbox(len(rows), pending, ids)
+#: The writes that may be work for a worker (see `wait_for_work`).
+_WORK = frozenset({Create, SetStatus, Post, Park})
 
 
 class MemoryStore(StoreBase, EffectLedger):
@@ -76,6 +72,8 @@ class MemoryStore(StoreBase, EffectLedger):
         self._inboxes: dict[str, _Messages] = {}
         #: Each session's effect ledger by key, in the order first begun.
         self._effects: dict[str, dict[str, EffectRow]] = {}
+        #: The message kinds each waiting session parked accepting.
+        self._accepts: dict[str, frozenset[str]] = {}
         #: The ``wake_at`` of every waiting session that has one.
         self._wakes: dict[str, float] = {}
         #: Each session's number, in order of creation (ties in `waking`).
@@ -155,6 +153,8 @@ class MemoryStore(StoreBase, EffectLedger):
         self._appended += result.appended
         self._transactions += 1
         self._largest_batch = max(self._largest_batch, result.appended)
+        if type(request) in _WORK:
+            self._work.set()
         return result.results[0]
 
     def _apply_inbox(self, result: Plan) -> None:
@@ -176,7 +176,11 @@ class MemoryStore(StoreBase, EffectLedger):
         for session_id, (last_seq, status) in result.updated.items():
             old = sessions[session_id]
             if session_id in waits:
-                waiting, wake_at = waits[session_id]
+                waiting, wake_at, kinds = waits[session_id]
+                if kinds is None:
+                    self._accepts.pop(session_id, None)
+                else:
+                    self._accepts[session_id] = frozenset(loads(kinds))
                 sessions[session_id] = (
                     *old[:2],
                     status,
@@ -191,10 +195,12 @@ class MemoryStore(StoreBase, EffectLedger):
                 sessions[session_id] = (*old[:2], status, last_seq, old[4], now, *old[6:])
         if not (waits or result.nudges):
             return
-        for session_id, due in result.nudges.items():
+        for session_id, posted in result.nudges.items():
             old = sessions[session_id]
-            if old[2] == "waiting" and (old[9] is None or due < old[9]):
-                sessions[session_id] = (*old[:9], due)
+            accepts = self._accepts.get(session_id, ())
+            dues = [due for kind, due in posted.items() if kind in accepts]
+            if old[2] == "waiting" and dues and (old[9] is None or min(dues) < old[9]):
+                sessions[session_id] = (*old[:9], min(dues))
         for session_id in (*result.waits, *result.nudges):
             row = sessions[session_id]
             if row[2] == "waiting" and row[9] is not None:
@@ -372,6 +378,37 @@ class MemoryStore(StoreBase, EffectLedger):
         held = self._leases.get(session_id)
         if held is not None and held[0] == owner:
             del self._leases[session_id]
+            self._work.set()
+
+    async def claim(
+        self, owner: str, *, machines: Collection[str], limit: int, ttl: float, now: float
+    ) -> tuple[SessionRecord, ...]:
+        """Lease up to ``limit`` sessions with something to do to ``owner`` (see `WorkQueue`).
+
+        Leases expire by the store's clock; ``now`` says which waiting sessions are due.
+
+        Raises:
+            ConfigurationError: An argument is malformed.
+            StoreError: The store is not open.
+        """
+        names = frozenset(check_claim(owner, machines, limit, ttl, now))
+        await anyio.lowlevel.checkpoint()
+        self._check_open()
+        leased_at = self._clock()
+        found: list[SessionRecord] = []
+        for session_id, row in self._sessions.items():  # oldest first
+            if len(found) >= limit:
+                break
+            if row[1] not in names or row[2] not in ("running", "waiting"):
+                continue
+            if row[2] == "waiting" and (row[9] is None or row[9] > now):
+                continue
+            held = self._leases.get(session_id)
+            if held is not None and held[1] > leased_at:
+                continue
+            self._leases[session_id] = (owner, leased_at + ttl)
+            found.append(decode_record(row))
+        return tuple(found)
 
     # -- inboxes -----------------------------------------------------------------
 

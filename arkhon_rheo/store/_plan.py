@@ -12,6 +12,7 @@ batch down with it.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -151,10 +152,12 @@ class Plan:
             (``None``: released).
         inbox: New inbox rows, in order.
         applied: ``(applied_seq, session_id, position)`` of the inbox messages applied.
-        waits: The final ``(waiting, wake_at)`` of every session whose status the
-            batch set (``(None, None)`` unless it parked).
-        nudges: The due time the messages posted to a session bring its ``wake_at``
-            down to (if earlier), if it is waiting once the batch is written.
+        waits: The final ``(waiting, wake_at, accepts)`` of every session whose
+            status the batch set (``(None, None, None)`` unless it parked; ``accepts``:
+            the message kinds it parked for, as a JSON list).
+        nudges: By session, then by message kind: the due time the messages posted
+            to it bring its ``wake_at`` down to (if earlier), if it is waiting once
+            the batch is written and parked accepting that kind.
         effects: The final row of every effect-ledger entry the batch begins or
             finishes, by ``(session_id, key)``.
         errors: One entry per request: why it was refused, or ``None``.
@@ -187,8 +190,8 @@ class Plan:
         self.leases: dict[str, Lease | None] = {}
         self.inbox: list[MessageRow] = []
         self.applied: list[tuple[int, str, int]] = []
-        self.waits: dict[str, tuple[str | None, float | None]] = {}
-        self.nudges: dict[str, float] = {}
+        self.waits: dict[str, tuple[str | None, float | None, str | None]] = {}
+        self.nudges: dict[str, dict[str, float]] = {}
         self.effects: dict[tuple[str, str], EffectRow] = {}
         self.errors: list[Exception | None] = []
         self.results: list[Any] = []
@@ -321,9 +324,10 @@ def _post(
         return InboxFull(session_id=sid, capacity=request.capacity, location=location)
     row = _add(box, sid, request.message, out)
     # If the session is waiting when the batch is written (its status as the batch
-    # knows it may be stale): a store cannot tell which kinds it accepts, so it
-    # wakes at the message's due time, and parks again if it does not take it.
-    out.nudges[sid] = min(out.nudges.get(sid, math.inf), row[6])
+    # knows it may be stale) and parked accepting this kind, it wakes at the
+    # message's due time (the store applies the check with the session's row).
+    kinds = out.nudges.setdefault(sid, {})
+    kinds[row[3]] = min(kinds.get(row[3], math.inf), row[6])
     out.results[-1] = (row, True)
     return None
 
@@ -343,7 +347,8 @@ def _park(
         out.results[-1] = False
         return
     state[sid] = out.updated[sid] = (current[0], request.status)
-    out.waits[sid] = (request.waiting, min(accepted, default=None))
+    kinds = json.dumps(sorted(request.accepts), separators=(",", ":"))
+    out.waits[sid] = (request.waiting, min(accepted, default=None), kinds)
     out.nudges.pop(sid, None)
     lease = held.get(sid)
     if request.owner is not None and lease is not None and lease[0] == request.owner:
@@ -384,7 +389,7 @@ def _set_status(
 ) -> None:
     """Change a session's status: what it waited for goes with its old one."""
     state[sid] = out.updated[sid] = (last_seq, status)
-    out.waits[sid] = (None, None)
+    out.waits[sid] = (None, None, None)
     out.nudges.pop(sid, None)
 
 

@@ -302,7 +302,8 @@ def _write(
     if result.waits:
         accepts = _accepts(requests, result)
         yield _rows(
-            _SET_WAITING, [(*wait, accepts.get(sid), sid) for sid, wait in result.waits.items()]
+            _SET_WAITING,
+            [(wait[0], wait[1], accepts.get(sid), sid) for sid, wait in result.waits.items()],
         )
     if result.nudges:
         nudges = [(r[6], r[6], r[0], r[3]) for r in result.inbox if r[0] in result.nudges]

@@ -34,7 +34,7 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "inspect_file", "prepare"]
 #: ``PRAGMA application_id`` of every store file: "ArkR".
 APPLICATION_ID = 0x41726B52
 #: ``PRAGMA user_version``: the schema version this code reads and writes.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 _MAGIC = b"SQLite format 3\x00"
 _TABLES = frozenset(
     {"meta", "sessions", "shapes", "events", "snapshots", "leases", "inbox", "effects"}
@@ -46,11 +46,15 @@ _SESSIONS_4 = """CREATE TABLE sessions (
     n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, machine TEXT NOT NULL,
     status TEXT NOT NULL, last_seq INTEGER NOT NULL, created_at REAL NOT NULL,
     updated_at REAL NOT NULL, parent TEXT, fingerprint TEXT)"""
-#: Version 5: what a parked session waits for, and when it wakes.
+#: Version 5: what a parked session waits for, and when it wakes; version 7: the
+#: message kinds it parked accepting (a JSON list).
 _SESSIONS = """CREATE TABLE sessions (
     n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, machine TEXT NOT NULL,
     status TEXT NOT NULL, last_seq INTEGER NOT NULL, created_at REAL NOT NULL,
-    updated_at REAL NOT NULL, parent TEXT, fingerprint TEXT, waiting TEXT, wake_at REAL)"""
+    updated_at REAL NOT NULL, parent TEXT, fingerprint TEXT, waiting TEXT, wake_at REAL,
+    accepts TEXT)"""
+#: Version 7: the sessions a worker may have something to do for, by machine.
+_LIVE = "CREATE INDEX sessions_live ON sessions (machine, n) WHERE status IN ('running', 'waiting')"
 #: Version 5: each session's inbox (see `._inbox`); its session by number.
 _INBOX = (
     """CREATE TABLE inbox (
@@ -84,6 +88,7 @@ _SCHEMA = (
         WITHOUT ROWID""",
     *_INBOX,
     _EFFECTS,
+    _LIVE,
 )
 _META = (("application", "arkhon-rheo"), ("schema_version", str(SCHEMA_VERSION)))
 #: Old event rows converted per statement while upgrading from version 3.
@@ -137,7 +142,9 @@ def _compact_rows() -> Script[None]:
 #: session's machine fingerprint (sessions stored before it have none); version 4
 #: made the rows compact (their data, digests included, is unchanged); version 5
 #: gave each session an inbox (empty for the sessions stored before it); version 6
-#: an effect ledger (empty for the sessions stored before it).
+#: an effect ledger (empty for the sessions stored before it); version 7 the kinds
+#: a parked session accepts (none for the sessions parked before it: any message
+#: posted to one wakes it, as before) and the index workers claim sessions by.
 _UPGRADES: dict[int, Callable[[], Script[None]]] = {
     1: _statements("ALTER TABLE events ADD COLUMN digest INTEGER"),
     2: _statements("ALTER TABLE sessions ADD COLUMN fingerprint TEXT"),
@@ -148,6 +155,7 @@ _UPGRADES: dict[int, Callable[[], Script[None]]] = {
         *_INBOX,
     ),
     5: _statements(_EFFECTS),
+    6: _statements("ALTER TABLE sessions ADD COLUMN accepts TEXT", _LIVE),
 }
 
 

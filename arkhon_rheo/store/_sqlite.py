@@ -11,11 +11,13 @@ from ..protocols._seams import current_injector
 from . import _effects_sql as effects_sql
 from . import _inbox_sql as inbox_sql
 from . import _sql as sql
+from . import _work_sql as work_sql
 from ._base import inject_store_fault
 from ._codec import decode_event, decode_message, decode_record, decode_snapshot
 from ._effects import EffectLedger
 from ._plan import Acquire, Release, SetStatus, plan
 from ._sqlite_base import SQLiteBase
+from ._work import check_claim
 from ._writer import Ticket
 
 if TYPE_CHECKING:
@@ -107,6 +109,7 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         )
         if self._durability is Durability.ASYNC:
             self._tails[session_id] = 0
+        self._work.set()
         return await self.record(session_id)
 
     async def append(
@@ -193,6 +196,7 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         self._check_open()
         self._raise_deferred(session_id)
         await self._submit(SetStatus(session_id, status), wait=True)
+        self._work.set()
 
     # -- reading ---------------------------------------------------------------
 
@@ -283,6 +287,30 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         """
         self._check_open()
         await self._submit(Release(session_id, owner), wait=True)
+        self._work.set()
+
+    async def claim(
+        self, owner: str, *, machines: Collection[str], limit: int, ttl: float, now: float
+    ) -> tuple[SessionRecord, ...]:
+        """Lease up to ``limit`` sessions with something to do to ``owner`` (see `WorkQueue`).
+
+        One ``BEGIN IMMEDIATE`` transaction finds them and takes their leases,
+        so two workers (in this process or others on the file) never claim one
+        session. Leases expire by the store's clock; ``now`` (the system's clock)
+        says which waiting sessions are due.
+
+        Raises:
+            ConfigurationError: An argument is malformed.
+            StoreError: The write failed, or the store is not open.
+        """
+        names = check_claim(owner, machines, limit, ttl, now)
+        writer = await self._reading()
+        leased_at = self._clock()
+        script = work_sql.claim(
+            owner, names, limit, expires_at=leased_at + ttl, leased_at=leased_at, now=now
+        )
+        rows = await writer.run_script(sql.transaction(script, write=True), write=True)
+        return tuple(map(decode_record, rows))
 
     # -- inboxes ---------------------------------------------------------------
 
@@ -308,6 +336,8 @@ class SQLiteStore(SQLiteBase, EffectLedger):
             await inject_store_fault(session_id, "post")
         ticket = await self._submit(self._post_request(session_id, message, capacity), wait=True)
         row, new = ticket.result
+        if new:
+            self._work.set()
         return decode_message(row), new
 
     async def pending(self, session_id: str) -> tuple[StoredMessage, ...]:
@@ -360,6 +390,8 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         request = self._park_request(session_id, owner, status, waiting, accepts, now)
         self._raise_deferred(session_id)
         parked: bool = (await self._submit(request, wait=True)).result
+        if parked:
+            self._work.set()
         return parked
 
     async def waking(self, now: float) -> tuple[tuple[SessionRecord, ...], float | None]:

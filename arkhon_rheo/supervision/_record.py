@@ -156,6 +156,7 @@ class Session:
         "exit_reason",
         "failure",
         "gates_passed",
+        "handoff",
         "keep_log",
         "link",
         "listeners",
@@ -223,6 +224,10 @@ class Session:
         self.restarts = 0
         self.done = anyio.Event()
         self.exit_reason: ExitReason | None = None
+        #: Set to hand the session over (a worker draining): it stops before its next
+        #: step (a commit boundary), its stored status left as it is ("running") and
+        #: its lease given up, for another driver to go on from its last commit.
+        self.handoff = False
         self.failure: FailureRecord | None = None
         self._changed: anyio.Event | None = None
         #: Subscribers of the partial output its stages `emit` (see `SessionStream`).
@@ -269,6 +274,11 @@ class Session:
         """Record how the session ended (the first reason recorded stands)."""
         if self.exit_reason is None:
             self.exit_reason = reason
+
+    def stop_here(self) -> bool:
+        """End the run at this commit boundary, to hand it over (see ``handoff``); true."""
+        self.finish(ExitReason.CANCELLED)
+        return True
 
     def close(self) -> None:
         """Mark the session ended, its actors gone, and wake everybody waiting on it."""

@@ -69,13 +69,12 @@ class _Step:
 
 _STEP = _Step()
 
-#: Steps a supervisor runs back to back before yielding to other tasks (it yields
-#: at once when a message waits in its mailbox). Each yield leaves the objects of
-#: its burst (the state, the task's wake-up) waiting behind every other session,
-#: long enough for the cyclic GC to promote them to its oldest generation, which
-#: is what triggers full collections: fewer yields, fewer promotions. Sixteen
-#: trivial steps are a fraction of a millisecond, and a stage that awaits I/O
-#: yields there anyway (``bench/scale.py`` shows the effect at 10,000 sessions).
+#: Steps a supervisor runs back to back before yielding to other tasks (it yields at once when a
+#: message waits in its mailbox). Each yield leaves the objects of its burst (the state, the task's
+#: wake-up) waiting behind every other session, long enough for the cyclic GC to promote them to its
+#: oldest generation, which is what triggers full collections: fewer yields, fewer promotions.
+#: Sixteen trivial steps are a fraction of a millisecond, and a stage that awaits I/O yields there
+#: anyway (``bench/scale.py`` shows the effect at 10,000 sessions).
 _STEPS_PER_YIELD = 16
 _set = object.__setattr__
 
@@ -188,9 +187,8 @@ class SessionSupervisor(Actor[_Step, None]):
         persistence = self.session.persistence
         assert persistence is not None
         try:
-            # "finished" and "failed" went with the final commit, in its transaction.
-            # "waiting" was stored by the park itself, which gave the lease up too.
-            ended = status in (_STORED_WITH_COMMIT)
+            # "finished", "failed": stored by the final commit; "waiting": by the park.
+            ended = status in _STORED_WITH_COMMIT or self.session.handoff  # handoff: "running"
             await persistence.close(None if ended else status)
         except Exception as exc:  # the outcome is known in memory; the record catches up on resume
             _logger.error("status_not_stored", session_id=self.session.session_id, error=repr(exc))
@@ -255,8 +253,10 @@ class SessionSupervisor(Actor[_Step, None]):
         # or at the stage's next await.
         context = self.context
         budget = _STEPS_PER_YIELD
+        session = self.session
         try:
-            while not await self._step():
+            # Handed over (see `Session.handoff`): stop at this commit boundary.
+            while not (session.handoff and session.stop_here()) and not await self._step():
                 if context.pending:
                     context.ref.tell_nowait(_STEP)  # let the waiting messages go first
                     return

@@ -6,7 +6,8 @@ it ended; `StoredSession` is a session as the store keeps it (history, replay,
 fork, rollback, resume, and the answers to a gate); `ReplayReport` (and its
 `Divergence`) is what checking a stored log found. A stored session's reads
 and out-of-band writes go through its journal (`_journal`), and the check of
-its log through `_verify`.
+its log through `_verify`. `Worker` drives the sessions a shared store has
+something to do for (`AgentSystem.submit` stores them for it).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ._stored import StoredSession as StoredSession
 from ._system import AgentSystem as AgentSystem
 from ._verify import Divergence as Divergence
 from ._verify import ReplayReport as ReplayReport
+from ._worker import Worker as Worker
 
 __all__ = [
     "AgentStatistics",
@@ -30,6 +32,7 @@ __all__ = [
     "SessionHandle",
     "SessionResult",
     "StoredSession",
+    "Worker",
 ]
 
 publish(__name__, __all__, globals())

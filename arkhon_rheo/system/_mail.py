@@ -251,8 +251,14 @@ class Postman:
         session_id: str,
         message: object,
         message_id: str | None,
+        *,
+        drive: bool = True,
     ) -> Sent:
-        """Check, store and deliver ``message`` (see `AgentSystem.send`)."""
+        """Check, store and deliver ``message`` (see `AgentSystem.send`).
+
+        ``drive=False``: store it only (its post brings a parked session's wake
+        time forward, so a worker claims it).
+        """
         host = self.host
         store = host.require_store("send a message")
         host.check_running()
@@ -273,6 +279,9 @@ class Postman:
                 session_id,
             )
         posted = NewMessage(message_id or uuid.uuid4().hex, kind, payload, self.clock.now())
+        if not drive:
+            stored, new = await store.post(session_id, posted, capacity=self.capacity)
+            return Sent(session_id, stored.message_id, stored.position, not new, None)
         delivering = self._delivering
         delivering[session_id] = delivering.get(session_id, 0) + 1
         try:

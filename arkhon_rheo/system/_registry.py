@@ -83,6 +83,12 @@ class Registry:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def cancel_running(self) -> None:
+        """Cancel every session held that is still running."""
+        for handle in list(self._sessions.values()):
+            if not handle.done:
+                handle.cancel()
+
     def ids(self) -> list[str]:
         """The ids held (running and kept), oldest first."""
         return list(self._sessions)

@@ -11,26 +11,24 @@ default it keeps its sessions in a SQLite file.
 from __future__ import annotations
 
 import contextlib
-import uuid
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .._errors import (
-    ConfigurationError,
     SessionError,
     SessionLocked,
     SessionNotFound,
 )
 from ..actors import ActorSystem
-from ..core._seams import compiled
 from ..protocols import AgentState, Durability, Machine
 from ..store._seams import owned_store
 from ..supervision import StageMode
 from ..supervision._seams import EventListener
 from ._children import ChildHost
 from ._claims import Claims
+from ._client import checked_start, submit
 from ._host import SessionHost
 from ._mail import Postman, Sent, decision_of
-from ._options import check_initial, check_lease_ttl, check_snapshot_every, kept, session_config
+from ._options import check_lease_ttl, check_snapshot_every, kept, session_config
 from ._owner import Owner
 from ._recovery import orphaned
 from ._registry import AgentStatistics, Registry
@@ -213,7 +211,7 @@ class AgentSystem:
                     self._claims.renewing(self._registry, self._postman.watch)
                 )
             # Leaving the block cancels the sessions still running first.
-            stack.callback(self._cancel_running)
+            stack.callback(self._registry.cancel_running)
             self._exit = stack.pop_all()
         return self
 
@@ -226,11 +224,6 @@ class AgentSystem:
         # Each part is left in any case (the actors' task group above all, or the
         # host's cancel scopes are corrupted), in the reverse order of entering.
         return await self._exit.__aexit__(exc_type, exc, tb)
-
-    def _cancel_running(self) -> None:
-        for handle in self._registry:
-            if not handle.done:
-                handle.cancel()
 
     @property
     def store(self) -> Store | None:
@@ -275,25 +268,9 @@ class AgentSystem:
                 stored but before it was leased, the stored session stays
                 (``"running"``, with no lease): `resume` it, or `recover` finds it.
         """
-        check_initial(machine, state)
-        if machine.messages and self._store is None:
-            raise ConfigurationError(
-                f"machine {machine.name!r} receives messages, which wait in a store: pass "
-                "store=MemoryStore() (or a file) to the AgentSystem"
-            )
-        if session_id is None:
-            session_id = uuid.uuid4().hex[:12]
-        if session_id in self._registry:
-            raise SessionError(
-                f"session {session_id!r} exists already; pick another id", session_id=session_id
-            )
         host = self._host
+        session_id, state = checked_start(host, self._registry, machine, state, session_id)
         config = host.config_for(max_steps)
-        validator = compiled(machine).validator
-        if state.session_id != session_id:
-            state = state.model_copy(update={"session_id": session_id})
-        validator.check_invariants(state, machine.initial, stage="(start)")
-        host.check_running()
         if self._store is not None:
             self._postman.serve(machine)
         await host.open_resources(machine)  # before anything is stored
@@ -302,6 +279,22 @@ class AgentSystem:
                 await host.journal(machine, session_id).create(state)
                 await claim.lease()
             return await host.launch(machine, state, config, session_id, base_seq=0, claim=claim)
+
+    async def submit(
+        self, machine: Machine[S], state: S, *, session_id: str | None = None
+    ) -> StoredSession[S]:
+        """Store a new session of ``machine`` from ``state`` for a `Worker` to drive.
+
+        Nothing runs here: stored ``"running"`` with no lease, it is claimed by a
+        worker serving ``machine`` on the store. Follow it through the returned
+        `StoredSession`; ``send(..., drive=False)`` gives it messages.
+
+        Raises:
+            ConfigurationError: Without a store, or if the state does not fit.
+            SessionError: If the id is taken. And `start`'s other errors.
+        """
+        found = await submit(self._host, self._registry, machine, state, session_id)
+        return self.stored(machine, found)
 
     async def resume(
         self, machine: Machine[S], session_id: str, *, max_steps: int | None = None
@@ -398,6 +391,7 @@ class AgentSystem:
         message: object,
         *,
         message_id: str | None = None,
+        drive: bool = True,
     ) -> Sent:
         """Send ``message`` to session ``session_id`` of ``machine``: store it, then deliver it.
 
@@ -416,6 +410,8 @@ class AgentSystem:
             message: The message.
             message_id: Its id: sending the same id again stores nothing (a
                 retried delivery is harmless). A fresh one by default.
+            drive: ``False``: store it only, never wake the session here; a parked
+                session it wakes becomes due, for a `Worker` to claim.
 
         Returns:
             Where it went: ``sent.handle`` is the run here that receives it, if any
@@ -432,7 +428,7 @@ class AgentSystem:
         decision = decision_of(machine, message)
         if decision is not None:  # to a gate: answered on the paused session
             return await self.stored(machine, session_id).decide(decision, message_id=message_id)
-        return await self._postman.send(machine, session_id, message, message_id)
+        return await self._postman.send(machine, session_id, message, message_id, drive=drive)
 
     def stored(self, machine: Machine[S], session_id: str) -> StoredSession[S]:
         """Session ``session_id`` of ``machine`` as the store keeps it.

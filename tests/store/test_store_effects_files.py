@@ -69,7 +69,7 @@ async def test_a_version_5_file_keeps_its_sessions_and_inboxes_and_gains_ledgers
         assert began
         await store.finish_effect("a", "k", result="sent")
     with contextlib.closing(sqlite3.connect(old_file)) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
         meta = dict(db.execute("SELECT key, value FROM meta"))
         assert meta["schema_version"] == str(SCHEMA_VERSION)
         names = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
@@ -87,7 +87,7 @@ async def test_a_new_file_has_the_ledger_and_a_reopened_one_keeps_it(tmp_path: P
         await store.create_session("s", machine="m", snapshot={})
         await store.begin_effect("s", "k", tool="t", arguments={"n": 1})
     with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (6,)
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         (row,) = db.execute("SELECT key, tool, arguments, status, attempts FROM effects")
         assert row == ("k", "t", '{"n":1}', "started", 1)
     async with SQLiteStore(path) as store:

@@ -251,33 +251,25 @@ async def test_waking_lists_the_due_sessions_earliest_first_and_the_next_wake(
 async def test_a_post_to_a_waiting_session_brings_its_wake_forward(
     make: Callable[[], AnyStore], kind: Kind
 ) -> None:
-    # SQLite and memory cannot tell which kinds a parked state takes: any new
-    # message wakes the session by its due time (it parks again if it does not take
-    # it), so a sender that dies between posting and waking it loses nothing.
-    # PostgresStore keeps the kinds the park accepts: only those wake it (a worker
-    # claims it then), so a message it does not take claims no worker for nothing.
+    # The session keeps the kinds it parked accepting: a new message of one of them
+    # wakes it by its due time (a sender that dies between posting and waking it
+    # loses nothing); a message of another kind leaves it parked.
     async with make() as store:
         await store.create_session("s", machine="m", snapshot={})
         await store.post("s", message("t", T0 + 50), capacity=5)
         assert await store.park("s", None, status="waiting", waiting=None, accepts=["Ask"], now=T0)
         await store.post("s", message("later", T0 + 90), capacity=5)
         assert (await store.record("s")).wake_at == T0 + 50
-        await store.post("s", message("now", T0 + 1, kind="Other"), capacity=5)
-        if kind.postgres:
-            assert (await store.record("s")).wake_at == T0 + 50
-            await store.post("s", message("now!", T0 + 1), capacity=5)
+        await store.post("s", message("other", T0 + 1, kind="Other"), capacity=5)
+        assert (await store.record("s")).wake_at == T0 + 50
+        await store.post("s", message("now", T0 + 1), capacity=5)
         assert (await store.record("s")).wake_at == T0 + 1
         assert [r.session_id for r in (await store.waking(T0 + 1))[0]] == ["s"]
         # Parking again computes it from the accepted kinds alone.
-        if kind.postgres:
-            assert not await store.park(
-                "s", None, status="waiting", waiting=None, accepts=["Ask"], now=T0 + 1
-            )
-        else:
-            assert await store.park(
-                "s", None, status="waiting", waiting=None, accepts=["Ask"], now=T0
-            )
-            assert (await store.record("s")).wake_at == T0 + 50
+        assert await store.park(
+            "s", None, status="waiting", waiting=None, accepts=["Other"], now=T0
+        )
+        assert (await store.record("s")).wake_at == T0 + 1
         # Not waiting (paused, running): no wake.
         await store.create_session("p", machine="m", snapshot={}, status="paused")
         await store.post("p", message("m"), capacity=5)

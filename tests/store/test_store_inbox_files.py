@@ -149,7 +149,9 @@ async def test_a_post_wakes_a_session_another_process_parked(tmp_path: Path) -> 
     path = tmp_path / "shared.db"
     async with SQLiteStore(path) as sender, SQLiteStore(path) as driver:
         await sender.create_session("s", machine="m", snapshot={})
-        assert await driver.park("s", None, status="waiting", waiting=None, accepts=(), now=1.0)
+        assert await driver.park(
+            "s", None, status="waiting", waiting=None, accepts=("Ask",), now=1.0
+        )
         await sender.post("s", NewMessage("m", "Ask", {}, 50.0), capacity=5)
         assert (await driver.record("s")).wake_at == 50.0
         # And a park through the stale writer reads the file back before it writes.

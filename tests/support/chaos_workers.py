@@ -1,0 +1,254 @@
+"""The workers' chaos harness: worker processes killed and paused at random while sessions run.
+
+`run_chaos` submits ``sessions`` sessions of the counting machine
+(`tests.support.work_machine`; each counts to 3, then waits for a ``Poke``
+the harness sends and a ``Tick`` timer of its own), starts ``workers`` worker
+processes (`tests/support/worker_child.py`) on the same store, and until
+every session has ended: SIGKILLs a random worker (and starts another in its
+place) ``kills`` times, and SIGSTOPs one for ``pause_for`` seconds then
+SIGCONTs it ``pauses`` times. Then it drains the workers with SIGTERM and
+checks, from the store: every session finished; no commit acknowledged to a
+worker (each one's event listener appends it to a file the moment it is
+called) is missing from the store; no step was committed twice (each
+session's ``n`` is written once per value, its messages applied once each).
+
+The store is a parameter: `open_store` turns a spec into a store, the one
+place to teach another kind of store (a SQLite path today).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from arkhon_rheo import AgentSystem, SQLiteStore
+from tests.support.work_machine import COUNTER, Counting, Poke, check_history
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from arkhon_rheo import TransitionEvent
+    from arkhon_rheo.protocols import Store
+
+__all__ = ["ChaosReport", "ack_line", "open_store", "run_chaos"]
+
+CHILD = Path(__file__).resolve().parent / "worker_child.py"
+ROOT = str(Path(__file__).resolve().parents[2])
+ENDED = {"finished", "failed", "max_steps", "aborted", "cancelled", "crashed"}
+
+
+def open_store(spec: str) -> Any:
+    """The (not yet entered) store a spec names: an SQLite file path."""
+    return SQLiteStore(spec)
+
+
+def ack_line(event: TransitionEvent) -> str:
+    """One acknowledged commit, as a line: ``session seq kind stage n``."""
+    n = event.patch.values.get("n", "-") if event.patch is not None else "-"
+    return f"{event.session_id} {event.seq} {event.kind.value} {event.stage} {n}\n"
+
+
+@dataclass
+class ChaosReport:
+    """What a chaos run did and found."""
+
+    sessions: int = 0
+    finished: int = 0
+    kills: int = 0
+    pauses: int = 0
+    acknowledged: int = 0
+    lost: list[str] = field(default_factory=list)
+    doubled: list[str] = field(default_factory=list)
+    takeovers: int = 0
+    seconds: float = 0.0
+
+
+class _Workers:
+    """The worker processes, started, killed, paused and drained."""
+
+    def __init__(self, spec: str, acks: Path, ttl: float, concurrency: int) -> None:
+        self.spec, self.acks, self.ttl, self.concurrency = spec, acks, ttl, concurrency
+        self.live: list[subprocess.Popen[bytes]] = []
+        self.dead: list[subprocess.Popen[bytes]] = []
+        self.logs = acks.parent / "worker-logs"
+        self.logs.mkdir(exist_ok=True)
+        self.outs: dict[int, Path] = {}
+
+    def start(self) -> None:
+        path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+        log = self.logs / f"{len(self.live) + len(self.dead)}.out"
+        out = open(log, "wb")  # noqa: SIM115
+        command = [sys.executable, str(CHILD), self.spec, str(self.acks)]
+        command += [str(self.ttl), str(self.concurrency)]
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": path}
+        )
+        out.close()
+        self.live.append(process)
+        self.outs[process.pid] = log
+
+    def kill(self, rng: random.Random) -> None:
+        process = self.live.pop(rng.randrange(len(self.live)))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        self.dead.append(process)
+        self.start()
+
+    async def pause(self, rng: random.Random, seconds: float) -> None:
+        process = rng.choice(self.live)
+        process.send_signal(signal.SIGSTOP)
+        try:
+            await anyio.sleep(seconds)
+        finally:
+            process.send_signal(signal.SIGCONT)
+
+    def output(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(self.logs.iterdir()))
+
+    async def drain(self) -> list[int | None]:
+        def ready(process: subprocess.Popen[bytes]) -> bool:
+            return b"ready" in self.outs[process.pid].read_bytes() or process.poll() is not None
+
+        # Ready (its SIGTERM handler in place) before it is told, or it dies unclean.
+        await _eventually(lambda: all(map(ready, self.live)))
+        for process in self.live:
+            process.send_signal(signal.SIGCONT)
+            process.send_signal(signal.SIGTERM)
+        await _eventually(lambda: all(process.poll() is not None for process in self.live))
+        return [process.returncode for process in self.live]
+
+
+async def _eventually(check: Callable[[], bool], limit: float = 60.0) -> None:
+    """Wait until ``check()`` holds, looking every 50 ms (a hung child fails after ``limit``)."""
+    with anyio.fail_after(limit):
+        while True:
+            if check():
+                return
+            await anyio.sleep(0.05)
+
+
+async def _statuses(store: Store, ids: list[str]) -> dict[str, str]:
+    wanted = set(ids)
+    return {r.session_id: r.status for r in await store.sessions() if r.session_id in wanted}
+
+
+async def _poke_all(system: AgentSystem, ids: list[str], rng: random.Random) -> None:
+    for sid in rng.sample(ids, len(ids)):
+        await system.send(COUNTER, sid, Poke(text="poke"), message_id=f"poke-{sid}", drive=False)
+        if rng.random() < 0.05:
+            await anyio.sleep(rng.random() * 0.05)
+
+
+async def _chaos(
+    workers: _Workers,
+    rng: random.Random,
+    kills: int,
+    pauses: int,
+    pause_for: float,
+    report: ChaosReport,
+) -> None:
+    actions = ["kill"] * kills + ["pause"] * pauses
+    rng.shuffle(actions)
+    async with anyio.create_task_group() as group:
+        for action in actions:
+            await anyio.sleep(0.2 + rng.random() * 0.6)
+            if action == "kill":
+                workers.kill(rng)
+                report.kills += 1
+            else:
+                group.start_soon(workers.pause, rng, pause_for)
+                report.pauses += 1
+
+
+def _check_acks(
+    acks: Path, histories: dict[str, list[TransitionEvent]], report: ChaosReport
+) -> None:
+    seen: dict[tuple[str, int], str] = {}
+    for log in acks.iterdir():
+        for line in log.read_text().splitlines():
+            sid, seq, rest = line.split(" ", 2)
+            report.acknowledged += 1
+            key = (sid, int(seq))
+            if seen.setdefault(key, rest) != rest:
+                report.doubled.append(f"{sid}#{seq} acknowledged as {seen[key]!r} and {rest!r}")
+            history = histories.get(sid, [])
+            stored = ack_line(history[int(seq) - 1]) if int(seq) <= len(history) else None
+            if stored != line + "\n":
+                report.lost.append(f"{line!r} acknowledged, stored {stored!r}")
+
+
+async def run_chaos(
+    spec: str,
+    tmp: Path,
+    *,
+    workers: int = 4,
+    sessions: int = 1000,
+    kills: int = 10,
+    pauses: int = 10,
+    lease_ttl: float = 2.0,
+    pause_for: float | None = None,
+    concurrency: int = 64,
+    seed: int = 0,
+    limit: float = 900.0,
+) -> ChaosReport:
+    """Run the chaos described in the module docstring on the store ``spec`` names.
+
+    ``pause_for`` defaults to a quarter of ``lease_ttl`` (a paused worker keeps
+    its leases: a pause past them needs the store's lease fencing).
+    """
+    rng = random.Random(seed)
+    report = ChaosReport(sessions=sessions)
+    acks = tmp / "acks"
+    acks.mkdir()
+    pool = _Workers(spec, acks, lease_ttl, concurrency)
+    began = time.perf_counter()
+    ids = [f"c{n:05d}" for n in range(sessions)]
+    try:
+        async with open_store(spec) as store, AgentSystem(store=store) as service:
+            for _ in range(workers):
+                pool.start()
+            for sid in ids:
+                state = Counting(target=3, wait_for=2, timer_after=rng.random() * 0.5)
+                await service.submit(COUNTER, state, session_id=sid)
+            with anyio.fail_after(limit):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(_poke_all, service, ids, rng)
+                    group.start_soon(
+                        _chaos, pool, rng, kills, pauses, pause_for or lease_ttl / 4, report
+                    )
+                    while True:
+                        if all(s in ENDED for s in (await _statuses(store, ids)).values()):
+                            break
+                        await anyio.sleep(0.1)
+                    group.cancel_scope.cancel()
+            codes = await pool.drain()
+            assert codes == [0] * len(codes), f"workers' exit codes {codes}\n{pool.output()}"
+            report.seconds = time.perf_counter() - began
+            histories = {}
+            for sid in ids:
+                stored = service.stored(COUNTER, sid)
+                if (await stored.record()).status == "finished":
+                    report.finished += 1
+                history = histories[sid] = await stored.history()
+                report.takeovers += sum(1 for e in history if e.kind.value == "resume") - 1
+                try:
+                    check_history(history, await stored.state())
+                except AssertionError as exc:
+                    report.doubled.append(f"{sid}: {exc}")
+            _check_acks(acks, histories, report)
+    finally:
+        for process in pool.live:
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.kill()
+                process.wait()
+    return report

@@ -1,0 +1,63 @@
+"""A worker process of the chaos harness (`tests/support/chaos_workers.py`); not a test module.
+
+Run as ``python tests/support/worker_child.py STORE ACKS TTL CONCURRENCY``: a
+`Worker` of the counting machine on store ``STORE`` (see
+`chaos_workers.open_store`), with leases of ``TTL`` seconds. Every step the
+worker's runs commit (acknowledged by the store, then its listener called) is appended as
+one line to ``ACKS/<pid>.log`` with a single ``write`` on an ``O_APPEND`` file,
+so it is on file the moment it is acknowledged, whatever kills the process
+after. Prints ``ready`` once SIGTERM drains it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+
+from arkhon_rheo.protocols import EventKind
+from arkhon_rheo.system import Worker
+from tests.support.chaos_workers import ack_line, open_store
+from tests.support.work_machine import COUNTER
+
+if TYPE_CHECKING:
+    from arkhon_rheo import TransitionEvent
+
+
+async def work(store_spec: str, acks: str, ttl: float, concurrency: int) -> None:
+    fd = os.open(Path(acks) / f"{os.getpid()}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+    def acknowledged(event: TransitionEvent) -> None:
+        # A step reaches the listeners once its append is acknowledged (a supervisor's
+        # failure record is published even when its store refused it: not counted).
+        if event.kind is EventKind.STEP:
+            os.write(fd, ack_line(event).encode())
+
+    async with open_store(store_spec) as store:
+        worker = Worker(
+            store,
+            [COUNTER],
+            concurrency=concurrency,
+            lease_ttl=ttl,
+            poll_interval=0.05,
+            listeners=[acknowledged],
+        )
+        async with anyio.create_task_group() as group:
+            with anyio.open_signal_receiver(signal.SIGTERM) as received:
+
+                async def drain() -> None:
+                    async for _ in received:
+                        worker.drain()
+
+                group.start_soon(drain)
+                print("ready", flush=True)
+                await worker.run()
+                group.cancel_scope.cancel()
+
+
+if __name__ == "__main__":
+    anyio.run(work, sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))

@@ -1,0 +1,243 @@
+"""Workers: sessions submitted to a store, driven by whichever worker claims them.
+
+Each test runs on both backends, on a memory store or an SQLite file (two
+stores on one file where two workers must share it, as two processes would).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from arkhon_rheo import AgentSystem, ConfigurationError, MemoryStore, SQLiteStore
+from arkhon_rheo.system import Worker
+from arkhon_rheo.testing import VirtualClock
+from tests.support.work_machine import (
+    COUNTER,
+    Counting,
+    Phase,
+    Poke,
+    arm,
+    check_history,
+    counter,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterable
+    from pathlib import Path
+
+    from arkhon_rheo.protocols import Store
+    from arkhon_rheo.system import StoredSession
+
+pytestmark = pytest.mark.anyio
+
+#: The statuses of a session that has ended.
+ENDED = {"finished", "failed", "max_steps", "aborted", "cancelled", "crashed"}
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    made: Store = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "s.db")
+    async with made:
+        yield made
+
+
+async def until(store: Store, ids: Iterable[str], statuses: set[str] = ENDED) -> None:
+    """Wait until every session of ``ids`` has one of ``statuses`` (read from the store)."""
+    wanted = set(ids)
+    with anyio.fail_after(60):
+        while True:
+            records = {r.session_id: r.status for r in await store.sessions()}
+            if all(records.get(sid) in statuses for sid in wanted):
+                return
+            await anyio.sleep(0.01)
+
+
+async def until_state(stored: StoredSession[Counting], check: Callable[[Counting], bool]) -> None:
+    """Wait until the stored state of ``stored`` passes ``check``."""
+    with anyio.fail_after(60):
+        while True:
+            if check(await stored.state()):
+                return
+            await anyio.sleep(0.01)
+
+
+async def check_all(system: AgentSystem, ids: Iterable[str]) -> None:
+    for sid in ids:
+        stored = system.stored(COUNTER, sid)
+        assert (await stored.record()).status == "finished"
+        check_history(await stored.history(), await stored.state())
+
+
+async def test_a_submitted_session_is_driven_to_its_end_by_a_worker(store: Store) -> None:
+    worker = Worker(store, [COUNTER], concurrency=4, poll_interval=0.05)
+    async with AgentSystem(store=store) as service, anyio.create_task_group() as group:
+        group.start_soon(worker.run)
+        ids = [f"s{n}" for n in range(6)]
+        for sid in ids:
+            stored = await service.submit(COUNTER, Counting(target=3), session_id=sid)
+        assert service.sessions() == []  # nothing runs in the service
+        await until(store, ids)
+        worker.drain()
+    async with AgentSystem(store=store) as reader:
+        await check_all(reader, ids)
+    assert (await stored.state()).n == 3
+    assert worker.driven == 6
+    assert worker.running == 0
+
+
+async def test_a_message_and_a_timer_reach_a_parked_session_through_a_worker(
+    store: Store,
+) -> None:
+    clock = VirtualClock()
+    worker = Worker(store, [COUNTER], poll_interval=3600, clock=clock)
+    async with (
+        AgentSystem(store=store, clock=clock) as service,
+        anyio.create_task_group() as group,
+    ):
+        group.start_soon(worker.run)
+        state = Counting(target=1, wait_for=2, timer_after=600)
+        stored = await service.submit(COUNTER, state, session_id="w")
+        await until(store, ["w"], {"waiting"})
+        sent = await service.send(COUNTER, "w", Poke(text="hello"), drive=False)
+        assert sent.handle is None
+        await until(store, ["w"], {"waiting"})
+        await until_state(stored, lambda state: state.got == ("hello",))
+        clock.advance(600)  # the timer falls due: the worker's idle wait is on this clock
+        await until(store, ["w"])
+        worker.drain()
+    assert (await stored.state()).got == ("hello", "tick")
+    async with AgentSystem(store=store) as reader:
+        await check_all(reader, ["w"])
+
+
+async def test_two_workers_on_one_file_never_drive_a_session_twice(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    ids = [f"s{n:02d}" for n in range(30)]
+    async with (
+        SQLiteStore(path) as one,
+        SQLiteStore(path) as two,
+        SQLiteStore(path) as service_store,
+    ):
+        workers = [
+            Worker(store, [COUNTER], concurrency=5, poll_interval=0.05) for store in (one, two)
+        ]
+        async with (
+            AgentSystem(store=service_store) as service,
+            anyio.create_task_group() as group,
+        ):
+            for worker in workers:
+                group.start_soon(worker.run)
+            for sid in ids:
+                await service.submit(COUNTER, Counting(target=4, wait_for=1), session_id=sid)
+            await until(service_store, ids, {"waiting"})
+            for sid in ids:
+                await service.send(COUNTER, sid, Poke(text="go"), drive=False)
+            await until(service_store, ids)
+            for worker in workers:
+                worker.drain()
+            await check_all(service, ids)
+        # Both took part (each claims at most 5 at a time), and no lease is left.
+        assert all(worker.driven > 0 for worker in workers)
+        assert await service_store.leases() == ()
+
+
+async def test_a_drain_hands_a_run_over_at_a_commit_boundary(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    async with SQLiteStore(path) as first_store, SQLiteStore(path) as second_store:
+        first = Worker(first_store, [COUNTER], poll_interval=0.05)
+        second = Worker(second_store, [COUNTER], poll_interval=0.05)
+        inside, release = arm()
+        async with AgentSystem(store=first_store) as service:
+            async with anyio.create_task_group() as group:
+                group.start_soon(first.run)
+                await service.submit(COUNTER, Counting(target=3), session_id="d")
+                with anyio.fail_after(60):
+                    await inside.wait()  # the first count step is under way in `first`
+                first.drain()
+                await anyio.wait_all_tasks_blocked()
+                release.set()  # the step finishes and commits; then the run is handed over
+            record = await service.stored(COUNTER, "d").record()
+            assert (record.status, record.last_seq) == ("running", 3)  # resume, begin, count
+            assert await first_store.leases() == ()
+            async with anyio.create_task_group() as group:
+                group.start_soon(second.run)
+                await until(second_store, ["d"])
+                second.drain()
+            await check_all(service, ["d"])
+            history = await service.stored(COUNTER, "d").history()
+            resumes = [e.info for e in history if e.kind.value == "resume" and e.info]
+            assert [info["previous_status"] for info in resumes] == ["running", "running"]
+            assert [info["rerun"] for info in resumes] == ["begin", "count"]
+
+
+@pytest.mark.parametrize(
+    ("machines", "options", "match"),
+    [
+        ([], {}, "at least one machine"),
+        (["not a machine"], {}, "Machine objects"),
+        ([COUNTER, counter()], {}, "two machines are named 'work-counter'"),
+        ([COUNTER], {"concurrency": 0}, "concurrency"),
+        ([COUNTER], {"poll_interval": -1}, "poll_interval"),
+        ([COUNTER], {"drain_timeout": 0}, "drain_timeout"),
+    ],
+)
+async def test_a_worker_refuses_bad_options(
+    machines: list[Any], options: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        Worker(MemoryStore(), machines, **options)
+
+
+async def test_a_worker_refuses_a_store_that_is_no_work_queue() -> None:
+    class Plain:
+        pass
+
+    with pytest.raises(ConfigurationError, match="WorkQueue"):
+        Worker(Plain(), [COUNTER])  # type: ignore[arg-type]
+
+
+async def test_a_worker_runs_once_and_submit_needs_a_store(store: Store) -> None:
+    worker = Worker(store, [COUNTER])
+    worker.drain()  # before it runs: it returns at once
+    await worker.run()
+    with pytest.raises(ConfigurationError, match="runs once"):
+        await worker.run()
+    async with AgentSystem(path=None) as system:
+        with pytest.raises(ConfigurationError, match="submit a session"):
+            await system.submit(COUNTER, Counting())
+    assert Phase.DONE.value == "done"
+
+
+async def test_a_session_a_worker_cannot_drive_keeps_its_lease_until_it_runs_out(
+    store: Store,
+) -> None:
+    from arkhon_rheo import Machine
+
+    # The same name, another machine: the stored session does not fit it.
+    other = Machine(
+        name="work-counter",
+        state_type=Counting,
+        initial=Phase.START,
+        transitions={Phase.START: {Phase.DONE}},
+        stages={Phase.START: COUNTER.stages[Phase.START]},
+        terminal={Phase.DONE, Phase.FAILED},
+        failed=Phase.FAILED,
+    )
+    worker = Worker(store, [other], poll_interval=0.05, lease_ttl=3600)
+    async with AgentSystem(store=store) as service, anyio.create_task_group() as group:
+        await service.submit(COUNTER, Counting(), session_id="misfit")
+        group.start_soon(worker.run)
+        with anyio.fail_after(60):
+            while True:
+                if await store.leases():
+                    break
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.2)  # polls of the worker: the session is not claimed again
+        worker.drain()
+    (lease,) = await store.leases()
+    assert (lease.session_id, lease.owner) == ("misfit", worker.owner)
+    assert (await store.record("misfit")).last_seq == 0
+    assert worker.driven == 0
