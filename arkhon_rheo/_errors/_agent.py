@@ -7,6 +7,7 @@ from ._stages import Fatal, Recoverable
 
 __all__ = [
     "AmbiguousEffect",
+    "AnswerUnavailable",
     "IsolationUnavailable",
     "MalformedModelOutput",
     "ToolCallHeld",
@@ -20,6 +21,16 @@ class ToolError(ArkhonError):
     Raise it from a tool to answer the call with exactly this message as an
     error result (an ordinary exception is answered as ``"Type: message"``).
     A sandbox raises it for a crash, a limit kill or refused output.
+    """
+
+
+class AnswerUnavailable(ArkhonError, ValueError):
+    """A ReAct agent's typed answer was asked for and there is none of that type.
+
+    ``ReactState.output_as(T)`` raises it when the state holds no typed answer
+    (the agent was built without ``answer_type``, or ended without an answer:
+    stopped, out of steps) or when the answer it holds does not validate as ``T``
+    (another type than the agent's ``answer_type``). The message says which.
     """
 
 

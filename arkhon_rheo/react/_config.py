@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import TypeAdapter
+from pydantic.errors import PydanticUserError
 
 from .._errors import ConfigurationError
 from ..models import ModelPrice, Pricing
@@ -19,13 +19,16 @@ from ..protocols import NamedModelClient, StreamingModelClient
 from ..protocols._seams import is_async_context_manager
 from ._budget import Budget
 from ._calls import tool_runner
-from ._state import ReactState
+from ._state import ReactState, answer_adapter
 
 if TYPE_CHECKING:
     import enum
     from collections.abc import Mapping, Sequence
 
+    from pydantic import TypeAdapter
+
     from ..protocols import Gate, ModelClient, ToolRunner
+    from ..tools import OnExhausted
     from ._context import PromptCache
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "ReactConfig"]
@@ -57,7 +60,9 @@ class ReactConfig:
 
     Raises:
         ConfigurationError: If an argument is out of range, ``state_type`` is not
-            a `ReactState`, or ``stream`` is asked of a client that cannot.
+            a `ReactState`, ``answer_type`` is no type pydantic validates,
+            ``tool_failures`` is neither ``"observe"`` nor ``"escalate"``, or
+            ``stream`` is asked of a client that cannot.
     """
 
     model: ModelClient
@@ -79,6 +84,7 @@ class ReactConfig:
     deadlines: Mapping[enum.Enum, float] | None = None
     conversational: bool = False
     resources: Mapping[str, object] | None = None
+    tool_failures: OnExhausted = "observe"
     runner: ToolRunner = field(init=False)
     limits: Budget = field(init=False)
     pricing: Pricing | None = field(init=False)
@@ -112,8 +118,13 @@ class ReactConfig:
                 f"react_agent(stream=True) needs a model client with stream(); "
                 f"{self.model!r} has none"
             )
-        adapter = TypeAdapter(self.answer_type) if self.answer_type is not None else None
+        adapter = _answer_adapter(self.answer_type)
         self._derive("answer_adapter", adapter)
+        if self.tool_failures not in ("observe", "escalate"):
+            raise ConfigurationError(
+                f"react_agent: tool_failures must be 'observe' or 'escalate', "
+                f"got {self.tool_failures!r}"
+            )
         self._derive("ask_json", self.json_mode or adapter is not None)
         self._derive("timed", self.limits.max_seconds is not None)
         system, model = _span_names(self.model)
@@ -123,6 +134,24 @@ class ReactConfig:
 
     def _derive(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
+
+
+def _answer_adapter(answer_type: Any) -> TypeAdapter[Any] | None:
+    """The validator of the final answer, or None without an answer type.
+
+    Raises:
+        ConfigurationError: Pydantic cannot validate ``answer_type``.
+    """
+    if answer_type is None:
+        return None
+    try:
+        return answer_adapter(answer_type)
+    except (PydanticUserError, TypeError) as exc:
+        raise ConfigurationError(
+            f"react_agent: answer_type {answer_type!r} is not a type pydantic can validate "
+            f"({type(exc).__name__}); give a model, a dataclass, a TypedDict or a type such as "
+            "list[int]"
+        ) from exc
 
 
 def _declared(

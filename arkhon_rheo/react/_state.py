@@ -3,14 +3,35 @@
 from __future__ import annotations
 
 import enum
-from typing import Literal
+import json
+from typing import Any, Literal, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from .._errors import AnswerUnavailable
+from .._lru import LRU
 from ..protocols import AgentState, History, Lifecycle, Message, ToolCall, Usage
-from ..protocols._seams import Metadata
+from ..protocols._seams import FrozenJson, Metadata
 
-__all__ = ["HeldCall", "ReactState", "StopReason"]
+__all__ = ["HeldCall", "ReactState", "StopReason", "answer_adapter"]
+
+T = TypeVar("T")
+
+#: The validators of the answer types asked for, by type (built once each: a
+#: `TypeAdapter` costs about a millisecond to make).
+_ADAPTERS: LRU[Any, TypeAdapter[Any]] = LRU(64)
+
+
+def answer_adapter(kind: Any) -> TypeAdapter[Any]:
+    """The `TypeAdapter` of answer type ``kind`` (kept for the next call when it is hashable)."""
+    try:
+        adapter = _ADAPTERS.get(kind)
+    except TypeError:  # an unhashable type form (say, Annotated with a list in it)
+        return TypeAdapter(kind)
+    if adapter is None:
+        adapter = TypeAdapter(kind)
+        _ADAPTERS.put(kind, adapter)
+    return adapter
 
 
 class StopReason(enum.Enum):
@@ -74,7 +95,10 @@ class ReactState(AgentState):
         wrapup: A budget limit was reached: the next turn is the wrap-up turn.
         stop: Set it (for example by an ``edit`` decision at a gate) to end the
             agent before its next turn.
-        answer: The final answer.
+        answer: The final answer, as the model wrote it.
+        output: With ``react_agent(answer_type=...)``: the answer validated as
+            that type, kept as its JSON data (``None`` until an answer): read it
+            typed with `output_as`.
         exit: Why the agent finished.
         pending_step: The number of the step that asked for the ``pending`` calls:
             their idempotency keys are made from it (a resume runs the act step
@@ -98,8 +122,62 @@ class ReactState(AgentState):
     wrapup: bool = False
     stop: bool = False
     answer: str | None = None
+    output: FrozenJson | None = None
     exit: StopReason | None = None
     pending_step: int | None = None
     held: HeldCall | None = None
     approval: Metadata | Literal[False] | None = False
     approved: tuple[str, ...] = ()
+
+    @overload
+    def output_as(self, answer_type: type[T]) -> T: ...
+
+    @overload
+    def output_as(self, answer_type: Any) -> Any: ...
+
+    def output_as(self, answer_type: Any) -> Any:
+        """The typed answer: ``output`` validated as ``answer_type`` (the agent's ``answer_type``).
+
+        ::
+
+            agent = react_agent(model, tools, answer_type=City)
+            result = await system.run(agent, ReactState(task="..."))
+            city = result.state.output_as(City)  # a City, typed
+
+        Any type pydantic validates works (a model, a dataclass, a
+        ``TypedDict``, ``list[int]``...). The object is rebuilt from the stored
+        data each call, through JSON as the model's answer was: the same object
+        after a restart, a resume or a replay.
+
+        Raises:
+            AnswerUnavailable: There is no typed answer (an agent built without
+                ``answer_type``, or one that ended without answering), or it
+                does not validate as ``answer_type``.
+        """
+        name = getattr(answer_type, "__name__", repr(answer_type))
+        if self.output is None:
+            why = (
+                f"it ended without an answer ({self.exit.value})"
+                if self.exit is not None and self.answer is None
+                else "build it with react_agent(..., answer_type=...) to get one"
+                if self.answer is not None
+                else "it has not answered yet"
+            )
+            raise AnswerUnavailable(f"output_as({name}): the agent has no typed answer: {why}")
+        text = json.dumps(_plain(self.output))
+        try:
+            return answer_adapter(answer_type).validate_json(text)
+        except ValidationError as exc:
+            raise AnswerUnavailable(
+                f"output_as({name}): the agent's answer is not a {name} "
+                f"({exc.error_count()} errors: {exc.errors(include_url=False)[0]['msg']}); "
+                "ask for the type the agent was built with (its answer_type)"
+            ) from None
+
+
+def _plain(value: Any) -> Any:
+    """Frozen JSON data (mappings and tuples) as plain JSON data."""
+    return FROZEN_JSON.dump_python(value, mode="json")
+
+
+FROZEN_JSON: TypeAdapter[Any] = TypeAdapter(FrozenJson)
