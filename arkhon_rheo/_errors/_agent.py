@@ -27,10 +27,10 @@ class ToolError(ArkhonError):
 class AnswerUnavailable(ArkhonError, ValueError):
     """A ReAct agent's typed answer was asked for and there is none of that type.
 
-    ``ReactState.output_as(T)`` raises it when the state holds no typed answer
-    (the agent was built without ``answer_type``, or ended without an answer:
-    stopped, out of steps) or when the answer it holds does not validate as ``T``
-    (another type than the agent's ``answer_type``). The message says which.
+    ``ReactState.output_as(T)`` raises it when the agent has no answer (not
+    yet, or it ended without one: stopped, out of steps) or when its answer does
+    not validate as ``T`` (another type than the agent's ``answer_type``, or the
+    plain text of an agent built without one). The message says which.
     """
 
 

@@ -147,10 +147,10 @@ def _answer_adapter(answer_type: Any) -> TypeAdapter[Any] | None:
     try:
         return answer_adapter(answer_type)
     except (PydanticUserError, TypeError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigurationError(
             f"react_agent: answer_type {answer_type!r} is not a type pydantic can validate "
-            f"({type(exc).__name__}); give a model, a dataclass, a TypedDict or a type such as "
-            "list[int]"
+            f"({why}); give a model, a dataclass, a TypedDict or a type such as list[int]"
         ) from exc
 
 

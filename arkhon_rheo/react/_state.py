@@ -146,38 +146,38 @@ class ReactState(AgentState):
 
         Any type pydantic validates works (a model, a dataclass, a
         ``TypedDict``, ``list[int]``...). The object is rebuilt from the stored
-        data each call, through JSON as the model's answer was: the same object
-        after a restart, a resume or a replay.
+        data at each call, through JSON as the model's answer was: the same
+        object after a restart, a resume or a replay. Without ``output`` (a
+        session stored before typed answers were kept, or an agent built
+        without ``answer_type``) the answer's text is validated instead.
 
         Raises:
-            AnswerUnavailable: There is no typed answer (an agent built without
-                ``answer_type``, or one that ended without answering), or it
-                does not validate as ``answer_type``.
+            AnswerUnavailable: There is no answer (the agent has not answered, or
+                ended without: stopped, out of steps), or it does not validate
+                as ``answer_type``.
         """
         name = getattr(answer_type, "__name__", repr(answer_type))
-        if self.output is None:
-            why = (
-                f"it ended without an answer ({self.exit.value})"
-                if self.exit is not None and self.answer is None
-                else "build it with react_agent(..., answer_type=...) to get one"
-                if self.answer is not None
-                else "it has not answered yet"
-            )
-            raise AnswerUnavailable(f"output_as({name}): the agent has no typed answer: {why}")
-        text = json.dumps(_plain(self.output))
+        if self.output is not None:
+            text = json.dumps(_plain(self.output))
+        elif self.answer is not None:
+            text = self.answer
+        else:
+            why = f"it ended without one ({self.exit.value})" if self.exit else "not yet"
+            raise AnswerUnavailable(f"output_as({name}): the agent has no answer: {why}")
         try:
             return answer_adapter(answer_type).validate_json(text)
         except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            where = ".".join(map(str, first["loc"])) or "answer"
             raise AnswerUnavailable(
-                f"output_as({name}): the agent's answer is not a {name} "
-                f"({exc.error_count()} errors: {exc.errors(include_url=False)[0]['msg']}); "
-                "ask for the type the agent was built with (its answer_type)"
+                f"output_as({name}): the agent's answer is not a {name} ({where}: "
+                f"{first['msg']}); ask for the type the agent was built with (its answer_type)"
             ) from None
 
 
 def _plain(value: Any) -> Any:
     """Frozen JSON data (mappings and tuples) as plain JSON data."""
-    return FROZEN_JSON.dump_python(value, mode="json")
+    return _FROZEN_JSON.dump_python(value, mode="json")
 
 
-FROZEN_JSON: TypeAdapter[Any] = TypeAdapter(FrozenJson)
+_FROZEN_JSON: TypeAdapter[Any] = TypeAdapter(FrozenJson)

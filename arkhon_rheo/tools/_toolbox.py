@@ -366,7 +366,8 @@ class Toolbox:
         self._exhausted += 1
         message = scrub(str(failure) or type(failure).__name__)
         _log.warning("tool_exhausted", tool=tool.name, attempts=attempts, error=message)
-        return self._error(site.call, f"Error after {attempts} attempts: {message}")
+        plural = "s" if attempts != 1 else ""
+        return self._error(site.call, f"Error after {attempts} attempt{plural}: {message}")
 
     async def _run(
         self,
