@@ -316,53 +316,63 @@ class Toolbox:
                 f"tool {call.name!r}: call {call.id!r} waits for a human's approval", "approval"
             )
         if tool.effect is Effect.READ and not tool.takes_context:
-            attempt = functools.partial(self._run, tool, call, arguments, validated, None)
-            return await self._attempts(tool, site, attempt)
+            try:  # the common case first: no context, no ledger, one attempt that answers
+                return await self._run(tool, call, arguments, validated, None)
+            except Transient as exc:
+                if not _observed(tool, site, exc):
+                    raise
+                again = functools.partial(self._run, tool, call, arguments, validated, None)
+                return await self._retry(tool, site, again, exc)
         sid, step, store = site.session_id, site.step, site.store
         key = idempotency_key(sid, step, call.id) if sid and step is not None and call.id else None
         context = tool_context(call.id, key) if tool.takes_context else None
-        run = functools.partial(self._run, tool, call, arguments, validated, context)
-        if tool.effect is Effect.READ or store is None or key is None:
-            return await self._attempts(tool, site, run)
-        ledger = Ledger(store, sid, key)
-        return await self._attempts(
-            tool,
-            site,
-            lambda: run_once(ledger, call, tool.effect, arguments, run, rerun=site.rerun),
-        )
-
-    async def _attempts(
-        self, tool: Tool[..., Any], site: _Site, attempt: Callable[[], Awaitable[ToolMessage]]
-    ) -> ToolMessage:
-        """Make the call, trying it again after a transient failure, then observing it.
-
-        A tool that escalates (its own choice, else the call's) makes one
-        attempt: a failure propagates. One that is observed makes up to its
-        ``retries`` more, after a backoff each, then answers the model with
-        the last failure. A timeout of a side-effecting tool always propagates:
-        its effect may have happened, so it is the ledger's to decide (see ``_retry``).
-        """
-        if (tool.on_exhausted or site.on_exhausted) == ESCALATE:
+        attempt = functools.partial(self._run, tool, call, arguments, validated, context)
+        if tool.effect is not Effect.READ and store is not None and key is not None:
+            run, ledger = attempt, Ledger(store, sid, key)
+            attempt = functools.partial(
+                run_once, ledger, call, tool.effect, arguments, run, rerun=site.rerun
+            )
+        try:
             return await attempt()
+        except Transient as exc:
+            if not _observed(tool, site, exc):
+                raise
+            return await self._retry(tool, site, attempt, exc)
+
+    async def _retry(
+        self,
+        tool: Tool[..., Any],
+        site: _Site,
+        attempt: Callable[[], Awaitable[ToolMessage]],
+        failure: Transient,
+    ) -> ToolMessage:
+        """Try a call that failed transiently again, up to its tool's retries; then observe it.
+
+        Each attempt waits a backoff first. A failure that is not to be observed
+        (see `_observed`: a timeout of a side-effecting tool) propagates.
+
+        Returns:
+            The answer of the first attempt that gives one, or the error result
+            ``"Error after N attempts: <the last failure>"``.
+        """
         attempts = tool.retries + 1
-        for number in range(1, attempts + 1):
+        for number in range(1, attempts):
+            self._retries += 1
+            delay = backoff_delay(number, failure.retry_after)
+            _log.info(
+                "tool_retrying",
+                tool=tool.name,
+                attempt=number + 1,
+                delay=delay,
+                error=scrub(repr(failure)),
+            )
+            await anyio.sleep(delay)
             try:
                 return await attempt()
             except Transient as exc:
-                if isinstance(exc, ToolTimeout) and tool.effect is not Effect.READ:
-                    raise  # ambiguous: never an observation, never retried blind
+                if not _observed(tool, site, exc):
+                    raise
                 failure = exc
-            if number < attempts:
-                self._retries += 1
-                delay = backoff_delay(number, failure.retry_after)
-                _log.info(
-                    "tool_retrying",
-                    tool=tool.name,
-                    attempt=number + 1,
-                    delay=delay,
-                    error=scrub(repr(failure)),
-                )
-                await anyio.sleep(delay)
         self._exhausted += 1
         message = scrub(str(failure) or type(failure).__name__)
         _log.warning("tool_exhausted", tool=tool.name, attempts=attempts, error=message)
@@ -427,6 +437,19 @@ def _request(call: ToolCall, approved: bool, rerun: int) -> tuple[str, Any, dict
     if rerun:
         request["rerun"] = rerun
     return text, arguments, request
+
+
+def _observed(tool: Tool[..., Any], site: _Site, failure: Transient) -> bool:
+    """Whether a transient failure of a call is retried and then observed, or escalates.
+
+    By the tool's ``on_exhausted``, else the call's. A timeout of a tool with
+    side effects always escalates: its effect may have happened, so it is never
+    turned into an error result (the model could call again, under a new key);
+    the effect ledger decides on the next attempt (see ``_retry``).
+    """
+    if (tool.on_exhausted or site.on_exhausted) == ESCALATE:
+        return False
+    return not (isinstance(failure, ToolTimeout) and tool.effect is not Effect.READ)
 
 
 class _Site(NamedTuple):
