@@ -26,11 +26,13 @@ from arkhon_rheo.protocols import UserMessage
 from arkhon_rheo.react import (
     AnswerUnavailable,
     Conversation,
+    MalformedModelOutput,
     ReactState,
     StopReason,
     react_agent,
 )
 from arkhon_rheo.store import MemoryStore
+from arkhon_rheo.supervision import Backoff
 from arkhon_rheo.testing import ScriptedModel
 from tests.fixtures import react_v1 as V1
 
@@ -80,6 +82,19 @@ async def test_a_typed_answer_is_kept_as_data_and_read_typed_after_a_retry() -> 
     assert "population" in feedback.content
     assert "JSON" in feedback.content
     assert all(request.json_mode for request in model.requests)
+
+
+async def test_an_answer_that_never_fits_ends_as_malformed_output() -> None:
+    model = ScriptedModel(['{"name": "Paris"}'] * 40)
+    agent = react_agent(model, answer_type=City, max_format_retries=1)
+    async with AgentSystem(path=None, backoff=Backoff(base=0, cap=0)) as system:
+        handle = await system.start(agent, ReactState(task="a city"))
+        result = await handle.result()
+        failures = [e.error for e in await handle.history() if e.error is not None]
+    assert not result.ok
+    assert failures[0].error_type == MalformedModelOutput.__name__
+    assert "population: Field required" in failures[0].message
+    assert result.state.output is None
 
 
 @pytest.mark.parametrize(
