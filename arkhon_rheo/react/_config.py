@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic.errors import PydanticUserError
-
 from .._errors import ConfigurationError
 from ..models import ModelPrice, Pricing
 from ..protocols import NamedModelClient, StreamingModelClient
@@ -118,7 +116,8 @@ class ReactConfig:
                 f"react_agent(stream=True) needs a model client with stream(); "
                 f"{self.model!r} has none"
             )
-        adapter = _answer_adapter(self.answer_type)
+        answer_type = self.answer_type
+        adapter = None if answer_type is None else answer_adapter(answer_type, "react_agent")
         self._derive("answer_adapter", adapter)
         if self.tool_failures not in ("observe", "escalate"):
             raise ConfigurationError(
@@ -134,24 +133,6 @@ class ReactConfig:
 
     def _derive(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
-
-
-def _answer_adapter(answer_type: Any) -> TypeAdapter[Any] | None:
-    """The validator of the final answer, or None without an answer type.
-
-    Raises:
-        ConfigurationError: Pydantic cannot validate ``answer_type``.
-    """
-    if answer_type is None:
-        return None
-    try:
-        return answer_adapter(answer_type)
-    except (PydanticUserError, TypeError) as exc:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigurationError(
-            f"react_agent: answer_type {answer_type!r} is not a type pydantic can validate "
-            f"({why}); give a model, a dataclass, a TypedDict or a type such as list[int]"
-        ) from exc
 
 
 def _declared(

@@ -7,8 +7,9 @@ import json
 from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.errors import PydanticUserError
 
-from .._errors import AnswerUnavailable
+from .._errors import AnswerUnavailable, ConfigurationError
 from .._lru import LRU
 from ..protocols import AgentState, History, Lifecycle, Message, ToolCall, Usage
 from ..protocols._seams import FrozenJson, Metadata
@@ -22,15 +23,27 @@ T = TypeVar("T")
 _ADAPTERS: LRU[Any, TypeAdapter[Any]] = LRU(64)
 
 
-def answer_adapter(kind: Any) -> TypeAdapter[Any]:
-    """The `TypeAdapter` of answer type ``kind`` (kept for the next call when it is hashable)."""
+def answer_adapter(kind: Any, where: str) -> TypeAdapter[Any]:
+    """The `TypeAdapter` of answer type ``kind`` (kept for the next call when it is hashable).
+
+    Raises:
+        ConfigurationError: Pydantic cannot validate ``kind`` (``where`` names the caller).
+    """
     try:
-        adapter = _ADAPTERS.get(kind)
+        adapter, hashable = _ADAPTERS.get(kind), True
     except TypeError:  # an unhashable type form (say, Annotated with a list in it)
-        return TypeAdapter(kind)
+        adapter, hashable = None, False
     if adapter is None:
-        adapter = TypeAdapter(kind)
-        _ADAPTERS.put(kind, adapter)
+        try:
+            adapter = TypeAdapter(kind)
+        except (PydanticUserError, TypeError) as exc:
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigurationError(
+                f"{where}: answer_type {kind!r} is not a type pydantic can validate ({why}); "
+                "give a model, a dataclass, a TypedDict or a type such as list[int]"
+            ) from exc
+        if hashable:
+            _ADAPTERS.put(kind, adapter)
     return adapter
 
 
@@ -155,6 +168,7 @@ class ReactState(AgentState):
             AnswerUnavailable: There is no answer (the agent has not answered, or
                 ended without: stopped, out of steps), or it does not validate
                 as ``answer_type``.
+            ConfigurationError: ``answer_type`` is no type pydantic validates.
         """
         name = getattr(answer_type, "__name__", repr(answer_type))
         if self.output is not None:
@@ -165,7 +179,7 @@ class ReactState(AgentState):
             why = f"it ended without one ({self.exit.value})" if self.exit else "not yet"
             raise AnswerUnavailable(f"output_as({name}): the agent has no answer: {why}")
         try:
-            return answer_adapter(answer_type).validate_json(text)
+            return answer_adapter(answer_type, f"output_as({name})").validate_json(text)
         except ValidationError as exc:
             first = exc.errors(include_url=False)[0]
             where = ".".join(map(str, first["loc"])) or "answer"

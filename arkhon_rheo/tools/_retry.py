@@ -1,10 +1,11 @@
-"""A tool call that keeps failing: its retries, and what the model hears after them.
+"""A tool call that keeps failing: the options and the backoff of its retries.
 
 A tool that raises `Transient` (a rate limit, a service that is down for a
-moment) or runs past its timeout (`ToolTimeout`) is tried again here, within
-the call, after a backoff: ``@tool(retries=...)`` times. What happens when
-those retries are used up is the tool's ``on_exhausted`` (or, for a tool that
-does not say, its caller's: the ReAct engine's ``tool_failures``):
+moment) or runs past its timeout (`ToolTimeout`) is tried again by the
+`Toolbox`, within the call, after a backoff: ``@tool(retries=...)`` times.
+What happens when those retries are used up is the tool's ``on_exhausted``
+(or, for a tool that does not say, its caller's: the ReAct engine's
+``tool_failures``):
 
 - ``"observe"``: the call is answered with an error result, ``"Error after N
   attempts: <message>"`` (scrubbed of secrets), and the model decides what to

@@ -179,6 +179,9 @@ def test_an_answer_type_pydantic_cannot_validate_is_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"answer_type .* is not a type pydantic can"):
         react_agent(ScriptedModel([]), answer_type=object())
 
+    with pytest.raises(ConfigurationError, match=r"output_as\(3\): answer_type 3 is not a type"):
+        ReactState(answer="3").output_as(3)
+
     # pydantic's reason is shown: here, typing.TypedDict before Python 3.12.
     class Old(typing.TypedDict):
         a: int
