@@ -37,6 +37,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     ├── RestartIntensityExceeded  too many restarts in the window: escalates to fatal
     ├── RecordedCallFailed        a recorded call failed; replayed, its class not rebuilt
     ├── ToolError                 a tool's error answer to the model, in so many words
+    ├── AnswerUnavailable         no typed answer of the type asked (react: output_as)
     ├── SessionError              a session could not be started or run
     │   ├── SessionBusy           it runs in this system, or another call here changes it
     │   ├── SessionNotFound       no session has that id
@@ -65,7 +66,7 @@ The most common of them are also importable from ``arkhon_rheo`` itself, and
 those of a layer from its namespace, as the same classes: ``ToolError``,
 ``ToolTimeout``, ``ToolCallHeld``, ``AmbiguousEffect`` and ``IsolationUnavailable``
 from `arkhon_rheo.tools`,
-``MalformedModelOutput`` from `arkhon_rheo.react`, ``CrashRunFailed`` from
+``MalformedModelOutput`` and ``AnswerUnavailable`` from `arkhon_rheo.react`, ``CrashRunFailed`` from
 `arkhon_rheo.testing`.
 """
 

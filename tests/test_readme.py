@@ -31,6 +31,8 @@ NOT_OURS = {
     "ConfigDict",
     "Optional",
     "ProcessorFormatter",
+    "TypeAdapter",
+    "TypedDict",
 }
 
 

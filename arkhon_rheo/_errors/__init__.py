@@ -10,6 +10,7 @@ This module imports nothing from the package, so every layer may use it.
 from __future__ import annotations
 
 from ._agent import AmbiguousEffect as AmbiguousEffect
+from ._agent import AnswerUnavailable as AnswerUnavailable
 from ._agent import IsolationUnavailable as IsolationUnavailable
 from ._agent import MalformedModelOutput as MalformedModelOutput
 from ._agent import ToolCallHeld as ToolCallHeld
@@ -63,6 +64,7 @@ __all__ = [
     "ActorError",
     "ActorStopped",
     "AmbiguousEffect",
+    "AnswerUnavailable",
     "ArkhonError",
     "AskTimeout",
     "CommandError",

@@ -7,6 +7,7 @@ from ._stages import Fatal, Recoverable
 
 __all__ = [
     "AmbiguousEffect",
+    "AnswerUnavailable",
     "IsolationUnavailable",
     "MalformedModelOutput",
     "ToolCallHeld",
@@ -20,6 +21,16 @@ class ToolError(ArkhonError):
     Raise it from a tool to answer the call with exactly this message as an
     error result (an ordinary exception is answered as ``"Type: message"``).
     A sandbox raises it for a crash, a limit kill or refused output.
+    """
+
+
+class AnswerUnavailable(ArkhonError, ValueError):
+    """A ReAct agent's typed answer was asked for and there is none of that type.
+
+    ``ReactState.output_as(T)`` raises it when the agent has no answer (not
+    yet, or it ended without one: stopped, out of steps) or when its answer does
+    not validate as ``T`` (another type than the agent's ``answer_type``, or the
+    plain text of an agent built without one). The message says which.
     """
 
 

@@ -35,7 +35,7 @@ from ._history import History
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
 
-__all__ = ["TRUSTED_IMMUTABLE", "FrozenMap", "Metadata", "mutable_part"]
+__all__ = ["TRUSTED_IMMUTABLE", "FrozenJson", "FrozenMap", "Metadata", "mutable_part"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -151,6 +151,15 @@ Metadata = Annotated[
     Mapping[str, Any],
     AfterValidator(_freeze),
     PlainSerializer(_thaw, return_type=dict[str, Any]),
+    TRUSTED_IMMUTABLE,
+]
+
+#: Any JSON value (an object, an array, a string, a number, a bool or null), frozen
+#: all the way down like `Metadata`, and stored as the JSON it was.
+FrozenJson = Annotated[
+    Any,
+    AfterValidator(_freeze),
+    PlainSerializer(_thaw),
     TRUSTED_IMMUTABLE,
 ]
 

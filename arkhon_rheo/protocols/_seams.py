@@ -22,6 +22,7 @@ from ._faults import enter_session as enter_session
 from ._faults import install as install
 from ._faults import installed as installed
 from ._faults import uninstall as uninstall
+from ._frozen import FrozenJson as FrozenJson
 from ._frozen import Metadata as Metadata
 from ._gates import DECISIONS as DECISIONS
 from ._inbox import ScheduledMessage as ScheduledMessage

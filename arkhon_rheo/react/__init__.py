@@ -2,7 +2,9 @@
 
 Build one with `react_agent`; run it with ``AgentSystem.run(agent,
 ReactState(task=...))``. Everything a machine gets (permissions, invariants,
-gates, durability, resume, fork, replay) an agent gets too.
+gates, durability, resume, fork, replay) an agent gets too. With
+``answer_type=T`` its answer is validated as ``T`` and kept as data:
+``result.state.output_as(T)`` gives it typed.
 
 Phases and stuck detection (`Phase`, `StuckDetector`, `infer_state_from_tool`)
 tell an agent what phase it is in and when it is going nowhere.
@@ -10,6 +12,7 @@ tell an agent what phase it is in and when it is going nowhere.
 
 from __future__ import annotations
 
+from .._errors import AnswerUnavailable as AnswerUnavailable
 from .._errors import MalformedModelOutput as MalformedModelOutput
 from .._exports import publish
 from ._budget import Budget as Budget
@@ -50,6 +53,7 @@ __all__ = [
     "PHASE_TIMEOUTS",
     "PHASE_TRANSITIONS",
     "STRATEGIES",
+    "AnswerUnavailable",
     "Budget",
     "Close",
     "Conversation",

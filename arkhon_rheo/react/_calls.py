@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..protocols import ModelReply, ToolCall
 
 __all__ = [
+    "answer_data",
     "bad_arguments",
     "check_reply",
     "tail",
@@ -82,6 +83,18 @@ def check_reply(
             message = f"Your reply could not be used: {problem}. Reply with JSON only."
             return problem, [UserMessage(content=message)]
     return "", []
+
+
+def answer_data(text: str | None, answer: TypeAdapter[Any] | None) -> Any:
+    """The final answer validated by ``answer`` as JSON data (``None`` without a validator).
+
+    What ``ReactState.output`` keeps: the validated value dumped in JSON mode
+    (defaults filled in, values coerced), which ``output_as`` validates back.
+    The answer was checked by `check_reply` already, so it validates.
+    """
+    if answer is None or text is None:
+        return None
+    return answer.dump_python(answer.validate_json(text), mode="json")
 
 
 def _check_calls(calls: Sequence[ToolCall], wrapup: bool) -> tuple[str, list[Message]]:

@@ -11,21 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import TypeAdapter
-
 from .._errors import ConfigurationError
 from ..models import ModelPrice, Pricing
 from ..protocols import NamedModelClient, StreamingModelClient
 from ..protocols._seams import is_async_context_manager
 from ._budget import Budget
 from ._calls import tool_runner
-from ._state import ReactState
+from ._state import ReactState, answer_adapter
 
 if TYPE_CHECKING:
     import enum
     from collections.abc import Mapping, Sequence
 
+    from pydantic import TypeAdapter
+
     from ..protocols import Gate, ModelClient, ToolRunner
+    from ..tools import OnExhausted
     from ._context import PromptCache
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "ReactConfig"]
@@ -57,7 +58,9 @@ class ReactConfig:
 
     Raises:
         ConfigurationError: If an argument is out of range, ``state_type`` is not
-            a `ReactState`, or ``stream`` is asked of a client that cannot.
+            a `ReactState`, ``answer_type`` is no type pydantic validates,
+            ``tool_failures`` is neither ``"observe"`` nor ``"escalate"``, or
+            ``stream`` is asked of a client that cannot.
     """
 
     model: ModelClient
@@ -79,6 +82,7 @@ class ReactConfig:
     deadlines: Mapping[enum.Enum, float] | None = None
     conversational: bool = False
     resources: Mapping[str, object] | None = None
+    tool_failures: OnExhausted = "observe"
     runner: ToolRunner = field(init=False)
     limits: Budget = field(init=False)
     pricing: Pricing | None = field(init=False)
@@ -112,8 +116,14 @@ class ReactConfig:
                 f"react_agent(stream=True) needs a model client with stream(); "
                 f"{self.model!r} has none"
             )
-        adapter = TypeAdapter(self.answer_type) if self.answer_type is not None else None
+        answer_type = self.answer_type
+        adapter = None if answer_type is None else answer_adapter(answer_type, "react_agent")
         self._derive("answer_adapter", adapter)
+        if self.tool_failures not in ("observe", "escalate"):
+            raise ConfigurationError(
+                f"react_agent: tool_failures must be 'observe' or 'escalate', "
+                f"got {self.tool_failures!r}"
+            )
         self._derive("ask_json", self.json_mode or adapter is not None)
         self._derive("timed", self.limits.max_seconds is not None)
         system, model = _span_names(self.model)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from ..models import ModelPrice, Pricing
     from ..protocols import Gate, ModelClient, Stage, ToolRunner
+    from ..tools import OnExhausted
     from ._budget import Budget
     from ._context import PromptCache
 
@@ -54,6 +55,7 @@ def react_agent(
     deadlines: Mapping[enum.Enum, float] | None = None,
     conversational: bool = False,
     resources: Mapping[str, object] | None = None,
+    tool_failures: OnExhausted = "observe",
 ) -> Machine[ReactState]:
     """Build a ReAct agent: an ordinary `Machine` over a model client and tools.
 
@@ -72,17 +74,16 @@ def react_agent(
             back to the model with what was wrong, before `MalformedModelOutput`.
         max_parallel_tools: How many tool calls of one turn run at once.
         json_mode: Ask the model for JSON replies.
-        answer_type: A type the final answer must be JSON of (validated with
-            pydantic; implies ``json_mode``); the answer stays the JSON text.
+        answer_type: A type (any pydantic validates) the final answer must be JSON of,
+            as a format retry; implies ``json_mode``. Kept as data in ``state.output``,
+            read typed with ``state.output_as(answer_type)``.
         cache: A `PromptCache` answering repeated prompts without the model.
         max_context_tokens: Trim the oldest turns past this token estimate
             (the system prompt and the latest turn always stay).
-        prices: Input and output price per million tokens, by model name (a
-            dated name like ``gpt-4o-mini-2024-07-18`` gets its family's price),
-            for ``state.cost``; a `Pricing` or a mapping.
-        stream: Stream each reply (the model must be a `StreamingModelClient`):
-            its text pieces are emitted as partial output (`SessionHandle.stream`)
-            and recorded chunk by chunk for replay; the prompt cache is not used.
+        prices: Input and output price per million tokens by model name, for
+            ``state.cost`` (a dated name gets its family's); a `Pricing` or a mapping.
+        stream: Stream each reply (the model must be a `StreamingModelClient`), its
+            text pieces emitted (`SessionHandle.stream`) and recorded; no prompt cache.
         state_type: `ReactState` or your subclass of it.
         name: The machine's name.
         gates: Human-in-the-loop gates (``Gate.before("act")`` to approve tool calls).
@@ -95,20 +96,20 @@ def react_agent(
             or a `Conversation`) and answer it with the whole conversation; a
             `Close` ends it. Budgets and ``max_steps`` count over the whole
             conversation. Its sessions need a store (``MemoryStore`` will do).
-        resources: More resources of the machine, by name, for its tools (an
-            HTTP client, a database pool; see `ToolContext`). The agent declares
-            its own: ``"model"`` (the model client) and ``"tools"`` (the tool
-            runner, when it is an async context manager). The `AgentSystem`
-            running the agent opens each that is an async context manager and
-            not open yet, so ``react_agent(OpenAIChatClient(), ...)`` needs no
-            ``async with`` of yours (see ``Machine(resources=...)``).
+        resources: More resources of the machine by name, for its tools (`ToolContext`),
+            beside its own ``"model"`` and ``"tools"`` (a runner that is an async
+            context manager); the `AgentSystem` opens those not open yet, so
+            ``react_agent(OpenAIChatClient(), ...)`` needs no ``async with``.
+        tool_failures: For tools that do not say (``@tool(on_exhausted=...)``), a call
+            failing transiently past its retries: ``"observe"`` answers the model
+            ``"Error after N attempts: ..."``; ``"escalate"`` fails the step.
 
     Returns:
         The machine.
 
     Raises:
-        ConfigurationError: An argument is out of range, ``state_type`` is no
-            `ReactState`, or ``resources`` names ``"model"`` or ``"tools"``.
+        ConfigurationError: An argument is out of range or of the wrong kind (see
+            `ReactConfig`), or ``resources`` names ``"model"`` or ``"tools"``.
     """
     # Every argument as given, checked and frozen (the parameters are ReactConfig's fields).
     config = ReactConfig(**locals())

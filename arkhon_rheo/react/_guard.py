@@ -29,7 +29,7 @@ from ._state import HeldCall
 
 if TYPE_CHECKING:
     from ..protocols import StateView, ToolCall, ToolMessage
-    from ..tools import Toolbox
+    from ..tools import OnExhausted, Toolbox
     from ._state import ReactState
 
 __all__ = ["GATE", "act_guarded", "arguments_fit", "held_gate"]
@@ -121,12 +121,18 @@ def _hold(
     return Patch(pending=tuple(calls), held=held, approval=False, approved=tuple(sorted(ok)))
 
 
-async def act_guarded(view: StateView[ReactState], toolbox: Toolbox, parallel: int) -> Patch:
+async def act_guarded(
+    view: StateView[ReactState],
+    toolbox: Toolbox,
+    parallel: int,
+    on_exhausted: OnExhausted = "escalate",
+) -> Patch:
     """The act step of an agent whose calls a human may have to decide on.
 
     Holds the first call of the turn that waits for an approval before running
-    any; otherwise runs them all (at most ``parallel`` at once), and holds a
-    call whose side effect may have happened if its tool asks a human.
+    any; otherwise runs them all (at most ``parallel`` at once, a transient
+    failure past its retries answered or escalated by ``on_exhausted``), and
+    holds a call whose side effect may have happened if its tool asks a human.
     """
     calls = list(view.pending)
     ok = set(view.approved)
@@ -155,7 +161,11 @@ async def act_guarded(view: StateView[ReactState], toolbox: Toolbox, parallel: i
             try:
                 again = attempts if call.id == rerun else 0
                 results[index] = await toolbox.call(
-                    call, step=step, approved=call.id in ok, rerun=again
+                    call,
+                    step=step,
+                    approved=call.id in ok,
+                    rerun=again,
+                    on_exhausted=on_exhausted,
                 )
             except ToolCallHeld as waits:  # the others run on: their answers are kept
                 results[index] = waits

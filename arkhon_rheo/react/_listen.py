@@ -52,16 +52,17 @@ class ListenStage(
     ReactStage,
     name="listen",
     reads={"messages"},
-    writes={"messages", "answer", "exit"},
+    writes={"messages", "answer", "output", "exit"},
     accepts=(UserInput, Close),
 ):
     """Take the user's next message into the conversation, or close it."""
 
     async def apply(self, view: StateView[ReactState], message: UserInput | Close) -> Patch:
-        """The user's message appended (the last answer cleared), or the close."""
+        """The user's message appended (the last answer and its output cleared), or the close."""
         if isinstance(message, Close):
             return Patch(exit=StopReason.CLOSED)
-        return Patch(answer=None, exit=None).append("messages", UserMessage(content=message.text))
+        cleared = Patch(answer=None, output=None, exit=None)
+        return cleared.append("messages", UserMessage(content=message.text))
 
     def next(self, state: ReactState) -> enum.Enum:
         """Think about the new message; finish once closed."""

@@ -51,7 +51,7 @@ from ..protocols import (
 from ..protocols._seams import current_injector, current_session, current_step
 from ..tools import Toolbox
 from ._budget import Used
-from ._calls import check_reply, tail, unwrap
+from ._calls import answer_data, check_reply, tail, unwrap
 from ._context import trim_messages
 from ._guard import act_guarded
 from ._state import ReactState, StopReason
@@ -118,6 +118,7 @@ class ThinkStage(
         "elapsed",
         "wrapup",
         "answer",
+        "output",
         "exit",
         "pending_step",
     },
@@ -162,7 +163,8 @@ class ThinkStage(
         if reply.tool_calls:  # their idempotency keys are made from this step's number
             return patch.set(pending=reply.tool_calls, pending_step=current_step())
         exit_reason = StopReason.BUDGET_EXHAUSTED if wrapup else StopReason.ANSWERED
-        return patch.set(pending=(), answer=reply.text, exit=exit_reason)
+        output = answer_data(reply.text, config.answer_adapter)
+        return patch.set(pending=(), answer=reply.text, output=output, exit=exit_reason)
 
     def next(self, state: ReactState) -> enum.Enum:
         """Act on the tool calls; with an exit reason, finish (or, conversational, wait)."""
@@ -294,9 +296,10 @@ class ActStage(
         runner = self.config.runner
         call: Callable[[ToolCall], Awaitable[ToolMessage]] = runner.call
         if isinstance(runner, Toolbox):
+            failures = self.config.tool_failures
             if runner.may_hold:
-                return await act_guarded(view, runner, self.config.max_parallel_tools)
-            call = functools.partial(runner.call, step=view.pending_step)
+                return await act_guarded(view, runner, self.config.max_parallel_tools, failures)
+            call = functools.partial(runner.call, step=view.pending_step, on_exhausted=failures)
         if len(calls) == 1:  # the common case: no task group needed
             result = await call(calls[0])
             return Patch(pending=(), tool_calls=view.tool_calls + 1).append("messages", result)

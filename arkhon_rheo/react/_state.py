@@ -3,14 +3,48 @@
 from __future__ import annotations
 
 import enum
-from typing import Literal
+import json
+from typing import Any, Literal, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.errors import PydanticUserError
 
+from .._errors import AnswerUnavailable, ConfigurationError
+from .._lru import LRU
 from ..protocols import AgentState, History, Lifecycle, Message, ToolCall, Usage
-from ..protocols._seams import Metadata
+from ..protocols._seams import FrozenJson, Metadata
 
-__all__ = ["HeldCall", "ReactState", "StopReason"]
+__all__ = ["HeldCall", "ReactState", "StopReason", "answer_adapter"]
+
+T = TypeVar("T")
+
+#: The validators of the answer types asked for, by type (built once each: a
+#: `TypeAdapter` costs about a millisecond to make).
+_ADAPTERS: LRU[Any, TypeAdapter[Any]] = LRU(64)
+
+
+def answer_adapter(kind: Any, where: str) -> TypeAdapter[Any]:
+    """The `TypeAdapter` of answer type ``kind`` (kept for the next call when it is hashable).
+
+    Raises:
+        ConfigurationError: Pydantic cannot validate ``kind`` (``where`` names the caller).
+    """
+    try:
+        adapter, hashable = _ADAPTERS.get(kind), True
+    except TypeError:  # an unhashable type form (say, Annotated with a list in it)
+        adapter, hashable = None, False
+    if adapter is None:
+        try:
+            adapter = TypeAdapter(kind)
+        except (PydanticUserError, TypeError) as exc:
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigurationError(
+                f"{where}: answer_type {kind!r} is not a type pydantic can validate ({why}); "
+                "give a model, a dataclass, a TypedDict or a type such as list[int]"
+            ) from exc
+        if hashable:
+            _ADAPTERS.put(kind, adapter)
+    return adapter
 
 
 class StopReason(enum.Enum):
@@ -74,7 +108,10 @@ class ReactState(AgentState):
         wrapup: A budget limit was reached: the next turn is the wrap-up turn.
         stop: Set it (for example by an ``edit`` decision at a gate) to end the
             agent before its next turn.
-        answer: The final answer.
+        answer: The final answer, as the model wrote it.
+        output: With ``react_agent(answer_type=...)``: the answer validated as
+            that type, kept as its JSON data (``None`` until an answer): read it
+            typed with `output_as`.
         exit: Why the agent finished.
         pending_step: The number of the step that asked for the ``pending`` calls:
             their idempotency keys are made from it (a resume runs the act step
@@ -98,8 +135,63 @@ class ReactState(AgentState):
     wrapup: bool = False
     stop: bool = False
     answer: str | None = None
+    output: FrozenJson | None = None
     exit: StopReason | None = None
     pending_step: int | None = None
     held: HeldCall | None = None
     approval: Metadata | Literal[False] | None = False
     approved: tuple[str, ...] = ()
+
+    @overload
+    def output_as(self, answer_type: type[T]) -> T: ...
+
+    @overload
+    def output_as(self, answer_type: Any) -> Any: ...
+
+    def output_as(self, answer_type: Any) -> Any:
+        """The typed answer: ``output`` validated as ``answer_type`` (the agent's ``answer_type``).
+
+        ::
+
+            agent = react_agent(model, tools, answer_type=City)
+            result = await system.run(agent, ReactState(task="..."))
+            city = result.state.output_as(City)  # a City, typed
+
+        Any type pydantic validates works (a model, a dataclass, a
+        ``TypedDict``, ``list[int]``...). The object is rebuilt from the stored
+        data at each call, through JSON as the model's answer was: the same
+        object after a restart, a resume or a replay. Without ``output`` (a
+        session stored before typed answers were kept, or an agent built
+        without ``answer_type``) the answer's text is validated instead.
+
+        Raises:
+            AnswerUnavailable: There is no answer (the agent has not answered, or
+                ended without: stopped, out of steps), or it does not validate
+                as ``answer_type``.
+            ConfigurationError: ``answer_type`` is no type pydantic validates.
+        """
+        name = getattr(answer_type, "__name__", repr(answer_type))
+        if self.output is not None:
+            text = json.dumps(_plain(self.output))
+        elif self.answer is not None:
+            text = self.answer
+        else:
+            why = f"it ended without one ({self.exit.value})" if self.exit else "not yet"
+            raise AnswerUnavailable(f"output_as({name}): the agent has no answer: {why}")
+        try:
+            return answer_adapter(answer_type, f"output_as({name})").validate_json(text)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            where = ".".join(map(str, first["loc"])) or "answer"
+            raise AnswerUnavailable(
+                f"output_as({name}): the agent's answer is not a {name} ({where}: "
+                f"{first['msg']}); ask for the type the agent was built with (its answer_type)"
+            ) from None
+
+
+def _plain(value: Any) -> Any:
+    """Frozen JSON data (mappings and tuples) as plain JSON data."""
+    return _FROZEN_JSON.dump_python(value, mode="json")
+
+
+_FROZEN_JSON: TypeAdapter[Any] = TypeAdapter(FrozenJson)

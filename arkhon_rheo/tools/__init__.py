@@ -9,7 +9,10 @@ annotated `ToolContext` gets the call's session, step, call id, idempotency
 key and the machine's resources there, out of the model's sight. A tool
 declares its effect on the world (`Effect`: read-only by default; with side
 effects, a call runs at most once through the session's effect ledger) and a
-run policy (`RunPolicy`: allow, approve, block). ``@tool(sandbox=Sandbox(...))`` runs
+run policy (`RunPolicy`: allow, approve, block). A call that keeps failing
+transiently is retried, then answered ``"Error after N attempts: ..."`` for the
+model to decide, or escalated to the supervisor (`OnExhausted`, ``@tool(on_exhausted=...)``).
+``@tool(sandbox=Sandbox(...))`` runs
 each call in a confined subprocess (with bubblewrap on Linux: no network, no
 file system but its own directory and read-only system paths, its own PID
 namespace); `Sandbox.enforcement` says what holds on this machine.
@@ -33,6 +36,7 @@ from ._effects import RunPolicy as RunPolicy
 from ._effects import idempotency_key as idempotency_key
 from ._isolation import Enforcement as Enforcement
 from ._mcp import MCPToolbox as MCPToolbox
+from ._retry import OnExhausted as OnExhausted
 from ._tool import SANDBOX_TIMEOUT as SANDBOX_TIMEOUT
 from ._tool import Tool as Tool
 from ._tool import tool as tool
@@ -46,6 +50,7 @@ __all__ = [
     "Enforcement",
     "IsolationUnavailable",
     "MCPToolbox",
+    "OnExhausted",
     "RunPolicy",
     "Sandbox",
     "Tool",

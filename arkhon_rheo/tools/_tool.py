@@ -27,6 +27,7 @@ from .._errors import ConfigurationError, ToolError, ToolTimeout
 from ..protocols import ToolSpec
 from ._context import ToolContext, is_context, tool_context
 from ._effects import Effect, RunPolicy, effect_of, policy_of
+from ._retry import on_exhausted_of, retries_of
 from ._sandbox import run_sandboxed
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from pydantic_core import CoreSchema
 
     from ._config import Sandbox
+    from ._retry import OnExhausted
 
 __all__ = ["SANDBOX_TIMEOUT", "Tool", "result_text", "tool"]
 
@@ -125,6 +127,10 @@ class Tool(Generic[P, R]):
             happened gets after a crash (see `Effect`).
         run_policy: Whether its calls may run (see `RunPolicy`); a `Toolbox` may
             override it.
+        retries: How many times a call that fails transiently is tried again
+            in the call, when it is to be observed after them.
+        on_exhausted: What such a call gets after its retries: ``"observe"``,
+            ``"escalate"``, or ``None`` (its caller's default; see ``_retry``).
     """
 
     def __init__(
@@ -139,6 +145,8 @@ class Tool(Generic[P, R]):
         sandbox: Sandbox | None = None,
         effect: Effect | str = Effect.READ,
         run: RunPolicy | str = RunPolicy.ALLOW,
+        retries: int = 2,
+        on_exhausted: OnExhausted | None = None,
     ) -> None:
         self.fn = fn
         self.name = name if name is not None else fn.__name__
@@ -169,6 +177,10 @@ class Tool(Generic[P, R]):
         self.sandbox = sandbox
         self.effect = effect_of(effect, tool=self.name)
         self.run_policy = policy_of(run, tool=self.name)
+        self.retries = retries_of(retries, tool=self.name)
+        self.on_exhausted: OnExhausted | None = (
+            None if on_exhausted is None else on_exhausted_of(on_exhausted, tool=self.name)
+        )
         summary, described = _parse_docstring(fn.__doc__)
         self.description = description if description is not None else summary
         self.arguments, self._parameters = _arguments_model(self.name, self.target, fn, described)
@@ -326,6 +338,8 @@ def tool(
     sandbox: Sandbox | None = None,
     effect: Effect | str = Effect.READ,
     run: RunPolicy | str = RunPolicy.ALLOW,
+    retries: int = 2,
+    on_exhausted: OnExhausted | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -341,6 +355,8 @@ def tool(
     sandbox: Sandbox | None = None,
     effect: Effect | str = Effect.READ,
     run: RunPolicy | str = RunPolicy.ALLOW,
+    retries: int = 2,
+    on_exhausted: OnExhausted | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a typed function, async or sync, into a `Tool`; bare or with options.
 
@@ -355,7 +371,7 @@ def tool(
         name: The name the model calls it by; the function's name by default.
         description: What it does; the docstring's first paragraph by default.
         timeout: Seconds a call may run; past it the call raises `ToolTimeout`
-            (transient: the supervisor retries the stage). A sandboxed tool has
+            (transient: retried, see ``on_exhausted``). A sandboxed tool has
             ``SANDBOX_TIMEOUT`` (30 s) unless it says otherwise.
         concurrency: How many calls may run at once in a `Toolbox` (shared by
             every session that uses the toolbox).
@@ -374,6 +390,17 @@ def tool(
         run: Whether its calls run (`RunPolicy`, or its value): ``"allow"``
             (the default), ``"approve"`` (each waits for a human's approval,
             its arguments shown and editable) or ``"block"``.
+        retries: How many times a call that raises `Transient` (or runs past its
+            timeout) is tried again within the call, after a backoff, when it is
+            to be observed (below). Not used when it escalates.
+        on_exhausted: What the call gets once its retries are used up:
+            ``"observe"``: the model gets ``"Error after N attempts: <message>"``
+            as its result (an error result) and decides; ``"escalate"``: the
+            failure goes to the supervisor (its backoff retries the step, then
+            restarts, then the session fails). ``None`` (the default): the
+            caller's choice (the ReAct engine's ``tool_failures``, ``"observe"``
+            by default; a direct `Toolbox.call`: ``"escalate"``). A timeout of a
+            tool with side effects always escalates: its effect may have happened.
 
     A parameter annotated `ToolContext` gets the call's context (its session,
     step, call id and the machine's resources); it is not in the schema the
@@ -388,18 +415,9 @@ def tool(
             sandboxed function cannot be imported by a subprocess or declares
             a `ToolContext` parameter.
     """
+    options: dict[str, Any] = {key: value for key, value in locals().items() if key != "fn"}
 
     def decorate(fn: Callable[P, R]) -> Tool[P, R]:
-        return Tool(
-            fn,
-            name=name,
-            description=description,
-            timeout=timeout,
-            concurrency=concurrency,
-            thread=thread,
-            sandbox=sandbox,
-            effect=effect,
-            run=run,
-        )
+        return Tool(fn, **options)
 
     return decorate if fn is None else decorate(fn)

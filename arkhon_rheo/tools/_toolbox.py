@@ -6,15 +6,18 @@ validate, apply its run policy (blocked, or held for a human's approval),
 wait for the tool's and the toolbox's capacity, run: through the session's
 effect ledger for a tool with side effects (`._effects.run_once`). Whatever
 the model did wrong, and whatever the tool raised of its own, comes back as an
-error `ToolMessage` for the model to act on; the library's classified errors
-(`Transient`, including `ToolTimeout`, `Recoverable`, `Fatal`, including
-`ToolCallHeld` and `AmbiguousEffect`) propagate to the supervisor, which
-retries, restarts or fails the stage (a ReAct agent pauses on `ToolCallHeld`).
+error `ToolMessage` for the model to act on. A `Transient` failure (including
+`ToolTimeout`) is retried within the call and then observed, or escalates, by
+the tool's ``on_exhausted`` (see ``._retry``); the other classified errors
+(`Recoverable`, `Fatal`, including `ToolCallHeld` and `AmbiguousEffect`)
+propagate to the supervisor, which restarts or fails the stage (a ReAct agent
+pauses on `ToolCallHeld`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -23,15 +26,25 @@ import anyio
 from pydantic import ValidationError
 
 from .. import _tracing
-from .._errors import ArkhonError, ConfigurationError, ToolCallHeld, ToolError
+from .._errors import (
+    ArkhonError,
+    ConfigurationError,
+    ToolCallHeld,
+    ToolError,
+    ToolTimeout,
+    Transient,
+)
+from .._log import get_logger
+from .._redact import scrub
 from ..protocols import ToolCall, ToolMessage, ToolSpec, record_call
 from ..protocols._seams import call_site, current_injector, current_session
 from ._context import tool_context
 from ._effects import Effect, Ledger, RunPolicy, idempotency_key, policy_of, run_once
+from ._retry import ESCALATE, OnExhausted, backoff_delay, on_exhausted_of
 from ._tool import Tool
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
     from pydantic import BaseModel
 
@@ -40,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["Toolbox", "ToolboxStatistics"]
 
 _MAX_INPUT_SHOWN = 80
+_log = get_logger("arkhon_rheo.tools")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +66,8 @@ class ToolboxStatistics:
         raised: Calls that raised (a classified failure or a cancellation).
         in_flight: Calls running a tool now.
         waiting: Calls waiting for a tool's or the toolbox's capacity now.
+        retries: Attempts made again after a transient failure, within calls.
+        exhausted: Calls answered ``"Error after N attempts"`` (their retries used up).
     """
 
     calls: int
@@ -59,6 +75,8 @@ class ToolboxStatistics:
     raised: int
     in_flight: int
     waiting: int
+    retries: int = 0
+    exhausted: int = 0
 
 
 def _reject_constant(name: str) -> Any:
@@ -150,6 +168,7 @@ class Toolbox:
         }
         self._limiter = anyio.CapacityLimiter(concurrency) if concurrency is not None else None
         self._calls = self._errors = self._raised = self._in_flight = self._waiting = 0
+        self._retries = self._exhausted = 0
 
     def __repr__(self) -> str:
         return f"<Toolbox {', '.join(self._tools) or '(empty)'}>"
@@ -188,6 +207,8 @@ class Toolbox:
             raised=self._raised,
             in_flight=self._in_flight,
             waiting=self._waiting,
+            retries=self._retries,
+            exhausted=self._exhausted,
         )
 
     async def call(
@@ -197,6 +218,7 @@ class Toolbox:
         step: int | None = None,
         approved: bool = False,
         rerun: int = 0,
+        on_exhausted: OnExhausted = ESCALATE,
     ) -> ToolMessage:
         """Answer one tool call; recorded as ``"tool:<name>"`` when made inside a stage.
 
@@ -221,34 +243,32 @@ class Toolbox:
             rerun: A human let a call that started and never finished run again,
                 when it had been begun this many times (0: no one did). Spent once
                 it runs: if that run is cut short too, a human is asked again.
+            on_exhausted: For a tool that does not say, what a transient failure
+                gets: ``"escalate"`` (raised, for the supervisor) or ``"observe"``
+                (retried, then answered ``"Error after N attempts: ..."``; see ``_retry``).
 
         Returns:
             The result, or an error message (``is_error=True``) for an unknown
-            or blocked tool, arguments that are not JSON or do not validate, and
-            an exception the tool raised of its own.
+            or blocked tool, arguments that are not JSON or do not validate, an
+            exception the tool raised of its own, and a transient failure past
+            its retries, when it is observed.
 
         Raises:
-            Transient: The tool raised it, or ran past its timeout (`ToolTimeout`).
+            Transient: The tool raised it, or ran past its timeout (`ToolTimeout`),
+                and it escalates.
             Recoverable: The tool raised it.
             Fatal: The tool raised it; or `ToolCallHeld`: the call waits for a
                 human (its tool's run policy is ``approve``, or its effect is
                 ``ask`` and it started and never finished); or `AmbiguousEffect`:
                 it started and never finished, and its tool's effect is ``fail``.
         """
-        text = call.arguments.strip() or "{}"
-        arguments: Any
-        try:
-            arguments = json.loads(text, parse_constant=_reject_constant)
-        except ValueError:
-            arguments = call.arguments
-        request: dict[str, Any] = {"name": call.name, "arguments": arguments}
-        if approved:
-            request["approved"] = True
-        if rerun:
-            request["rerun"] = rerun
+        text, arguments, request = _request(call, approved, rerun)
         # Read here: inside the recorded call, the stage's recorder is out of sight.
         sid, running, store = call_site()
-        site = _Site(call, sid, running if step is None else step, store, approved, rerun)
+        exhausted = on_exhausted_of(on_exhausted, tool=None)
+        site = _Site(
+            call, sid, running if step is None else step, store, approved, rerun, exhausted
+        )
         try:
             with _tracing.tool_call(call.name, call.id):
                 message: ToolMessage = await record_call(
@@ -296,20 +316,68 @@ class Toolbox:
                 f"tool {call.name!r}: call {call.id!r} waits for a human's approval", "approval"
             )
         if tool.effect is Effect.READ and not tool.takes_context:
-            return await self._run(tool, call, arguments, validated, None)
+            try:  # the common case first: no context, no ledger, one attempt that answers
+                return await self._run(tool, call, arguments, validated, None)
+            except Transient as exc:
+                if not _observed(tool, site, exc):
+                    raise
+                again = functools.partial(self._run, tool, call, arguments, validated, None)
+                return await self._retry(tool, site, again, exc)
         sid, step, store = site.session_id, site.step, site.store
         key = idempotency_key(sid, step, call.id) if sid and step is not None and call.id else None
         context = tool_context(call.id, key) if tool.takes_context else None
-        if tool.effect is Effect.READ or store is None or key is None:
-            return await self._run(tool, call, arguments, validated, context)
-        return await run_once(
-            Ledger(store, sid, key),
-            call,
-            tool.effect,
-            arguments,
-            lambda: self._run(tool, call, arguments, validated, context),
-            rerun=site.rerun,
-        )
+        attempt = functools.partial(self._run, tool, call, arguments, validated, context)
+        if tool.effect is not Effect.READ and store is not None and key is not None:
+            run, ledger = attempt, Ledger(store, sid, key)
+            attempt = functools.partial(
+                run_once, ledger, call, tool.effect, arguments, run, rerun=site.rerun
+            )
+        try:
+            return await attempt()
+        except Transient as exc:
+            if not _observed(tool, site, exc):
+                raise
+            return await self._retry(tool, site, attempt, exc)
+
+    async def _retry(
+        self,
+        tool: Tool[..., Any],
+        site: _Site,
+        attempt: Callable[[], Awaitable[ToolMessage]],
+        failure: Transient,
+    ) -> ToolMessage:
+        """Try a call that failed transiently again, up to its tool's retries; then observe it.
+
+        Each attempt waits a backoff first. A failure that is not to be observed
+        (see `_observed`: a timeout of a side-effecting tool) propagates.
+
+        Returns:
+            The answer of the first attempt that gives one, or the error result
+            ``"Error after N attempts: <the last failure>"``.
+        """
+        attempts = tool.retries + 1
+        for number in range(1, attempts):
+            self._retries += 1
+            delay = backoff_delay(number, failure.retry_after)
+            _log.info(
+                "tool_retrying",
+                tool=tool.name,
+                attempt=number + 1,
+                delay=delay,
+                error=scrub(repr(failure)),
+            )
+            await anyio.sleep(delay)
+            try:
+                return await attempt()
+            except Transient as exc:
+                if not _observed(tool, site, exc):
+                    raise
+                failure = exc
+        self._exhausted += 1
+        message = scrub(str(failure) or type(failure).__name__)
+        _log.warning("tool_exhausted", tool=tool.name, attempts=attempts, error=message)
+        plural = "s" if attempts != 1 else ""
+        return self._error(site.call, f"Error after {attempts} attempt{plural}: {message}")
 
     async def _run(
         self,
@@ -355,6 +423,35 @@ class Toolbox:
         return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=True)
 
 
+def _request(call: ToolCall, approved: bool, rerun: int) -> tuple[str, Any, dict[str, Any]]:
+    """A call's arguments as text and as JSON (the text if not JSON), and its record's request."""
+    text = call.arguments.strip() or "{}"
+    arguments: Any
+    try:
+        arguments = json.loads(text, parse_constant=_reject_constant)
+    except ValueError:
+        arguments = call.arguments
+    request: dict[str, Any] = {"name": call.name, "arguments": arguments}
+    if approved:
+        request["approved"] = True
+    if rerun:
+        request["rerun"] = rerun
+    return text, arguments, request
+
+
+def _observed(tool: Tool[..., Any], site: _Site, failure: Transient) -> bool:
+    """Whether a transient failure of a call is retried and then observed, or escalates.
+
+    By the tool's ``on_exhausted``, else the call's. A timeout of a tool with
+    side effects always escalates: its effect may have happened, so it is never
+    turned into an error result (the model could call again, under a new key);
+    the effect ledger decides on the next attempt (see ``_retry``).
+    """
+    if (tool.on_exhausted or site.on_exhausted) == ESCALATE:
+        return False
+    return not (isinstance(failure, ToolTimeout) and tool.effect is not Effect.READ)
+
+
 class _Site(NamedTuple):
     """One call as `Toolbox.call` was asked to make it (a tuple: made for every call)."""
 
@@ -366,6 +463,8 @@ class _Site(NamedTuple):
     store: Store | None
     approved: bool
     rerun: int
+    #: What a transient failure past its retries gets, for a tool that does not say.
+    on_exhausted: OnExhausted
 
 
 async def _inject(name: str, arguments: Any) -> None:

@@ -323,7 +323,8 @@ async def test_a_tool_past_its_timeout_is_retried_by_the_supervisor() -> None:
 
     model = ScriptedModel([call("flaky", {}), "fine"])
     async with AgentSystem(path=None, backoff=Backoff(base=0, cap=0)) as system:
-        result = await system.run(react_agent(model, [flaky]), ReactState(task="t"))
+        agent = react_agent(model, [flaky], tool_failures="escalate")  # the supervisor retries
+        result = await system.run(agent, ReactState(task="t"))
     assert result.ok
     assert result.retries == 1
     assert len(attempts) == 2

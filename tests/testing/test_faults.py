@@ -170,14 +170,19 @@ async def test_a_streamed_reply_is_faulted_too() -> None:
     assert result.state.answer == "abc"
 
 
-async def test_a_tool_timeout_retries_the_act_stage() -> None:
+@pytest.mark.parametrize(("failures", "stage_retries"), [("observe", 0), ("escalate", 1)])
+async def test_a_tool_timeout_is_retried(failures: Any, stage_retries: int) -> None:
+    # Observed (the engine's default): the toolbox tries the call again within the
+    # act step; escalated: the supervisor retries the act stage.
     plan = FaultPlan()
     plan.tool("add").tool_timeout(nth=1)
-    machine, _ = agent([ADD, "5"])
+    model = ScriptedModel([ADD, "5"])
+    machine = react_agent(model, Toolbox(add), system_prompt=None, tool_failures=failures)
     async with AgentSystem(path=None, backoff=FAST, fault_plan=plan) as system:
         result = await system.run(machine, ReactState(task="2+3"), session_id="r")
     assert result.ok
-    assert result.retries == 1
+    assert result.state.answer == "5"
+    assert result.retries == stage_retries
     assert plan.faults() == (InjectedFault("tool:add", "r", 1, FaultKind.TOOL_TIMEOUT),)
     assert plan.calls("tool:add", "r") == 2
 
