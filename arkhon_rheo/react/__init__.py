@@ -5,7 +5,10 @@ ReactState(task=...))``. Everything a machine gets (permissions, invariants,
 gates, durability, resume, fork, replay) an agent gets too.
 
 Phases and stuck detection (`Phase`, `StuckDetector`, `infer_state_from_tool`)
-tell an agent what phase it is in and when it is going nowhere.
+tell an agent what phase it is in and when it is going nowhere. The seeds'
+machinery is one argument each: ``react_agent(stuck=...)`` (seed 003),
+``rules=`` (seeds 000/002's Validate over a `Proposal`) and
+``budget=GlobalBudget(...)`` (seed 001).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from ._context import trim_messages as trim_messages
 from ._conversation import Conversation as Conversation
 from ._engine import react_agent as react_agent
 from ._listen import Close as Close
+from ._options import GlobalBudget as GlobalBudget
+from ._options import Proposal as Proposal
 from ._listen import UserInput as UserInput
 from ._rounds import STRATEGIES as STRATEGIES
 from ._rounds import DecisionBudget as DecisionBudget
@@ -54,11 +59,13 @@ __all__ = [
     "Close",
     "Conversation",
     "DecisionBudget",
+    "GlobalBudget",
     "MalformedModelOutput",
     "Phase",
     "PhaseStep",
     "PhaseTrack",
     "PromptCache",
+    "Proposal",
     "ReactState",
     "RoundBudget",
     "SlotBudget",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocols import Condition, Lifecycle, Machine
 from ..tools import Toolbox
+from ._checks import CheckStage
 from ._config import DEFAULT_SYSTEM_PROMPT, ReactConfig
 from ._guard import arguments_fit, held_gate
 from ._listen import ListenStage
@@ -25,8 +26,12 @@ if TYPE_CHECKING:
 
     from ..models import ModelPrice, Pricing
     from ..protocols import Gate, ModelClient, Stage, ToolRunner
+    from ..rules import Rule, RuleSet
     from ._budget import Budget
     from ._context import PromptCache
+    from ._options import GlobalBudget
+    from ._rounds import DecisionBudget, RoundBudget
+    from ._stuck import StuckDetector, StuckPolicy
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "react_agent", "react_machine"]
 
@@ -38,7 +43,7 @@ def react_agent(
     tools: ToolRunner | Sequence[Any] = (),
     *,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-    budget: Budget | None = None,
+    budget: Budget | GlobalBudget | RoundBudget | DecisionBudget | None = None,
     max_steps: int = 50,
     max_format_retries: int = 2,
     max_parallel_tools: int = 8,
@@ -54,6 +59,8 @@ def react_agent(
     deadlines: Mapping[enum.Enum, float] | None = None,
     conversational: bool = False,
     resources: Mapping[str, object] | None = None,
+    stuck: StuckDetector | StuckPolicy | str | None = None,
+    rules: RuleSet[Any] | Sequence[Rule[Any]] | None = None,
 ) -> Machine[ReactState]:
     """Build a ReAct agent: an ordinary `Machine` over a model client and tools.
 
@@ -64,8 +71,8 @@ def react_agent(
         tools: A `ToolRunner` (an ``arkhon_rheo.tools.Toolbox``), or the tools
             themselves (functions decorated with ``@tool``), put in a toolbox.
         system_prompt: The first message of every conversation; None for none.
-        budget: Limits on turns, tool calls, tokens, cost and time; reaching one
-            gives the model a wrap-up turn without tools.
+        budget: Limits on turns, tool calls, tokens, cost and time, or seed 001's
+            `GlobalBudget` (rounds, overdraft); past one, a wrap-up turn without tools.
         max_steps: The hard cap on model turns: past it the agent ends with
             `StopReason.MAX_STEPS` and no answer (a warning is logged).
         max_format_retries: How many times a reply the engine cannot use is sent
@@ -77,38 +84,36 @@ def react_agent(
         cache: A `PromptCache` answering repeated prompts without the model.
         max_context_tokens: Trim the oldest turns past this token estimate
             (the system prompt and the latest turn always stay).
-        prices: Input and output price per million tokens, by model name (a
-            dated name like ``gpt-4o-mini-2024-07-18`` gets its family's price),
-            for ``state.cost``; a `Pricing` or a mapping.
+        prices: Input and output price per million tokens by model name (a dated
+            name gets its family's), for ``state.cost``; a `Pricing` or a mapping.
         stream: Stream each reply (the model must be a `StreamingModelClient`):
             its text pieces are emitted as partial output (`SessionHandle.stream`)
             and recorded chunk by chunk for replay; the prompt cache is not used.
         state_type: `ReactState` or your subclass of it.
         name: The machine's name.
-        gates: Human-in-the-loop gates (``Gate.before("act")`` to approve tool calls).
-            A toolbox with a tool to approve (``@tool(run="approve")``) or to ask
-            about (``effect="ask"``) adds its own ``"tool call"`` gate, before these:
-            it shows the one call held, whose arguments the answer may edit.
+        gates: Human-in-the-loop gates (``Gate.before("act")``). A toolbox with a tool
+            to approve (``@tool(run="approve")``) or ask about (``effect="ask"``) adds
+            its ``"tool call"`` gate first: it shows the call held, its arguments editable.
         deadlines: Per-state deadlines in seconds (``{Lifecycle.ACTING: 30}``).
         conversational: After each answer, wait (parked, ``Lifecycle.OBSERVING``)
             for the user's next message (a `UserInput`, through ``system.send``
             or a `Conversation`) and answer it with the whole conversation; a
             `Close` ends it. Budgets and ``max_steps`` count over the whole
             conversation. Its sessions need a store (``MemoryStore`` will do).
-        resources: More resources of the machine, by name, for its tools (an
-            HTTP client, a database pool; see `ToolContext`). The agent declares
-            its own: ``"model"`` (the model client) and ``"tools"`` (the tool
-            runner, when it is an async context manager). The `AgentSystem`
-            running the agent opens each that is an async context manager and
-            not open yet, so ``react_agent(OpenAIChatClient(), ...)`` needs no
-            ``async with`` of yours (see ``Machine(resources=...)``).
+        resources: More resources by name, for its tools (see `ToolContext`); the
+            agent declares ``"model"`` and ``"tools"`` (a runner that is an async context
+            manager). The `AgentSystem` opens each async context manager not open yet.
+        stuck: Seed 003's phases and stuck detection: a `StuckDetector`, or its policy
+            (``"soft"``, ``"hard"``, ``"auto_finish"``); see `CheckStage`.
+        rules: Seeds 000/002's Validate: a `RuleSet` (or rules) over each `Proposal`;
+            a violation goes back to the model, at most 3 times in a row.
 
     Returns:
         The machine.
 
     Raises:
-        ConfigurationError: An argument is out of range, ``state_type`` is no
-            `ReactState`, or ``resources`` names ``"model"`` or ``"tools"``.
+        ConfigurationError: An argument is out of range or of no type taken,
+            ``state_type`` is no `ReactState`, or ``resources`` names its own.
     """
     # Every argument as given, checked and frozen (the parameters are ReactConfig's fields).
     config = ReactConfig(**locals())
@@ -138,6 +143,11 @@ def react_machine(config: ReactConfig) -> Machine[ReactState]:
         transitions[L.THINKING] = {L.ACTING, L.OBSERVING, L.FAILED}
         transitions[L.OBSERVING] = {L.THINKING, L.FINISHED, L.FAILED}
         stages[L.OBSERVING] = ListenStage.bind(config)
+    if config.checks is not None:  # the proposal is checked before it is committed
+        ended = L.OBSERVING if config.conversational else L.FINISHED
+        transitions[L.THINKING] |= {L.VALIDATING}
+        transitions[L.VALIDATING] = {L.ACTING, L.THINKING, ended, L.FAILED}
+        stages[L.VALIDATING] = CheckStage.bind(config)
     acting: list[Condition[Any]] = [Condition("acting needs pending tool calls", _has_pending)]
     gates: Sequence[Gate] = config.gates
     runner = config.runner
