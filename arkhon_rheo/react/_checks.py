@@ -197,8 +197,8 @@ def _phases(
         return
     track = track.enter(target, now).step(first, error=_last_failed(view.messages))
     reason = detector.why(track, now) if target is not P.FINISHING else None
-    outcome.fields["stuck_reason"] = reason
     if reason is not None:
+        outcome.fields["stuck_reason"] = reason
         _log.warning("agent_stuck", phase=phase.value, reason=reason.value)
         forced = detector.forced_state(track.phase)
         if forced is P.FINISHING:
