@@ -24,9 +24,9 @@ from ._context import trim_messages as trim_messages
 from ._conversation import Conversation as Conversation
 from ._engine import react_agent as react_agent
 from ._listen import Close as Close
+from ._listen import UserInput as UserInput
 from ._options import GlobalBudget as GlobalBudget
 from ._options import Proposal as Proposal
-from ._listen import UserInput as UserInput
 from ._rounds import STRATEGIES as STRATEGIES
 from ._rounds import DecisionBudget as DecisionBudget
 from ._rounds import RoundBudget as RoundBudget

@@ -68,6 +68,7 @@ __all__ = ["CheckStage"]
 P = Phase
 _log = get_logger("arkhon_rheo.react")
 
+
 @dataclass(slots=True)
 class _Outcome:
     """What the checks made of a proposal: commit it, send it back, or finish."""
@@ -128,7 +129,9 @@ class CheckStage(
         if options.rules is not None:
             await _rules(options, view, calls, answer, outcome)
         if options.detector is not None and outcome.kind == "commit":
-            now = await record_call("clock", {"turn": view.turns, "check": True}, _now, returns=float)
+            now = await record_call(
+                "clock", {"turn": view.turns, "check": True}, _now, returns=float
+            )
             _phases(options.detector, view, calls, now, outcome)
         if options.rounds is not None:
             _budget(options, view, calls, outcome)
@@ -328,7 +331,8 @@ def _last_failed(messages: Sequence[Message]) -> bool:
 def _best(messages: Sequence[Message]) -> str:
     """Seed 003's auto-finish answer: the best answer so far (the latest text or result)."""
     for message in reversed(messages):
-        if isinstance(message, AssistantMessage | ToolMessage) and (message.content or "").strip():
-            if not getattr(message, "is_error", False):
-                return f"Reached stuck state. Summary: {message.content}"
+        failed = isinstance(message, ToolMessage) and message.is_error
+        text = message.content if isinstance(message, AssistantMessage | ToolMessage) else None
+        if text and text.strip() and not failed:
+            return f"Reached stuck state. Summary: {text}"
     return "Reached stuck state. Summary: nothing found"

@@ -1,4 +1,4 @@
-"""The seeds' machinery as options of `react_agent`: ``stuck=``, ``rules=``, ``budget=GlobalBudget``.
+"""The seeds' machinery as `react_agent` options: ``stuck=``, ``rules=``, ``budget=GlobalBudget``.
 
 Every test runs on both backends; each ends with a re-executing replay of the
 stored session, without the model, that must reproduce the run.
@@ -16,8 +16,8 @@ from arkhon_rheo import AgentSystem, ConfigurationError
 from arkhon_rheo.protocols import (
     AssistantMessage,
     EventKind,
-    ModelReply,
     Lifecycle,
+    ModelReply,
     SystemMessage,
     ToolCall,
     ToolMessage,
@@ -37,8 +37,8 @@ from arkhon_rheo.react import (
     StuckReason,
     react_agent,
 )
-from arkhon_rheo.store import MemoryStore
 from arkhon_rheo.rules import PASS, Retryable, RuleSet, Terminal, Verdict, rule
+from arkhon_rheo.store import MemoryStore
 from arkhon_rheo.testing import ScriptedModel
 from arkhon_rheo.tools import tool
 
@@ -115,7 +115,8 @@ async def test_hard_stuck_lets_the_third_search_run_then_offers_no_tool(tmp_path
     agent = react_agent(model, [search, add], stuck="hard")
     state, events = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "No quantum module is documented.")
-    assert len(tool_results(state)) == 3 and not any(m.is_error for m in tool_results(state))
+    assert len(tool_results(state)) == 3
+    assert not any(m.is_error for m in tool_results(state))
     assert state.stuck_reason is StuckReason.REPEATED_TOOL
     assert dict(state.track.transitions) == {
         "init->searching": 1,
@@ -130,7 +131,8 @@ async def test_hard_stuck_lets_the_third_search_run_then_offers_no_tool(tmp_path
     ]
     assert model.requests[3].tools == ()  # in STUCK_SEARCH the model may only answer
     block = agent_state(model, 3)
-    assert block["current_state"] == "stuck_search" and block["stuck"] is False
+    assert block["current_state"] == "stuck_search"
+    assert block["stuck"] is False
     assert Lifecycle.VALIDATING in {e.to_state for e in events if e.kind is EventKind.STEP}
 
 
@@ -140,9 +142,10 @@ async def test_soft_stuck_warns_and_tells_the_model_the_way_out(tmp_path: Path) 
     with capture_logs() as logs:
         state, _ = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "Nothing found.")
-    assert [s.name for s in model.requests[3].tools][0] == "context_fts_search"  # still offered
+    assert next(s.name for s in model.requests[3].tools) == "context_fts_search"  # still offered
     block = agent_state(model, 3)
-    assert block["stuck"] is True and block["stuck_reason"] == "repeated_tool"
+    assert block["stuck"] is True
+    assert block["stuck_reason"] == "repeated_tool"
     assert block["suggested_exit"].startswith("You've searched 3 times")
     assert any(e["event"] == "agent_stuck" for e in logs)
 
@@ -200,7 +203,8 @@ async def test_a_forbidden_move_forces_the_stuck_phase_under_hard(tmp_path: Path
     state, _ = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "savant-1")
     refused = tool_results(state)[-1]
-    assert refused.is_error and "Try: finish with the results you found." in refused.content
+    assert refused.is_error
+    assert "Try: finish with the results you found." in refused.content
     assert model.requests[2].tools == ()
     assert "searching->stuck_search" in state.track.transitions
 
@@ -270,7 +274,8 @@ async def test_a_rule_violation_is_an_observation_and_the_corrected_step_runs(
     state, _ = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "5 + 2 = 7")
     first, second = tool_results(state)
-    assert first.is_error and first.content == (
+    assert first.is_error
+    assert first.content == (
         "rejected by rule no_subtraction: add only non-negative numbers. Revise your step."
     )
     assert second.content == "7"
@@ -288,9 +293,13 @@ async def test_a_terminal_violation_ends_the_agent(tmp_path: Path) -> None:
     model = ScriptedModel([ModelReply(message=thought, finish_reason="tool_calls")])
     agent = react_agent(model, [add], rules=RuleSet(never_delete, no_subtraction))
     state, _ = await run(agent, tmp_path)
-    assert state.exit is StopReason.VIOLATION and state.answer is None
+    assert state.exit is StopReason.VIOLATION
+    assert state.answer is None
     assert state.violation is not None
-    assert (state.violation.rule, state.violation.reason) == ("never_delete", "deleting is forbidden")
+    assert (state.violation.rule, state.violation.reason) == (
+        "never_delete",
+        "deleting is forbidden",
+    )
     assert tool_results(state)[-1].content.startswith("not run: rule never_delete ended the agent")
 
 
@@ -299,7 +308,8 @@ async def test_retryable_violations_past_their_retries_end_the_agent(tmp_path: P
     agent = react_agent(model, [add], rules=[no_subtraction])
     state, _ = await run(agent, tmp_path)
     assert state.exit is StopReason.VIOLATION
-    assert state.rule_retries == 4 and len(model.requests) == 4
+    assert state.rule_retries == 4
+    assert len(model.requests) == 4
 
 
 # -- budget=GlobalBudget (seed 001) -----------------------------------------
@@ -324,12 +334,17 @@ async def test_the_global_budget_ends_with_the_wrapup_turn(tmp_path: Path) -> No
     assert (state.exit, state.answer) == (StopReason.BUDGET_EXHAUSTED, "what I found")
     assert state.decisions is not None
     spent = state.decisions.global_budget
-    assert (spent.decision_rounds_used, spent.tool_calls_used, spent.explore_rounds_used) == (3, 2, 2)
+    assert (spent.decision_rounds_used, spent.tool_calls_used, spent.explore_rounds_used) == (
+        3,
+        2,
+        2,
+    )
     assert last_system_line(model, 0).startswith("BUDGET_STATE: global(decisions left 2/2, ")
     assert model.requests[2].tools == ()
     assert last_system_line(model, 2).endswith(", wrapup active")
     notice = [m.content for m in state.messages if isinstance(m, UserMessage)][-1]
-    assert notice is not None and notice.startswith("Budget reached (max_iterations: global(")
+    assert notice is not None
+    assert notice.startswith("Budget reached (max_iterations: global(")
 
 
 async def test_the_exploit_overdraft_then_a_blocked_explore_round(tmp_path: Path) -> None:
@@ -347,12 +362,16 @@ async def test_the_exploit_overdraft_then_a_blocked_explore_round(tmp_path: Path
     assert (state.exit, state.answer) == (StopReason.BUDGET_EXHAUSTED, "5")
     assert [m.content for m in tool_results(state)][1] == "5"
     blocked = tool_results(state)[2]
-    assert blocked.is_error and blocked.content.startswith("not run: exploit_overdraft_blocked")
+    assert blocked.is_error
+    assert blocked.content.startswith("not run: exploit_overdraft_blocked")
     assert "exploit_overdraft 0/0" in last_system_line(model, 1)
     assert "exploit_overdraft 1/2" in last_system_line(model, 2)
     assert model.requests[3].tools == ()
     assert state.decisions is not None
-    assert (state.decisions.exploit_overdraft_used, state.decisions.exploit_overdraft_limit) == (1, 2)
+    assert (state.decisions.exploit_overdraft_used, state.decisions.exploit_overdraft_limit) == (
+        1,
+        2,
+    )
 
 
 async def test_a_plain_budget_keeps_working_beside_the_options(tmp_path: Path) -> None:
@@ -396,7 +415,8 @@ async def test_the_three_options_together(tmp_path: Path) -> None:
     assert state.decisions is not None
     assert state.decisions.global_budget.decision_rounds_used == 6
     line = last_system_line(model, 5)
-    assert "wrapup active" in line and "agent_state: " in line
+    assert "wrapup active" in line
+    assert "agent_state: " in line
 
 
 async def test_a_conversational_agent_checks_every_answer() -> None:
@@ -408,7 +428,8 @@ async def test_a_conversational_agent_checks_every_answer() -> None:
         assert await chat.say("and 2 + 3?") == "and 5"
         await chat.close()
     told = [m.content for m in model.requests[1].messages if isinstance(m, UserMessage)]
-    assert told[-1] is not None and told[-1].startswith("Your answer was rejected by rule")
+    assert told[-1] is not None
+    assert told[-1].startswith("Your answer was rejected by rule")
 
 
 # -- configuration ------------------------------------------------------------
