@@ -24,8 +24,13 @@ run ends with ``max_iterations`` unless an exploit overdraft is granted.
 
 Offline by default (a scripted model answers each of nine scenarios, one per
 exit reason); with ``OPENAI_BASE_URL`` set, a real OpenAI-compatible model
-runs the first task. Run it with ``python examples/budgeted_decision_agent.py
+runs the first task. Run it with ``python tests/seeds/decision_machine.py
 [asyncio|trio]``.
+
+This is the seed's machine built by hand (contract slots, artifacts, every exit
+reason), kept as the reference that tests/seeds/test_seed_001.py checks;
+``react_agent(budget=GlobalBudget(...))`` gives any agent the global budget, its
+overdraft and wrap-up in one line (examples/budgeted_decision_agent.py).
 """
 
 from __future__ import annotations
