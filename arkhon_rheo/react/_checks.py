@@ -49,7 +49,6 @@ from ._stuck import (
     Phase,
     PhaseTrack,
     StuckPolicy,
-    exit_suggestion,
     infer_state_from_tool,
     offered_actions,
 )
@@ -231,7 +230,7 @@ def _forbidden(
         outcome.finish(_best(view.messages), StopReason.STUCK, f"not run: {why}; finishing")
     else:
         track = track.enter(forced, now)
-        outcome.reject(f"not run: {why}. {exit_suggestion(phase)} Answer now, in text.")
+        outcome.reject(f"not run: {why}; now {forced.value}: answer now, in text, with what you have.")
     _track(detector, view, track, now, outcome)
 
 

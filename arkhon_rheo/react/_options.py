@@ -151,6 +151,9 @@ def rounds_line(spent: DecisionBudget | None, wrapup: bool) -> str:
     if spent is None:
         return ""
     overdraft = not wrapup and overdraft_open(spent)
+    if overdraft and not spent.exploit_overdraft_limit:  # granted now: the rounds it may take
+        left = spent.global_budget.remaining_rounds("exploit")
+        spent = dataclasses.replace(spent, exploit_overdraft_limit=left)
     return format_budget_for_llm(spent, wrapup=wrapup, overdraft=overdraft)
 
 

@@ -204,7 +204,7 @@ async def test_a_forbidden_move_forces_the_stuck_phase_under_hard(tmp_path: Path
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "savant-1")
     refused = tool_results(state)[-1]
     assert refused.is_error
-    assert "Try: finish with the results you found." in refused.content
+    assert "now stuck_search: answer now, in text" in refused.content
     assert model.requests[2].tools == ()
     assert "searching->stuck_search" in state.track.transitions
 
@@ -364,7 +364,7 @@ async def test_the_exploit_overdraft_then_a_blocked_explore_round(tmp_path: Path
     blocked = tool_results(state)[2]
     assert blocked.is_error
     assert blocked.content.startswith("not run: exploit_overdraft_blocked")
-    assert "exploit_overdraft 0/0" in last_system_line(model, 1)
+    assert "exploit_overdraft 0/2" in last_system_line(model, 1)
     assert "exploit_overdraft 1/2" in last_system_line(model, 2)
     assert model.requests[3].tools == ()
     assert state.decisions is not None
