@@ -193,11 +193,12 @@ def _phases(
     phase = track.phase
     first = calls[0].name if calls else None
     target = infer_state_from_tool(first, routes=detector.routes)
-    stepped = track.step(first, error=_last_failed(view.messages))
+    ran = None if first in CONTROLS else first  # control actions are no tool call
+    failed = _last_failed(view.messages)
     if target not in PHASE_TRANSITIONS.get(phase, frozenset()):
-        _forbidden(detector, view, stepped, phase, target, now, outcome)
+        _forbidden(detector, view, track.step(ran, error=failed), phase, target, now, outcome)
         return
-    track = track.enter(target, now).step(first, error=_last_failed(view.messages))
+    track = track.enter(target, now).step(ran, error=failed)
     reason = detector.why(track, now) if target is not P.FINISHING else None
     if reason is not None:
         outcome.fields["stuck_reason"] = reason
@@ -230,7 +231,9 @@ def _forbidden(
         outcome.finish(_best(view.messages), StopReason.STUCK, f"not run: {why}; finishing")
     else:
         track = track.enter(forced, now)
-        outcome.reject(f"not run: {why}; now {forced.value}: answer now, in text, with what you have.")
+        outcome.reject(
+            f"not run: {why}; now {forced.value}: answer now, in text, with what you have"
+        )
     _track(detector, view, track, now, outcome)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 from structlog.testing import capture_logs
 
@@ -233,6 +234,113 @@ async def test_routes_send_a_tool_of_yours_to_a_phase(tmp_path: Path) -> None:
     state, _ = await run(react_agent(model, [lookup], stuck=detector), tmp_path)
     assert state.answer == "K"
     assert "searching->stuck_search" in state.track.transitions
+
+
+def seed(*names: str) -> list[Any]:
+    """A script of one call per name (searches, control actions), then the answer."""
+    arguments = {"context_fts_search": {"query": "savant"}, "analyze": {"notes": "n"}}
+    steps: list[Any] = [
+        call(name, f"x{n}", **arguments.get(name, {"decision": "d"}))
+        for n, name in enumerate(names)
+    ]
+    return [*steps, "the answer"]
+
+
+@pytest.mark.parametrize(
+    ("script", "moves"),
+    [
+        # §7 scenario 1: Init → Searching → Analyzing → Deciding → Finishing.
+        (
+            seed("context_fts_search", "analyze", "decide"),
+            [
+                "init->searching",
+                "searching->analyzing",
+                "analyzing->deciding",
+                "deciding->finishing",
+            ],
+        ),
+        # §7 scenario 2: Init → Searching, three times (stuck) → Finishing.
+        (
+            seed(*["context_fts_search"] * 3),
+            ["init->searching", "searching->stuck_search", "stuck_search->finishing"],
+        ),
+        # §7 scenario 3: Init → Deciding → Finishing.
+        (seed("decide"), ["init->deciding", "deciding->finishing"]),
+        # Appendix C: the searcher's third search is stuck, though not three in a row
+        # of steps: control actions are no tool call.
+        (
+            seed(
+                "context_fts_search",
+                "analyze",
+                "decide",
+                "context_fts_search",
+                "context_fts_search",
+            ),
+            [
+                "init->searching",
+                "searching->analyzing",
+                "analyzing->deciding",
+                "deciding->searching",
+                "searching->stuck_search",
+                "stuck_search->finishing",
+            ],
+        ),
+    ],
+    ids=["normal", "stuck_search", "quick_decision", "searcher"],
+)
+async def test_the_seeds_scenarios_on_the_engine(
+    tmp_path: Path, script: list[Any], moves: list[str]
+) -> None:
+    model = ScriptedModel(script)
+    state, _ = await run(react_agent(model, [search], stuck="hard"), tmp_path)
+    assert (state.exit, state.answer) == (StopReason.ANSWERED, "the answer")
+    assert list(state.track.transitions) == moves
+
+
+async def test_a_checked_agent_stopped_midway_resumes_and_replays(tmp_path: Path) -> None:
+    runs: list[int] = []
+    entered = anyio.Event()
+    hang = [True]
+
+    @tool
+    async def fetch(n: int) -> int:
+        """Fetch a number."""
+        runs.append(n)
+        if hang[0]:
+            entered.set()
+            await anyio.sleep_forever()
+        return n * 10
+
+    model = ScriptedModel([call("fetch", "1", n=-4), call("fetch", "2", n=4), "it is 40"])
+
+    @rule
+    def positive(step: Proposal) -> Verdict:
+        negative = any(json.loads(c.arguments)["n"] < 0 for c in step.tool_calls)
+        return Retryable("n must be positive") if negative else PASS
+
+    def build() -> Machine[ReactState]:
+        budget = GlobalBudget(rounds(4), strategies={"fetch": "exploit"})
+        return react_agent(model, [fetch], stuck="hard", rules=[positive], budget=budget)
+
+    db = tmp_path / "a.db"
+    with anyio.CancelScope() as scope:
+        async with AgentSystem(path=db) as system:
+            await system.start(build(), ReactState(task="fetch 4"), session_id="s")
+            await entered.wait()
+            scope.cancel()  # the service stops in the middle of the tool call
+    hang[0] = False
+    async with AgentSystem(path=db) as system:
+        result = await (await system.resume(build(), "s")).result()
+        events = await system.stored(build(), "s").history()
+        report = await system.stored(build(), "s").replay(reexecute=True)
+    assert result.ok, result.failure
+    assert result.state.answer == "it is 40"
+    assert runs == [4, 4]  # the step in flight ran again, the refused one never
+    assert [e.kind.value for e in events].count("resume") == 1
+    assert result.state.decisions is not None
+    assert result.state.decisions.global_budget.decision_rounds_used == 3
+    assert report.ok, report.divergence
+    assert report.state == result.state
 
 
 # -- rules= (seeds 000/002) -------------------------------------------------
