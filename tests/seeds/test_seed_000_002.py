@@ -1,4 +1,4 @@
-"""Seeds 000 and 002, scenario by scenario, on the seed's hand-built machine (thought_validate_machine.py).
+"""Seeds 000 and 002, scenario by scenario, on their hand-built machine (thought_validate_machine).
 
 Each test names the seed section it covers. States are compared as the exact
 sequence the session went through (its initial state, then each event's target).

@@ -34,9 +34,8 @@ from arkhon_rheo.react import (
     offered_actions,
 )
 from arkhon_rheo.testing import Delay, ScriptedModel
-from tests.support.helpers import on_virtual_clock
-
 from tests.seeds import phase_machine as phase_agent
+from tests.support.helpers import on_virtual_clock
 
 if TYPE_CHECKING:
     import enum
