@@ -224,7 +224,9 @@ def _forbidden(
     moves = _moves(detector, phase)
     why = f"this moves the agent from {phase.value} to {target.value}, which is not allowed"
     _log.info("react_forbidden_phase", phase=phase.value, target=target.value)
-    forced = None if detector.policy is StuckPolicy.SOFT else detector.forced_state(phase)
+    forced = detector.forced_state(phase)
+    if detector.policy is StuckPolicy.SOFT or (phase is P.INIT and forced is P.FINISHING):
+        forced = None  # soft, or a first move (hard has no STUCK_* phase for INIT): suggest
     if forced is None:
         outcome.reject(f"not run: {why}. From {phase.value} you may: {moves}.")
     elif forced is P.FINISHING:

@@ -223,6 +223,40 @@ async def test_a_forbidden_move_finishes_at_once_under_auto_finish(tmp_path: Pat
     assert len(model.requests) == 2
 
 
+async def test_a_forbidden_first_move_is_suggested_under_hard(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [call("analyze", "1", notes="nothing yet"), call("add", "2", a=1, b=1), "2"]
+    )
+    state, _ = await run(react_agent(model, [add], stuck="hard"), tmp_path)
+    assert (state.exit, state.answer) == (StopReason.ANSWERED, "2")
+    refused = tool_results(state)[0]
+    assert refused.content == (
+        "not run: this moves the agent from init to analyzing, which is not allowed. "
+        "From init you may: deciding (decide, another tool); finishing (answer in text); "
+        "searching (context_fts_search)."
+    )
+
+
+async def test_failed_calls_in_a_row_while_deciding_are_stuck(tmp_path: Path) -> None:
+    @tool
+    async def div(a: int, b: int) -> float:
+        """Divide."""
+        return a / b
+
+    @tool
+    async def mod(a: int, b: int) -> int:
+        """The remainder."""
+        return a % b
+
+    calls = [call(name, str(n), a=1, b=0) for n, name in enumerate(["div", "mod"] * 2)]
+    model = ScriptedModel([*calls, "cannot divide by zero"])
+    state, _ = await run(react_agent(model, [div, mod], stuck="hard"), tmp_path)
+    assert state.stuck_reason is StuckReason.FAILED_DECISIONS
+    assert all(m.is_error for m in tool_results(state))
+    assert "deciding->stuck_decide" in state.track.transitions
+    assert state.answer == "cannot divide by zero"
+
+
 async def test_routes_send_a_tool_of_yours_to_a_phase(tmp_path: Path) -> None:
     @tool
     async def lookup(key: str) -> str:
