@@ -104,7 +104,7 @@ def react_agent(
             agent declares ``"model"`` and ``"tools"`` (a runner that is an async context
             manager). The `AgentSystem` opens each async context manager not open yet.
         stuck: Seed 003's phases and stuck detection: a `StuckDetector`, or its policy
-            (``"soft"``, ``"hard"``, ``"auto_finish"``); see `CheckStage`.
+            (``"soft"``, ``"hard"``, ``"auto_finish"``), checked at ``Lifecycle.VALIDATING``.
         rules: Seeds 000/002's Validate: a `RuleSet` (or rules) over each `Proposal`;
             a violation goes back to the model, at most 3 times in a row.
 
