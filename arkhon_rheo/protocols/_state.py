@@ -25,10 +25,6 @@ class Lifecycle(enum.Enum):
     THINKING = "Thinking"
     #: Tools the model asked for are running.
     ACTING = "Acting"
-    #: What the model proposed is checked before it is committed (a ReAct
-    #: agent's rules, phases and seed 001's global budget: ``react_agent(rules=...,
-    #: stuck=..., budget=...)``).
-    VALIDATING = "Validating"
     #: Results are being turned into an observation or a final answer (a
     #: conversational ReAct agent observes here, between its answer and the
     #: user's next message).

@@ -1,8 +1,8 @@
-"""The check stage: what the model proposed is checked before it is committed.
+"""The checked turn: what the model proposed is checked before it is committed.
 
 An agent built with ``react_agent(rules=..., stuck=..., budget=GlobalBudget(...))``
-goes from ``THINKING`` to ``VALIDATING`` after every turn. `CheckStage` then,
-in order:
+thinks with `CheckedThinkStage`: the model turn of `ThinkStage`, then, in the
+same step, before the proposal is committed:
 
 1. runs the rules over the `Proposal` (seeds 000 §4.2 and 002): a retryable
    violation goes back to the model as the observation of each call (or, for
@@ -21,8 +21,10 @@ in order:
    of each strategy; a non-exploit call in an overdraft round is blocked, and
    the next turn is the wrap-up turn.
 
-Everything it decides is in its patch, and the time it reads goes through
-``record_call("clock", ...)``, so a re-executing replay checks it all again.
+Everything it decides is in the step's patch, and the time it reads goes
+through ``record_call("clock", ...)``, so a re-executing replay checks it all
+again. A proposal sent back makes the step go from ``THINKING`` to
+``THINKING``: the model is asked again, with what was wrong.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from ..protocols import (
     record_call,
 )
 from ._options import CONTROLS, Proposal, spent_round
-from ._stages import ReactStage, _now
+from ._stages import ThinkStage, _now
 from ._state import ReactState, StopReason
 from ._stuck import (
     PHASE_TRANSITIONS,
@@ -60,9 +62,10 @@ if TYPE_CHECKING:
     from ..protocols import StateView, ToolCall
     from ..rules import RuleResult
     from ._options import CheckOptions
+    from ._rounds import DecisionBudget
     from ._stuck import StuckDetector
 
-__all__ = ["CheckStage"]
+__all__ = ["CheckedThinkStage"]
 
 P = Phase
 _log = get_logger("arkhon_rheo.react")
@@ -87,54 +90,62 @@ class _Outcome:
         return self
 
 
-class CheckStage(
-    ReactStage,
-    name="check",
-    reads={
-        "messages",
-        "pending",
-        "answer",
-        "exit",
-        "turns",
-        "wrapup",
-        "track",
-        "rule_retries",
-        "decisions",
-    },
-    writes={
-        "messages",
-        "pending",
-        "answer",
-        "exit",
-        "wrapup",
-        "track",
-        "stuck_reason",
-        "agent_state",
-        "checks",
-        "rule_retries",
-        "violation",
-        "decisions",
-    },
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """The state as the turn leaves it, before its proposal is committed: what the checks read."""
+
+    before: Sequence[Message]
+    messages: Sequence[Message]
+    calls: tuple[ToolCall, ...]
+    answer: str | None
+    turns: int
+    track: PhaseTrack
+    rule_retries: int
+    decisions: DecisionBudget | None
+
+
+class CheckedThinkStage(
+    ThinkStage,
+    name="think",
+    reads=ThinkStage.reads | {"track", "agent_state", "rule_retries", "decisions"},
+    writes=ThinkStage.writes
+    | {"track", "stuck_reason", "agent_state", "checks", "rule_retries", "violation", "decisions"},
 ):
-    """Check the model's proposal (rules, phase, global budget) before it is committed."""
+    """A model turn whose proposal is checked (rules, phase, global budget) before it is committed.
+
+    It is the think stage of an agent with ``stuck=``, ``rules=`` or a global
+    budget: the turn as `ThinkStage` takes it, then the checks, in one step.
+    """
 
     async def execute(self, view: StateView[ReactState]) -> Patch:
-        """The proposal committed, sent back with why, or the agent finished."""
+        """The turn, and its proposal committed, sent back with why, or the agent finished."""
+        patch = await super().execute(view)
+        values = patch.values
+        if values.get("exit") in (StopReason.STOPPED, StopReason.MAX_STEPS):
+            return patch
         options = self.config.checks
         assert options is not None
-        calls = view.pending
-        answer = view.answer if view.exit is not None else None
+        turn = _Turn(
+            before=view.messages,
+            messages=(*view.messages, *patch.appends.get("messages", ())),
+            calls=tuple(values.get("pending", ())),
+            answer=values.get("answer") if values.get("exit") is not None else None,
+            turns=int(values.get("turns", view.turns)),
+            track=view.track,
+            rule_retries=view.rule_retries,
+            decisions=view.decisions,
+        )
         outcome = _Outcome()
         if options.rules is not None:
-            await _rules(options, view, calls, answer, outcome)
+            await _rules(options, turn, outcome)
         if options.detector is not None and outcome.kind == "commit":
-            now = await record_call(
-                "clock", {"turn": view.turns, "check": True}, _now, returns=float
-            )
-            _phases(options.detector, view, calls, now, outcome)
+            request = {"turn": turn.turns, "check": True}
+            now = await record_call("clock", request, _now, returns=float)
+            _phases(options.detector, turn, now, outcome)
         if options.rounds is not None:
-            _budget(options, view, calls, outcome)
-        return _patch(view, calls, outcome)
+            _budget(options, turn, outcome)
+        checked = _patch(turn.calls, outcome)
+        return patch.set(**checked.values).append("messages", *checked.appends.get("messages", ()))
 
     def next(self, state: ReactState) -> enum.Enum:
         """Finish (or, conversational, wait) on an answer; act on calls; else think again."""
@@ -143,21 +154,15 @@ class CheckStage(
         return Lifecycle.ACTING if state.pending else Lifecycle.THINKING
 
 
-async def _rules(
-    options: CheckOptions,
-    view: StateView[ReactState],
-    calls: Sequence[ToolCall],
-    answer: str | None,
-    outcome: _Outcome,
-) -> None:
+async def _rules(options: CheckOptions, turn: _Turn, outcome: _Outcome) -> None:
     """Seeds 000/002's Validate: the proposal through the rules."""
     assert options.rules is not None
     proposal = Proposal(
-        thought=_thought(view.messages),
-        tool_calls=tuple(calls),
-        answer=answer,
-        phase=view.track.phase.value if options.detector is not None else None,
-        retries=view.rule_retries,
+        thought=_thought(turn.messages),
+        tool_calls=turn.calls,
+        answer=turn.answer,
+        phase=turn.track.phase.value if options.detector is not None else None,
+        retries=turn.rule_retries,
     )
     evaluation = await options.rules.evaluate(proposal)
     outcome.fields["checks"] = evaluation.results
@@ -165,7 +170,7 @@ async def _rules(
     if violation is None:
         outcome.fields["rule_retries"] = 0
         return
-    retries = view.rule_retries + 1
+    retries = turn.rule_retries + 1
     if violation.outcome == "retryable" and retries <= options.max_rule_retries:
         outcome.fields["rule_retries"] = retries
         outcome.reject(f"rejected by rule {violation.rule}: {violation.reason}. Revise your step.")
@@ -179,24 +184,18 @@ def _ended(violation: RuleResult) -> str:
     return f"not run: rule {violation.rule} ended the agent ({violation.reason})"
 
 
-def _phases(
-    detector: StuckDetector,
-    view: StateView[ReactState],
-    calls: Sequence[ToolCall],
-    now: float,
-    outcome: _Outcome,
-) -> None:
+def _phases(detector: StuckDetector, turn: _Turn, now: float, outcome: _Outcome) -> None:
     """Seed 003: the move the proposal makes, and stuck detection after it."""
-    track = view.track.start(now)
+    track = turn.track.start(now)
     if track.phase in (P.FINISHING, P.DONE):  # a conversational agent's next message
         track = track.enter(P.INIT, now)
     phase = track.phase
-    first = calls[0].name if calls else None
+    first = turn.calls[0].name if turn.calls else None
     target = infer_state_from_tool(first, routes=detector.routes)
     ran = None if first in CONTROLS else first  # control actions are no tool call
-    failed = _last_failed(view.messages)
+    failed = _last_failed(turn.before)
     if target not in PHASE_TRANSITIONS.get(phase, frozenset()):
-        _forbidden(detector, view, track.step(ran, error=failed), phase, target, now, outcome)
+        _forbidden(detector, turn, track.step(ran, error=failed), phase, target, now, outcome)
         return
     track = track.enter(target, now).step(ran, error=failed)
     reason = detector.why(track, now) if target is not P.FINISHING else None
@@ -205,15 +204,15 @@ def _phases(
         _log.warning("agent_stuck", phase=phase.value, reason=reason.value)
         forced = detector.forced_state(track.phase)
         if forced is P.FINISHING:
-            outcome.finish(_best(view.messages), StopReason.STUCK, "not run: the agent was stuck")
+            outcome.finish(_best(turn.messages), StopReason.STUCK, "not run: the agent was stuck")
         elif forced is not None:
             track = track.enter(forced, now)
-    _track(detector, view, track, now, outcome)
+    _track(detector, turn, track, now, outcome)
 
 
 def _forbidden(
     detector: StuckDetector,
-    view: StateView[ReactState],
+    turn: _Turn,
     track: PhaseTrack,
     phase: Phase,
     target: Phase,
@@ -230,13 +229,13 @@ def _forbidden(
     if forced is None:
         outcome.reject(f"not run: {why}. From {phase.value} you may: {moves}.")
     elif forced is P.FINISHING:
-        outcome.finish(_best(view.messages), StopReason.STUCK, f"not run: {why}; finishing")
+        outcome.finish(_best(turn.messages), StopReason.STUCK, f"not run: {why}; finishing")
     else:
         track = track.enter(forced, now)
         outcome.reject(
             f"not run: {why}; now {forced.value}: answer now, in text, with what you have"
         )
-    _track(detector, view, track, now, outcome)
+    _track(detector, turn, track, now, outcome)
 
 
 def _moves(detector: StuckDetector, phase: Phase) -> str:
@@ -257,7 +256,7 @@ def _moves(detector: StuckDetector, phase: Phase) -> str:
 
 def _track(
     detector: StuckDetector,
-    view: StateView[ReactState],
+    turn: _Turn,
     track: PhaseTrack,
     now: float,
     outcome: _Outcome,
@@ -268,20 +267,15 @@ def _track(
     outcome.fields["agent_state"] = "agent_state: " + json.dumps(block, sort_keys=True)
 
 
-def _budget(
-    options: CheckOptions,
-    view: StateView[ReactState],
-    calls: Sequence[ToolCall],
-    outcome: _Outcome,
-) -> None:
+def _budget(options: CheckOptions, turn: _Turn, outcome: _Outcome) -> None:
     """Seed 001: the decision round, and the calls it commits, against the global budget."""
     rounds = options.rounds
     assert rounds is not None
-    spent = view.decisions or rounds.start
+    spent = turn.decisions or rounds.start
     if outcome.kind != "commit":
         outcome.fields["decisions"] = spent_round(spent)
         return
-    names = [call.name for call in calls if call.name not in CONTROLS]
+    names = [call.name for call in turn.calls if call.name not in CONTROLS]
     spent, blocked = rounds.spend(spent, names)
     outcome.fields["decisions"] = spent
     if blocked:
@@ -292,8 +286,8 @@ def _budget(
         )
 
 
-def _patch(view: StateView[ReactState], calls: Sequence[ToolCall], outcome: _Outcome) -> Patch:
-    """The stage's patch for ``outcome``: the messages to the model, the committed step."""
+def _patch(calls: Sequence[ToolCall], outcome: _Outcome) -> Patch:
+    """What the checks add to the turn's patch: the messages to the model, the committed step."""
     patch = Patch(**outcome.fields)
     if outcome.kind == "finish":
         notes = [_observation(call, outcome.why) for call in calls]
@@ -323,9 +317,9 @@ def _thought(messages: Sequence[Message]) -> str:
 
 
 def _last_failed(messages: Sequence[Message]) -> bool:
-    """Whether a call of the turn before this one failed (its result is an error)."""
+    """Whether a call of the turn before this one failed (its result, last in ``messages``)."""
     failed = False
-    for message in reversed(messages[:-1]):
+    for message in reversed(messages):
         if not isinstance(message, ToolMessage):
             break
         failed = failed or message.is_error

@@ -59,8 +59,8 @@ class ReactConfig:
         trace_model: ``gen_ai.request.model`` of the model-call spans.
         declared: The machine's resources: ``"model"``, ``"tools"`` (a tool
             runner that is an async context manager) and the ones given.
-        checks: What the check stage does (``stuck``, ``rules`` and a global
-            ``budget``); None when none is given (the agent has no check stage).
+        checks: What each model turn's proposal is checked by (``stuck``,
+            ``rules``, a global ``budget``); None when none is given.
 
     Raises:
         ConfigurationError: If an argument is out of range, ``state_type`` is not

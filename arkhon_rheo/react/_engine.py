@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocols import Condition, Lifecycle, Machine
 from ..tools import Toolbox
-from ._checks import CheckStage
+from ._checks import CheckedThinkStage
 from ._config import DEFAULT_SYSTEM_PROMPT, ReactConfig
 from ._guard import arguments_fit, held_gate
 from ._listen import ListenStage
@@ -104,7 +104,7 @@ def react_agent(
             agent declares ``"model"`` and ``"tools"`` (a runner that is an async context
             manager). The `AgentSystem` opens each async context manager not open yet.
         stuck: Seed 003's phases and stuck detection: a `StuckDetector`, or its policy
-            (``"soft"``, ``"hard"``, ``"auto_finish"``), checked at ``Lifecycle.VALIDATING``.
+            (``"soft"``, ``"hard"``, ``"auto_finish"``), checked after each model turn.
         rules: Seeds 000/002's Validate: a `RuleSet` (or rules) over each `Proposal`;
             a violation goes back to the model, at most 3 times in a row.
 
@@ -143,11 +143,9 @@ def react_machine(config: ReactConfig) -> Machine[ReactState]:
         transitions[L.THINKING] = {L.ACTING, L.OBSERVING, L.FAILED}
         transitions[L.OBSERVING] = {L.THINKING, L.FINISHED, L.FAILED}
         stages[L.OBSERVING] = ListenStage.bind(config)
-    if config.checks is not None:  # the proposal is checked before it is committed
-        ended = L.OBSERVING if config.conversational else L.FINISHED
-        transitions[L.THINKING] |= {L.VALIDATING}
-        transitions[L.VALIDATING] = {L.ACTING, L.THINKING, ended, L.FAILED}
-        stages[L.VALIDATING] = CheckStage.bind(config)
+    if config.checks is not None:  # each proposal is checked; one sent back is thought again
+        transitions[L.THINKING] |= {L.THINKING}
+        stages[L.THINKING] = CheckedThinkStage.bind(config)
     acting: list[Condition[Any]] = [Condition("acting needs pending tool calls", _has_pending)]
     gates: Sequence[Gate] = config.gates
     runner = config.runner

@@ -159,7 +159,7 @@ def rounds_line(spent: DecisionBudget | None, wrapup: bool) -> str:
 
 @dataclass(frozen=True, slots=True)
 class CheckOptions:
-    """What the engine's check stage does: `react_agent`'s ``stuck``, ``rules`` and global budget.
+    """What each proposal is checked by: `react_agent`'s ``stuck``, ``rules`` and global budget.
 
     Attributes:
         detector: Stuck detection and its policy, or None.

@@ -66,7 +66,6 @@ if TYPE_CHECKING:
 __all__ = ["ActStage", "ReactStage", "StartStage", "ThinkStage"]
 
 L = Lifecycle
-_CHECKED = (None, StopReason.ANSWERED, StopReason.BUDGET_EXHAUSTED)
 _log = get_logger("arkhon_rheo.react")
 
 
@@ -107,19 +106,7 @@ class StartStage(ReactStage, name="start", reads={"task", "messages"}, writes={"
 class ThinkStage(
     ReactStage,
     name="think",
-    reads={
-        "messages",
-        "turns",
-        "tool_calls",
-        "usage",
-        "cost",
-        "started_at",
-        "wrapup",
-        "stop",
-        "track",
-        "agent_state",
-        "decisions",
-    },
+    reads={"messages", "turns", "tool_calls", "usage", "cost", "started_at", "wrapup", "stop"},
     writes={
         "messages",
         "pending",
@@ -177,13 +164,7 @@ class ThinkStage(
         return patch.set(pending=(), answer=reply.text, exit=exit_reason)
 
     def next(self, state: ReactState) -> enum.Enum:
-        """Act on the tool calls; with an exit reason, finish (or, conversational, wait).
-
-        With checks (rules, stuck detection, a global budget), check the calls or
-        the answer first.
-        """
-        if self.config.checks is not None and state.exit in _CHECKED:
-            return L.VALIDATING
+        """Act on the tool calls; with an exit reason, finish (or, conversational, wait)."""
         if state.exit is None:
             return L.ACTING
         return L.OBSERVING if self.config.conversational else L.FINISHED

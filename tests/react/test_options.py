@@ -134,7 +134,8 @@ async def test_hard_stuck_lets_the_third_search_run_then_offers_no_tool(tmp_path
     block = agent_state(model, 3)
     assert block["current_state"] == "stuck_search"
     assert block["stuck"] is False
-    assert Lifecycle.VALIDATING in {e.to_state for e in events if e.kind is EventKind.STEP}
+    steps = [(e.from_state, e.to_state) for e in events if e.kind is EventKind.STEP]
+    assert (Lifecycle.THINKING, Lifecycle.FINISHED) in steps
 
 
 async def test_soft_stuck_warns_and_tells_the_model_the_way_out(tmp_path: Path) -> None:
@@ -593,9 +594,20 @@ async def test_options_of_no_type_taken_are_refused() -> None:
         StuckDetector(routes={"lookup": "searching"})  # type: ignore[dict-item]
 
 
-async def test_without_options_the_agent_has_no_check_stage() -> None:
-    agent = react_agent(ScriptedModel(), [add])
-    assert Lifecycle.VALIDATING not in agent.stages
+async def test_without_options_the_think_stage_is_the_plain_one() -> None:
+    plain = react_agent(ScriptedModel(), [add])
     checked = react_agent(ScriptedModel(), [add], rules=[no_subtraction])
-    assert checked.stages[Lifecycle.VALIDATING].name == "check"
-    assert checked.stages[Lifecycle.VALIDATING].writes >= {"messages", "pending", "checks"}
+    think, checking = plain.stages[Lifecycle.THINKING], checked.stages[Lifecycle.THINKING]
+    assert think.name == checking.name == "think"
+    assert "track" not in think.reads | think.writes
+    assert checking.writes - think.writes == {
+        "track",
+        "stuck_reason",
+        "agent_state",
+        "checks",
+        "rule_retries",
+        "violation",
+        "decisions",
+    }
+    assert Lifecycle.THINKING not in plain.transitions[Lifecycle.THINKING]
+    assert Lifecycle.THINKING in checked.transitions[Lifecycle.THINKING]  # sent back
