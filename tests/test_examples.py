@@ -26,9 +26,78 @@ def test_example_runs(script: Path, backend: str) -> None:
         text=True,
         timeout=120,
         check=False,
+        env=_offline(script),
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip(), "an example should show what it did"
+
+
+def _offline(script: Path) -> dict[str, str]:
+    """The environment of an example run offline, on the tree under test."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+    return {**env, "PYTHONPATH": str(script.parents[1])}
+
+
+def _run(stem: str, *args: str) -> list[str]:
+    script = next(path for path in EXAMPLES if path.stem == stem)
+    result = subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=_offline(script),
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_phase_example_shows_each_stuck_policy(backend: str) -> None:
+    hard = _run("phase_agent", backend, "hard")
+    assert "stuck_search (hard): init->searching -> searching->stuck_search -> " in " ".join(hard)
+    assert (
+        "  exit: answered, stuck: repeated_tool; answer: No quantum module is documented." in hard
+    )
+    soft = _run("phase_agent", backend, "soft")
+    assert (
+        "  calculator: not run: this moves the agent from searching to deciding, which is not "
+        "allowed. From searching you may: analyzing (analyze); finishing (answer in text); "
+        "searching (context_fts_search)."
+    ) in soft
+    assert "  exit: answered; answer: 4" in soft
+    auto = _run("phase_agent", backend, "auto_finish")
+    assert "  context_fts_search: not run: the agent was stuck" in auto
+    for lines in (hard, soft, auto):
+        assert lines.count("  replay without the model: ok") == 4
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_validate_example_retries_then_ends_on_a_terminal_rule(backend: str) -> None:
+    lines = _run("thought_validate_agent", backend)
+    assert (
+        "  wikipedia: rejected by rule known_tool: unknown tool 'wikipedia'; use one of "
+        "['search', 'calculator']. Revise your step."
+    ) in lines
+    assert "  exit: answered; answer: About 1.28 seconds." in lines
+    assert (
+        "  exit: violation; answer: None; violation: blocked function '__import__' in the "
+        "tool input"
+    ) in lines
+    assert lines.count("  replay without the model: ok") == 2
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_budget_example_shows_the_overdraft_and_the_wrapup(backend: str) -> None:
+    lines = _run("budgeted_decision_agent", backend)
+    overdraft = [line for line in lines if line.endswith("exploit_overdraft 0/1")]
+    assert len(overdraft) == 2  # the round the overdraft opened, in each scenario
+    assert sum(line.endswith(", wrapup active") for line in lines) == 2
+    assert "  calculate: 210" in lines  # the overdraft round ran
+    assert any(
+        line.startswith("  web_search: not run: exploit_overdraft_blocked") for line in lines
+    )
+    assert lines.count("  replay without the model: ok") == 2
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

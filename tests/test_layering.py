@@ -3,7 +3,8 @@
 protocols imports nothing of the package; actors only protocols; core (the
 pure, loop-free core: compiled machine, validation, codec, digest, fold) only
 protocols; supervision (the live supervisor) only those three; models only
-protocols; graphs (subgraphs) protocols and supervision; rules only protocols;
+protocols; graphs (subgraphs) protocols and supervision; rules only protocols (react
+uses rules, to check each proposal of a model);
 system (the `AgentSystem`) sits above supervision, core, store and graphs;
 testing, cli and the inspector on top. Every
 layer may use the leaf modules ``_construct``, ``_errors``, ``_exports``,
@@ -32,7 +33,8 @@ ALLOWED: dict[str, set[str]] = {
     "supervision": {"protocols", "actors", "core"},
     "store": {"protocols"},
     "tools": {"protocols"},
-    "react": {"protocols", "models", "tools"},
+    # The engine checks each proposal with the rules engine (``react_agent(rules=...)``).
+    "react": {"protocols", "models", "tools", "rules"},
     "models": {"protocols"},
     "testing": {"protocols", "models", "supervision", "store", "system"},
     "graphs": {"protocols", "supervision"},

@@ -18,6 +18,7 @@ import dataclasses
 import enum
 import types
 import typing
+import weakref
 from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin, is_typeddict
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -54,6 +55,56 @@ def _item_type(annotation: Any) -> Any | None:
     return None
 
 
+class _Fields:
+    """The validation of each field of one state type: adapters and exact types.
+
+    Args:
+        state_type: The state type.
+    """
+
+    __slots__ = ("__weakref__", "exact", "exact_items", "hooked", "items", "values")
+
+    def __init__(self, state_type: type[AgentState]) -> None:
+        self.values: dict[str, TypeAdapter[Any]] = {}
+        self.items: dict[str, TypeAdapter[Any] | None] = {}
+        # Fields with the model's own field validators are validated through the
+        # model (on a throwaway copy); the others through an adapter of their full
+        # annotation, constraints and ``Annotated`` metadata included.
+        self.hooked = frozenset(
+            name
+            for decorator in state_type.__pydantic_decorators__.field_validators.values()
+            for name in decorator.info.fields
+        )
+        if "*" in self.hooked:
+            self.hooked = frozenset(state_type.model_fields)
+        #: The exact types a field's value may have to skip validation (see the module).
+        self.exact: dict[str, frozenset[type]] = {}
+        #: Whether an item appended to a sequence field may skip validation.
+        self.exact_items: dict[str, Callable[[Any], bool]] = {}
+        for name, field in state_type.model_fields.items():
+            annotation = field.rebuild_annotation()
+            config = None if _has_config(field.annotation) else _CONFIG
+            self.values[name] = TypeAdapter(annotation, config=config)
+            item = _item_type(field.annotation)
+            self.items[name] = (
+                None
+                if item is None
+                else TypeAdapter(item, config=None if _has_config(item) else _CONFIG)
+            )
+            if name in self.hooked or field.metadata:
+                continue
+            if (exact := _exact_types(field.annotation)) is not None:
+                self.exact[name] = exact
+            if item is not None and (check := _item_check(item)) is not None:
+                self.exact_items[name] = check
+
+
+#: Each state type's `_Fields`, made once: building pydantic adapters is the
+#: dearest part of compiling a machine, and most machines of a process share
+#: their state type (every ``react_agent`` has `ReactState` or a subclass).
+_FIELDS: weakref.WeakKeyDictionary[type, _Fields] = weakref.WeakKeyDictionary()
+
+
 class PatchValidator:
     """Validates patches against one machine's state type and invariants.
 
@@ -65,39 +116,15 @@ class PatchValidator:
 
     def __init__(self, machine: Machine[Any]) -> None:
         self._machine = machine
-        self._values: dict[str, TypeAdapter[Any]] = {}
-        self._items: dict[str, TypeAdapter[Any] | None] = {}
-        state_type = machine.state_type
-        # Fields with the model's own field validators are validated through the
-        # model (on a throwaway copy); the others through an adapter of their full
-        # annotation, constraints and ``Annotated`` metadata included.
-        self._hooked = frozenset(
-            name
-            for decorator in state_type.__pydantic_decorators__.field_validators.values()
-            for name in decorator.info.fields
-        )
-        if "*" in self._hooked:
-            self._hooked = frozenset(state_type.model_fields)
-        #: The exact types a field's value may have to skip validation (see the module).
-        self._exact: dict[str, frozenset[type]] = {}
-        #: Whether an item appended to a sequence field may skip validation.
-        self._exact_items: dict[str, Callable[[Any], bool]] = {}
-        for name, field in state_type.model_fields.items():
-            annotation = field.rebuild_annotation()
-            config = None if _has_config(field.annotation) else _CONFIG
-            self._values[name] = TypeAdapter(annotation, config=config)
-            item = _item_type(field.annotation)
-            self._items[name] = (
-                None
-                if item is None
-                else TypeAdapter(item, config=None if _has_config(item) else _CONFIG)
-            )
-            if name in self._hooked or field.metadata:
-                continue
-            if (exact := _exact_types(field.annotation)) is not None:
-                self._exact[name] = exact
-            if item is not None and (check := _item_check(item)) is not None:
-                self._exact_items[name] = check
+        # The adapters depend on the state type only: machines sharing one share them.
+        fields = _FIELDS.get(machine.state_type)
+        if fields is None:
+            fields = _FIELDS[machine.state_type] = _Fields(machine.state_type)
+        self._hooked = fields.hooked
+        self._values = fields.values
+        self._items = fields.items
+        self._exact = fields.exact
+        self._exact_items = fields.exact_items
 
     def updates(
         self,

@@ -7,7 +7,10 @@ gates, durability, resume, fork, replay) an agent gets too. With
 ``result.state.output_as(T)`` gives it typed.
 
 Phases and stuck detection (`Phase`, `StuckDetector`, `infer_state_from_tool`)
-tell an agent what phase it is in and when it is going nowhere.
+tell an agent what phase it is in and when it is going nowhere. The seeds'
+machinery is one argument each: ``react_agent(stuck=...)`` (seed 003),
+``rules=`` (seeds 000/002's Validate over a `Proposal`) and
+``budget=GlobalBudget(...)`` (seed 001).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from ._conversation import Conversation as Conversation
 from ._engine import react_agent as react_agent
 from ._listen import Close as Close
 from ._listen import UserInput as UserInput
+from ._options import GlobalBudget as GlobalBudget
+from ._options import Proposal as Proposal
 from ._rounds import STRATEGIES as STRATEGIES
 from ._rounds import DecisionBudget as DecisionBudget
 from ._rounds import RoundBudget as RoundBudget
@@ -58,11 +63,13 @@ __all__ = [
     "Close",
     "Conversation",
     "DecisionBudget",
+    "GlobalBudget",
     "MalformedModelOutput",
     "Phase",
     "PhaseStep",
     "PhaseTrack",
     "PromptCache",
+    "Proposal",
     "ReactState",
     "RoundBudget",
     "SlotBudget",

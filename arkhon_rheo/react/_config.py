@@ -17,6 +17,7 @@ from ..protocols import NamedModelClient, StreamingModelClient
 from ..protocols._seams import is_async_context_manager
 from ._budget import Budget
 from ._calls import tool_runner
+from ._options import CheckOptions, check_options
 from ._state import ReactState, answer_adapter
 
 if TYPE_CHECKING:
@@ -26,8 +27,12 @@ if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
     from ..protocols import Gate, ModelClient, ToolRunner
+    from ..rules import Rule, RuleSet
     from ..tools import OnExhausted
     from ._context import PromptCache
+    from ._options import GlobalBudget
+    from ._rounds import DecisionBudget, RoundBudget
+    from ._stuck import StuckDetector, StuckPolicy
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "ReactConfig"]
 
@@ -55,6 +60,8 @@ class ReactConfig:
         trace_model: ``gen_ai.request.model`` of the model-call spans.
         declared: The machine's resources: ``"model"``, ``"tools"`` (a tool
             runner that is an async context manager) and the ones given.
+        checks: What each model turn's proposal is checked by (``stuck``,
+            ``rules``, a global ``budget``); None when none is given.
 
     Raises:
         ConfigurationError: If an argument is out of range, ``state_type`` is not
@@ -66,7 +73,7 @@ class ReactConfig:
     model: ModelClient
     tools: ToolRunner | Sequence[Any] = ()
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
-    budget: Budget | None = None
+    budget: Budget | GlobalBudget | RoundBudget | DecisionBudget | None = None
     max_steps: int = 50
     max_format_retries: int = 2
     max_parallel_tools: int = 8
@@ -83,6 +90,8 @@ class ReactConfig:
     conversational: bool = False
     resources: Mapping[str, object] | None = None
     tool_failures: OnExhausted = "observe"
+    stuck: StuckDetector | StuckPolicy | str | None = None
+    rules: RuleSet[Any] | Sequence[Rule[Any]] | None = None
     runner: ToolRunner = field(init=False)
     limits: Budget = field(init=False)
     pricing: Pricing | None = field(init=False)
@@ -92,6 +101,7 @@ class ReactConfig:
     trace_system: str = field(init=False)
     trace_model: str = field(init=False)
     declared: Mapping[str, object] = field(init=False)
+    checks: CheckOptions | None = field(init=False)
 
     def __post_init__(self) -> None:
         state_type = self.state_type
@@ -107,7 +117,9 @@ class ReactConfig:
             if value < 1:
                 raise ConfigurationError(f"react_agent: {label} must be at least 1, got {value}")
         self._derive("runner", tool_runner(self.tools))
-        self._derive("limits", self.budget or Budget())
+        checks = check_options(self.stuck, self.rules, self.budget)
+        self._derive("checks", checks)
+        self._derive("limits", self.budget if isinstance(self.budget, Budget) else Budget())
         prices = self.prices
         pricing = prices if isinstance(prices, Pricing) or prices is None else Pricing(prices)
         self._derive("pricing", pricing)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocols import Condition, Lifecycle, Machine
 from ..tools import Toolbox
+from ._checks import CheckedThinkStage
 from ._config import DEFAULT_SYSTEM_PROMPT, ReactConfig
 from ._guard import arguments_fit, held_gate
 from ._listen import ListenStage
@@ -25,9 +26,13 @@ if TYPE_CHECKING:
 
     from ..models import ModelPrice, Pricing
     from ..protocols import Gate, ModelClient, Stage, ToolRunner
+    from ..rules import Rule, RuleSet
     from ..tools import OnExhausted
     from ._budget import Budget
     from ._context import PromptCache
+    from ._options import GlobalBudget
+    from ._rounds import DecisionBudget, RoundBudget
+    from ._stuck import StuckDetector, StuckPolicy
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "react_agent", "react_machine"]
 
@@ -39,7 +44,7 @@ def react_agent(
     tools: ToolRunner | Sequence[Any] = (),
     *,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-    budget: Budget | None = None,
+    budget: Budget | GlobalBudget | RoundBudget | DecisionBudget | None = None,
     max_steps: int = 50,
     max_format_retries: int = 2,
     max_parallel_tools: int = 8,
@@ -56,6 +61,8 @@ def react_agent(
     conversational: bool = False,
     resources: Mapping[str, object] | None = None,
     tool_failures: OnExhausted = "observe",
+    stuck: StuckDetector | StuckPolicy | str | None = None,
+    rules: RuleSet[Any] | Sequence[Rule[Any]] | None = None,
 ) -> Machine[ReactState]:
     """Build a ReAct agent: an ordinary `Machine` over a model client and tools.
 
@@ -66,8 +73,8 @@ def react_agent(
         tools: A `ToolRunner` (an ``arkhon_rheo.tools.Toolbox``), or the tools
             themselves (functions decorated with ``@tool``), put in a toolbox.
         system_prompt: The first message of every conversation; None for none.
-        budget: Limits on turns, tool calls, tokens, cost and time; reaching one
-            gives the model a wrap-up turn without tools.
+        budget: Limits on turns, tool calls, tokens, cost and time, or seed 001's
+            `GlobalBudget` (rounds, overdraft); past one, a wrap-up turn without tools.
         max_steps: The hard cap on model turns: past it the agent ends with
             `StopReason.MAX_STEPS` and no answer (a warning is logged).
         max_format_retries: How many times a reply the engine cannot use is sent
@@ -86,30 +93,28 @@ def react_agent(
             text pieces emitted (`SessionHandle.stream`) and recorded; no prompt cache.
         state_type: `ReactState` or your subclass of it.
         name: The machine's name.
-        gates: Human-in-the-loop gates (``Gate.before("act")`` to approve tool calls).
-            A toolbox with a tool to approve (``@tool(run="approve")``) or to ask
-            about (``effect="ask"``) adds its own ``"tool call"`` gate, before these:
-            it shows the one call held, whose arguments the answer may edit.
+        gates: Human-in-the-loop gates (``Gate.before("act")``); a tool to approve or ask
+            about (``@tool(run="approve")``, ``effect="ask"``) adds a ``"tool call"`` gate.
         deadlines: Per-state deadlines in seconds (``{Lifecycle.ACTING: 30}``).
-        conversational: After each answer, wait (parked, ``Lifecycle.OBSERVING``)
-            for the user's next message (a `UserInput`, through ``system.send``
-            or a `Conversation`) and answer it with the whole conversation; a
-            `Close` ends it. Budgets and ``max_steps`` count over the whole
-            conversation. Its sessions need a store (``MemoryStore`` will do).
-        resources: More resources of the machine by name, for its tools (`ToolContext`),
-            beside its own ``"model"`` and ``"tools"`` (a runner that is an async
-            context manager); the `AgentSystem` opens those not open yet, so
-            ``react_agent(OpenAIChatClient(), ...)`` needs no ``async with``.
-        tool_failures: For tools that do not say (``@tool(on_exhausted=...)``), a call
-            failing transiently past its retries: ``"observe"`` answers the model
-            ``"Error after N attempts: ..."``; ``"escalate"`` fails the step.
+        conversational: After each answer, wait (parked, ``Lifecycle.OBSERVING``) for the
+            user's next `UserInput` (``system.send``, a `Conversation`); `Close` ends it.
+            Budgets count over the whole conversation. Needs a store (``MemoryStore``).
+        resources: More resources by name, for its tools (see `ToolContext`); the
+            agent declares ``"model"`` and ``"tools"`` (a runner that is an async context
+            manager). The `AgentSystem` opens each async context manager not open yet.
+        tool_failures: A call failing transiently past its retries (tools that do not
+            say otherwise): ``"observe"`` tells the model; ``"escalate"`` fails the step.
+        stuck: Seed 003's phases and stuck detection: a `StuckDetector`, or its policy
+            (``"soft"``, ``"hard"``, ``"auto_finish"``), checked after each model turn.
+        rules: Seeds 000/002's Validate: a `RuleSet` (or rules) over each `Proposal`;
+            a violation goes back to the model, at most 3 times in a row.
 
     Returns:
         The machine.
 
     Raises:
-        ConfigurationError: An argument is out of range or of the wrong kind (see
-            `ReactConfig`), or ``resources`` names ``"model"`` or ``"tools"``.
+        ConfigurationError: An argument is out of range or of no type taken,
+            ``state_type`` is no `ReactState`, or ``resources`` names its own.
     """
     # Every argument as given, checked and frozen (the parameters are ReactConfig's fields).
     config = ReactConfig(**locals())
@@ -139,6 +144,9 @@ def react_machine(config: ReactConfig) -> Machine[ReactState]:
         transitions[L.THINKING] = {L.ACTING, L.OBSERVING, L.FAILED}
         transitions[L.OBSERVING] = {L.THINKING, L.FINISHED, L.FAILED}
         stages[L.OBSERVING] = ListenStage.bind(config)
+    if config.checks is not None:  # each proposal is checked; one sent back is thought again
+        transitions[L.THINKING] |= {L.THINKING}
+        stages[L.THINKING] = CheckedThinkStage.bind(config)
     acting: list[Condition[Any]] = [Condition("acting needs pending tool calls", _has_pending)]
     gates: Sequence[Gate] = config.gates
     runner = config.runner

@@ -54,6 +54,7 @@ from ._budget import Used
 from ._calls import answer_data, check_reply, tail, unwrap
 from ._context import trim_messages
 from ._guard import act_guarded
+from ._options import checked_turn, rounds_exhausted
 from ._state import ReactState, StopReason
 
 if TYPE_CHECKING:
@@ -140,11 +141,11 @@ class ThinkStage(
             elapsed = max(0.0, now - started)
         turns, usage, cost = view.turns, view.usage, view.cost
         wrapup, new = self._budget_check(view, elapsed)
-        offered: Sequence[ToolSpec] = () if wrapup else config.runner.specs
+        offered, lines = checked_turn(config.checks, config.runner.specs, view, wrapup)
         problem = ""
         for attempt in range(config.max_format_retries + 1):
             used = Used(turns, view.tool_calls, usage.total_tokens, cost, elapsed)
-            reply = await self._turn(view.messages, new, used, wrapup, offered, attempt)
+            reply = await self._turn(view.messages, new, used, wrapup, offered, attempt, lines)
             turns += 1
             usage = usage + reply.usage
             if config.pricing is not None:
@@ -179,7 +180,7 @@ class ThinkStage(
         if view.wrapup:
             return True, []
         used = Used(view.turns, view.tool_calls, view.usage.total_tokens, view.cost, elapsed)
-        reason = self.config.limits.exhausted(used)
+        reason = self.config.limits.exhausted(used) or rounds_exhausted(self.config.checks, view)
         if reason is None:
             return False, []
         notice = (
@@ -196,11 +197,12 @@ class ThinkStage(
         wrapup: bool,
         offered: Sequence[ToolSpec],
         attempt: int,
+        lines: Sequence[str] = (),
     ) -> ModelReply:
         """Ask the model once, under its span: the conversation trimmed, with the budget line."""
         config = self.config
         conversation = (*messages, *new)
-        line = config.limits.render(used, wrapup=wrapup)
+        line = "\n".join(x for x in (config.limits.render(used, wrapup=wrapup), *lines) if x)
         payload: tuple[Message, ...] = trim_messages(conversation, config.max_context_tokens)
         if line:
             payload = (*payload, SystemMessage(content=line))

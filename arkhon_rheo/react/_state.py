@@ -13,6 +13,9 @@ from .._errors import AnswerUnavailable, ConfigurationError
 from .._lru import LRU
 from ..protocols import AgentState, History, Lifecycle, Message, ToolCall, Usage
 from ..protocols._seams import FrozenJson, Metadata
+from ..rules import RuleResult
+from ._rounds import DecisionBudget
+from ._stuck import PhaseTrack, StuckReason
 
 __all__ = ["HeldCall", "ReactState", "StopReason", "answer_adapter"]
 
@@ -62,6 +65,13 @@ class StopReason(enum.Enum):
     #: A conversational agent's conversation was closed (a `Close` message);
     #: ``answer`` is the last reply.
     CLOSED = "closed"
+    #: Stuck detection (``react_agent(stuck=...)``) ended the agent: stuck or a
+    #: forbidden phase move under `StuckPolicy.AUTO_FINISH`, or a stuck phase past
+    #: its way out; ``answer`` is the best answer so far.
+    STUCK = "stuck"
+    #: The rules (``react_agent(rules=...)``) refused the proposal for good: a
+    #: terminal violation, or retryable ones past their retries (``violation``).
+    VIOLATION = "violation"
 
 
 class HeldCall(BaseModel):
@@ -120,6 +130,14 @@ class ReactState(AgentState):
         approval: The human's answer there: the arguments to run the held call
             with, ``None`` to run it as shown; ``False`` until a human answers.
         approved: The ids of this turn's calls a human approved.
+        track: The phase counters of stuck detection (``react_agent(stuck=...)``).
+        stuck_reason: Why the agent was last found stuck, if it was.
+        agent_state: Seed 003's ``agent_state`` line the model sees next turn.
+        checks: What each rule said of the latest proposal (``react_agent(rules=...)``).
+        rule_retries: Proposals the rules sent back in a row.
+        violation: The violation that ended the agent (`StopReason.VIOLATION`).
+        decisions: Seed 001's global budget spent so far (``budget=GlobalBudget(...)``);
+            None until the first check.
     """
 
     lifecycle: Lifecycle = Lifecycle.INITIALIZED
@@ -141,6 +159,13 @@ class ReactState(AgentState):
     held: HeldCall | None = None
     approval: Metadata | Literal[False] | None = False
     approved: tuple[str, ...] = ()
+    track: PhaseTrack = PhaseTrack()
+    stuck_reason: StuckReason | None = None
+    agent_state: str = ""
+    checks: tuple[RuleResult, ...] = ()
+    rule_retries: int = Field(default=0, ge=0)
+    violation: RuleResult | None = None
+    decisions: DecisionBudget | None = None
 
     @overload
     def output_as(self, answer_type: type[T]) -> T: ...

@@ -337,6 +337,8 @@ class StuckDetector:
         step_limit: This many steps in a row in one phase is stuck.
         failed_decisions: This many failed tool calls in a row while deciding is stuck.
         timeouts: Seconds each phase may last (`PHASE_TIMEOUTS` by default).
+        routes: More tools and the phase each leads to (`infer_state_from_tool`'s
+            ``routes``), for ``react_agent(stuck=...)``: other tools lead to DECIDING.
     """
 
     policy: StuckPolicy = StuckPolicy.HARD
@@ -344,8 +346,13 @@ class StuckDetector:
     step_limit: int = 5
     failed_decisions: int = 3
     timeouts: Mapping[Phase, float] = field(default_factory=lambda: PHASE_TIMEOUTS)
+    routes: Mapping[str, Phase] = field(default_factory=FrozenMap)
 
     def __post_init__(self) -> None:
+        if any(not isinstance(phase, Phase) for phase in self.routes.values()):
+            raise ConfigurationError(
+                f"StuckDetector(routes={dict(self.routes)!r}): map tool names to a Phase"
+            )
         if not isinstance(self.policy, StuckPolicy):
             raise ConfigurationError(
                 f"StuckDetector(policy={self.policy!r}): use a StuckPolicy "

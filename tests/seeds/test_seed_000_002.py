@@ -1,4 +1,4 @@
-"""Seeds 000 and 002, scenario by scenario, on examples/thought_validate_agent.py.
+"""Seeds 000 and 002, scenario by scenario, on their hand-built machine (thought_validate_machine).
 
 Each test names the seed section it covers. States are compared as the exact
 sequence the session went through (its initial state, then each event's target).
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.anyio
 
-_PATH = Path(__file__).resolve().parents[2] / "examples" / "thought_validate_agent.py"
+_PATH = Path(__file__).resolve().parent / "thought_validate_machine.py"
 _spec = importlib.util.spec_from_file_location("thought_validate_agent", _PATH)
 assert _spec is not None
 assert _spec.loader is not None

@@ -1,4 +1,4 @@
-"""Seed 001's machine (examples/budgeted_decision_agent.py): every exit reason, wrap-up, overdraft.
+"""Seed 001's hand-built machine (decision_machine.py): every exit reason, wrap-up, overdraft.
 
 Each scenario asserts the exact sequence of states the session went through
 (``D`` decision, ``PV`` protocol_verify, ``TE`` tool_execution, ``R`` the
@@ -8,6 +8,7 @@ router ``route_after_decision``, ``X`` exit) and its exit reasons.
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.anyio
 
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "budgeted_decision_agent.py"
+SCRIPT = Path(__file__).resolve().parent / "decision_machine.py"
 _spec = importlib.util.spec_from_file_location("budgeted_decision_agent", SCRIPT)
 assert _spec is not None
 assert _spec.loader is not None
@@ -435,6 +436,7 @@ def test_the_example_runs_every_scenario_and_replays_them(backend: str) -> None:
         text=True,
         timeout=120,
         check=False,
+        env={**os.environ, "PYTHONPATH": str(SCRIPT.parents[2])},
     )
     assert result.returncode == 0, result.stderr
     exits = [line for line in result.stdout.splitlines() if line.startswith("  exit: ")]

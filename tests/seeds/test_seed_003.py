@@ -1,4 +1,8 @@
-"""Seed 003: phases, stuck detection and the phase agent of examples/phase_agent.py."""
+"""Seed 003: phases, stuck detection and the seed's hand-built phase machine (phase_machine.py).
+
+``react_agent(stuck=...)`` gives any agent the same machinery in one line
+(tests/react/test_options.py, and the seed's scenarios on it at the end here).
+"""
 
 from __future__ import annotations
 
@@ -30,10 +34,8 @@ from arkhon_rheo.react import (
     offered_actions,
 )
 from arkhon_rheo.testing import Delay, ScriptedModel
+from tests.seeds import phase_machine as phase_agent
 from tests.support.helpers import on_virtual_clock
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-import phase_agent
 
 if TYPE_CHECKING:
     import enum
@@ -590,7 +592,7 @@ def test_the_example_prints_a_readable_trace(backend: str) -> None:
         text=True,
         timeout=120,
         check=True,
-        env={**env, "PYTHONPATH": str(script.parents[1])},
+        env={**env, "PYTHONPATH": str(script.parents[2])},
     )
     lines = result.stdout.splitlines()
     assert (
