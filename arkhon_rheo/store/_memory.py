@@ -23,6 +23,7 @@ from ._codec import (
 )
 from ._effects import BeginEffect, EffectLedger, EffectRow, FinishEffect
 from ._memory_inbox import Messages as _Messages
+from ._memory_inbox import apply_inbox
 from ._plan import (
     Append,
     Create,
@@ -35,7 +36,7 @@ from ._plan import (
     posted_ids,
     touches_inbox,
 )
-from ._work import check_claim
+from ._work import check_claim, pick_claims
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -141,7 +142,7 @@ class MemoryStore(StoreBase, EffectLedger):
         for session_id, seq, state in result.snapshots:
             self._snapshots[session_id][seq] = state
         if result.inbox or result.applied:
-            self._apply_inbox(result)
+            apply_inbox(self._inboxes, result)
         for (session_id, key), entry in result.effects.items():
             self._effects.setdefault(session_id, {})[key] = entry
         self._apply_sessions(result, now)
@@ -156,19 +157,6 @@ class MemoryStore(StoreBase, EffectLedger):
         if type(request) in _WORK:
             self._work.set()
         return result.results[0]
-
-    def _apply_inbox(self, result: Plan) -> None:
-        for row in result.inbox:
-            box = self._inboxes.get(row[0])
-            if box is None:
-                box = self._inboxes[row[0]] = _Messages()
-            box.rows.append(row)
-            box.ids[row[1]] = row[2]
-            box.pending[row[2]] = None
-        for seq, session_id, position in result.applied:
-            box = self._inboxes[session_id]
-            box.rows[position - 1] = (*box.rows[position - 1][:7], seq)
-            del box.pending[position]
 
     def _apply_sessions(self, result: Plan, now: float) -> None:
         sessions = self._sessions
@@ -395,20 +383,10 @@ class MemoryStore(StoreBase, EffectLedger):
         await anyio.lowlevel.checkpoint()
         self._check_open()
         leased_at = self._clock()
-        found: list[SessionRecord] = []
-        for session_id, row in self._sessions.items():  # oldest first
-            if len(found) >= limit:
-                break
-            if row[1] not in names or row[2] not in ("running", "waiting"):
-                continue
-            if row[2] == "waiting" and (row[9] is None or row[9] > now):
-                continue
-            held = self._leases.get(session_id)
-            if held is not None and held[1] > leased_at:
-                continue
+        found = pick_claims(self._sessions, self._leases, names, limit, now, leased_at)
+        for session_id in found:
             self._leases[session_id] = (owner, leased_at + ttl)
-            found.append(decode_record(row))
-        return tuple(found)
+        return tuple(decode_record(self._sessions[sid]) for sid in found)
 
     # -- inboxes -----------------------------------------------------------------
 

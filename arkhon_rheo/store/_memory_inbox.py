@@ -8,8 +8,9 @@ from ._inbox import Inbox
 
 if TYPE_CHECKING:
     from ._codec import MessageRow
+    from ._plan import Plan
 
-__all__ = ["Messages"]
+__all__ = ["Messages", "apply_inbox"]
 
 
 class Messages:
@@ -30,3 +31,18 @@ class Messages:
         pending = {position: rows[position - 1] for position in self.pending}
         ids = {mid: rows[self.ids[mid] - 1] for mid in message_ids if mid in self.ids}
         return Inbox(len(rows), pending, ids)
+
+
+def apply_inbox(inboxes: dict[str, Messages], result: Plan) -> None:
+    """Write a plan's new inbox rows and applied messages into ``inboxes``."""
+    for row in result.inbox:
+        box = inboxes.get(row[0])
+        if box is None:
+            box = inboxes[row[0]] = Messages()
+        box.rows.append(row)
+        box.ids[row[1]] = row[2]
+        box.pending[row[2]] = None
+    for seq, session_id, position in result.applied:
+        box = inboxes[session_id]
+        box.rows[position - 1] = (*box.rows[position - 1][:7], seq)
+        del box.pending[position]

@@ -19,9 +19,11 @@ import anyio.lowlevel
 from .._errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Mapping
 
-__all__ = ["WorkSignal", "check_claim", "check_timeout"]
+    from ._codec import SessionRow
+
+__all__ = ["WorkSignal", "check_claim", "check_timeout", "pick_claims"]
 
 
 def check_claim(
@@ -86,3 +88,31 @@ class WorkSignal:
         with anyio.move_on_after(timeout):
             await event.wait()
         self._ready = False
+
+
+def pick_claims(
+    sessions: Mapping[str, SessionRow],
+    leases: Mapping[str, tuple[str, float]],
+    names: Collection[str],
+    limit: int,
+    now: float,
+    leased_at: float,
+) -> list[str]:
+    """The ids of up to ``limit`` sessions with something to do, oldest first (`MemoryStore`).
+
+    A session of one of ``names`` that is ``"running"``, or ``"waiting"`` and due at
+    ``now``, whose lease (if any) ran out by ``leased_at``.
+    """
+    found: list[str] = []
+    for session_id, row in sessions.items():  # oldest first
+        if len(found) >= limit:
+            break
+        if row[1] not in names or row[2] not in ("running", "waiting"):
+            continue
+        if row[2] == "waiting" and (row[9] is None or row[9] > now):
+            continue
+        held = leases.get(session_id)
+        if held is not None and held[1] > leased_at:
+            continue
+        found.append(session_id)
+    return found
