@@ -237,15 +237,18 @@ class InboxConformance(ConformanceBase):
             )
             await store.post("s", message("later", T0 + 90), capacity=5)
             assert (await store.record("s")).wake_at == T0 + 50
-            # Any kind: the store cannot tell which kinds the parked state takes.
-            await store.post("s", message("now", T0 + 1, kind="Other"), capacity=5)
+            # A kind the park does not accept leaves the wake where it was...
+            await store.post("s", message("other", T0 + 1, kind="Other"), capacity=5)
+            assert (await store.record("s")).wake_at == T0 + 50
+            # ...one it accepts brings it forward.
+            await store.post("s", message("now", T0 + 1), capacity=5)
             assert (await store.record("s")).wake_at == T0 + 1
             assert [r.session_id for r in (await store.waking(T0 + 1))[0]] == ["s"]
             # Parking again computes it from the accepted kinds alone.
             assert await store.park(
-                "s", None, status="waiting", waiting=None, accepts=["Ask"], now=T0
+                "s", None, status="waiting", waiting=None, accepts=["Other"], now=T0
             )
-            assert (await store.record("s")).wake_at == T0 + 50
+            assert (await store.record("s")).wake_at == T0 + 1
             # Not waiting (paused, running): no wake.
             await store.create_session("p", machine="m", snapshot={}, status="paused")
             await store.post("p", message("m"), capacity=5)
