@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pytest
 
 from arkhon_rheo.protocols import Durability
-from arkhon_rheo.store import MemoryStore, SQLiteStore
+from arkhon_rheo.store import MemoryStore, PostgresStore, SQLiteStore
 from arkhon_rheo.testing import FaultyStore, StoreConformance
 from tests.fixtures import store_v3, store_v4, store_v5
 
@@ -91,12 +91,38 @@ class TestSQLiteBatched(_SQLite):
 
 class TestSQLiteAsync(_SQLite):
     durability = Durability.ASYNC
+    deferred_refusals = True
 
 
 class TestSQLiteAiosqlite(_SQLite):
     durability = Durability.BATCHED
     driver = "aiosqlite"
     backends = ("asyncio",)
+
+
+class _Postgres(StoreConformance):
+    """`PostgresStore` in one durability mode, on a fresh database of the run's server."""
+
+    durability: ClassVar[Durability]
+
+    @pytest.fixture
+    def new_store(self, postgres_url: str) -> Callable[[], Store]:
+        return lambda: PostgresStore(postgres_url, durability=self.durability)
+
+
+class TestPostgresBatched(_Postgres):
+    durability = Durability.BATCHED
+
+
+@pytest.mark.slow
+class TestPostgresSync(_Postgres):
+    durability = Durability.SYNC
+
+
+@pytest.mark.slow
+class TestPostgresAsync(_Postgres):
+    durability = Durability.ASYNC
+    deferred_refusals = True
 
 
 ROOT = Path(__file__).resolve().parents[2]
