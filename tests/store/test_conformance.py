@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -100,14 +101,34 @@ class TestSQLiteAiosqlite(_SQLite):
     backends = ("asyncio",)
 
 
+@pytest.fixture(scope="module")
+def conformance_database(postgres_server: Any) -> str:
+    """The URL of one database of the run's PostgreSQL server for this module's tests."""
+    import psycopg
+
+    name = f"conformance_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server.url, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    url: str = postgres_server.database_url(name)
+    return url
+
+
 class _Postgres(StoreConformance):
-    """`PostgresStore` in one durability mode, on a fresh database of the run's server."""
+    """`PostgresStore` in one durability mode, on a schema of its own for each test.
+
+    (A schema per test, in one database: a store's tables, leases and
+    ``LISTEN/NOTIFY`` channel are its schema's, and a schema costs a fraction
+    of a fresh database's time and disk.)
+    """
 
     durability: ClassVar[Durability]
 
     @pytest.fixture
-    def new_store(self, postgres_url: str) -> Callable[[], Store]:
-        return lambda: PostgresStore(postgres_url, durability=self.durability)
+    def new_store(self, conformance_database: str) -> Callable[[], Store]:
+        schema = f"t_{uuid.uuid4().hex[:16]}"
+        return lambda: PostgresStore(
+            conformance_database, durability=self.durability, schema=schema
+        )
 
 
 class TestPostgresBatched(_Postgres):
