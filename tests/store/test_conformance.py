@@ -3,6 +3,10 @@
 `MemoryStore`; `SQLiteStore` in each durability mode on its default driver
 (a thread), and on aiosqlite (asyncio only). The SQLite classes run the
 upgrade tests on copies of the version 3, 4 and 5 files in ``tests/fixtures``.
+`PostgresStore` in each durability mode on the run's throwaway server (skipped
+without PostgreSQL binaries): ``BATCHED`` in the default suite, ``SYNC`` and
+``ASYNC`` in the slow one (each mode costs a minute or two: every test opens
+its stores on a new schema). Its schema upgrades are tested in test_postgres.py.
 The README's example runs too, as a user runs it: in a directory of its own,
 without this repository's ``conftest.py``.
 """
