@@ -114,8 +114,10 @@ class SessionRecord:
         waiting: What a waiting or paused session waits for, as JSON data (set by
             `Store.park`; ``None`` once its status changes otherwise).
         wake_at: When a waiting session is due to wake, seconds since the epoch: the
-            earliest due time of its pending messages of a kind it accepts (or of a
-            message posted since it parked); ``None``: only a new message wakes it.
+            earliest due time of its pending messages of a kind it accepts; ``None``:
+            only a new message wakes it. A message of an accepted kind posted since it
+            parked brings it forward; so may one of another kind in a store that does
+            not keep the accepted kinds (the session wakes, and parks again).
     """
 
     session_id: str

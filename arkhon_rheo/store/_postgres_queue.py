@@ -22,6 +22,7 @@ import anyio.to_thread
 
 from .._errors import ConfigurationError, StoreError
 from .._log import get_logger
+from ._base import StoreState
 from ._codec import decode_record
 from ._postgres_conn import connect, import_psycopg
 from ._postgres_sql import NOW, SESSION_COLUMNS, sql
@@ -68,6 +69,7 @@ class WorkQueueMixin:
     _schema: str
     _tokens: dict[str, tuple[str, int]]
     _listener: Any
+    _state: StoreState
 
     if TYPE_CHECKING:  # PostgresStore's (and StoreBase's)
 
@@ -134,7 +136,11 @@ class WorkQueueMixin:
 
     async def _ensure_listener(self) -> None:
         if self._listener is None:
-            self._listener = _Listener(await anyio.to_thread.run_sync(self._listen_now))
+            connection = await anyio.to_thread.run_sync(self._listen_now)
+            if self._listener is None and self._state is StoreState.OPEN:
+                self._listener = _Listener(connection)
+            else:  # another call listened first (concurrent claims), or the store closed
+                await anyio.to_thread.run_sync(connection.close)
 
     async def _close_listener(self) -> None:
         listener, self._listener = self._listener, None

@@ -9,6 +9,10 @@ runs each test on asyncio and on trio by itself. Its groups, one class each:
 * inbox: posts (idempotent, bounded), pending order, applying in an append,
   timers, parking (refused while a message is due; releases the lease), waking;
 * leases: one owner, renewal, release, taking over a dead owner, expiry;
+* fencing: a stale holder's append refused (nothing written), the new holder's
+  committed, a lease that ran out untaken still its owner's, across instances;
+* work queue (a `WorkQueue` only): claiming sessions with something to do,
+  never one to two claimers, waking on a post of an accepted kind, waiting;
 * effects: intents committed once, outcomes stored once, retries, order;
 * failures: a store not open, unknown sessions, values that are not JSON;
 * shared storage: reopening, closing commits what was acknowledged, leases and
@@ -19,9 +23,11 @@ runs each test on asyncio and on trio by itself. Its groups, one class each:
 from __future__ import annotations
 
 from ._conformance_failures import FailureConformance
+from ._conformance_fencing import FencingConformance
 from ._conformance_inbox import InboxConformance
 from ._conformance_leases import EffectConformance, LeaseConformance
 from ._conformance_log import AppendConformance, SessionConformance
+from ._conformance_queue import QueueConformance
 from ._conformance_shared import SharedStorageConformance, UpgradeConformance
 
 __all__ = ["StoreConformance"]
@@ -32,6 +38,8 @@ class StoreConformance(
     AppendConformance,
     InboxConformance,
     LeaseConformance,
+    FencingConformance,
+    QueueConformance,
     EffectConformance,
     FailureConformance,
     SharedStorageConformance,
@@ -56,7 +64,11 @@ class StoreConformance(
     reads what it wrote, and two open at once see each other's leases. A store
     that keeps nothing between instances (in memory) sets ``shared_storage =
     False``: the tests that need a second instance skip, saying why. A store
-    that runs on one backend only names it: ``backends = ("asyncio",)``.
+    that runs on one backend only names it: ``backends = ("asyncio",)``. A
+    store that acknowledges plain appends before they commit (an ``ASYNC``
+    durability mode), and so reports a fencing refusal at the session's next
+    append, sets ``deferred_refusals = True``. The work queue tests run on a
+    store that is a `WorkQueue` and skip on others.
 
     To run the schema upgrade tests, override ``old_store_factory`` (a callable
     that makes a store on a copy of storage an older version wrote, each call

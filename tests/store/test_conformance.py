@@ -3,6 +3,10 @@
 `MemoryStore`; `SQLiteStore` in each durability mode on its default driver
 (a thread), and on aiosqlite (asyncio only). The SQLite classes run the
 upgrade tests on copies of the version 3, 4 and 5 files in ``tests/fixtures``.
+`PostgresStore` in each durability mode on the run's throwaway server (skipped
+without PostgreSQL binaries): ``BATCHED`` in the default suite, ``SYNC`` and
+``ASYNC`` in the slow one (each mode costs a minute or two: every test opens
+its stores on a new schema). Its schema upgrades are tested in test_postgres.py.
 The README's example runs too, as a user runs it: in a directory of its own,
 without this repository's ``conftest.py``.
 """
@@ -15,13 +19,14 @@ import re
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
 from arkhon_rheo.protocols import Durability
-from arkhon_rheo.store import MemoryStore, SQLiteStore
+from arkhon_rheo.store import MemoryStore, PostgresStore, SQLiteStore
 from arkhon_rheo.testing import FaultyStore, StoreConformance
 from tests.fixtures import store_v3, store_v4, store_v5
 
@@ -91,12 +96,58 @@ class TestSQLiteBatched(_SQLite):
 
 class TestSQLiteAsync(_SQLite):
     durability = Durability.ASYNC
+    deferred_refusals = True
 
 
 class TestSQLiteAiosqlite(_SQLite):
     durability = Durability.BATCHED
     driver = "aiosqlite"
     backends = ("asyncio",)
+
+
+@pytest.fixture(scope="module")
+def conformance_database(postgres_server: Any) -> str:
+    """The URL of one database of the run's PostgreSQL server for this module's tests."""
+    import psycopg
+
+    name = f"conformance_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server.url, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    url: str = postgres_server.database_url(name)
+    return url
+
+
+class _Postgres(StoreConformance):
+    """`PostgresStore` in one durability mode, on a schema of its own for each test.
+
+    (A schema per test, in one database: a store's tables, leases and
+    ``LISTEN/NOTIFY`` channel are its schema's, and a schema costs a fraction
+    of a fresh database's time and disk.)
+    """
+
+    durability: ClassVar[Durability]
+
+    @pytest.fixture
+    def new_store(self, conformance_database: str) -> Callable[[], Store]:
+        schema = f"t_{uuid.uuid4().hex[:16]}"
+        return lambda: PostgresStore(
+            conformance_database, durability=self.durability, schema=schema
+        )
+
+
+class TestPostgresBatched(_Postgres):
+    durability = Durability.BATCHED
+
+
+@pytest.mark.slow
+class TestPostgresSync(_Postgres):
+    durability = Durability.SYNC
+
+
+@pytest.mark.slow
+class TestPostgresAsync(_Postgres):
+    durability = Durability.ASYNC
+    deferred_refusals = True
 
 
 ROOT = Path(__file__).resolve().parents[2]
