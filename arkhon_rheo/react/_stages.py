@@ -52,7 +52,7 @@ from ..protocols._seams import current_injector, current_session, current_step
 from ..tools import Toolbox
 from ._budget import Used
 from ._calls import answer_data, check_reply, tail, unwrap
-from ._context import trim_messages
+from ._context import ContextWindow
 from ._guard import act_guarded
 from ._options import checked_turn, rounds_exhausted
 from ._state import ReactState, StopReason
@@ -125,6 +125,10 @@ class ThinkStage(
     },
 ):
     """One model turn: ask, check the reply (retrying its format), count what it used."""
+
+    #: The session's conversation as estimated so far, for ``max_context_tokens``
+    #: (made at the first trim: one per session, as the stage is).
+    window: ContextWindow | None = None
 
     async def execute(self, view: StateView[ReactState]) -> Patch:
         """The turn's messages and counters, and its tool calls or the final answer."""
@@ -201,9 +205,13 @@ class ThinkStage(
     ) -> ModelReply:
         """Ask the model once, under its span: the conversation trimmed, with the budget line."""
         config = self.config
-        conversation = (*messages, *new)
+        conversation: tuple[Message, ...] = (*messages, *new)
         line = "\n".join(x for x in (config.limits.render(used, wrapup=wrapup), *lines) if x)
-        payload: tuple[Message, ...] = trim_messages(conversation, config.max_context_tokens)
+        payload = conversation
+        if config.max_context_tokens is not None:
+            if self.window is None:
+                self.window = ContextWindow()
+            payload = self.window.trim(conversation, config.max_context_tokens)
         if line:
             payload = (*payload, SystemMessage(content=line))
         request = {
