@@ -183,8 +183,11 @@ class ThinkStage(
         """Whether this is the wrap-up turn, and the message that tells the model it became one."""
         if view.wrapup:
             return True, []
+        config = self.config
+        if not config.limited and config.checks is None:
+            return False, []  # no limit to reach
         used = Used(view.turns, view.tool_calls, view.usage.total_tokens, view.cost, elapsed)
-        reason = self.config.limits.exhausted(used) or rounds_exhausted(self.config.checks, view)
+        reason = config.limits.exhausted(used) or rounds_exhausted(config.checks, view)
         if reason is None:
             return False, []
         notice = (
@@ -206,7 +209,9 @@ class ThinkStage(
         """Ask the model once, under its span: the conversation trimmed, with the budget line."""
         config = self.config
         conversation: tuple[Message, ...] = (*messages, *new)
-        line = "\n".join(x for x in (config.limits.render(used, wrapup=wrapup), *lines) if x)
+        limited = config.limited
+        budget = config.limits.render(used, wrapup=wrapup) if limited else ""
+        line = "\n".join(x for x in (budget, *lines) if x) if limited or lines else ""
         payload = conversation
         if config.max_context_tokens is not None:
             if self.window is None:
@@ -223,7 +228,8 @@ class ThinkStage(
         }
         with (
             _tracing.model_call(config.trace_system, config.trace_model) as span,
-            rate_priority(config.limits.left(used)),  # its place when a rate governor queues it
+            # Its place when a rate governor queues it (the whole budget left: 1.0).
+            rate_priority(config.limits.left(used) if limited else 1.0),
         ):
             if config.stream:
                 reply = await self._stream(request, payload, offered)
