@@ -8,20 +8,25 @@ are touched, so the cost of a commit does not grow with the state's history.
 A value whose validation could only give it back unchanged skips the adapter:
 one of the exact types a plain field (no constraints, no field validator)
 declares (``str``, ``int | None``, an enum, a pydantic model that is not
-revalidated), or a named tuple whose items are each of their declared plain
-types.
+revalidated, a union or discriminated union of those), an ``int`` or
+``float`` within a field's bounds (``Field(ge=0)``), a tuple of such items for
+a ``tuple[X, ...]`` field, or a named tuple whose items are each of their
+declared plain types.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 import types
 import typing
 import weakref
 from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin, is_typeddict
 
+import annotated_types
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 from .._errors import (
     InvalidPatch,
@@ -62,7 +67,7 @@ class _Fields:
         state_type: The state type.
     """
 
-    __slots__ = ("__weakref__", "exact", "exact_items", "hooked", "items", "values")
+    __slots__ = ("__weakref__", "checks", "exact", "exact_items", "hooked", "items", "values")
 
     def __init__(self, state_type: type[AgentState]) -> None:
         self.values: dict[str, TypeAdapter[Any]] = {}
@@ -81,6 +86,8 @@ class _Fields:
         self.exact: dict[str, frozenset[type]] = {}
         #: Whether an item appended to a sequence field may skip validation.
         self.exact_items: dict[str, Callable[[Any], bool]] = {}
+        #: For the other fields, a test that a value validates as itself, where known.
+        self.checks: dict[str, Callable[[Any], bool]] = {}
         for name, field in state_type.model_fields.items():
             annotation = field.rebuild_annotation()
             config = None if _has_config(field.annotation) else _CONFIG
@@ -91,12 +98,18 @@ class _Fields:
                 if item is None
                 else TypeAdapter(item, config=None if _has_config(item) else _CONFIG)
             )
-            if name in self.hooked or field.metadata:
+            if name in self.hooked:
+                continue
+            if field.metadata:
+                if (bounded := _bounded_check(field.annotation, field.metadata)) is not None:
+                    self.checks[name] = bounded
                 continue
             if (exact := _exact_types(field.annotation)) is not None:
                 self.exact[name] = exact
             if item is not None and (check := _item_check(item)) is not None:
                 self.exact_items[name] = check
+                if get_origin(field.annotation) is tuple:
+                    self.checks[name] = _tuple_check(check)
 
 
 #: Each state type's `_Fields`, made once: building pydantic adapters is the
@@ -112,7 +125,7 @@ class PatchValidator:
         machine: The machine whose state type and invariants apply.
     """
 
-    __slots__ = ("_exact", "_exact_items", "_hooked", "_items", "_machine", "_values")
+    __slots__ = ("_checks", "_exact", "_exact_items", "_hooked", "_items", "_machine", "_values")
 
     def __init__(self, machine: Machine[Any]) -> None:
         self._machine = machine
@@ -125,6 +138,7 @@ class PatchValidator:
         self._items = fields.items
         self._exact = fields.exact
         self._exact_items = fields.exact_items
+        self._checks = fields.checks
 
     def updates(
         self,
@@ -191,7 +205,7 @@ class PatchValidator:
         updates: dict[str, Any] = {}
         changed = False
         validated_appends: dict[str, tuple[Any, ...]] = {}
-        exact = self._exact
+        exact, checks = self._exact, self._checks
         for name, value in values.items():
             if name in appends:
                 raise InvalidPatch(
@@ -200,6 +214,10 @@ class PatchValidator:
             types_ = exact.get(name)
             if types_ is not None and type(value) in types_:
                 updates[name] = value  # validation would give it back as it is
+                continue
+            check = checks.get(name)
+            if check is not None and check(value):
+                updates[name] = value  # likewise (a number within bounds, a tuple of such)
                 continue
             try:
                 if name in self._hooked:
@@ -335,6 +353,11 @@ def _exact_types(annotation: Any) -> frozenset[type] | None:
     """
     if annotation in _PLAIN:
         return frozenset({annotation})
+    if get_origin(annotation) is Annotated:  # a discriminated union, and nothing else
+        inner, *extra = get_args(annotation)
+        if len(extra) == 1 and _only_discriminator(extra[0]):
+            return _exact_types(inner)
+        return None
     if isinstance(annotation, type):
         if issubclass(annotation, enum.Enum):
             return frozenset({annotation})
@@ -345,10 +368,69 @@ def _exact_types(annotation: Any) -> frozenset[type] | None:
             return frozenset({annotation})
         return None
     if get_origin(annotation) in (typing.Union, types.UnionType):
-        members = get_args(annotation)
-        if all(member in _PLAIN for member in members):
-            return frozenset(members)
+        # An exact instance of one member is that member's strict match: a union
+        # gives it back as it is (its other members do not convert it).
+        found = [_exact_types(member) for member in get_args(annotation)]
+        if all(kinds is not None for kinds in found):
+            return frozenset().union(*(kinds for kinds in found if kinds is not None))
     return None
+
+
+def _only_discriminator(metadata: Any) -> bool:
+    """Whether ``metadata`` (of an ``Annotated`` union) names a discriminator and nothing else."""
+    if not isinstance(metadata, FieldInfo) or metadata.discriminator is None:
+        return False
+    return not metadata.metadata and isinstance(metadata.discriminator, str)
+
+
+#: The bounds a number's field may declare, and the test each makes.
+_BOUNDS: dict[type, tuple[str, Callable[[Any, Any], bool]]] = {
+    annotated_types.Ge: ("ge", operator.ge),
+    annotated_types.Gt: ("gt", operator.gt),
+    annotated_types.Le: ("le", operator.le),
+    annotated_types.Lt: ("lt", operator.lt),
+}
+
+
+def _bounded_check(annotation: Any, metadata: list[Any]) -> Callable[[Any], bool] | None:
+    """A test that a value of an ``int`` or ``float`` field with bounds only is valid as it is.
+
+    ``turns: int = Field(ge=0)``: an exact ``int`` within the bounds validates as
+    itself; anything else (out of bounds, NaN, another type) goes to the adapter.
+    """
+    if annotation not in (int, float):
+        return None
+    tests: list[tuple[Callable[[Any, Any], bool], Any]] = []
+    for item in metadata:
+        bound = _BOUNDS.get(type(item))
+        if bound is None:
+            return None
+        tests.append((bound[1], getattr(item, bound[0])))
+
+    def check(value: Any) -> bool:
+        if type(value) is not annotation:
+            return False
+        # A loop, not all(): no generator made at each commit (the collector counts those).
+        for test, limit in tests:  # noqa: SIM110
+            if not test(value, limit):
+                return False
+        return True
+
+    return check
+
+
+def _tuple_check(item: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """A test that a whole ``tuple[X, ...]`` validates as itself: a tuple of such items."""
+
+    def check(value: Any) -> bool:
+        if type(value) is not tuple:
+            return False
+        for one in value:  # noqa: SIM110 (likewise)
+            if not item(one):
+                return False
+        return True
+
+    return check
 
 
 def _item_check(item: Any) -> Callable[[Any], bool] | None:

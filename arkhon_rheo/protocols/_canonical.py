@@ -15,6 +15,10 @@ __all__ = ["canonical", "json_data", "may_hold_sets"]
 _UNORDERED = (set, frozenset, collections.abc.Set, collections.abc.MutableSet, typing.AbstractSet)
 
 
+#: Values given back as they are, checked by exact type first (most of what is walked).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def canonical(value: Any) -> Any:
     """``value`` with every set turned into a list sorted by its items' JSON.
 
@@ -22,6 +26,13 @@ def canonical(value: Any) -> Any:
     form does not, so two processes record, compare and digest it alike.
     Models are dumped (sets kept) first; other containers keep their order.
     """
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:  # plain JSON data: the same as below, without the type tests before
+        return {key: canonical(item) for key, item in value.items()}
+    if kind is list:
+        return [canonical(item) for item in value]
     if isinstance(value, BaseModel):
         value = value.model_dump()
     if isinstance(value, (set, frozenset)):
@@ -34,8 +45,28 @@ def canonical(value: Any) -> Any:
 
 
 def json_data(value: Any) -> Any:
-    """``value`` as plain JSON data, sets sorted (see `canonical`)."""
-    return to_jsonable_python(canonical(value))
+    """``value`` as plain JSON data, sets sorted (see `canonical`).
+
+    Data that is plain JSON already (dicts, lists, tuples, strings, numbers)
+    holds no set: it is copied once, not walked into a copy first.
+    """
+    return to_jsonable_python(value if _plain(value) else canonical(value))
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only dicts, lists, tuples and scalars (`canonical` changes none)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is dict:
+        value = value.values()
+    elif kind is not list and kind is not tuple:
+        return False
+    # A loop, not all(): no generator made per node (the collector counts those).
+    for item in value:  # noqa: SIM110
+        if type(item) not in _SCALARS and not _plain(item):
+            return False
+    return True
 
 
 def may_hold_sets(annotation: Any, _seen: set[int] | None = None) -> bool:

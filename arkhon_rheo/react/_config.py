@@ -56,6 +56,8 @@ class ReactConfig:
         answer_adapter: The validator of the final answer, or None.
         ask_json: Whether the model is asked for JSON.
         timed: Whether the budget limits time (the clock is then read and recorded).
+        limited: Whether the budget sets any limit (without one, a turn skips
+            the budget's line, check and priority: 1.0, nothing to show).
         trace_system: ``gen_ai.system`` of the model-call spans.
         trace_model: ``gen_ai.request.model`` of the model-call spans.
         declared: The machine's resources: ``"model"``, ``"tools"`` (a tool
@@ -98,6 +100,7 @@ class ReactConfig:
     answer_adapter: TypeAdapter[Any] | None = field(init=False)
     ask_json: bool = field(init=False)
     timed: bool = field(init=False)
+    limited: bool = field(init=False)
     trace_system: str = field(init=False)
     trace_model: str = field(init=False)
     declared: Mapping[str, object] = field(init=False)
@@ -138,6 +141,7 @@ class ReactConfig:
             )
         self._derive("ask_json", self.json_mode or adapter is not None)
         self._derive("timed", self.limits.max_seconds is not None)
+        self._derive("limited", self.limits != Budget())
         system, model = _span_names(self.model)
         self._derive("trace_system", system)
         self._derive("trace_model", model)

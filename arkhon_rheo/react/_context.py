@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter
@@ -23,7 +24,7 @@ from ..protocols import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["PromptCache", "estimate_tokens", "trim_messages"]
+__all__ = ["ContextWindow", "PromptCache", "estimate_tokens", "trim_messages"]
 
 _MESSAGES = TypeAdapter(tuple[Message, ...])
 
@@ -53,26 +54,88 @@ def trim_messages(messages: Sequence[Message], max_tokens: int | None) -> tuple[
     Returns:
         The messages to send, in order.
     """
+    everything = tuple(messages)
     if max_tokens is None:
-        return tuple(messages)
+        return everything
+    return _trimmed(everything, [estimate_tokens(m) for m in everything], max_tokens)
+
+
+class ContextWindow:
+    """`trim_messages` for one growing conversation: each message estimated once.
+
+    A session's think stage keeps one. It remembers the messages it has
+    estimated (by identity) and their running total, so a turn estimates only
+    the messages new since the last, and a conversation that fits is sent
+    whole without a walk over it; one that does not is trimmed walking back
+    from its end, over the turns it keeps. A conversation that is not the
+    last one grown (edited, or another session's) is estimated again from
+    where they differ.
+    """
+
+    __slots__ = ("_known", "_sizes", "_total")
+
+    def __init__(self) -> None:
+        self._known: list[Message] = []
+        self._sizes: list[int] = []
+        self._total = 0
+
+    def trim(self, messages: tuple[Message, ...], max_tokens: int | None) -> tuple[Message, ...]:
+        """What `trim_messages` returns for ``messages``, at the cost of their new part."""
+        if max_tokens is None:
+            return messages
+        self._update(messages)
+        if self._total <= max_tokens:
+            return messages  # it fits: every turn stays
+        return _trimmed(messages, self._sizes, max_tokens)
+
+    def _update(self, messages: tuple[Message, ...]) -> None:
+        known, sizes = self._known, self._sizes
+        count = len(known)
+        if count > len(messages) or not all(map(operator.is_, known, messages)):
+            count = _common(known, messages)
+            del known[count:]
+            del sizes[count:]
+            self._total = sum(sizes)
+        for message in messages[count:]:
+            size = estimate_tokens(message)
+            known.append(message)
+            sizes.append(size)
+            self._total += size
+
+
+def _common(known: list[Message], messages: tuple[Message, ...]) -> int:
+    """How many leading messages ``known`` and ``messages`` share (by identity)."""
+    for index, (a, b) in enumerate(zip(known, messages, strict=False)):
+        if a is not b:
+            return index
+    return min(len(known), len(messages))
+
+
+def _trimmed(
+    messages: tuple[Message, ...], sizes: Sequence[int], max_tokens: int
+) -> tuple[Message, ...]:
+    """The leading system messages, then the newest turns that fit (at least one).
+
+    Walks back from the end, a turn at a time (a message and the tool results
+    after it), and stops at the first turn that does not fit.
+    """
+    count = len(messages)
     head = 0
-    while head < len(messages) and isinstance(messages[head], SystemMessage):
+    while head < count and isinstance(messages[head], SystemMessage):
         head += 1
-    units: list[list[Message]] = []
-    for message in messages[head:]:
-        if isinstance(message, ToolMessage) and units:
-            units[-1].append(message)
-        else:
-            units.append([message])
-    used = sum(estimate_tokens(m) for m in messages[:head])
-    kept: list[list[Message]] = []
-    for unit in reversed(units):
-        cost = sum(estimate_tokens(m) for m in unit)
-        if kept and used + cost > max_tokens:
+    used = sum(sizes[:head])
+    start = count
+    while start > head:
+        first = start - 1
+        cost = sizes[first]
+        while first > head and isinstance(messages[first], ToolMessage):
+            first -= 1
+            cost += sizes[first]
+        if start < count and used + cost > max_tokens:
             break
-        kept.append(unit)
         used += cost
-    return (*messages[:head], *(m for unit in reversed(kept) for m in unit))
+        start = first
+    return messages[:head] + messages[start:]
 
 
 class PromptCache:

@@ -52,7 +52,7 @@ from ..protocols._seams import current_injector, current_session, current_step
 from ..tools import Toolbox
 from ._budget import Used
 from ._calls import answer_data, check_reply, tail, unwrap
-from ._context import trim_messages
+from ._context import ContextWindow
 from ._guard import act_guarded
 from ._options import checked_turn, rounds_exhausted
 from ._state import ReactState, StopReason
@@ -126,6 +126,10 @@ class ThinkStage(
 ):
     """One model turn: ask, check the reply (retrying its format), count what it used."""
 
+    #: The session's conversation as estimated so far, for ``max_context_tokens``
+    #: (made at the first trim: one per session, as the stage is).
+    window: ContextWindow | None = None
+
     async def execute(self, view: StateView[ReactState]) -> Patch:
         """The turn's messages and counters, and its tool calls or the final answer."""
         config = self.config
@@ -179,8 +183,11 @@ class ThinkStage(
         """Whether this is the wrap-up turn, and the message that tells the model it became one."""
         if view.wrapup:
             return True, []
+        config = self.config
+        if not config.limited and config.checks is None:
+            return False, []  # no limit to reach
         used = Used(view.turns, view.tool_calls, view.usage.total_tokens, view.cost, elapsed)
-        reason = self.config.limits.exhausted(used) or rounds_exhausted(self.config.checks, view)
+        reason = config.limits.exhausted(used) or rounds_exhausted(config.checks, view)
         if reason is None:
             return False, []
         notice = (
@@ -201,9 +208,15 @@ class ThinkStage(
     ) -> ModelReply:
         """Ask the model once, under its span: the conversation trimmed, with the budget line."""
         config = self.config
-        conversation = (*messages, *new)
-        line = "\n".join(x for x in (config.limits.render(used, wrapup=wrapup), *lines) if x)
-        payload: tuple[Message, ...] = trim_messages(conversation, config.max_context_tokens)
+        conversation: tuple[Message, ...] = (*messages, *new)
+        limited = config.limited
+        budget = config.limits.render(used, wrapup=wrapup) if limited else ""
+        line = "\n".join(x for x in (budget, *lines) if x) if limited or lines else ""
+        payload = conversation
+        if config.max_context_tokens is not None:
+            if self.window is None:
+                self.window = ContextWindow()
+            payload = self.window.trim(conversation, config.max_context_tokens)
         if line:
             payload = (*payload, SystemMessage(content=line))
         request = {
@@ -215,7 +228,8 @@ class ThinkStage(
         }
         with (
             _tracing.model_call(config.trace_system, config.trace_model) as span,
-            rate_priority(config.limits.left(used)),  # its place when a rate governor queues it
+            # Its place when a rate governor queues it (the whole budget left: 1.0).
+            rate_priority(config.limits.left(used) if limited else 1.0),
         ):
             if config.stream:
                 reply = await self._stream(request, payload, offered)
