@@ -68,7 +68,8 @@ class StoreConformance(
     store that acknowledges plain appends before they commit (an ``ASYNC``
     durability mode), and so reports a fencing refusal at the session's next
     append, sets ``deferred_refusals = True``. The work queue tests run on a
-    store that is a `WorkQueue` and skip on others.
+    store that is a `WorkQueue` and skip on others; one whose ``wait_for_work``
+    wakes on another instance's post sets ``notifies_across_instances = True``.
 
     To run the schema upgrade tests, override ``old_store_factory`` (a callable
     that makes a store on a copy of storage an older version wrote, each call

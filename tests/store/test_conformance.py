@@ -126,6 +126,7 @@ class _Postgres(StoreConformance):
     """
 
     durability: ClassVar[Durability]
+    notifies_across_instances = True
 
     @pytest.fixture
     def new_store(self, conformance_database: str) -> Callable[[], Store]:
