@@ -95,7 +95,8 @@ class Worker:
 
     Args:
         store: The shared store: an entered `Store` that is also a
-            `arkhon_rheo.protocols.WorkQueue` (`SQLiteStore`, `MemoryStore`). It is
+            `arkhon_rheo.protocols.WorkQueue` (`SQLiteStore`, `PostgresStore`,
+            `MemoryStore`). It is
             yours: enter it before ``run`` and leave it after.
         machines: The machines whose sessions it drives (by name).
         concurrency: The most sessions it drives at once.
@@ -134,8 +135,8 @@ class Worker:
     ) -> None:
         if not isinstance(store, WorkQueue):
             raise ConfigurationError(
-                f"a worker claims sessions from a store that is a WorkQueue (SQLiteStore, "
-                f"MemoryStore), got {type(store).__name__}"
+                "a worker claims sessions from a store that is a WorkQueue (SQLiteStore, "
+                f"PostgresStore, MemoryStore), got {type(store).__name__}"
             )
         check_positive("concurrency", concurrency, integer=True)
         check_positive("poll_interval", poll_interval)

@@ -13,7 +13,7 @@ called) is missing from the store; no step was committed twice (each
 session's ``n`` is written once per value, its messages applied once each).
 
 The store is a parameter: `open_store` turns a spec into a store, the one
-place to teach another kind of store (a SQLite path today).
+place to teach another kind of store (an SQLite path or a PostgreSQL URL).
 """
 
 from __future__ import annotations
@@ -47,7 +47,11 @@ ENDED = {"finished", "failed", "max_steps", "aborted", "cancelled", "crashed"}
 
 
 def open_store(spec: str) -> Any:
-    """The (not yet entered) store a spec names: an SQLite file path."""
+    """The (not yet entered) store a spec names: a ``postgresql://`` URL, or an SQLite file path."""
+    if spec.startswith(("postgresql://", "postgres://")):
+        from arkhon_rheo.store import PostgresStore
+
+        return PostgresStore(spec)
     return SQLiteStore(spec)
 
 

@@ -1,7 +1,8 @@
 """Chaos: worker processes SIGKILLed and SIGSTOPped at random while sessions run.
 
 The harness (`tests/support/chaos_workers.py`) takes the store as a parameter;
-these run it on an SQLite file. The slow test is the issue's: 4 workers,
+these run it on an SQLite file and on a throwaway PostgreSQL database (skipped
+where there are no PostgreSQL binaries). The slow test is the issue's: 4 workers,
 1,000 sessions with inbox messages and timers; the default suite runs a small
 one (2 workers, 40 sessions, a few kills and a pause).
 """
@@ -24,6 +25,15 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store the workers share: an SQLite file, or a PostgreSQL database."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return str(tmp_path / "chaos.db")
+
+
 def check(report: ChaosReport) -> None:
     assert report.finished == report.sessions, report
     assert report.lost == [], report.lost[:5]
@@ -31,9 +41,11 @@ def check(report: ChaosReport) -> None:
     assert report.acknowledged > 0
 
 
-async def test_a_few_kills_and_a_pause_lose_nothing_and_run_no_step_twice(tmp_path: Path) -> None:
+async def test_a_few_kills_and_a_pause_lose_nothing_and_run_no_step_twice(
+    spec: str, tmp_path: Path
+) -> None:
     report = await run_chaos(
-        str(tmp_path / "chaos.db"),
+        spec,
         tmp_path,
         workers=2,
         sessions=40,
@@ -48,9 +60,11 @@ async def test_a_few_kills_and_a_pause_lose_nothing_and_run_no_step_twice(tmp_pa
 
 
 @pytest.mark.slow
-async def test_four_workers_a_thousand_sessions_kills_and_pauses(tmp_path: Path) -> None:
+async def test_four_workers_a_thousand_sessions_kills_and_pauses(
+    spec: str, tmp_path: Path
+) -> None:
     report = await run_chaos(
-        str(tmp_path / "chaos.db"),
+        spec,
         tmp_path,
         workers=4,
         sessions=1000,
