@@ -1,7 +1,7 @@
 """What only `PostgresStore` does: work queue (SKIP LOCKED, LISTEN/NOTIFY), schema, secrets.
 
 The store protocol's common behaviour runs on it through tests/store/conftest.py's
-``postgres`` kind. These start a throwaway server (tests/support/postgres.py) and
+``postgres`` kind. These start a throwaway server (`arkhon_rheo.testing.start_postgres`) and
 skip, saying why, where no PostgreSQL binaries are found.
 """
 
