@@ -333,9 +333,15 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         return tuple(LeaseRecord(*row) for row in rows)
 
     def _append_request(self, session_id: str, events: Any, *args: Any) -> Any:
-        request = super()._append_request(session_id, events, *args)
+        return self._fenced(super()._append_request(session_id, events, *args))
+
+    def _park_request(self, session_id: str, *args: Any) -> Any:
+        return self._fenced(super()._park_request(session_id, *args))
+
+    def _fenced(self, request: Any) -> Any:
+        """``request`` (an append or a park) with its owner's fencing token, if known."""
         if request.owner is not None:
-            held = self._tokens.get(session_id)
+            held = self._tokens.get(request.session_id)
             if held is not None and held[0] == request.owner:
                 request.token = held[1]
         return request
