@@ -60,7 +60,9 @@ def open_store(spec: str) -> Any:
     if spec.startswith(("postgresql://", "postgres://")):
         from arkhon_rheo.store import PostgresStore
 
-        return PostgresStore(spec)
+        # A worker paused inside a transaction holds its row locks until PostgreSQL
+        # ends it: within the pause, so that the others can take its sessions over.
+        return PostgresStore(spec, transaction_idle_timeout=1.0)
     return SQLiteStore(spec)
 
 
@@ -209,9 +211,11 @@ async def _chaos(
     pauses: int,
     pause_for: float,
     report: ChaosReport,
+    in_order: bool,
 ) -> None:
-    actions = ["kill"] * kills + ["pause"] * pauses
-    rng.shuffle(actions)
+    actions = ["pause"] * pauses + ["kill"] * kills
+    if not in_order:
+        rng.shuffle(actions)
     async with anyio.create_task_group() as group:
         for action in actions:
             await _eventually(workers.ready)
@@ -281,6 +285,7 @@ async def run_chaos(
     pause_for: float | None = None,
     concurrency: int = 64,
     step_for: float = 0.0,
+    pauses_first: bool = False,
     seed: int = 0,
     limit: float = 900.0,
 ) -> ChaosReport:
@@ -289,7 +294,8 @@ async def run_chaos(
     ``pause_for`` defaults to a quarter of ``lease_ttl`` (a paused worker keeps
     its leases); past ``lease_ttl``, its sessions go to other workers, and it
     must find them taken when it wakes (the store's fencing). Each ``count``
-    step of a session takes ``step_for`` seconds.
+    step of a session takes ``step_for`` seconds. The kills and pauses come in
+    a random order, or the pauses first with ``pauses_first``.
     """
     rng = random.Random(seed)
     report = ChaosReport(sessions=sessions)
@@ -311,7 +317,15 @@ async def run_chaos(
                 async with anyio.create_task_group() as group:
                     group.start_soon(_poke_all, service, ids, rng)
                     group.start_soon(
-                        _chaos, store, pool, rng, kills, pauses, pause_for or lease_ttl / 4, report
+                        _chaos,
+                        store,
+                        pool,
+                        rng,
+                        kills,
+                        pauses,
+                        pause_for or lease_ttl / 4,
+                        report,
+                        pauses_first,
                     )
                     while True:
                         if all(s in ENDED for s in (await _statuses(store, ids)).values()):

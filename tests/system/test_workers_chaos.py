@@ -58,14 +58,18 @@ async def test_a_few_kills_and_a_pause_past_the_lease_lose_nothing_and_run_no_st
         lease_ttl=1.0,
         pause_for=3.0,  # past the lease: the other worker takes the paused one's sessions
         step_for=1.0,  # ... while it holds them, running
-        concurrency=16,
+        pauses_first=True,
+        concurrency=40,  # room for every session: the other worker can take them all
         limit=300,
     )
     check(report, spec)
     assert (report.kills, report.pauses) == (1, 1)
-    # The paused worker woke to find sessions of its taken, and let them go.
-    assert report.paused_lost == 1, report
-    assert report.refused + report.renewals_lost > 0
+    if spec.startswith("postgresql://"):
+        # The paused worker woke to find sessions of its taken, and let them go. (On
+        # SQLite, a worker paused inside a write transaction holds the file's lock:
+        # the others wait for it, and may take nothing over before it wakes.)
+        assert report.paused_lost == 1, report
+        assert report.refused + report.renewals_lost > 0
 
 
 @pytest.mark.slow
@@ -86,4 +90,5 @@ async def test_four_workers_a_thousand_sessions_kills_and_pauses(
     )
     check(report, spec)
     assert (report.kills, report.pauses) == (20, 20)
-    assert report.paused_lost > 0, report
+    if spec.startswith("postgresql://"):
+        assert report.paused_lost > 0, report
