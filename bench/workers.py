@@ -151,9 +151,10 @@ async def _sqlite(sessions: int, cycles: int) -> Result:
             AgentSystem(store=store, listeners=[timings]) as system,
         ):
             began = time.time()
-            handles = []
-            for n in range(sessions):
-                handles.append(await system.start(LOOP, Loop(cycles=cycles), session_id=f"s{n}"))
+            handles = [
+                await system.start(LOOP, Loop(cycles=cycles), session_id=f"s{n}")
+                for n in range(sessions)
+            ]
             for handle in handles:
                 await handle.result()
     return Result("SQLite batched, 1 process", sessions * cycles, timings.last - began,
@@ -181,7 +182,8 @@ async def _child(url: str, schema: str, concurrency: int, out: str) -> None:
                 print("ready", flush=True)
                 await worker.run()
                 group.cancel_scope.cancel()
-    Path(out).write_text(json.dumps({"latencies": timings.latencies, "last": timings.last}))
+    found = json.dumps({"latencies": timings.latencies, "last": timings.last})
+    await anyio.Path(out).write_text(found)
 
 
 def _start(url: str, schema: str, concurrency: int, out: Path) -> subprocess.Popen[str]:
@@ -192,6 +194,10 @@ def _start(url: str, schema: str, concurrency: int, out: Path) -> subprocess.Pop
         text=True,
         env={**os.environ, "PYTHONPATH": path},
     )
+
+
+async def _submit(service: AgentSystem, n: int, cycles: int) -> None:
+    await service.submit(LOOP, Loop(cycles=cycles), session_id=f"s{n}")
 
 
 async def _until_ended(store: PostgresStore, ids: set[str]) -> None:
@@ -217,10 +223,7 @@ async def _postgres(url: str, workers: int, sessions: int, cycles: int) -> Resul
                     began = time.time()
                     async with anyio.create_task_group() as group:
                         for n in range(sessions):
-                            group.start_soon(
-                                lambda n=n: service.submit(LOOP, Loop(cycles=cycles),
-                                                           session_id=f"s{n}")  # fmt: skip
-                            )
+                            group.start_soon(_submit, service, n, cycles)
                     await _until_ended(store, {f"s{n}" for n in range(sessions)})
             finally:
                 for process in processes:
@@ -262,7 +265,8 @@ def main() -> None:
     sessions = args.sessions or (200 if args.quick else 1000)
     cycles = args.cycles or (3 if args.quick else 10)
     counts = args.workers or ([1, 2] if args.quick else [1, 2, 4])
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    cores = os.cpu_count()
+    print(f"machine: {platform.machine()}, {cores} cores, Python {platform.python_version()}")
     print(f"workload: {sessions} sessions x {cycles} cycles of 2 durable steps")
     url, server = _server(args.url)
     try:
@@ -276,7 +280,8 @@ def main() -> None:
         if server is not None:
             server.stop()
     one = results[counts[0]].rate
-    print(f"1 worker on PostgreSQL / 1 process on SQLite: {one / baseline.rate:.0%} (target >= 50%)")
+    share = one / baseline.rate
+    print(f"1 worker on PostgreSQL / 1 process on SQLite: {share:.0%} (target >= 50%)")
     top = counts[-1]
     print(f"scaling: {top} workers / 1 worker: {results[top].rate / one:.2f}x "
           f"(target >= 3x for 4 workers on 4+ cores)")  # fmt: skip

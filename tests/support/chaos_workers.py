@@ -145,7 +145,7 @@ class _Workers:
         # One that holds sessions now (waited for a while), so that it has some to lose.
         busy: list[subprocess.Popen[bytes]] = []
         with anyio.move_on_after(10):
-            while not (busy := await self.holding(store)):
+            while not (busy := await self.holding(store)):  # noqa: ASYNC110 - another process's
                 await anyio.sleep(0.02)
         process = rng.choice(busy or self.live)
         self.paused.add(process.pid)
@@ -253,10 +253,10 @@ def _check_acks(
     for sid, commits in fenced.items():
         report.fenced += len(commits)
         newest = 0
-        for seq, token in sorted(commits):
-            if token < newest or token > tokens.get(sid, 0):
-                report.stale.append(f"{sid}#{seq} committed under token {token} after {newest}")
-            newest = max(newest, token)
+        for number, under in sorted(commits):
+            if under < newest or under > tokens.get(sid, 0):
+                report.stale.append(f"{sid}#{number} committed under token {under} after {newest}")
+            newest = max(newest, under)
 
 
 async def _lease_tokens(spec: str) -> dict[str, int]:
@@ -268,7 +268,7 @@ async def _lease_tokens(spec: str) -> dict[str, int]:
     def read() -> dict[str, int]:  # psycopg's async connection is asyncio's: a thread for trio
         with psycopg.connect(spec) as connection:
             rows = connection.execute("SELECT session_id, token FROM arkhon_rheo.leases")
-            return {sid: token for sid, token in rows.fetchall()}
+            return dict(rows.fetchall())
 
     return await anyio.to_thread.run_sync(read)
 

@@ -73,9 +73,7 @@ async def test_a_few_kills_and_a_pause_past_the_lease_lose_nothing_and_run_no_st
 
 
 @pytest.mark.slow
-async def test_four_workers_a_thousand_sessions_kills_and_pauses(
-    spec: str, tmp_path: Path
-) -> None:
+async def test_four_workers_a_thousand_sessions_kills_and_pauses(spec: str, tmp_path: Path) -> None:
     report = await run_chaos(
         spec,
         tmp_path,
