@@ -65,16 +65,16 @@ def _structlog_as_it_was() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[Any]:
     """One throwaway PostgreSQL server for the test run (skips if there are no binaries)."""
-    from tests.support.postgres import find_bindir, start_server
+    from arkhon_rheo.testing import find_postgres, start_postgres
 
     pytest.importorskip("psycopg", reason="psycopg is not installed (the postgres extra)")
-    bindir = find_bindir()
+    bindir = find_postgres()
     if bindir is None:
         pytest.skip(
             "no PostgreSQL binaries (initdb, pg_ctl) found via pg_config, "
             "/usr/lib/postgresql/*/bin or PATH: install postgresql to run these tests"
         )
-    server = start_server(bindir)
+    server = start_postgres(bindir)
     try:
         yield server
     finally:

@@ -173,6 +173,11 @@ def store_file(path: str) -> str:
     return path
 
 
+def store_label(path: str) -> str:
+    """``path`` as a summary may show it: a ``postgresql://`` URL without its password."""
+    return redacted_url(path) if is_postgres_url(path) else path
+
+
 def existing_store(path: str) -> str:
     """``path`` if a store file exists there.
 

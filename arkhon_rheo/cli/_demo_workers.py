@@ -24,7 +24,15 @@ from rich.table import Table
 
 from ..react import ReactState
 from ..system import AgentSystem
-from ._common import CommandError, ExitStatus, console, print_json, shown, store_file
+from ._common import (
+    CommandError,
+    ExitStatus,
+    console,
+    print_json,
+    shown,
+    store_file,
+    store_label,
+)
 from ._demo import _task, demo, demo_agent
 
 if TYPE_CHECKING:
@@ -119,7 +127,7 @@ def run_with_workers(args: argparse.Namespace) -> dict[str, Any]:
     outcomes = Counter(status for status, _ in ended.values())
     events = sum(last for _, last in ended.values())
     return {
-        "store": args.store,
+        "store": store_label(args.store),
         "workers": args.workers,
         "worker_exit_codes": codes,
         "sessions": len(ended),

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ..core import Keyring
-from ..store import SQLiteStore
+from ..store._seams import store_at
 from ..system import Worker
-from ._common import load_machine, print_json, store_file
+from ._common import load_machine, print_json, store_file, store_label
 
 if TYPE_CHECKING:
     import argparse
@@ -29,7 +29,7 @@ __all__ = ["worker"]
 
 
 async def _work(args: argparse.Namespace, machines: list[object]) -> dict[str, object]:
-    async with SQLiteStore(store_file(args.store)) as store:
+    async with store_at(store_file(args.store)) as store:
         runner = Worker(
             store,
             machines,  # type: ignore[arg-type]
@@ -51,7 +51,7 @@ async def _work(args: argparse.Namespace, machines: list[object]) -> dict[str, o
                 sys.stdout.flush()
                 await runner.run()
                 group.cancel_scope.cancel()
-        return {"owner": runner.owner, "driven": runner.driven, "store": args.store}
+        return {"owner": runner.owner, "driven": runner.driven, "store": store_label(args.store)}
 
 
 def worker(args: argparse.Namespace) -> int:

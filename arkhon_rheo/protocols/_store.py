@@ -399,8 +399,10 @@ class Store(Protocol):
         nothing and return ``False``. Otherwise set the session's status to
         ``status``, its ``waiting`` to ``waiting`` and its ``wake_at`` to the
         earliest due time of its pending messages of an accepted kind (``None`` if
-        none), release ``owner``'s lease (if ``owner`` holds it) and return
-        ``True``. Raises ``SessionNotFound``.
+        none), release ``owner``'s lease and return ``True``. Raises
+        ``SessionNotFound``, and ``LeaseLost`` if ``owner`` is given and does
+        not hold the session's lease (fencing, as for `append`: a driver that
+        lost the lease parks nothing).
         """
         ...
 

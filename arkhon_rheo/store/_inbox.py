@@ -41,7 +41,11 @@ class Park:
     """Park a session unless a pending message of a kind in ``accepts`` is due at ``now``.
 
     Parking sets the session's status, what it waits for (JSON text) and its
-    wake time, and releases ``owner``'s lease if it holds it.
+    wake time, and releases ``owner``'s lease if it holds it. A park naming an
+    ``owner`` is fenced as an append is (see `._fence`): refused with
+    `LeaseLost` unless ``owner`` holds the lease (under ``token``, where the
+    store keeps tokens), so a driver paused past its lease cannot park a
+    session its successor has moved on (or finished) meanwhile.
     """
 
     session_id: str
@@ -50,6 +54,8 @@ class Park:
     waiting: str | None
     accepts: frozenset[str]
     now: float
+    #: The fencing token the store got when ``owner`` took the lease, if known.
+    token: int | None = None
 
 
 @dataclass(slots=True)

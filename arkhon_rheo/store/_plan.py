@@ -438,6 +438,8 @@ def plan(
             _set_status(sid, current[0], request.status, state, out)
         elif isinstance(request, Post):
             error = _post(request, current, _box(*boxes, sid), out, location)
+        elif request.owner and (fenced := fence(request, held, tokens, location)):
+            error = fenced  # a Park of a stale holder: refused as its appends are
         else:
             assert isinstance(request, Park)
             _park(request, current, _box(*boxes, sid), held, state, out)

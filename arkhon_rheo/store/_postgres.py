@@ -70,7 +70,12 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
     an owner (``append(..., owner=...)``) is checked against the lease row in
     its own transaction, under the token this store was given when that owner
     took it, and refused with `LeaseLost` if another owner took it since: a
-    worker paused past its lease never writes over its successor.
+    worker paused past its lease never writes over its successor. A process
+    paused (or hung) in the middle of one of its transactions would hold that
+    transaction's row locks, keeping its sessions from every other worker:
+    PostgreSQL ends a transaction of this store left idle for
+    ``transaction_idle_timeout`` seconds (``idle_in_transaction_session_timeout``),
+    and the paused process finds its connection gone when it wakes.
 
     The store is also a work queue (`WorkQueue`): `claim` leases sessions that
     have something to do with ``FOR UPDATE SKIP LOCKED``, and `wait_for_work`
@@ -89,6 +94,9 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         pool_size: The most connections reads use at once.
         clock: Stamps records (``created_at``, ``updated_at``); leases use
             PostgreSQL's clock.
+        transaction_idle_timeout: How long PostgreSQL lets a transaction of this
+            store wait on it (its process paused or hung) before ending it, in
+            seconds; keep it under the workers' lease.
 
     Raises:
         ConfigurationError: An argument is out of range, or psycopg is not
@@ -105,6 +113,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         max_pending: int = 8192,
         pool_size: int = 4,
         clock: Callable[[], float] = time.time,
+        transaction_idle_timeout: float = 5.0,
     ) -> None:
         if not is_postgres_url(url):
             raise ConfigurationError(
@@ -121,6 +130,12 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
                 f"batch_max ({batch_max}), max_pending ({max_pending}) and pool_size "
                 f"({pool_size}) must be at least 1"
             )
+        if not 0.001 <= transaction_idle_timeout < math.inf:
+            raise ConfigurationError(
+                "transaction_idle_timeout must be a number of seconds from 0.001, not "
+                f"{transaction_idle_timeout!r}"
+            )
+        self._idle_ms = round(transaction_idle_timeout * 1000)
         self._url = url
         self._schema = check_schema_name(schema)
         self._durability = durability
@@ -147,6 +162,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
     def _configure(self, connection: Any) -> None:
         with connection.cursor() as cursor:
             cursor.execute(f'SET search_path TO "{self._schema}"')
+            cursor.execute(f"SET idle_in_transaction_session_timeout = {self._idle_ms}")
 
     def _connect(self, *, writer: bool) -> Any:
         connection = connect(self._url, self._location)
@@ -333,9 +349,15 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         return tuple(LeaseRecord(*row) for row in rows)
 
     def _append_request(self, session_id: str, events: Any, *args: Any) -> Any:
-        request = super()._append_request(session_id, events, *args)
+        return self._fenced(super()._append_request(session_id, events, *args))
+
+    def _park_request(self, session_id: str, *args: Any) -> Any:
+        return self._fenced(super()._park_request(session_id, *args))
+
+    def _fenced(self, request: Any) -> Any:
+        """``request`` (an append or a park) with its owner's fencing token, if known."""
         if request.owner is not None:
-            held = self._tokens.get(session_id)
+            held = self._tokens.get(request.session_id)
             if held is not None and held[0] == request.owner:
                 request.token = held[1]
         return request

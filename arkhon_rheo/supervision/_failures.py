@@ -85,8 +85,7 @@ class FailureHandler:
         new owner's (`Persistence.lost` keeps the supervisor's stop from writing).
         """
         session = self.session
-        if session.persistence is not None:
-            session.persistence.lost = True
+        session.lease_taken()
         session.failure = failure_record(
             type(error).__name__,
             str(error),
@@ -103,7 +102,6 @@ class FailureHandler:
             holder=error.holder,
             stage=stage,
         )
-        session.finish(ExitReason.LEASE_LOST)
         return True
 
     async def failed(

@@ -275,6 +275,18 @@ class Session:
         if self.exit_reason is None:
             self.exit_reason = reason
 
+    def lease_taken(self) -> None:
+        """Another owner took the session's lease: the run ends as ``LEASE_LOST``.
+
+        The one way a run learns it (a renewal refused, or an append refused with
+        `LeaseLost`): it stops at once (as a handoff does), and writes nothing
+        more, not a status, not a release: the session is its new owner's.
+        """
+        if self.persistence is not None:
+            self.persistence.lost = True
+        self.handoff = True
+        self.finish(ExitReason.LEASE_LOST)
+
     def stop_here(self) -> bool:
         """End the run at this commit boundary, to hand it over (see ``handoff``); true."""
         self.finish(ExitReason.CANCELLED)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._errors import SessionBusy, SessionLocked, StoreError
+from .._log import get_logger
 from ._handle import session_of
 from ._owner import is_dead
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from ._registry import Registry
 
 __all__ = ["Claim", "Claims"]
+
+_logger = get_logger("arkhon_rheo.system")
 
 
 class Claim:
@@ -162,9 +165,17 @@ class Claims:
         assert store is not None
         try:
             await store.acquire(handle.session_id, self.owner, ttl=self.ttl)
-        except SessionLocked:
-            # Another owner took over: never write beside it, not even a status.
-            session_of(handle).handoff = True
+        except SessionLocked as exc:
+            # Another owner took over: never write beside it, not even a status. The
+            # run ends as an append refused with LeaseLost ends it (LEASE_LOST).
+            _logger.error(
+                "session_lease_lost",
+                session_id=handle.session_id,
+                owner=self.owner,
+                holder=exc.owner,
+                stage="renewal",
+            )
+            session_of(handle).lease_taken()
             handle.cancel()
         except StoreError:
             pass  # a transient store failure; the next round tries again

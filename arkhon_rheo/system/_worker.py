@@ -95,7 +95,8 @@ class Worker:
 
     Args:
         store: The shared store: an entered `Store` that is also a
-            `arkhon_rheo.protocols.WorkQueue` (`SQLiteStore`, `MemoryStore`). It is
+            `arkhon_rheo.protocols.WorkQueue` (`SQLiteStore`, `PostgresStore`,
+            `MemoryStore`). It is
             yours: enter it before ``run`` and leave it after.
         machines: The machines whose sessions it drives (by name).
         concurrency: The most sessions it drives at once.
@@ -134,8 +135,8 @@ class Worker:
     ) -> None:
         if not isinstance(store, WorkQueue):
             raise ConfigurationError(
-                f"a worker claims sessions from a store that is a WorkQueue (SQLiteStore, "
-                f"MemoryStore), got {type(store).__name__}"
+                "a worker claims sessions from a store that is a WorkQueue (SQLiteStore, "
+                f"PostgresStore, MemoryStore), got {type(store).__name__}"
             )
         check_positive("concurrency", concurrency, integer=True)
         check_positive("poll_interval", poll_interval)
@@ -158,6 +159,9 @@ class Worker:
             poll_interval=poll_interval,
         )
         self._running: dict[str, SessionHandle[Any]] = {}
+        #: Claimed sessions whose runs are being started; set when the last one is.
+        self._starting: set[str] = set()
+        self._settled: anyio.Event | None = None
         self._kick = _Kick()
         self._draining = False
         self._started = False
@@ -206,17 +210,30 @@ class Worker:
         names = tuple(self._machines)
         ttl = self._system._claims.ttl
         while not self._draining:
-            room = self._concurrency - len(self._running)
+            room = self._concurrency - len(self._running) - len(self._starting)
             now = clock.now()
             if room > 0:
                 claimed = await self._queue.claim(
                     self.owner, machines=names, limit=room, ttl=ttl, now=now
                 )
+                # Started side by side: their loads and first commits share the
+                # store's round trips (one at a time, a claim of many waits on each).
                 for record in claimed:
-                    await self._drive(record, group)
+                    self._starting.add(record.session_id)
+                    group.start_soon(self._start, record, group)
                 if claimed and len(claimed) == room:
                     continue  # there may be more: look again once there is room
             await self._idle(now)
+
+    async def _start(self, record: SessionRecord, group: TaskGroup) -> None:
+        try:
+            await self._drive(record, group)
+        finally:
+            self._starting.discard(record.session_id)
+            if record.session_id not in self._running:
+                self._kick.set()  # its room is free again
+            if not self._starting and self._settled is not None:
+                self._settled.set()
 
     async def _drive(self, record: SessionRecord, group: TaskGroup) -> None:
         """Drive claimed session ``record`` here; give its lease up if it has nothing to run."""
@@ -286,6 +303,9 @@ class Worker:
 
     async def _hand_over(self, grace: float) -> None:
         """Hand every run over at its next commit boundary; cancel what outlasts ``grace``."""
+        while self._starting:  # the runs being started first: then every run is known
+            self._settled = anyio.Event()
+            await self._settled.wait()
         handles = list(self._running.values())
         for handle in handles:
             session_of(handle).handoff = True

@@ -9,7 +9,9 @@ event) and `run_machine` (run one session to its end; its result and events).
 `crash_loop` kills your agent's process at random commits and checks that
 nothing it was told was stored is lost. `StoreConformance` is the behaviour
 every store must have, as a pytest class your own store's tests subclass
-(imported on first use: it needs pytest).
+(imported on first use: it needs pytest). `start_postgres` starts a
+throwaway PostgreSQL server from the system's binaries (`find_postgres`), for
+tests and benches of the PostgreSQL store.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from ._faults import FaultPlan as FaultPlan
 from ._faults import FaultSchedule as FaultSchedule
 from ._faulty_store import FaultyStore as FaultyStore
 from ._faulty_store import StoreCall as StoreCall
+from ._postgres import PostgresServer as PostgresServer
+from ._postgres import find_postgres as find_postgres
+from ._postgres import start_postgres as start_postgres
 from ._reference import ReferenceState as ReferenceState
 from ._reference import ReferenceStep as ReferenceStep
 from ._reference import reference_machine as reference_machine
@@ -68,6 +73,7 @@ __all__ = [
     "InjectedFault",
     "LostCommit",
     "MachineRun",
+    "PostgresServer",
     "ReferenceState",
     "ReferenceStep",
     "ScriptedModel",
@@ -83,8 +89,10 @@ __all__ = [
     "chaos_run",
     "crash_loop",
     "fault_class",
+    "find_postgres",
     "reference_machine",
     "run_machine",
+    "start_postgres",
 ]
 
 #: The names imported on first use (they need pytest, which the library does not).

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
-from .._errors import DuplicateEvent, InboxFull, SessionLocked, StoreError
+from .._errors import DuplicateEvent, InboxFull, LeaseLost, SessionLocked, StoreError
 from ..protocols import StoredMessage
 from ._conformance_base import T0, ConformanceBase, ids, make_event, message
 
@@ -177,14 +177,17 @@ class InboxConformance(ConformanceBase):
             )
             assert await _waiting(store, "t") == ("paused", {"gate": "g"}, None)
 
-    async def test_parking_leaves_another_owners_lease_alone(
+    async def test_a_park_for_an_owner_that_does_not_hold_the_lease_is_refused(
         self, new_store: Callable[[], Store]
     ) -> None:
+        # Fenced as an append is: a driver that lost the lease parks nothing.
         async with new_store() as store:
             await store.create_session("s", machine="m", snapshot={})
             await store.acquire("s", "holder", ttl=3600)
-            assert await store.park("s", "me", status="waiting", waiting=None, accepts=(), now=T0)
+            with pytest.raises(LeaseLost):
+                await store.park("s", "me", status="waiting", waiting=None, accepts=(), now=T0)
             assert [lease.owner for lease in await store.leases()] == ["holder"]
+            assert (await store.record("s")).status == "running"
 
     async def test_a_status_change_clears_what_the_session_waited_for(
         self, new_store: Callable[[], Store]

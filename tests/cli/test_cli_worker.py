@@ -2,7 +2,9 @@
 
 Two worker processes share a store and drain on SIGTERM (exit 0); a worker
 killed with SIGKILL in the middle of a step leaves its sessions to another
-once their leases run out, which goes on from their last commit.
+once their leases run out, which goes on from their last commit. Each runs on
+an SQLite file and on a throwaway PostgreSQL database (skipped where there are
+no PostgreSQL binaries).
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ import anyio
 import pytest
 
 from arkhon_rheo import AgentSystem, SQLiteStore
+from arkhon_rheo.store import PostgresStore
 from tests.support.work_machine import COUNTER, Counting, Poke, check_history
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from arkhon_rheo.protocols import Store
 
 pytestmark = [
     pytest.mark.anyio,
@@ -33,7 +38,23 @@ ROOT = str(Path(__file__).resolve().parents[2])
 MACHINE = "tests.support.work_machine:COUNTER"
 
 
-def start_worker(path: Path, out: Path, *options: str, **env: str) -> subprocess.Popen[bytes]:
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store the processes share: an SQLite file, or a PostgreSQL URL."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return str(tmp_path / "shared.db")
+
+
+def open_store(where: str) -> Store:
+    """A new (not yet entered) store on ``where``."""
+    if where.startswith("postgresql://"):
+        return PostgresStore(where)
+    return SQLiteStore(where)
+
+
+def start_worker(path: Path | str, out: Path, *options: str, **env: str) -> subprocess.Popen[bytes]:
     """``arkhon-rheo worker`` on ``path`` in a child process, its output in ``out``."""
     python_path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     with open(out, "wb") as sink:
@@ -57,7 +78,7 @@ async def eventually(check: Callable[[], bool], limit: float = 60.0) -> None:
             await anyio.sleep(0.05)
 
 
-async def until_ended(store: SQLiteStore, ids: list[str]) -> None:
+async def until_ended(store: Store, ids: list[str]) -> None:
     with anyio.fail_after(120):
         while True:
             statuses = {r.session_id: r.status for r in await store.sessions()}
@@ -67,15 +88,15 @@ async def until_ended(store: SQLiteStore, ids: list[str]) -> None:
 
 
 async def test_two_worker_processes_share_the_sessions_and_drain_on_sigterm(
-    tmp_path: Path,
+    where: str, tmp_path: Path
 ) -> None:
-    path = tmp_path / "shared.db"
+    path = where
     outs = [tmp_path / f"w{n}.out" for n in range(2)]
     workers = [start_worker(path, out, "--concurrency", "4") for out in outs]
     ids = [f"s{n:02d}" for n in range(16)]
     try:
         await eventually(lambda: all(b"ready" in out.read_bytes() for out in outs))
-        async with SQLiteStore(path) as store, AgentSystem(store=store) as service:
+        async with open_store(path) as store, AgentSystem(store=store) as service:
             for sid in ids:
                 await service.submit(COUNTER, Counting(target=2, wait_for=1), session_id=sid)
             for sid in ids:
@@ -99,14 +120,14 @@ async def test_two_worker_processes_share_the_sessions_and_drain_on_sigterm(
 
 
 async def test_a_killed_worker_s_sessions_are_taken_over_once_its_leases_run_out(
-    tmp_path: Path,
+    where: str, tmp_path: Path
 ) -> None:
-    path = tmp_path / "shared.db"
+    path = where
     ids = ["k1", "k2"]
     doomed = start_worker(path, tmp_path / "doomed.out", "--lease-ttl", "1", WORK_HOLD_FOREVER="1")
     heir = None
     try:
-        async with SQLiteStore(path) as store, AgentSystem(store=store) as service:
+        async with open_store(path) as store, AgentSystem(store=store) as service:
             for sid in ids:
                 await service.submit(COUNTER, Counting(target=3), session_id=sid)
             # Both are in their "count" step (n=1 committed), which never ends in `doomed`.
@@ -141,12 +162,12 @@ def test_worker_usage_errors(tmp_path: Path) -> None:
     assert main(["worker", "--machine", MACHINE, "--lease-ttl", "0"]) == 2
 
 
-def test_the_demo_runs_its_agents_in_worker_processes(tmp_path: Path) -> None:
+def test_the_demo_runs_its_agents_in_worker_processes(where: str) -> None:
     python_path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     done = subprocess.run(
         [
             *(sys.executable, "-m", "arkhon_rheo", "demo", "--workers", "2", "--sessions", "12"),
-            *("--store", str(tmp_path / "demo.db"), "--json"),
+            *("--store", where, "--json"),
         ],
         capture_output=True,
         env={**os.environ, "PYTHONPATH": python_path},

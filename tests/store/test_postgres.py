@@ -1,7 +1,7 @@
 """What only `PostgresStore` does: work queue (SKIP LOCKED, LISTEN/NOTIFY), schema, secrets.
 
 The store protocol's common behaviour runs on it through tests/store/conftest.py's
-``postgres`` kind. These start a throwaway server (tests/support/postgres.py) and
+``postgres`` kind. These start a throwaway server (`arkhon_rheo.testing.start_postgres`) and
 skip, saying why, where no PostgreSQL binaries are found.
 """
 
@@ -279,3 +279,39 @@ async def test_an_older_schema_is_upgraded_when_opened(
         assert version == "1"
         found = connection.execute("SELECT to_regclass('arkhon_rheo.upgraded')::text").fetchone()
         assert found == ("arkhon_rheo.upgraded",)  # in the store's schema
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("inf"), float("nan")])
+def test_a_transaction_idle_timeout_out_of_range_is_a_clear_error(timeout: float) -> None:
+    with pytest.raises(ConfigurationError, match="transaction_idle_timeout must be"):
+        PostgresStore("postgresql://app@host/db", transaction_idle_timeout=timeout)
+
+
+async def test_a_transaction_left_idle_is_ended_and_its_row_locks_freed(postgres_url: str) -> None:
+    # A worker paused inside a transaction would keep its sessions from the others.
+    import time
+
+    import anyio.to_thread
+    import psycopg
+
+    async with PostgresStore(postgres_url, transaction_idle_timeout=0.2) as store:
+        await store.create_session("s", machine="m", snapshot={})
+
+        def paused_in_a_transaction() -> None:
+            connection = store._connect(writer=False)
+            try:
+                connection.execute("BEGIN")
+                connection.execute("SELECT 1 FROM sessions FOR UPDATE")  # its row, locked
+                ended = None
+                while ended is None:  # idle in its transaction until the server ends it
+                    time.sleep(0.3)
+                    try:
+                        connection.execute("SELECT 1")
+                    except psycopg.errors.IdleInTransactionSessionTimeout as exc:
+                        ended = exc
+            finally:
+                connection.close()
+
+        await anyio.to_thread.run_sync(paused_in_a_transaction)
+        claimed = await store.claim("w", machines=["m"], limit=1, ttl=30, now=0.0)
+        assert [record.session_id for record in claimed] == ["s"]

@@ -80,3 +80,25 @@ async def test_a_lease_that_ran_out_but_was_not_taken_still_commits(
         await store.append("s", [event("s", 1)], owner="alice")
         await store.append("s", [event("s", 2)], owner="alice")
         assert (await store.record("s")).last_seq == 2
+
+
+async def test_a_stale_holder_s_park_is_refused_and_the_successor_s_status_stands(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    # Found by the workers' chaos: a driver paused past its lease woke and parked a
+    # session its successor had finished meanwhile, which no worker would claim again.
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        await store.acquire("s", "alice", ttl=30)
+        await store.append("s", [event("s", 1)], owner="alice")
+        await store.acquire("s", "bob", ttl=30, replacing="alice")
+        await store.append("s", [event("s", 2)], status="finished", owner="bob")
+        with pytest.raises(LeaseLost) as caught:
+            await store.park("s", "alice", status="waiting", waiting={}, accepts=(), now=1.0)
+        assert (caught.value.owner, caught.value.holder) == ("alice", "bob")
+        record = await store.record("s")
+        assert (record.last_seq, record.status, record.wake_at) == (2, "finished", None)
+        # The holder parks; a park that names no owner is not fenced.
+        await store.park("s", "bob", status="waiting", waiting={}, accepts=(), now=1.0)
+        await store.park("s", None, status="waiting", waiting={}, accepts=(), now=1.0)
+        assert (await store.record("s")).status == "waiting"

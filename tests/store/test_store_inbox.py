@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from arkhon_rheo import ConfigurationError, SessionLocked, SessionNotFound, StoreError
-from arkhon_rheo.errors import DuplicateEvent, InboxFull
+from arkhon_rheo.errors import DuplicateEvent, InboxFull, LeaseLost
 from arkhon_rheo.protocols import NewMessage, StoredEvent, StoredMessage
 from arkhon_rheo.testing import FaultPlan
 
@@ -184,12 +184,16 @@ async def test_park_sets_what_the_session_waits_for_and_releases_its_lease(
         assert (record.status, record.waiting, record.wake_at) == ("paused", {"gate": "g"}, None)
 
 
-async def test_parking_leaves_another_owners_lease_alone(make: Callable[[], AnyStore]) -> None:
+async def test_a_park_for_another_owner_s_session_is_refused_and_changes_nothing(
+    make: Callable[[], AnyStore],
+) -> None:
     async with make() as store:
         await store.create_session("s", machine="m", snapshot={})
         await store.acquire("s", "holder", ttl=60)
-        assert await store.park("s", "me", status="waiting", waiting=None, accepts=(), now=T0)
+        with pytest.raises(LeaseLost):
+            await store.park("s", "me", status="waiting", waiting=None, accepts=(), now=T0)
         assert [lease.owner for lease in await store.leases()] == ["holder"]
+        assert (await store.record("s")).status == "running"
 
 
 async def test_a_status_change_clears_what_the_session_waited_for(

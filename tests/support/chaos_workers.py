@@ -10,10 +10,18 @@ SIGCONTs it ``pauses`` times. Then it drains the workers with SIGTERM and
 checks, from the store: every session finished; no commit acknowledged to a
 worker (each one's event listener appends it to a file the moment it is
 called) is missing from the store; no step was committed twice (each
-session's ``n`` is written once per value, its messages applied once each).
+session's ``n`` is written once per value, its messages applied once each);
+no commit of a stale lease holder was accepted: along each session's history
+the fencing tokens its acknowledged commits carried never go down (a commit
+under a token older than one already committed would be a holder's that
+another had replaced; PostgreSQL's tokens: the other stores record none), and
+none is newer than the session's lease token in the store. The workers' logs
+tell how many appends were refused (``LeaseLost``) and how many leases a
+renewal found taken, and whether a worker that was paused found its sessions
+taken when it woke (`ChaosReport.paused_lost`).
 
 The store is a parameter: `open_store` turns a spec into a store, the one
-place to teach another kind of store (a SQLite path today).
+place to teach another kind of store (an SQLite path or a PostgreSQL URL).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 
 from arkhon_rheo import AgentSystem, SQLiteStore
 from tests.support.work_machine import COUNTER, Counting, Poke, check_history
@@ -47,7 +56,13 @@ ENDED = {"finished", "failed", "max_steps", "aborted", "cancelled", "crashed"}
 
 
 def open_store(spec: str) -> Any:
-    """The (not yet entered) store a spec names: an SQLite file path."""
+    """The (not yet entered) store a spec names: a ``postgresql://`` URL, or an SQLite file path."""
+    if spec.startswith(("postgresql://", "postgres://")):
+        from arkhon_rheo.store import PostgresStore
+
+        # A worker paused inside a transaction holds its row locks until PostgreSQL
+        # ends it: within the pause, so that the others can take its sessions over.
+        return PostgresStore(spec, transaction_idle_timeout=1.0)
     return SQLiteStore(spec)
 
 
@@ -70,6 +85,15 @@ class ChaosReport:
     doubled: list[str] = field(default_factory=list)
     takeovers: int = 0
     seconds: float = 0.0
+    #: Commits accepted under a token older than one the session committed before.
+    stale: list[str] = field(default_factory=list)
+    #: Acknowledged commits whose fencing token was checked.
+    fenced: int = 0
+    #: Appends refused with ``LeaseLost``, and leases a renewal found taken (from the logs).
+    refused: int = 0
+    renewals_lost: int = 0
+    #: The paused workers that, woken, found sessions of theirs taken.
+    paused_lost: int = 0
 
 
 class _Workers:
@@ -82,6 +106,8 @@ class _Workers:
         self.logs = acks.parent / "worker-logs"
         self.logs.mkdir(exist_ok=True)
         self.outs: dict[int, Path] = {}
+        self.paused: set[int] = set()  # ever paused
+        self.stopped: set[int] = set()  # paused now
 
     def start(self) -> None:
         path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
@@ -97,19 +123,48 @@ class _Workers:
         self.outs[process.pid] = log
 
     def kill(self, rng: random.Random) -> None:
-        process = self.live.pop(rng.randrange(len(self.live)))
+        # Not one paused now: it is to wake and find its sessions taken.
+        awake = [p for p in self.live if p.pid not in self.stopped] or self.live
+        process = rng.choice(awake)
+        self.live.remove(process)
         process.send_signal(signal.SIGKILL)
         process.wait()
         self.dead.append(process)
         self.start()
 
-    async def pause(self, rng: random.Random, seconds: float) -> None:
-        process = rng.choice(self.live)
+    def ready(self) -> bool:
+        """Whether every live worker is ready (a start takes a while on a busy machine)."""
+        return all(b"ready" in self.outs[process.pid].read_bytes() for process in self.live)
+
+    async def holding(self, store: Store) -> list[subprocess.Popen[bytes]]:
+        """The awake workers that hold leases now (a lease owner names its pid)."""
+        owners = {lease.owner.split("/")[1] for lease in await store.leases()}
+        return [p for p in self.live if p.pid not in self.stopped and str(p.pid) in owners]
+
+    async def pause(self, rng: random.Random, seconds: float, store: Store) -> None:
+        # One that holds sessions now (waited for a while), so that it has some to lose.
+        busy: list[subprocess.Popen[bytes]] = []
+        with anyio.move_on_after(10):
+            while not (busy := await self.holding(store)):  # noqa: ASYNC110 - another process's
+                await anyio.sleep(0.02)
+        process = rng.choice(busy or self.live)
+        self.paused.add(process.pid)
+        self.stopped.add(process.pid)
         process.send_signal(signal.SIGSTOP)
         try:
             await anyio.sleep(seconds)
         finally:
             process.send_signal(signal.SIGCONT)
+            self.stopped.discard(process.pid)
+
+    def lease_losses(self, report: ChaosReport) -> None:
+        """Count the leases lost in the workers' logs, and the paused workers that lost some."""
+        for pid, log in self.outs.items():
+            lines = [line for line in log.read_text().splitlines() if "session_lease_lost" in line]
+            renewals = sum("'renewal'" in line for line in lines)
+            report.renewals_lost += renewals
+            report.refused += len(lines) - renewals
+            report.paused_lost += pid in self.paused and bool(lines)
 
     def output(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(self.logs.iterdir()))
@@ -149,32 +204,41 @@ async def _poke_all(system: AgentSystem, ids: list[str], rng: random.Random) -> 
 
 
 async def _chaos(
+    store: Store,
     workers: _Workers,
     rng: random.Random,
     kills: int,
     pauses: int,
     pause_for: float,
     report: ChaosReport,
+    in_order: bool,
 ) -> None:
-    actions = ["kill"] * kills + ["pause"] * pauses
-    rng.shuffle(actions)
+    actions = ["pause"] * pauses + ["kill"] * kills
+    if not in_order:
+        rng.shuffle(actions)
     async with anyio.create_task_group() as group:
         for action in actions:
+            await _eventually(workers.ready)
             await anyio.sleep(0.2 + rng.random() * 0.6)
             if action == "kill":
                 workers.kill(rng)
                 report.kills += 1
             else:
-                group.start_soon(workers.pause, rng, pause_for)
+                group.start_soon(workers.pause, rng, pause_for, store)
                 report.pauses += 1
 
 
 def _check_acks(
-    acks: Path, histories: dict[str, list[TransitionEvent]], report: ChaosReport
+    acks: Path,
+    histories: dict[str, list[TransitionEvent]],
+    tokens: dict[str, int],
+    report: ChaosReport,
 ) -> None:
     seen: dict[tuple[str, int], str] = {}
+    fenced: dict[str, list[tuple[int, int]]] = {}
     for log in acks.iterdir():
         for line in log.read_text().splitlines():
+            token, line = line.split(" ", 1)
             sid, seq, rest = line.split(" ", 2)
             report.acknowledged += 1
             key = (sid, int(seq))
@@ -184,6 +248,29 @@ def _check_acks(
             stored = ack_line(history[int(seq) - 1]) if int(seq) <= len(history) else None
             if stored != line + "\n":
                 report.lost.append(f"{line!r} acknowledged, stored {stored!r}")
+            if token != "-":
+                fenced.setdefault(sid, []).append((int(seq), int(token)))
+    for sid, commits in fenced.items():
+        report.fenced += len(commits)
+        newest = 0
+        for number, under in sorted(commits):
+            if under < newest or under > tokens.get(sid, 0):
+                report.stale.append(f"{sid}#{number} committed under token {under} after {newest}")
+            newest = max(newest, under)
+
+
+async def _lease_tokens(spec: str) -> dict[str, int]:
+    """Each session's lease token in the store (PostgreSQL's: the others keep none)."""
+    if not spec.startswith(("postgresql://", "postgres://")):
+        return {}
+    import psycopg
+
+    def read() -> dict[str, int]:  # psycopg's async connection is asyncio's: a thread for trio
+        with psycopg.connect(spec) as connection:
+            rows = connection.execute("SELECT session_id, token FROM arkhon_rheo.leases")
+            return dict(rows.fetchall())
+
+    return await anyio.to_thread.run_sync(read)
 
 
 async def run_chaos(
@@ -197,13 +284,18 @@ async def run_chaos(
     lease_ttl: float = 2.0,
     pause_for: float | None = None,
     concurrency: int = 64,
+    step_for: float = 0.0,
+    pauses_first: bool = False,
     seed: int = 0,
     limit: float = 900.0,
 ) -> ChaosReport:
     """Run the chaos described in the module docstring on the store ``spec`` names.
 
     ``pause_for`` defaults to a quarter of ``lease_ttl`` (a paused worker keeps
-    its leases: a pause past them needs the store's lease fencing).
+    its leases); past ``lease_ttl``, its sessions go to other workers, and it
+    must find them taken when it wakes (the store's fencing). Each ``count``
+    step of a session takes ``step_for`` seconds. The kills and pauses come in
+    a random order, or the pauses first with ``pauses_first``.
     """
     rng = random.Random(seed)
     report = ChaosReport(sessions=sessions)
@@ -217,13 +309,23 @@ async def run_chaos(
             for _ in range(workers):
                 pool.start()
             for sid in ids:
-                state = Counting(target=3, wait_for=2, timer_after=rng.random() * 0.5)
+                state = Counting(
+                    target=3, wait_for=2, timer_after=rng.random() * 0.5, step_for=step_for
+                )
                 await service.submit(COUNTER, state, session_id=sid)
             with anyio.fail_after(limit):
                 async with anyio.create_task_group() as group:
                     group.start_soon(_poke_all, service, ids, rng)
                     group.start_soon(
-                        _chaos, pool, rng, kills, pauses, pause_for or lease_ttl / 4, report
+                        _chaos,
+                        store,
+                        pool,
+                        rng,
+                        kills,
+                        pauses,
+                        pause_for or lease_ttl / 4,
+                        report,
+                        pauses_first,
                     )
                     while True:
                         if all(s in ENDED for s in (await _statuses(store, ids)).values()):
@@ -244,7 +346,8 @@ async def run_chaos(
                     check_history(history, await stored.state())
                 except AssertionError as exc:
                     report.doubled.append(f"{sid}: {exc}")
-            _check_acks(acks, histories, report)
+            _check_acks(acks, histories, await _lease_tokens(spec), report)
+            pool.lease_losses(report)
     finally:
         for process in pool.live:
             if process.poll() is None:

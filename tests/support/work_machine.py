@@ -2,7 +2,8 @@
 
 A session counts ``n`` from 0 to ``target`` (one step each: a step committed
 twice would show as an ``n`` written twice), scheduling a ``Tick`` timer
-``timer_after`` seconds on (if set) in its first step, then waits in ``WAIT``
+``timer_after`` seconds on (if set) in its first step (each later one taking
+``step_for`` seconds), then waits in ``WAIT``
 until it has received ``wait_for`` messages (``Poke`` sent to it, or its
 ``Tick``), and ends in ``DONE``. `check_history` checks a stored history
 against all that. Importable by worker processes as
@@ -48,6 +49,8 @@ class Counting(AgentState):
     target: int = 3
     wait_for: int = 0
     timer_after: float = 0.0
+    #: How long each ``count`` step takes, in seconds (a run its worker holds a while).
+    step_for: float = 0.0
     got: tuple[str, ...] = ()
 
 
@@ -72,7 +75,7 @@ async def begin(view: StateView[Counting]) -> Patch:
     return Patch(n=view.n + 1)
 
 
-@stage(reads={"n"}, writes={"n"}, next=_after_count)
+@stage(reads={"n", "step_for"}, writes={"n"}, next=_after_count)
 async def count(view: StateView[Counting]) -> Patch:
     if os.environ.get("WORK_HOLD_FOREVER"):  # a worker process to be killed mid-step
         sys.stdout.write(f"holding at n={view.n}\n")
@@ -82,6 +85,8 @@ async def count(view: StateView[Counting]) -> Patch:
         HOLD["armed"] = False
         HOLD["inside"].set()
         await HOLD["release"].wait()
+    if view.step_for > 0:
+        await anyio.sleep(view.step_for)
     return Patch(n=view.n + 1)
 
 

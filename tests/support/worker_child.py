@@ -3,14 +3,18 @@
 Run as ``python tests/support/worker_child.py STORE ACKS TTL CONCURRENCY``: a
 `Worker` of the counting machine on store ``STORE`` (see
 `chaos_workers.open_store`), with leases of ``TTL`` seconds. Every step the
-worker's runs commit (acknowledged by the store, then its listener called) is appended as
-one line to ``ACKS/<pid>.log`` with a single ``write`` on an ``O_APPEND`` file,
-so it is on file the moment it is acknowledged, whatever kills the process
-after. Prints ``ready`` once SIGTERM drains it.
+worker's runs commit (acknowledged by the store, then its listener called) is
+appended as one line, ``TOKEN SESSION SEQ KIND STAGE N`` (``TOKEN``: the
+lease's fencing token the append carried), to ``ACKS/<pid>.log`` with a single
+``write`` on an ``O_APPEND`` file, so it is on file the moment it is
+acknowledged, whatever kills the process after. Its warnings and errors (a
+lease lost: ``session_lease_lost``) go to stderr. Prints ``ready`` once
+SIGTERM drains it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -34,10 +38,16 @@ async def work(store_spec: str, acks: str, ttl: float, concurrency: int) -> None
     def acknowledged(event: TransitionEvent) -> None:
         # A step reaches the listeners once its append is acknowledged (a supervisor's
         # failure record is published even when its store refused it: not counted).
-        if event.kind is EventKind.STEP:
-            os.write(fd, ack_line(event).encode())
+        if event.kind is not EventKind.FAILURE:
+            # The fencing token the append carried (a PostgresStore's; "-" for others).
+            held = getattr(store, "_tokens", {}).get(event.session_id)
+            token = "-" if held is None else str(held[1])
+            os.write(fd, f"{token} {ack_line(event)}".encode())
 
-    async with open_store(store_spec) as store:
+    # Warnings and errors on stderr (the harness's log of this worker): a lease lost shows.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(message)s")
+    store = open_store(store_spec)
+    async with store:
         worker = Worker(
             store,
             [COUNTER],

@@ -1,7 +1,9 @@
 """Workers: sessions submitted to a store, driven by whichever worker claims them.
 
-Each test runs on both backends, on a memory store or an SQLite file (two
-stores on one file where two workers must share it, as two processes would).
+Each test runs on both backends, on a memory store, an SQLite file or a
+throwaway PostgreSQL database (two stores on one file or database where two
+workers must share it, as two processes would; the PostgreSQL cases skip where
+there are no PostgreSQL binaries).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import anyio
 import pytest
 
 from arkhon_rheo import AgentSystem, ConfigurationError, MemoryStore, SQLiteStore
+from arkhon_rheo.store import PostgresStore
 from arkhon_rheo.system import Worker
 from arkhon_rheo.testing import VirtualClock
 from tests.support.work_machine import (
@@ -37,10 +40,36 @@ pytestmark = pytest.mark.anyio
 ENDED = {"finished", "failed", "max_steps", "aborted", "cancelled", "crashed"}
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made: Store = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "s.db")
-    async with made:
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the store lives: ``"memory"``, an SQLite file, or a PostgreSQL URL."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return "memory" if request.param == "memory" else str(tmp_path / "s.db")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where stores that several workers share live: an SQLite file, or a PostgreSQL URL."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return str(tmp_path / "shared.db")
+
+
+def make(where: str) -> Store:
+    """A new (not yet entered) store on ``where`` (see the `where` fixture)."""
+    if where == "memory":
+        return MemoryStore()
+    if where.startswith("postgresql://"):
+        return PostgresStore(where)
+    return SQLiteStore(where)
+
+
+@pytest.fixture
+async def store(where: str) -> AsyncIterator[Store]:
+    async with make(where) as made:
         yield made
 
 
@@ -113,14 +142,9 @@ async def test_a_message_and_a_timer_reach_a_parked_session_through_a_worker(
         await check_all(reader, ["w"])
 
 
-async def test_two_workers_on_one_file_never_drive_a_session_twice(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
+async def test_two_workers_on_one_store_never_drive_a_session_twice(shared: str) -> None:
     ids = [f"s{n:02d}" for n in range(30)]
-    async with (
-        SQLiteStore(path) as one,
-        SQLiteStore(path) as two,
-        SQLiteStore(path) as service_store,
-    ):
+    async with make(shared) as one, make(shared) as two, make(shared) as service_store:
         workers = [
             Worker(store, [COUNTER], concurrency=5, poll_interval=0.05) for store in (one, two)
         ]
@@ -144,9 +168,8 @@ async def test_two_workers_on_one_file_never_drive_a_session_twice(tmp_path: Pat
         assert await service_store.leases() == ()
 
 
-async def test_a_drain_hands_a_run_over_at_a_commit_boundary(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
-    async with SQLiteStore(path) as first_store, SQLiteStore(path) as second_store:
+async def test_a_drain_hands_a_run_over_at_a_commit_boundary(shared: str) -> None:
+    async with make(shared) as first_store, make(shared) as second_store:
         first = Worker(first_store, [COUNTER], poll_interval=0.05)
         second = Worker(second_store, [COUNTER], poll_interval=0.05)
         inside, release = arm()
@@ -241,3 +264,26 @@ async def test_a_session_a_worker_cannot_drive_keeps_its_lease_until_it_runs_out
     assert (lease.session_id, lease.owner) == ("misfit", worker.owner)
     assert (await store.record("misfit")).last_seq == 0
     assert worker.driven == 0
+
+
+async def test_a_worker_idle_on_a_long_poll_is_woken_by_postgres_notifications(
+    postgres_url: str,
+) -> None:
+    # The worker polls once an hour: only LISTEN/NOTIFY can wake it for a session
+    # submitted, and then messaged, through another store object (another process's;
+    # an SQLite store finds those by polling).
+    async with make(postgres_url) as worker_store, make(postgres_url) as service_store:
+        worker = Worker(worker_store, [COUNTER], poll_interval=3600)
+        async with (
+            AgentSystem(store=service_store) as service,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(worker.run)
+            await until(service_store, [])  # the worker is idle before anything is there
+            stored = await service.submit(COUNTER, Counting(target=2, wait_for=1), session_id="n")
+            await until(service_store, ["n"], {"waiting"})
+            await service.send(COUNTER, "n", Poke(text="wake"), drive=False)
+            await until(service_store, ["n"])
+            worker.drain()
+        assert (await stored.state()).got == ("wake",)
+        await check_all(service, ["n"])

@@ -1,11 +1,13 @@
-"""A throwaway PostgreSQL server for the tests, started from the system's binaries.
+"""A throwaway PostgreSQL server for tests and benches, started from the system's binaries.
 
-`start_server` runs ``initdb`` and ``pg_ctl`` (as the ``postgres`` user when
-the tests run as root: PostgreSQL refuses to run as root) on a data directory
-in a temporary folder, listening on 127.0.0.1 on a free port and on a unix
-socket in that folder. `find_bindir` looks for the binaries (``pg_config
+`start_postgres` runs ``initdb`` and ``pg_ctl`` (as the ``postgres`` user when
+run as root: PostgreSQL refuses to run as root) on a data directory in a
+temporary folder, listening on 127.0.0.1 on a free port and on a unix socket
+in that folder. `find_postgres` looks for the binaries (``pg_config
 --bindir``, ``/usr/lib/postgresql/*/bin``, ``PATH``); without them the tests
 that need PostgreSQL skip, saying so (``.ci/run`` installs ``postgresql``).
+The library's tests, its benches (``bench/workers.py``) and a third-party
+store's `StoreConformance` tests use the same one.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PostgresServer", "find_bindir", "start_server"]
+__all__ = ["PostgresServer", "find_postgres", "start_postgres"]
 
 
-def find_bindir() -> str | None:
+def find_postgres() -> str | None:
     """The folder of ``initdb``, ``pg_ctl`` and ``postgres``, or ``None``."""
     candidates: list[str] = []
     if shutil.which("pg_config"):
@@ -53,7 +55,14 @@ def _free_port() -> int:
 
 @dataclass
 class PostgresServer:
-    """A running throwaway server: its URL, and how to stop it."""
+    """A running throwaway server: its URL, and how to stop it (`stop`).
+
+    Attributes:
+        bindir: The folder of the binaries it runs from.
+        root: Its temporary folder (data, log, socket), removed by `stop`.
+        port: The TCP port it listens on, on 127.0.0.1.
+        prefix: The command prefix that runs its binaries (``runuser`` as root).
+    """
 
     bindir: str
     root: Path
@@ -93,8 +102,11 @@ class PostgresServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_server(bindir: str) -> PostgresServer:
+def start_postgres(bindir: str) -> PostgresServer:
     """Initialise and start a server from ``bindir`` in a new temporary folder.
+
+    Args:
+        bindir: The folder of ``initdb`` and ``pg_ctl`` (see `find_postgres`).
 
     Raises:
         RuntimeError: It could not be started (with its log).
