@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from tests.store.conftest import AnyStore
+    from tests.store.conftest import AnyStore, Kind
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +35,15 @@ def clock() -> list[float]:
 
 
 @pytest.fixture
-def make(make_store: Callable[..., AnyStore], clock: list[float]) -> Callable[[], AnyStore]:
+def make(
+    make_store: Callable[..., AnyStore], clock: list[float], kind: Kind
+) -> Callable[[], AnyStore]:
+    if kind.postgres:
+        # These tests move the store's clock and count on this process's writes
+        # waking a wait at once; PostgreSQL's leases run on the database's clock and
+        # its wake-ups come by LISTEN/NOTIFY. Its work queue is checked by the
+        # conformance suite (QueueConformance) and tests/store/test_postgres.py.
+        pytest.skip("PostgresStore's work queue: see QueueConformance and test_postgres.py")
     return lambda: make_store(clock=lambda: clock[0])
 
 
