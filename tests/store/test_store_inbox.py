@@ -340,6 +340,7 @@ async def test_the_inbox_survives_reopening_the_file(
         await store.post("s", message("a", T0 + 7), capacity=5)
         await store.post("s", message("b"), capacity=5)
         await store.append("s", [event("s", 1)], applied=2, posts=[message("t", T0 + 9)])
+        await store.acquire("s", "x", ttl=60)  # a park names the lease it gives up
         assert await store.park("s", "x", status="waiting", waiting=[1], accepts=["Ask"], now=T0)
         before = (await store.messages("s"), await store.pending("s"), await store.record("s"))
     async with make() as store:
