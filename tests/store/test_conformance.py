@@ -86,6 +86,9 @@ class _SQLite(StoreConformance):
         return histories
 
 
+# The default suite runs the suite on SQLite's batched mode (and aiosqlite); the
+# store's own tests cover every mode, so sync and async run in the slow suite.
+@pytest.mark.slow
 class TestSQLiteSync(_SQLite):
     durability = Durability.SYNC
 
@@ -94,6 +97,7 @@ class TestSQLiteBatched(_SQLite):
     durability = Durability.BATCHED
 
 
+@pytest.mark.slow
 class TestSQLiteAsync(_SQLite):
     durability = Durability.ASYNC
     deferred_refusals = True
