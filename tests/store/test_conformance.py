@@ -7,8 +7,8 @@ upgrade tests on copies of the version 3, 4 and 5 files in ``tests/fixtures``.
 without PostgreSQL binaries): ``BATCHED`` in the default suite, ``SYNC`` and
 ``ASYNC`` in the slow one (each mode costs a minute or two: every test opens
 its stores on a new schema). Its schema upgrades are tested in test_postgres.py.
-The README's example runs too, as a user runs it: in a directory of its own,
-without this repository's ``conftest.py``.
+The example of docs/how-to/fault-injection.md runs too, as a user runs it: in a
+directory of its own, without this repository's ``conftest.py``.
 """
 
 from __future__ import annotations
@@ -170,9 +170,9 @@ def _python(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str
     )
 
 
-def test_the_readme_example_runs_the_suite_outside_this_repository(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    (example,) = re.findall(r"```python\n(# test_my_store\.py\n.*?)```", readme, re.DOTALL)
+def test_the_docs_example_runs_the_suite_outside_this_repository(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "how-to" / "fault-injection.md").read_text()
+    (example,) = re.findall(r"```python\n(# test_my_store\.py\n.*?)```", page, re.DOTALL)
     (tmp_path / "test_my_store.py").write_text(example)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")  # none of this repository's settings
     # The lease tests, the suite's own fixtures at work (all of it runs above, on SQLiteStore).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tests.testing.test_readme_fault_example import plugin_args
+from tests.testing.test_docs_fault_example import plugin_args
 
 if TYPE_CHECKING:
     import pytest

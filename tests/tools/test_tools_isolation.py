@@ -247,7 +247,7 @@ def isolation(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def bubblewrap() -> str:
-    """Only bubblewrap: the promises a plain subprocess cannot keep (see the README)."""
+    """Only bubblewrap: the promises a plain subprocess cannot keep (see docs/how-to/tools.md)."""
     return _bubblewrap()
 
 

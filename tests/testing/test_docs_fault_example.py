@@ -1,4 +1,4 @@
-"""The README's fault-injection example is a real test: run it with the plugin via pytester."""
+"""The tutorial's fault-injection example is a real test: run it with the plugin via pytester."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = re.search(
-    r"```python\n# test_weather_agent\.py\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL
+    r"```python\n# test_weather_agent\.py\n(.*?)```", (ROOT / "docs" / "tutorial.md").read_text(), re.DOTALL
 )
 
 
@@ -25,10 +25,10 @@ def plugin_args(config: pytest.Config) -> list[str]:
     )
 
 
-def test_the_readme_example_passes_on_both_backends(
+def test_the_tutorial_example_passes_on_both_backends(
     pytester: pytest.Pytester, request: pytest.FixtureRequest
 ) -> None:
-    assert EXAMPLE is not None, "the README lost its test_weather_agent.py example"
+    assert EXAMPLE is not None, "docs/tutorial.md lost its test_weather_agent.py example"
     pytester.makepyfile(test_weather_agent=EXAMPLE.group(1))
     result = pytester.runpytest(*plugin_args(request.config), "-v")
     result.assert_outcomes(passed=2)

@@ -1,0 +1,192 @@
+"""The README and the documentation site as a newcomer meets them.
+
+Every ``python`` block of README.md and of every page under docs/ runs as a complete
+program; every class the prose names is exported by a public namespace; every dotted
+path it names resolves; the README stays short; every page of the site's navigation
+exists and says more than its title.
+
+A block whose first line is ``# name.py`` is a module: it must import, and the blocks
+after it on the same page may import it (each page's modules are its own).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .test_exports import PUBLIC_NAMESPACES
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+#: The longest the README may grow: the manual is the site, the README its front door.
+README_MAX_LINES = 220
+
+#: Names in backticks that are not ours (Python's, the standard library's, other packages').
+NOT_OURS = {
+    "BaseException",
+    "BaseExceptionGroup",
+    "Exception",
+    "ExceptionGroup",
+    "KeyboardInterrupt",
+    "SystemExit",
+    "Any",
+    "Bearer",
+    "ConfigDict",
+    "Optional",
+    "ProcessorFormatter",
+    "TypeAdapter",
+    "TypedDict",
+}
+
+_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+_MODULE = re.compile(r"# ([a-z_]+)\.py\n")
+
+
+def _name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def _blocks(page: Path) -> list[str]:
+    return _BLOCK.findall(page.read_text())
+
+
+def _snippets() -> Iterator[object]:
+    for page in PAGES:
+        for index, _ in enumerate(_blocks(page)):
+            yield pytest.param(page, index, id=f"{_name(page)}#{index}")
+
+
+def _prose(page: Path) -> str:
+    return re.sub(r"^```.*?^```", "", page.read_text(), flags=re.DOTALL | re.MULTILINE)
+
+
+def test_the_readme_and_the_site_have_snippets() -> None:
+    assert len(_blocks(ROOT / "README.md")) >= 1
+    assert sum(len(_blocks(page)) for page in PAGES) >= 30
+
+
+@pytest.mark.parametrize(("page", "index"), list(_snippets()))
+def test_each_snippet_imports_what_it_uses_and_runs(page: Path, index: int, tmp_path: Path) -> None:
+    blocks = _blocks(page)
+    code = blocks[index]
+    tree = ast.parse(code)  # a snippet is complete Python, not a fragment
+    assert any(isinstance(node, ast.Import | ast.ImportFrom) for node in tree.body), code
+    for block in blocks:  # the page's modules, for the blocks that import them
+        if (match := _MODULE.match(block)) is not None:
+            (tmp_path / f"{match.group(1)}.py").write_text(block)
+    if (match := _MODULE.match(code)) is not None:
+        code = f"import {match.group(1)}"  # a module: it must import
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        # The snippet's modules, then the tree under test (not whatever is installed).
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, f"{_name(page)}:\n{code}\n--- stderr:\n{result.stderr}"
+
+
+def _named_in_prose(page: Path) -> set[str]:
+    """``CamelCase`` names (the head of dotted ones too) in backticks in a page's prose."""
+    names = set()
+    for quoted in re.findall(r"`([^`\n]+)`", _prose(page)):
+        match = re.fullmatch(r"([A-Z][a-z][A-Za-z0-9]*)(?:\.[A-Za-z_]+)*(?:\(.*\))?", quoted)
+        if match:
+            names.add(match.group(1))
+    return names - NOT_OURS
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_class_the_prose_names_is_importable_from_a_public_namespace(page: Path) -> None:
+    namespaces = [importlib.import_module(name) for name in PUBLIC_NAMESPACES]
+    missing = sorted(
+        name
+        for name in _named_in_prose(page)
+        if not any(name in getattr(module, "__all__", ()) for module in namespaces)
+    )
+    assert not missing, f"{_name(page)} names these, no public namespace exports them: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_dotted_path_the_prose_names_resolves(page: Path) -> None:
+    for path in set(re.findall(r"`(arkhon_rheo(?:\.[A-Za-z_]+)+)", _prose(page))):
+        module, _, attr = path.rpartition(".")
+        try:
+            importlib.import_module(path)
+        except ModuleNotFoundError:
+            assert hasattr(importlib.import_module(module), attr), f"{_name(page)}: {path}"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Gate",
+        "Durability",
+        "StageMode",
+        "MemoryStore",
+        "SQLiteStore",
+        "Classifier",
+        "Backoff",
+        "RestartIntensity",
+        "ErrorClass",
+        "FailureRecord",
+    ],
+)
+def test_what_a_user_configures_is_at_the_top_level(name: str) -> None:
+    assert name in importlib.import_module("arkhon_rheo").__all__
+
+
+def test_the_readme_is_short() -> None:
+    lines = len((ROOT / "README.md").read_text().splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines: move the detail to docs/"
+
+
+def _nav_pages(entries: object) -> Iterator[str]:
+    if isinstance(entries, str):
+        yield entries
+    elif isinstance(entries, list):
+        for entry in entries:
+            yield from _nav_pages(entry)
+    elif isinstance(entries, dict):
+        for value in entries.values():
+            yield from _nav_pages(value)
+
+
+def _nav() -> list[str]:
+    # mkdocs.yml is plain YAML here (no !!python tags), so the safe loader reads it.
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    return list(_nav_pages(config["nav"]))
+
+
+def test_the_nav_lists_each_page_once() -> None:
+    nav = _nav()
+    assert len(nav) > 20 and len(nav) == len(set(nav)), nav
+
+
+@pytest.mark.parametrize("entry", _nav())
+def test_each_nav_page_exists_and_says_more_than_its_title(entry: str) -> None:
+    page = DOCS / entry
+    assert page.is_file(), f"mkdocs.yml's nav names {entry}, which docs/ does not have"
+    lines = [line for line in page.read_text().splitlines() if line.strip()]
+    assert lines and lines[0].startswith("# "), f"{entry} does not open with its title"
+    assert len(lines) > 1, f"{entry} is a bare title: write the page"
+
+
+def test_the_readme_links_to_pages_that_exist() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for target in re.findall(r"\]\((docs/[^)#\s]+)", readme):
+        assert (ROOT / target).is_file(), target
