@@ -17,12 +17,15 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .test_exports import PUBLIC_NAMESPACES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -163,7 +166,8 @@ def _nav() -> list[str]:
 
 def test_the_nav_lists_each_page_once() -> None:
     nav = _nav()
-    assert len(nav) > 20 and len(nav) == len(set(nav)), nav
+    assert len(nav) > 20, nav
+    assert len(nav) == len(set(nav)), nav
 
 
 @pytest.mark.parametrize("entry", _nav())
@@ -171,7 +175,8 @@ def test_each_nav_page_exists_and_says_more_than_its_title(entry: str) -> None:
     page = DOCS / entry
     assert page.is_file(), f"mkdocs.yml's nav names {entry}, which docs/ does not have"
     lines = [line for line in page.read_text().splitlines() if line.strip()]
-    assert lines and lines[0].startswith("# "), f"{entry} does not open with its title"
+    assert lines, f"{entry} is empty"
+    assert lines[0].startswith("# "), f"{entry} does not open with its title"
     assert len(lines) > 1, f"{entry} is a bare title: write the page"
 
 

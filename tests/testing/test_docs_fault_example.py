@@ -13,7 +13,9 @@ pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = re.search(
-    r"```python\n# test_weather_agent\.py\n(.*?)```", (ROOT / "docs" / "tutorial.md").read_text(), re.DOTALL
+    r"```python\n# test_weather_agent\.py\n(.*?)```",
+    (ROOT / "docs" / "tutorial.md").read_text(),
+    re.DOTALL,
 )
 
 
