@@ -182,6 +182,9 @@ class _Inspector:
     async def session(self, request: Request) -> Response:
         if not self.may_read(request):
             return self._token_needed(request)
+        session_id = request.path_params["session_id"]
+        if "at" in request.query_params:
+            return await self._state_page(request, session_id, request.query_params["at"])
         page: int | None = None
         if "page" in request.query_params:
             text = request.query_params["page"]
@@ -189,7 +192,40 @@ class _Inspector:
                 message = f"page must be a whole number from 1, got {text!r}"
                 return self.refused(request, message, 400)
             page = int(text)
-        return await self._session_page(request, request.path_params["session_id"], page=page)
+        return await self._session_page(request, session_id, page=page)
+
+    async def _state_page(self, request: Request, session_id: str, text: str) -> Response:
+        """``?at=SEQ``: the whole state after event ``SEQ`` (0: before the first)."""
+        try:
+            record = await self.store.record(session_id)
+        except SessionNotFound as exc:
+            return self.refused(request, str(exc), 404)
+        if not text.isdecimal():
+            message = f"at must be an event number from 0 (the start), got {text!r}"
+            return self.refused(request, message, 400)
+        machine, _ = self.machine_for(record)
+        try:
+            timeline = await load_timeline(self.store, session_id, machine, self.keyring)
+        except ArkhonError:  # a stored state the machine cannot decode: the stored data
+            timeline = await load_timeline(self.store, session_id)
+        seqs = [0, *(step.event.seq for step in timeline.steps)]
+        seq = int(text)
+        if seq not in seqs:
+            message = f"session {session_id!r} has no event {seq}: it has {len(seqs) - 1} event(s)"
+            return self.refused(request, message, 404)
+        index = seqs.index(seq)
+        return self.page(
+            request,
+            "state.html",
+            title=f"Session {session_id} at event {seq}",
+            url=session_url(session_id),
+            record=summarize(record),
+            seq=seq,
+            last=seqs[-1],
+            page=max(0, index - 1) // PAGE_SIZE + 1,
+            exact=timeline.exact,
+            state=timeline.states[index],
+        )
 
     async def _session_page(
         self,

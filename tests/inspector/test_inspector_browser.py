@@ -33,7 +33,11 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-from tests.support.inspector_fixture import populate, populate_ids  # noqa: E402
+from tests.support.inspector_fixture import (  # noqa: E402
+    populate,
+    populate_chat,
+    populate_ids,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -73,6 +77,9 @@ pytestmark = [
 #: Paused sessions whose ids URLs and CSS selectors give a meaning to.
 ODD_IDS = ["a/b/1", "%41", "what?x=1", "tag#2", 'say "hi"', "with space", "ünï ☃"]
 
+#: A session of 11 events, each adding a message to its conversation.
+CHAT = "chat-11"
+
 SHOTS = Path(os.environ.get("ARKHON_SCREENSHOTS", ROOT / "tests" / "screenshots"))
 
 
@@ -82,6 +89,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     path = tmp_path_factory.mktemp("inspector") / "store.db"
     ids = anyio.run(populate, str(path))
     anyio.run(populate_ids, str(path), ODD_IDS)
+    anyio.run(populate_chat, str(path), 11, CHAT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen(
         [
@@ -94,6 +102,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             "0",
             "--machine",
             "tests.support.inspector_fixture:desk",
+            "--machine",
+            "tests.support.inspector_fixture:chat",
             "--backend",
             "trio",
         ],
@@ -158,7 +168,7 @@ def test_the_views_in_a_browser(served: dict[str, Any], browser: Any) -> None:
     browser.get(served["url"])
     assert browser.current_url == base + "/"
     rows = browser.find_elements(By.CSS_SELECTOR, "#sessions tbody tr")
-    assert {row.get_attribute("data-session") for row in rows} == {*ids.values(), *ODD_IDS}
+    assert {row.get_attribute("data-session") for row in rows} == {*ids.values(), *ODD_IDS, CHAT}
     assert "read-only" not in browser.page_source
     _shot(browser, "sessions")
 
@@ -276,3 +286,24 @@ def test_the_list_follows_a_session_whose_id_has_a_quote(
             _row(b, quoted).find_element(By.CSS_SELECTOR, '[data-field="status"]').text == "aborted"
         )
     )
+
+
+def test_a_long_conversation_shows_each_message_once(served: dict[str, Any], browser: Any) -> None:
+    """Each step shows the message it added, not the conversation again: the page stays short."""
+    browser.get(served["url"])
+    browser.get(f"{served['base']}/sessions/{CHAT}")
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "event-11"))
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    # Each step's row shows the message it appended and two keys of its mapping (about
+    # 140 px, the page about 2,900 px); before, every row reprinted the conversation:
+    # rows grew to 760 px, the page to 5,961 px.
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.timeline > tbody > tr")
+    assert len(rows) == 11
+    assert max(row.size["height"] for row in rows) < 200, [row.size["height"] for row in rows]
+    assert height < 3500, height
+    _shot(browser, "session-conversation")
+    # The whole state at a step is one click away.
+    browser.find_element(By.CSS_SELECTOR, "#event-4 a.state-link").click()
+    table = _wait(browser).until(lambda b: b.find_element(By.ID, "state-at"))
+    assert "message 0003:" in table.text
+    assert "message 0004:" not in table.text

@@ -35,7 +35,7 @@ from arkhon_rheo import (
     recorded,
     stage,
 )
-from arkhon_rheo.protocols import Gate
+from arkhon_rheo.protocols import FrozenMap, Gate
 
 L = Lifecycle
 
@@ -180,6 +180,48 @@ async def populate_long(path: str, marks: int) -> str:
     async with AgentSystem(path=path, seed=7) as system:
         result = await system.run(tally, Tally(goal=marks), max_steps=marks + 1)
         assert len(result.state.marks) == marks
+        return result.session_id
+
+
+class Chat(AgentState):
+    lifecycle: Lifecycle = L.INITIALIZED
+    turns: int = 1
+    conversation: History[str] = History()
+    meta: FrozenMap[str, int] = FrozenMap()
+
+
+def _next_turn(state: Chat) -> Lifecycle:
+    return L.FINISHED if len(state.conversation) >= state.turns else L.THINKING
+
+
+@stage(reads={"conversation", "meta"}, writes={"conversation", "meta"}, next=_next_turn)
+async def say(view: StateView[Chat]) -> Patch:
+    turn = len(view.conversation)
+    text = f"message {turn:04d}: " + "words " * 20
+    return Patch(meta=FrozenMap({**view.meta, "turn": turn, f"seen{turn % 3}": turn})).append(
+        "conversation", text
+    )
+
+
+#: A machine that appends one message to a conversation per event (and counts turns in a dict).
+chat: Machine[Chat] = Machine(
+    name="chat",
+    state_type=Chat,
+    initial=L.INITIALIZED,
+    transitions={L.INITIALIZED: {L.THINKING, L.FINISHED}, L.THINKING: {L.THINKING, L.FINISHED}},
+    stages={L.INITIALIZED: say, L.THINKING: say},
+    terminal={L.FINISHED, L.FAILED},
+    failed=L.FAILED,
+)
+
+
+async def populate_chat(path: str, turns: int, session_id: str | None = None) -> str:
+    """Run one ``chat`` session of ``turns`` events into the SQLite file ``path``; its id."""
+    async with AgentSystem(path=path, seed=7) as system:
+        result = await system.run(
+            chat, Chat(turns=turns), max_steps=turns + 1, session_id=session_id
+        )
+        assert len(result.state.conversation) == turns
         return result.session_id
 
 

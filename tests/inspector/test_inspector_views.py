@@ -1,0 +1,102 @@
+"""The inspector's daily views (issue 29): diffs, outcomes, the list's pages, the favicon.
+
+HTTP-level, through httpx on the app, on both backends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+pytest.importorskip("starlette", reason="the inspector extra is not installed")
+pytest.importorskip("hypercorn", reason="the inspector extra is not installed")
+
+from arkhon_rheo.inspector import create_app
+from tests.support.inspector_fixture import chat, populate_chat
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from starlette.applications import Starlette
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "s3cret-token"
+
+
+@contextlib.asynccontextmanager
+async def _client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+        ) as client,
+    ):
+        yield client
+
+
+# -- 1. each step shows what it changed, not the whole state -------------------------
+
+
+def _renderings(page: str, turn: int) -> int:
+    return page.count(f"message {turn:04d}:")
+
+
+@pytest.mark.parametrize("with_machine", [True, False], ids=["machine", "bare"])
+async def test_a_step_shows_only_the_items_appended_and_the_keys_changed(
+    tmp_path: Path, with_machine: bool
+) -> None:
+    path = tmp_path / "store.db"
+    short = await populate_chat(str(path), 20, session_id="short")
+    long = await populate_chat(str(path), 40, session_id="long")
+    machines = [chat] if with_machine else []
+    async with _client(create_app(path, machines=machines, token=TOKEN)) as client:
+        pages = {
+            n: (await client.get(f"/sessions/{sid}")).text for n, sid in ((20, short), (40, long))
+        }
+    page = pages[40]
+    # Each message is rendered a bounded number of times: appended in its step's diff,
+    # in that step's patch, and once in the state now; never again in later steps.
+    for turn in range(40):
+        assert _renderings(page, turn) <= 3, (turn, _renderings(page, turn))
+    total = {n: sum(_renderings(text, turn) for turn in range(n)) for n, text in pages.items()}
+    assert total[40] <= 2 * total[20] + 6  # linear in the steps, not quadratic
+    assert len(pages[40]) < 2.4 * len(pages[20])
+    # A list field shows only the items appended; a mapping only the keys that changed.
+    step = re.search(r'<tr id="event-5".*?</tr>\s*(?=<tr id="event-6")', page, re.S)
+    assert step is not None
+    shown = step.group()
+    assert "message 0004:" in shown
+    assert "message 0003:" not in shown
+    assert 'class="appended"' in shown
+    assert "<th>meta.turn</th>" in shown
+    assert "<th>meta.seen1</th>" in shown
+    assert "<th>meta.seen2</th>" not in shown  # unchanged keys are left out
+    # The full state at a step is a link away.
+    assert f'href="/sessions/{long}?at=5"' in shown
+
+
+async def test_the_full_state_after_a_step_is_shown_on_demand(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    session_id = await populate_chat(str(path), 6)
+    async with _client(create_app(path, machines=[chat], token=TOKEN)) as client:
+        at = await client.get(f"/sessions/{session_id}?at=3")
+        assert at.status_code == 200
+        assert "state after event 3</h1>" in at.text
+        for turn in range(3):
+            assert _renderings(at.text, turn) == 1
+        assert _renderings(at.text, 3) == 0
+        assert f'href="/sessions/{session_id}?at=2"' in at.text  # the step before
+        assert f'href="/sessions/{session_id}?at=4"' in at.text  # and after
+        start = await client.get(f"/sessions/{session_id}?at=0")
+        assert start.status_code == 200
+        assert _renderings(start.text, 0) == 0
+        for bad in ("7", "x", "-1"):
+            refused = await client.get(f"/sessions/{session_id}?at={bad}")
+            assert refused.status_code in (400, 404), bad
+            assert "event" in refused.text
