@@ -36,6 +36,7 @@ from ..system import AgentSystem
 from ._data import LIVE, load_timeline, summarize, when
 from ._graph import svg
 from ._json import parse_json
+from ._outcome import outcome
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -284,6 +285,7 @@ class _Inspector:
             machine=machine,
             why=why,
             waits=timeline.waits,
+            outcome=outcome(record.status, timeline.steps, timeline.waits),
             editable=editable,
             error=error,
             submitted=dict(submitted or {}),

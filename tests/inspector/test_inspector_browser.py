@@ -307,3 +307,13 @@ def test_a_long_conversation_shows_each_message_once(served: dict[str, Any], bro
     table = _wait(browser).until(lambda b: b.find_element(By.ID, "state-at"))
     assert "message 0003:" in table.text
     assert "message 0004:" not in table.text
+
+
+def test_a_failed_session_says_why_without_scrolling(served: dict[str, Any], browser: Any) -> None:
+    browser.get(served["url"])
+    browser.get(f"{served['base']}/sessions/{served['ids']['failed']}")
+    reason = _wait(browser).until(lambda b: b.find_element(By.ID, "outcome-reason"))
+    assert "lookup refused" in reason.text
+    top = reason.location["y"] + reason.size["height"]
+    assert top < browser.execute_script("return window.innerHeight"), top
+    _shot(browser, "session-failed")

@@ -16,7 +16,7 @@ pytest.importorskip("starlette", reason="the inspector extra is not installed")
 pytest.importorskip("hypercorn", reason="the inspector extra is not installed")
 
 from arkhon_rheo.inspector import create_app
-from tests.support.inspector_fixture import chat, populate_chat
+from tests.support.inspector_fixture import chat, desk, populate, populate_chat
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -100,3 +100,39 @@ async def test_the_full_state_after_a_step_is_shown_on_demand(tmp_path: Path) ->
             refused = await client.get(f"/sessions/{session_id}?at={bad}")
             assert refused.status_code in (400, 404), bad
             assert "event" in refused.text
+
+
+# -- 2. how a session ended is at the top of its page ---------------------------------
+
+
+@pytest.fixture
+async def ids(tmp_path: Path) -> dict[str, str]:
+    return await populate(str(tmp_path / "store.db"))
+
+
+@pytest.mark.parametrize("with_machine", [True, False], ids=["machine", "bare"])
+async def test_the_outcome_and_the_failure_reason_come_first(
+    tmp_path: Path, ids: dict[str, str], with_machine: bool
+) -> None:
+    machines = [desk] if with_machine else []
+    async with _client(create_app(tmp_path / "store.db", machines=machines, token=TOKEN)) as c:
+        failed = (await c.get(f"/sessions/{ids['failed']}")).text
+        paused = (await c.get(f"/sessions/{ids['paused']}")).text
+        finished = (await c.get(f"/sessions/{ids['finished']}")).text
+    top = failed.index('id="outcome"')
+    assert top < failed.index('id="graph"') < failed.index('id="timeline"')
+    outcome = failed[top : failed.index("</section>", top)]
+    assert "Ended failed at event 2" in outcome
+    assert "Fatal (fatal): lookup refused &#39;fatal disk&#39;" in outcome
+    assert "<code>act</code>" in outcome  # the stage it failed in
+    assert f'href="/sessions/{ids["failed"]}?page=1#event-2"' in outcome
+    assert 'class="outcome outcome-failed"' in outcome
+    top = paused.index('id="outcome"')
+    assert top < paused.index('id="decide"')
+    outcome = paused[top : paused.index("</section>", top)]
+    assert "Paused at gate &#39;before review&#39;: waits for a human decision" in outcome
+    assert 'href="#decide"' in outcome
+    assert "#event-3" in outcome  # the pause
+    # A recoverable failure the session went on from is not its outcome.
+    assert "Finished in FINISHED after 6 events" in finished
+    assert 'id="outcome-reason"' not in finished
