@@ -18,7 +18,7 @@ import contextlib
 import json
 import secrets
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -47,7 +47,15 @@ if TYPE_CHECKING:
     from ..core import Keyring
     from ..protocols import Machine, SessionRecord, Store
 
-__all__ = ["PAGE_SIZE", "TOKEN_COOKIE", "TOKEN_HEADER", "build_app", "session_url"]
+__all__ = [
+    "LIST_SIZE",
+    "MAX_LIST_SIZE",
+    "PAGE_SIZE",
+    "TOKEN_COOKIE",
+    "TOKEN_HEADER",
+    "build_app",
+    "session_url",
+]
 
 #: The header a script sends the token in (a form sends the ``token`` field).
 TOKEN_HEADER = "x-arkhon-token"
@@ -59,6 +67,10 @@ _DECISIONS = ("approve", "abort", "edit")
 _NOT_EDITABLE = frozenset({"lifecycle", "session_id", "iteration"})
 #: Events a session page shows at most (``?page=N``; the last page by default).
 PAGE_SIZE = 100
+#: Sessions the session list shows a page (``?limit=N``), newest change first.
+LIST_SIZE = 50
+#: The most sessions a page of the list may show.
+MAX_LIST_SIZE = 1000
 
 
 def session_url(session_id: str) -> str:
@@ -153,16 +165,40 @@ class _Inspector:
             return self._token_needed(request)
         if "token" in request.query_params:
             return self._take_token(request)
-        rows = [summarize(record) for record in await self.store.sessions()]
+        try:
+            page = _whole(request, "page", 1, None)
+            limit = _whole(request, "limit", LIST_SIZE, MAX_LIST_SIZE)
+        except _BadInput as exc:
+            return self.refused(request, str(exc), 400)
+        records = await self.store.sessions()
         counts: dict[str, int] = {}
-        for row in rows:
-            counts[row.status] = counts.get(row.status, 0) + 1
+        machines: set[str] = set()
+        for record in records:
+            counts[record.status] = counts.get(record.status, 0) + 1
+            machines.add(record.machine)
         wanted = request.query_params.get("status", "")
         if wanted:
-            rows = [row for row in rows if row.status == wanted]
-        rows.sort(key=lambda row: row.updated, reverse=True)
+            records = tuple(record for record in records if record.status == wanted)
+        pages = max(1, -(-len(records) // limit))
+        if page > pages:
+            message = f"no page {page} of {len(records)} session(s) at {limit} a page: {pages}"
+            return self.refused(request, message + " page(s)", 404)
+        ordered = sorted(records, key=lambda r: (r.updated_at, r.session_id), reverse=True)
+        shown = [summarize(record) for record in ordered[(page - 1) * limit : page * limit]]
         return self.page(
-            request, "sessions.html", rows=rows, counts=counts, wanted=wanted, title="Sessions"
+            request,
+            "sessions.html",
+            rows=shown,
+            counts=counts,
+            wanted=wanted,
+            total=len(records),
+            first=(page - 1) * limit + 1,
+            page=page,
+            pages=pages,
+            limit=limit,
+            query=_list_query(wanted, limit),
+            stored_machines=sorted(machines),
+            title="Sessions",
         )
 
     async def sessions_json(self, request: Request) -> Response:
@@ -409,7 +445,26 @@ class _Inspector:
 
 
 class _BadInput(Exception):
-    """An edit that changes nothing."""
+    """An edit that changes nothing, or a query parameter out of its range."""
+
+
+def _whole(request: Request, name: str, default: int, most: int | None) -> int:
+    """The query parameter ``name`` as a whole number from 1 (to ``most``), or ``default``."""
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not text.isdecimal() or int(text) < 1 or (most is not None and int(text) > most):
+        upto = f" to {most}" if most is not None else ""
+        raise _BadInput(f"{name} must be a whole number from 1{upto}, got {text!r}")
+    return int(text)
+
+
+def _list_query(status: str, limit: int) -> str:
+    """The session list's query string, less its page: the status filter and the page size."""
+    query = {"status": status} if status else {}
+    if limit != LIST_SIZE:
+        query["limit"] = str(limit)
+    return urlencode(query)
 
 
 def _jsontext(value: Any, indent: int | None = None) -> str:

@@ -16,6 +16,7 @@ pytest.importorskip("starlette", reason="the inspector extra is not installed")
 pytest.importorskip("hypercorn", reason="the inspector extra is not installed")
 
 from arkhon_rheo.inspector import create_app
+from arkhon_rheo.store import SQLiteStore
 from tests.support.inspector_fixture import chat, desk, populate, populate_chat
 
 if TYPE_CHECKING:
@@ -136,3 +137,60 @@ async def test_the_outcome_and_the_failure_reason_come_first(
     # A recoverable failure the session went on from is not its outcome.
     assert "Finished in FINISHED after 6 events" in finished
     assert 'id="outcome-reason"' not in finished
+
+
+# -- 3. the session list is paged ------------------------------------------------------
+
+
+async def _many(path: Path, statuses: dict[str, int]) -> dict[str, str]:
+    """Sessions recorded straight into a store: ``statuses`` says how many of each."""
+    made: dict[str, str] = {}
+    async with SQLiteStore(path) as store:
+        for status, count in statuses.items():
+            for n in range(count):
+                session_id = f"{status}-{n:03d}"
+                await store.create_session(
+                    session_id, machine="desk", snapshot={"question": "q"}, status=status
+                )
+                made[session_id] = status
+    return made
+
+
+def _listed(page: str) -> list[str]:
+    return re.findall(r'<tr data-session="([^"]+)">', page)
+
+
+async def test_the_session_list_is_paged_with_the_total_shown(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    made = await _many(path, {"finished": 200, "failed": 100, "paused": 10})
+    async with _client(create_app(path, token=TOKEN)) as client:
+        first = (await client.get("/")).text
+        assert len(_listed(first)) == 50
+        assert "sessions 1\u201350 of 310" in first
+        assert "page 1 of 7" in first
+        assert 'href="/?page=2" id="next-page"' in first
+        assert 'href="/?page=7" id="last-page"' in first
+        assert "all: 310" in first  # counts over every page
+        assert "failed: 100" in first
+        seen: list[str] = []
+        for page in range(1, 8):
+            seen += _listed((await client.get(f"/?page={page}")).text)
+        assert sorted(seen) == sorted(made)  # each session on exactly one page
+        last = (await client.get("/?page=7")).text
+        assert "sessions 301\u2013310 of 310" in last
+        assert 'id="next-page"' not in last
+        assert 'href="/?page=6" id="previous-page"' in last
+        # The status filter and the page size travel with the page links.
+        failed = (await client.get("/?status=failed&limit=40")).text
+        assert len(_listed(failed)) == 40
+        assert {made[session_id] for session_id in _listed(failed)} == {"failed"}
+        assert "sessions 1\u201340 of 100 failed" in failed
+        assert 'href="/?status=failed&amp;limit=40&amp;page=3" id="last-page"' in failed
+        assert len(_listed((await client.get("/?limit=1000")).text)) == 310
+        for bad in ("page=0", "page=x", "limit=0", "limit=1001", "limit=-5"):
+            refused = await client.get(f"/?{bad}")
+            assert refused.status_code == 400, bad
+            assert bad.split("=")[0] + " must be a whole number" in refused.text
+        beyond = await client.get("/?page=8")
+        assert beyond.status_code == 404
+        assert "no page 8 of 310 session(s) at 50 a page: 7 page(s)" in beyond.text
