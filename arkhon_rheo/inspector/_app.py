@@ -480,6 +480,24 @@ def _pretty(text: str) -> str:
         return text
 
 
+#: The inspector's icon: a small state graph (two states and a move), in the page's blue.
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">'
+    '<rect width="32" height="32" rx="7" fill="#111827"/>'
+    '<circle cx="9" cy="16" r="5" fill="#2563eb"/><circle cx="23" cy="16" r="5" fill="#e5e7eb"/>'
+    '<path d="M14 16h4" stroke="#e5e7eb" stroke-width="2.5"/></svg>'
+)
+
+
+async def _favicon(request: Request) -> Response:
+    """The icon, an SVG; served without the token (it shows nothing of the store)."""
+    return Response(
+        FAVICON,
+        media_type="image/svg+xml",
+        headers={"cache-control": "public, max-age=86400"},
+    )
+
+
 def build_app(
     store_path: Path | str,
     machines: Mapping[str, Machine[Any]],
@@ -504,6 +522,9 @@ def build_app(
     app = Starlette(
         routes=[
             Route("/", inspector.sessions),
+            # Browsers ask for /favicon.ico whatever the page links: both answer the SVG.
+            Route("/favicon.ico", _favicon),
+            Route("/favicon.svg", _favicon),
             Route("/api/sessions", inspector.sessions_json),
             # ``:path``: an id is the rest of the path, ``/`` included (sent as %2F, seen as /).
             Route("/api/sessions/{session_id:path}", inspector.session_json),

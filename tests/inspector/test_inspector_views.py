@@ -194,3 +194,24 @@ async def test_the_session_list_is_paged_with_the_total_shown(tmp_path: Path) ->
         beyond = await client.get("/?page=8")
         assert beyond.status_code == 404
         assert "no page 8 of 310 session(s) at 50 a page: 7 page(s)" in beyond.text
+
+
+# -- 5. a favicon ------------------------------------------------------------------------
+
+
+async def test_every_page_links_a_favicon_that_is_served(
+    ids: dict[str, str], tmp_path: Path
+) -> None:
+    path = tmp_path / "store.db"
+    protected = create_app(path, token=TOKEN, protect_reads=True, allowed_hosts=["*"])
+    async with _client(create_app(path, token=TOKEN)) as client, _client(protected) as locked:
+        for url in ("/", f"/sessions/{ids['failed']}", "/sessions/nope"):
+            page = (await client.get(url)).text
+            assert '<link rel="icon" href="/favicon.svg" type="image/svg+xml">' in page, url
+        for http in (client, locked):  # the icon needs no token: it shows nothing stored
+            for url in ("/favicon.svg", "/favicon.ico"):
+                icon = await http.get(url)
+                assert icon.status_code == 200, url
+                assert icon.headers["content-type"].startswith("image/svg+xml")
+                assert icon.text.startswith("<svg")
+                assert icon.text.endswith("</svg>")
