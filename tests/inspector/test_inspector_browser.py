@@ -34,8 +34,10 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from tests.support.inspector_fixture import (  # noqa: E402
+    HUB_ROUTE,
     populate,
     populate_chat,
+    populate_hub,
     populate_ids,
 )
 
@@ -79,6 +81,8 @@ ODD_IDS = ["a/b/1", "%41", "what?x=1", "tag#2", 'say "hi"', "with space", "ünï
 
 #: A session of 11 events, each adding a message to its conversation.
 CHAT = "chat-11"
+#: A session through every move of a machine of many moves out of one state.
+HUB = "hub-1"
 
 SHOTS = Path(os.environ.get("ARKHON_SCREENSHOTS", ROOT / "tests" / "screenshots"))
 
@@ -90,6 +94,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     ids = anyio.run(populate, str(path))
     anyio.run(populate_ids, str(path), ODD_IDS)
     anyio.run(populate_chat, str(path), 11, CHAT)
+    anyio.run(populate_hub, str(path), {HUB: HUB_ROUTE})
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen(
         [
@@ -104,6 +109,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             "tests.support.inspector_fixture:desk",
             "--machine",
             "tests.support.inspector_fixture:chat",
+            "--machine",
+            "tests.support.inspector_fixture:hub",
             "--backend",
             "trio",
         ],
@@ -168,7 +175,12 @@ def test_the_views_in_a_browser(served: dict[str, Any], browser: Any) -> None:
     browser.get(served["url"])
     assert browser.current_url == base + "/"
     rows = browser.find_elements(By.CSS_SELECTOR, "#sessions tbody tr")
-    assert {row.get_attribute("data-session") for row in rows} == {*ids.values(), *ODD_IDS, CHAT}
+    assert {row.get_attribute("data-session") for row in rows} == {
+        *ids.values(),
+        *ODD_IDS,
+        CHAT,
+        HUB,
+    }
     assert "read-only" not in browser.page_source
     _shot(browser, "sessions")
 
@@ -317,3 +329,41 @@ def test_a_failed_session_says_why_without_scrolling(served: dict[str, Any], bro
     top = reason.location["y"] + reason.size["height"]
     assert top < browser.execute_script("return window.innerHeight"), top
     _shot(browser, "session-failed")
+
+
+def _boxes(browser: Any, selector: str) -> list[dict[str, float]]:
+    script = (
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => {"
+        " const r = e.getBoundingClientRect();"
+        " return {left: r.left, top: r.top, right: r.right, bottom: r.bottom,"
+        " text: e.textContent}; })"
+    )
+    return list(browser.execute_script(script, selector))
+
+
+def _meet(one: dict[str, float], other: dict[str, float]) -> bool:
+    return min(one["right"], other["right"]) > max(one["left"], other["left"]) and min(
+        one["bottom"], other["bottom"]
+    ) > max(one["top"], other["top"])
+
+
+def test_edge_labels_do_not_overlap(served: dict[str, Any], browser: Any) -> None:
+    """Many moves out of one state, both ways between two: every label stands clear."""
+    browser.get(served["url"])
+    browser.get(f"{served['base']}/sessions/{HUB}")
+    _wait(browser).until(lambda b: b.find_elements(By.CSS_SELECTOR, "svg.graph text.count"))
+    labels = _boxes(browser, "svg.graph text.count")
+    assert len(labels) == 9, [label["text"] for label in labels]  # every move taken
+    states = _boxes(browser, "svg.graph .state rect")
+    (drawing,) = _boxes(browser, "svg.graph")
+    for index, label in enumerate(labels):
+        for other in labels[index + 1 :]:
+            assert not _meet(label, other), (label, other)
+        for state in states:
+            assert not _meet(label, state), (label, state)
+        # Inside the drawing: none cut off at its edge.
+        assert drawing["left"] <= label["left"], label
+        assert label["right"] <= drawing["right"], label
+        assert drawing["top"] <= label["top"], label
+        assert label["bottom"] <= drawing["bottom"], label
+    _shot(browser, "graph-labels")

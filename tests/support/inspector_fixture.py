@@ -225,6 +225,56 @@ async def populate_chat(path: str, turns: int, session_id: str | None = None) ->
         return result.session_id
 
 
+class Route(AgentState):
+    lifecycle: Lifecycle = L.INITIALIZED
+    route: tuple[str, ...] = ()
+    at: int = 0
+
+
+def _follow(state: Route) -> Lifecycle:
+    return L[state.route[state.at - 1]]
+
+
+@stage(reads={"route", "at"}, writes={"at"}, next=_follow)
+async def hop(view: StateView[Route]) -> Patch:
+    return Patch(at=view.at + 1)
+
+
+#: A machine of many moves out of one state and both ways between two: each session
+#: follows the ``route`` of state names its state holds.
+hub: Machine[Route] = Machine(
+    name="hub",
+    state_type=Route,
+    initial=L.INITIALIZED,
+    transitions={
+        L.INITIALIZED: {L.THINKING},
+        L.THINKING: {L.THINKING, L.ACTING, L.OBSERVING, L.FINISHED, L.FAILED},
+        L.ACTING: {L.THINKING, L.OBSERVING, L.FAILED},
+        L.OBSERVING: {L.THINKING, L.ACTING, L.FINISHED},
+    },
+    stages={L.INITIALIZED: hop, L.THINKING: hop, L.ACTING: hop, L.OBSERVING: hop},
+    terminal={L.FINISHED, L.FAILED},
+    failed=L.FAILED,
+)
+
+#: A route through every move of ``hub`` (the loops several times, so counts have two digits).
+HUB_ROUTE = (
+    "THINKING",
+    *("THINKING", "ACTING", "THINKING", "OBSERVING", "THINKING") * 11,
+    *("ACTING", "OBSERVING", "ACTING", "OBSERVING", "THINKING") * 3,
+    "FINISHED",
+)
+
+
+async def populate_hub(path: str, routes: dict[str, tuple[str, ...]]) -> None:
+    """Run one ``hub`` session per ``routes`` entry (its id, its route) into ``path``."""
+    async with AgentSystem(path=path, seed=7) as system:
+        for session_id, route in routes.items():
+            await system.run(
+                hub, Route(route=route), session_id=session_id, max_steps=len(route) + 1
+            )
+
+
 def main(argv: list[str]) -> int:
     path = argv[1] if len(argv) > 1 else "inspector-demo.db"
     ids: Any = anyio.run(populate, path)
