@@ -18,7 +18,7 @@ import contextlib
 import json
 import secrets
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -35,8 +35,19 @@ from ..protocols import StateGraph
 from ..system import AgentSystem
 from ._data import LIVE, load_timeline, summarize, when
 from ._graph import svg
-from ._json import parse_json
 from ._outcome import outcome
+from ._paths_view import paths_json, paths_page, paths_url
+from ._web import (
+    LIST_SIZE,
+    MAX_LIST_SIZE,
+    BadInput,
+    decision_input,
+    favicon,
+    jsontext,
+    list_query,
+    pretty,
+    whole,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -67,10 +78,6 @@ _DECISIONS = ("approve", "abort", "edit")
 _NOT_EDITABLE = frozenset({"lifecycle", "session_id", "iteration"})
 #: Events a session page shows at most (``?page=N``; the last page by default).
 PAGE_SIZE = 100
-#: Sessions the session list shows a page (``?limit=N``), newest change first.
-LIST_SIZE = 50
-#: The most sessions a page of the list may show.
-MAX_LIST_SIZE = 1000
 
 
 def session_url(session_id: str) -> str:
@@ -99,10 +106,11 @@ class _Inspector:
             loader=PackageLoader("arkhon_rheo.inspector", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
-        self.templates.filters["pretty"] = _pretty
-        self.templates.filters["jsontext"] = _jsontext
+        self.templates.filters["pretty"] = pretty
+        self.templates.filters["jsontext"] = jsontext
         self.templates.filters["session_url"] = session_url
         self.templates.filters["when"] = when
+        self.templates.filters["paths_url"] = paths_url
 
     @property
     def store(self) -> Store:
@@ -166,9 +174,9 @@ class _Inspector:
         if "token" in request.query_params:
             return self._take_token(request)
         try:
-            page = _whole(request, "page", 1, None)
-            limit = _whole(request, "limit", LIST_SIZE, MAX_LIST_SIZE)
-        except _BadInput as exc:
+            page = whole(request, "page", 1, None)
+            limit = whole(request, "limit", LIST_SIZE, MAX_LIST_SIZE)
+        except BadInput as exc:
             return self.refused(request, str(exc), 400)
         records = await self.store.sessions()
         counts: dict[str, int] = {}
@@ -196,10 +204,21 @@ class _Inspector:
             page=page,
             pages=pages,
             limit=limit,
-            query=_list_query(wanted, limit),
+            query=list_query(wanted, limit),
             stored_machines=sorted(machines),
             title="Sessions",
         )
+
+    async def paths(self, request: Request) -> Response:
+        """``/paths``: a machine's moves summed over its stored sessions, by outcome."""
+        if not self.may_read(request):
+            return self._token_needed(request)
+        return await paths_page(self, request)
+
+    async def paths_json(self, request: Request) -> Response:
+        if not self.may_read(request):
+            return JSONResponse({"error": "a token is needed"}, status_code=403)
+        return await paths_json(self, request)
 
     async def sessions_json(self, request: Request) -> Response:
         if not self.may_read(request):
@@ -350,7 +369,7 @@ class _Inspector:
             error = f"decision must be one of {', '.join(_DECISIONS)}, got {decision!r}"
             return await self._session_page(request, session_id, status=422, error=error)
         try:
-            value, edit = self._decision_input(fields, decision, session_id)
+            value, edit = decision_input(fields, decision)
             edit = await self._changed(session_id, machine, edit)
             assert self.system is not None
             stored = self.system.stored(machine, session_id)
@@ -360,28 +379,12 @@ class _Inspector:
                 await stored.abort()
             else:
                 await stored.edit(edit or {})
-        except (ArkhonError, _BadInput) as exc:
+        except (ArkhonError, BadInput) as exc:
             message = f"{type(exc).__name__}: {exc}" if isinstance(exc, ArkhonError) else str(exc)
             return await self._session_page(
                 request, session_id, status=422, error=message, submitted=fields
             )
         return RedirectResponse(f"{session_url(session_id)}?done={decision}", status_code=303)
-
-    def _decision_input(
-        self, fields: Mapping[str, str], decision: str, session_id: str
-    ) -> tuple[Any, dict[str, Any] | None]:
-        """The resume value and the edited fields of a submitted form, parsed from JSON."""
-        value: Any = None
-        if decision == "approve" and fields.get("value", "").strip():
-            value = parse_json("the resume value", fields["value"])
-        edit: dict[str, Any] | None = None
-        if decision == "edit":
-            edit = {
-                name[len("field.") :]: parse_json(f"field {name[len('field.') :]!r}", text)
-                for name, text in fields.items()
-                if name.startswith("field.")
-            }
-        return value, edit
 
     async def _changed(
         self, session_id: str, machine: Machine[Any], edit: dict[str, Any] | None
@@ -393,7 +396,7 @@ class _Inspector:
         current = {name: json.loads(text) for name, text in timeline.state.items()}
         changed = {name: value for name, value in edit.items() if current.get(name) != value}
         if not changed:
-            raise _BadInput("the edit changes nothing: change a field's value first")
+            raise BadInput("the edit changes nothing: change a field's value first")
         return changed
 
     async def replay(self, request: Request) -> Response:
@@ -444,60 +447,6 @@ class _Inspector:
         )
 
 
-class _BadInput(Exception):
-    """An edit that changes nothing, or a query parameter out of its range."""
-
-
-def _whole(request: Request, name: str, default: int, most: int | None) -> int:
-    """The query parameter ``name`` as a whole number from 1 (to ``most``), or ``default``."""
-    text = request.query_params.get(name)
-    if text is None:
-        return default
-    if not text.isdecimal() or int(text) < 1 or (most is not None and int(text) > most):
-        upto = f" to {most}" if most is not None else ""
-        raise _BadInput(f"{name} must be a whole number from 1{upto}, got {text!r}")
-    return int(text)
-
-
-def _list_query(status: str, limit: int) -> str:
-    """The session list's query string, less its page: the status filter and the page size."""
-    query = {"status": status} if status else {}
-    if limit != LIST_SIZE:
-        query["limit"] = str(limit)
-    return urlencode(query)
-
-
-def _jsontext(value: Any, indent: int | None = None) -> str:
-    """A stored value as JSON text, for display (escaped by the template, like all text)."""
-    return json.dumps(value, indent=indent, ensure_ascii=False, default=repr)
-
-
-def _pretty(text: str) -> str:
-    """Indent JSON text for display (left as it is if it is not JSON)."""
-    try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return text
-
-
-#: The inspector's icon: a small state graph (two states and a move), in the page's blue.
-FAVICON = (
-    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">'
-    '<rect width="32" height="32" rx="7" fill="#111827"/>'
-    '<circle cx="9" cy="16" r="5" fill="#2563eb"/><circle cx="23" cy="16" r="5" fill="#e5e7eb"/>'
-    '<path d="M14 16h4" stroke="#e5e7eb" stroke-width="2.5"/></svg>'
-)
-
-
-async def _favicon(request: Request) -> Response:
-    """The icon, an SVG; served without the token (it shows nothing of the store)."""
-    return Response(
-        FAVICON,
-        media_type="image/svg+xml",
-        headers={"cache-control": "public, max-age=86400"},
-    )
-
-
 def build_app(
     store_path: Path | str,
     machines: Mapping[str, Machine[Any]],
@@ -523,9 +472,11 @@ def build_app(
         routes=[
             Route("/", inspector.sessions),
             # Browsers ask for /favicon.ico whatever the page links: both answer the SVG.
-            Route("/favicon.ico", _favicon),
-            Route("/favicon.svg", _favicon),
+            Route("/favicon.ico", favicon),
+            Route("/favicon.svg", favicon),
             Route("/api/sessions", inspector.sessions_json),
+            Route("/paths", inspector.paths),
+            Route("/api/paths", inspector.paths_json),
             # ``:path``: an id is the rest of the path, ``/`` included (sent as %2F, seen as /).
             Route("/api/sessions/{session_id:path}", inspector.session_json),
             Route("/sessions/{session_id:path}/decide", inspector.decide, methods=["POST"]),

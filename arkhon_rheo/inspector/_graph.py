@@ -99,7 +99,9 @@ def svg(
             f'role="img" aria-label="state graph" width="{right - left:.0f}" '
             f'height="{bottom - top:.0f}" viewBox="{left:.0f} {top:.0f} {right - left:.0f} '
             f'{bottom - top:.0f}">',
-            _DEFS,
+            _DEFS.replace("</defs>", _flow_marker(tone) + "</defs>")
+            if flows is not None
+            else _DEFS,
             *drawn,
             *parts,
             "</svg>",
@@ -116,6 +118,19 @@ _DEFS = (
     'markerHeight="6" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" '
     'fill="#2563eb"/></marker></defs>'
 )
+
+
+#: The colour of each outcome group's moves (the page's palette).
+_TONES = {"finished": "#067647", "failed": "#b42318", "stuck": "#b54708"}
+
+
+def _flow_marker(tone: str) -> str:
+    """The arrowhead of the paths view: one size however thick its move is drawn."""
+    return (
+        '<marker id="arrow-flow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="11" '
+        'markerHeight="11" markerUnits="userSpaceOnUse" orient="auto-start-reverse">'
+        f'<path d="M0,0L10,5L0,10z" fill="{_TONES.get(tone, "#2563eb")}"/></marker>'
+    )
 
 
 def _by_weight(
@@ -219,6 +234,7 @@ def _edge(
     marker = "arrow-taken" if total else "arrow"
     style = ""
     if flows is not None and total:
+        marker = "arrow-flow"
         style = f' style="stroke-width:{1.5 + 6 * math.sqrt(total / max(heaviest, 1)):.1f}"'
     (x1, y1), (x2, y2) = where[src], where[dst]
     if src == dst:  # a loop over the node's top edge

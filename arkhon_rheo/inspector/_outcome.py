@@ -71,7 +71,8 @@ def _failure(steps: Sequence[Step]) -> Step | None:
     """The failure that ended the session: the last one with an exit reason, else the last."""
     failed = [step for step in steps if isinstance(step.event.error, dict)]
     ended = [step for step in failed if step.event.error.get("exit_reason")]
-    return (ended or failed or [None])[-1]
+    found = ended or failed
+    return found[-1] if found else None
 
 
 def _reason(error: dict[str, Any]) -> str:

@@ -367,3 +367,34 @@ def test_edge_labels_do_not_overlap(served: dict[str, Any], browser: Any) -> Non
         assert drawing["top"] <= label["top"], label
         assert label["bottom"] <= drawing["bottom"], label
     _shot(browser, "graph-labels")
+
+
+def test_the_paths_across_sessions_in_a_browser(served: dict[str, Any], browser: Any) -> None:
+    browser.get(served["url"])
+    browser.find_element(By.ID, "paths-links").find_element(By.LINK_TEXT, "desk").click()
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "outcomes"))
+    assert browser.find_element(By.CSS_SELECTOR, "h1 code").text == "desk"
+    sessions = {
+        row.get_attribute("data-group"): int(row.find_element(By.CSS_SELECTOR, "td").text)
+        for row in browser.find_elements(By.CSS_SELECTOR, "#outcomes tbody tr")
+    }
+    # populate's three, and the seven paused under odd ids (some decided by now).
+    assert sum(sessions.values()) == 10, sessions
+    assert sessions["failed"] >= 1
+    labels = _boxes(browser, "svg.graph text.count")
+    assert labels
+    for index, label in enumerate(labels):
+        for other in labels[index + 1 :]:
+            assert not _meet(label, other), (label, other)
+    _shot(browser, "paths")
+    browser.find_element(By.ID, "outcome-stuck").click()
+    _wait(browser).until(lambda b: b.find_elements(By.CSS_SELECTOR, "svg.graph.tone-stuck"))
+    _shot(browser, "paths-stuck")
+    browser.get(f"{served['base']}/paths?machine=hub")
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "moves"))
+    hub_labels = _boxes(browser, "svg.graph text.count")
+    assert len(hub_labels) == 9
+    for index, label in enumerate(hub_labels):
+        for other in hub_labels[index + 1 :]:
+            assert not _meet(label, other), (label, other)
+    _shot(browser, "paths-hub")

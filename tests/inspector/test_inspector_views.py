@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -17,7 +17,7 @@ pytest.importorskip("hypercorn", reason="the inspector extra is not installed")
 
 from arkhon_rheo.inspector import create_app
 from arkhon_rheo.store import SQLiteStore
-from tests.support.inspector_fixture import chat, desk, populate, populate_chat
+from tests.support.inspector_fixture import chat, desk, populate, populate_chat, populate_ids
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -215,3 +215,151 @@ async def test_every_page_links_a_favicon_that_is_served(
                 assert icon.headers["content-type"].startswith("image/svg+xml")
                 assert icon.text.startswith("<svg")
                 assert icon.text.endswith("</svg>")
+
+
+# -- 6. paths across sessions ----------------------------------------------------------
+
+
+async def _known(path: Path) -> dict[str, str]:
+    """``desk`` sessions of every outcome: finished 1, failed 1, stuck 2 (paused), running 1;
+    and one ``chat`` session, which the paths of ``desk`` leave out."""
+    ids = await populate(str(path))
+    await populate_ids(str(path), ["paused-2"])
+    await populate_chat(str(path), 2, session_id="other-machine")
+    async with SQLiteStore(path) as store:
+        await store.create_session("just-started", machine="desk", snapshot={"question": "q"})
+    return ids
+
+
+#: The moves of `_known`'s ``desk`` sessions, per outcome group.
+KNOWN_MOVES = {
+    ("INITIALIZED", "ACTING"): {"finished": 1, "failed": 1, "stuck": 2, "running": 0},
+    ("ACTING", "ACTING"): {"finished": 1, "failed": 0, "stuck": 0, "running": 0},  # the retry
+    ("ACTING", "OBSERVING"): {"finished": 1, "failed": 0, "stuck": 2, "running": 0},
+    ("OBSERVING", "FINISHED"): {"finished": 1, "failed": 0, "stuck": 0, "running": 0},
+    ("ACTING", "FAILED"): {"finished": 0, "failed": 1, "stuck": 0, "running": 0},
+}
+
+
+class _Counting:
+    """A store that counts the reads `gather_paths` makes, passing each on."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.reads: dict[str, int] = {"sessions": 0, "history": 0}
+
+    async def sessions(self) -> Any:
+        self.reads["sessions"] += 1
+        return await self.store.sessions()
+
+    async def history(self, session_id: str) -> Any:
+        self.reads["history"] += 1
+        return await self.store.history(session_id)
+
+
+async def test_paths_sum_every_session_of_a_machine_by_outcome_in_one_pass(
+    tmp_path: Path,
+) -> None:
+    from arkhon_rheo.inspector._paths import gather_paths
+
+    path = tmp_path / "store.db"
+    await _known(path)
+    async with SQLiteStore(path) as store:
+        counting = _Counting(store)
+        paths = await gather_paths(counting, "desk")  # type: ignore[arg-type]
+    # One list of the sessions, then one history per session of the machine.
+    assert counting.reads == {"sessions": 1, "history": 5}
+    assert paths.sessions == {"finished": 1, "failed": 1, "stuck": 2, "running": 1}
+    assert paths.moves == KNOWN_MOVES
+    # Events per session: finished 6 (think, retry, act, pause, decision, review),
+    # failed 2, paused 3 each, the one just started none.
+    assert paths.average("finished") == 6.0
+    assert paths.average("failed") == 2.0
+    assert paths.average("stuck") == 3.0
+    assert paths.average("running") == 0.0
+    assert paths.stopped == {
+        "finished": {"FINISHED": 1},
+        "failed": {"FAILED": 1},
+        "stuck": {"OBSERVING": 2},
+        "running": {},
+    }
+    async with SQLiteStore(path) as store:
+        nothing = await gather_paths(store, "no-such-machine")
+    assert nothing.total == 0
+    assert nothing.average("finished") is None
+
+
+@pytest.mark.parametrize("with_machine", [True, False], ids=["machine", "bare"])
+async def test_the_paths_page_draws_the_counts_by_outcome(
+    tmp_path: Path, with_machine: bool
+) -> None:
+    path = tmp_path / "store.db"
+    ids = await _known(path)
+    machines = [desk] if with_machine else []
+    async with _client(create_app(path, machines=machines, token=TOKEN)) as client:
+        page = (await client.get("/paths?machine=desk")).text
+        assert "5 sessions:" in page
+        rows = dict(re.findall(r'<tr data-group="(\w+)">(.*?)</tr>', page, re.S))
+        assert '<td data-field="sessions">2</td>' in rows["stuck"]
+        assert '<td data-field="average">3.0</td>' in rows["stuck"]
+        assert '<td data-field="average">6.0</td>' in rows["finished"]
+        assert "<code>OBSERVING</code>: 2" in rows["stuck"]
+        assert "<code>FAILED</code>: 1" in rows["failed"]
+        moves = dict(re.findall(r'<tr data-move="([^"]+)">(.*?)</tr>', page, re.S))
+        assert set(moves) == {f"{s}->{t}" for s, t in KNOWN_MOVES}
+        first = moves["INITIALIZED->ACTING"]
+        assert re.findall(r'<td data-group="(\w+)">(\d*)</td>', first) == [
+            ("finished", "1"),
+            ("failed", "1"),
+            ("stuck", "2"),
+            ("running", ""),
+            ("all", "4"),
+        ]
+        # The graph: each move taken labelled with its counts per group, in colour.
+        graph = page[page.index("<svg") : page.index("</svg>")]
+        assert 'data-move="INITIALIZED->ACTING"' in graph
+        assert '<tspan class="n-finished">1</tspan>' in graph
+        assert '<tspan class="n-stuck"> 2</tspan>' in graph
+        assert "INITIALIZED \u2192 ACTING: finished: 1, failed: 1, stuck: 2" in graph
+        assert "2 stopped here" in graph  # the paused sessions, at OBSERVING
+        # One group alone.
+        failed = (await client.get("/paths?machine=desk&outcome=failed")).text
+        assert 'class="graph tone-failed"' in failed
+        failed_graph = failed[failed.index("<svg") : failed.index("</svg>")]
+        assert '<tspan class="n-failed">1</tspan>' in failed_graph
+        assert "n-stuck" not in failed_graph
+        # Where to find it: the list, each session's page, the top bar.
+        assert 'href="/paths?machine=desk"' in (await client.get("/")).text
+        session = (await client.get(f"/sessions/{ids['failed']}")).text
+        assert '<a href="/paths?machine=desk" id="paths-link">' in session
+        listing = (await client.get("/paths")).text
+        assert '<a href="/paths?machine=desk">desk</a> · 5 sessions' in listing
+        assert '<a href="/paths?machine=chat">chat</a> · 1 session<' in listing
+        # The same counts as JSON.
+        data = (await client.get("/api/paths?machine=desk")).json()
+        assert data["sessions"] == {"finished": 1, "failed": 1, "stuck": 2, "running": 1}
+        assert data["average_events"]["stuck"] == 3.0
+        assert {(m["source"], m["target"]): m["stuck"] for m in data["moves"]} == {
+            move: counts["stuck"] for move, counts in KNOWN_MOVES.items()
+        }
+        # Bad input: a clear refusal.
+        bad = await client.get("/paths?machine=desk&outcome=lost")
+        assert bad.status_code == 400
+        assert "outcome must be one of finished, failed, stuck, running, got &#39;lost&#39;" in (
+            bad.text
+        )
+        missing = await client.get("/paths?machine=nope")
+        assert missing.status_code == 404
+        assert "no session of machine &#39;nope&#39; is stored" in missing.text
+        assert (await client.get("/api/paths?machine=nope")).status_code == 404
+
+
+async def test_the_paths_need_the_token_where_reads_do(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    await _known(path)
+    app = create_app(path, token=TOKEN, protect_reads=True, allowed_hosts=["*"])
+    async with _client(app) as client:
+        assert (await client.get("/paths?machine=desk")).status_code == 403
+        assert (await client.get("/api/paths?machine=desk")).status_code == 403
+        headers = {"X-Arkhon-Token": TOKEN}
+        assert (await client.get("/api/paths?machine=desk", headers=headers)).is_success

@@ -232,7 +232,7 @@ class Route(AgentState):
 
 
 def _follow(state: Route) -> Lifecycle:
-    return L[state.route[state.at - 1]]
+    return Lifecycle.__members__[state.route[state.at - 1]]
 
 
 @stage(reads={"route", "at"}, writes={"at"}, next=_follow)
@@ -258,7 +258,7 @@ hub: Machine[Route] = Machine(
 )
 
 #: A route through every move of ``hub`` (the loops several times, so counts have two digits).
-HUB_ROUTE = (
+HUB_ROUTE: tuple[str, ...] = (
     "THINKING",
     *("THINKING", "ACTING", "THINKING", "OBSERVING", "THINKING") * 11,
     *("ACTING", "OBSERVING", "ACTING", "OBSERVING", "THINKING") * 3,
