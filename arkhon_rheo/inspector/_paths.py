@@ -1,7 +1,7 @@
 """Paths across sessions: a machine's moves summed over all its stored sessions, by outcome.
 
-`gather_paths` reads a store's sessions of one machine once, one history at
-a time (no more than one session's events in memory), and counts, for each
+`gather_paths` reads a store's sessions of one machine once, a few histories
+at a time (no more than those sessions' events in memory), and counts, for each
 outcome group (finished, failed, stuck, running: `group_of`), how many
 sessions there are, how many events they took, how many times they took each
 move, and in which state they stopped. A move is counted as a session's graph
@@ -13,8 +13,11 @@ get stuck.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from .._errors import SessionNotFound
 from ..protocols import StateGraph
@@ -26,6 +29,9 @@ if TYPE_CHECKING:
 __all__ = ["Paths", "gather_paths"]
 
 Move = tuple[str, str]
+
+#: How many histories `gather_paths` reads at once (and holds at most).
+WINDOW = 16
 
 
 @dataclass(slots=True)
@@ -109,30 +115,42 @@ class Paths:
         }
 
 
-async def gather_paths(store: Store, machine: str) -> Paths:
+async def gather_paths(store: Store, machine: str, *, window: int = WINDOW) -> Paths:
     """Sum the moves of every stored session of ``machine``, by outcome, in one pass.
 
-    Each session's history is read, counted and let go before the next is
-    read; a session removed meanwhile is left out.
+    The histories are read ``window`` at a time, all of a window at once (so
+    the store answers one while the next waits), then counted in the
+    sessions' order and let go before the next window is read: at most
+    ``window`` sessions' events are held. A session removed meanwhile is left
+    out.
 
     Args:
         store: The store (entered).
         machine: The machine's name, as the sessions' records hold it.
+        window: How many histories are read at once.
 
     Returns:
         The counts.
     """
     paths = Paths(machine)
     states: dict[str, None] = {}
-    for record in await store.sessions():
-        if record.machine != machine:
-            continue
-        try:
-            history = await store.history(record.session_id)
-        except SessionNotFound:
-            continue
-        paths.add(record.status, history)
-        if isinstance(record.fingerprint, dict):
-            states.update(dict.fromkeys(record.fingerprint.get("states") or ()))
+    records = [record for record in await store.sessions() if record.machine == machine]
+    for start in range(0, len(records), window):
+        batch = records[start : start + window]
+        histories: list[tuple[StoredEvent, ...] | None] = [None] * len(batch)
+
+        async def read(index: int, session_id: str, into: list[Any] = histories) -> None:
+            with contextlib.suppress(SessionNotFound):
+                into[index] = await store.history(session_id)
+
+        async with anyio.create_task_group() as tg:
+            for index, record in enumerate(batch):
+                tg.start_soon(read, index, record.session_id)
+        for record, history in zip(batch, histories, strict=True):
+            if history is None:
+                continue
+            paths.add(record.status, history)
+            if isinstance(record.fingerprint, dict):
+                states.update(dict.fromkeys(record.fingerprint.get("states") or ()))
     paths.states = tuple(states)
     return paths

@@ -6,6 +6,7 @@ HTTP-level, through httpx on the app, on both backends.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -363,3 +364,55 @@ async def test_the_paths_need_the_token_where_reads_do(tmp_path: Path) -> None:
         assert (await client.get("/api/paths?machine=desk")).status_code == 403
         headers = {"X-Arkhon-Token": TOKEN}
         assert (await client.get("/api/paths?machine=desk", headers=headers)).is_success
+
+
+async def _recorded(path: Path, count: int) -> dict[str, Any]:
+    """``count`` sessions of machine ``m`` appended straight to a store, of every status;
+    the counts the paths must find, worked out on the side."""
+    from arkhon_rheo.protocols import StoredEvent
+
+    route = ["INITIALIZED", "THINKING", "ACTING", "OBSERVING", "THINKING", "ACTING", "DONE"]
+    statuses = ["finished", "failed", "paused", "waiting", "running"]
+    expected: dict[str, Any] = {"sessions": {}, "events": {}, "moves": {}}
+    async with SQLiteStore(path) as store:
+        for n in range(count):
+            session_id, status, length = f"s{n}", statuses[n % 5], 2 + n % 5
+            await store.create_session(session_id, machine="m", snapshot={"x": 0})
+            events = [
+                StoredEvent(
+                    session_id, i + 1, "step", "go", a, b, (), (), {"set": {"x": i}}, 1, 0, 0
+                )
+                for i, (a, b) in enumerate(itertools.pairwise(route[: length + 1]))
+            ]
+            await store.append(session_id, events, status=status)
+            group = {"paused": "stuck", "waiting": "stuck"}.get(status, status)
+            expected["sessions"][group] = expected["sessions"].get(group, 0) + 1
+            expected["events"][group] = expected["events"].get(group, 0) + len(events)
+            for event in events:
+                move = expected["moves"].setdefault((event.from_state, event.to_state), {})
+                move[group] = move.get(group, 0) + 1
+    return expected
+
+
+async def _check_paths_of_many(path: Path, count: int) -> None:
+    from arkhon_rheo.inspector._paths import gather_paths
+
+    expected = await _recorded(path, count)
+    async with SQLiteStore(path) as store:
+        for window in (1, 7, 16):  # however many are read at once, the same counts
+            paths = await gather_paths(store, "m", window=window)
+            assert paths.sessions == expected["sessions"]
+            assert paths.events == expected["events"]
+            assert {
+                move: {group: n for group, n in counts.items() if n}
+                for move, counts in paths.moves.items()
+            } == expected["moves"]
+
+
+async def test_paths_over_many_sessions_match_a_count_on_the_side(tmp_path: Path) -> None:
+    await _check_paths_of_many(tmp_path / "store.db", 60)
+
+
+@pytest.mark.slow
+async def test_paths_over_thousands_of_sessions_match_a_count_on_the_side(tmp_path: Path) -> None:
+    await _check_paths_of_many(tmp_path / "store.db", 3000)
