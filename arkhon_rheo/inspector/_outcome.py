@@ -112,7 +112,7 @@ def outcome(status: str, steps: Sequence[Step], waits: WaitsFor | None) -> Outco
         return Outcome(
             status,
             group,
-            f"Ended {ended} at event {event.seq}",
+            f"Ended {ended}",
             reason=_reason(error),
             seq=event.seq,
             stage=event.stage,

@@ -124,10 +124,10 @@ async def test_the_outcome_and_the_failure_reason_come_first(
     top = failed.index('id="outcome"')
     assert top < failed.index('id="graph"') < failed.index('id="timeline"')
     outcome = failed[top : failed.index("</section>", top)]
-    assert "Ended failed at event 2" in outcome
+    assert '<b id="outcome-headline">Ended failed</b>' in outcome
     assert "Fatal (fatal): lookup refused &#39;fatal disk&#39;" in outcome
     assert "<code>act</code>" in outcome  # the stage it failed in
-    assert f'href="/sessions/{ids["failed"]}?page=1#event-2"' in outcome
+    assert f'at <a href="/sessions/{ids["failed"]}?page=1#event-2" id="outcome-event">' in outcome
     assert 'class="outcome outcome-failed"' in outcome
     top = paused.index('id="outcome"')
     assert top < paused.index('id="decide"')
@@ -416,3 +416,38 @@ async def test_paths_over_many_sessions_match_a_count_on_the_side(tmp_path: Path
 @pytest.mark.slow
 async def test_paths_over_thousands_of_sessions_match_a_count_on_the_side(tmp_path: Path) -> None:
     await _check_paths_of_many(tmp_path / "store.db", 3000)
+
+
+# -- 4. edge labels stand clear (the browser test measures the drawn text) ---------------
+
+
+async def test_edge_labels_are_laid_out_apart_and_inside_the_drawing(tmp_path: Path) -> None:
+    from arkhon_rheo.inspector._graph import _CHAR, _LINE, svg
+    from tests.support.inspector_fixture import HUB_ROUTE, hub, populate_hub
+
+    path = tmp_path / "store.db"
+    await populate_hub(str(path), {"hub-1": HUB_ROUTE})
+    async with SQLiteStore(path) as store:
+        drawing = svg(hub.graph(await store.history("hub-1")))
+    view = re.search(r'viewBox="([^"]+)"', drawing)
+    assert view is not None
+    left, top, width, height = map(float, view[1].split())
+    boxes = []
+    for x, y, text in re.findall(
+        r'<text class="count" x="([\d.-]+)" y="([\d.-]+)"[^>]*>([^<]+)<', drawing
+    ):
+        half = (_CHAR * len(text) + 6) / 2
+        boxes.append(
+            (float(x) - half, float(y) - 4 - _LINE / 2, float(x) + half, float(y) - 4 + _LINE / 2)
+        )
+    assert len(boxes) == 9
+    for index, box in enumerate(boxes):
+        assert left <= box[0], box
+        assert box[2] <= left + width, box
+        assert top <= box[1], box
+        assert box[3] <= top + height, box
+        for other in boxes[index + 1 :]:
+            apart = (
+                box[2] <= other[0] or other[2] <= box[0] or box[3] <= other[1] or other[3] <= box[1]
+            )
+            assert apart, (box, other)
