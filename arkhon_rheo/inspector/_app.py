@@ -35,7 +35,19 @@ from ..protocols import StateGraph
 from ..system import AgentSystem
 from ._data import LIVE, load_timeline, summarize, when
 from ._graph import svg
-from ._json import parse_json
+from ._outcome import outcome
+from ._paths_view import paths_json, paths_page, paths_url
+from ._web import (
+    LIST_SIZE,
+    MAX_LIST_SIZE,
+    BadInput,
+    decision_input,
+    favicon,
+    jsontext,
+    list_query,
+    pretty,
+    whole,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -46,7 +58,15 @@ if TYPE_CHECKING:
     from ..core import Keyring
     from ..protocols import Machine, SessionRecord, Store
 
-__all__ = ["PAGE_SIZE", "TOKEN_COOKIE", "TOKEN_HEADER", "build_app", "session_url"]
+__all__ = [
+    "LIST_SIZE",
+    "MAX_LIST_SIZE",
+    "PAGE_SIZE",
+    "TOKEN_COOKIE",
+    "TOKEN_HEADER",
+    "build_app",
+    "session_url",
+]
 
 #: The header a script sends the token in (a form sends the ``token`` field).
 TOKEN_HEADER = "x-arkhon-token"
@@ -86,10 +106,11 @@ class _Inspector:
             loader=PackageLoader("arkhon_rheo.inspector", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
-        self.templates.filters["pretty"] = _pretty
-        self.templates.filters["jsontext"] = _jsontext
+        self.templates.filters["pretty"] = pretty
+        self.templates.filters["jsontext"] = jsontext
         self.templates.filters["session_url"] = session_url
         self.templates.filters["when"] = when
+        self.templates.filters["paths_url"] = paths_url
 
     @property
     def store(self) -> Store:
@@ -152,17 +173,52 @@ class _Inspector:
             return self._token_needed(request)
         if "token" in request.query_params:
             return self._take_token(request)
-        rows = [summarize(record) for record in await self.store.sessions()]
+        try:
+            page = whole(request, "page", 1, None)
+            limit = whole(request, "limit", LIST_SIZE, MAX_LIST_SIZE)
+        except BadInput as exc:
+            return self.refused(request, str(exc), 400)
+        records = await self.store.sessions()
         counts: dict[str, int] = {}
-        for row in rows:
-            counts[row.status] = counts.get(row.status, 0) + 1
+        machines: set[str] = set()
+        for record in records:
+            counts[record.status] = counts.get(record.status, 0) + 1
+            machines.add(record.machine)
         wanted = request.query_params.get("status", "")
         if wanted:
-            rows = [row for row in rows if row.status == wanted]
-        rows.sort(key=lambda row: row.updated, reverse=True)
+            records = tuple(record for record in records if record.status == wanted)
+        pages = max(1, -(-len(records) // limit))
+        if page > pages:
+            message = f"no page {page} of {len(records)} session(s) at {limit} a page: {pages}"
+            return self.refused(request, message + " page(s)", 404)
+        ordered = sorted(records, key=lambda r: (r.updated_at, r.session_id), reverse=True)
+        shown = [summarize(record) for record in ordered[(page - 1) * limit : page * limit]]
         return self.page(
-            request, "sessions.html", rows=rows, counts=counts, wanted=wanted, title="Sessions"
+            request,
+            "sessions.html",
+            rows=shown,
+            counts=counts,
+            wanted=wanted,
+            total=len(records),
+            first=(page - 1) * limit + 1,
+            page=page,
+            pages=pages,
+            limit=limit,
+            query=list_query(wanted, limit),
+            stored_machines=sorted(machines),
+            title="Sessions",
         )
+
+    async def paths(self, request: Request) -> Response:
+        """``/paths``: a machine's moves summed over its stored sessions, by outcome."""
+        if not self.may_read(request):
+            return self._token_needed(request)
+        return await paths_page(self, request)
+
+    async def paths_json(self, request: Request) -> Response:
+        if not self.may_read(request):
+            return JSONResponse({"error": "a token is needed"}, status_code=403)
+        return await paths_json(self, request)
 
     async def sessions_json(self, request: Request) -> Response:
         if not self.may_read(request):
@@ -182,6 +238,9 @@ class _Inspector:
     async def session(self, request: Request) -> Response:
         if not self.may_read(request):
             return self._token_needed(request)
+        session_id = request.path_params["session_id"]
+        if "at" in request.query_params:
+            return await self._state_page(request, session_id, request.query_params["at"])
         page: int | None = None
         if "page" in request.query_params:
             text = request.query_params["page"]
@@ -189,7 +248,40 @@ class _Inspector:
                 message = f"page must be a whole number from 1, got {text!r}"
                 return self.refused(request, message, 400)
             page = int(text)
-        return await self._session_page(request, request.path_params["session_id"], page=page)
+        return await self._session_page(request, session_id, page=page)
+
+    async def _state_page(self, request: Request, session_id: str, text: str) -> Response:
+        """``?at=SEQ``: the whole state after event ``SEQ`` (0: before the first)."""
+        try:
+            record = await self.store.record(session_id)
+        except SessionNotFound as exc:
+            return self.refused(request, str(exc), 404)
+        if not text.isdecimal():
+            message = f"at must be an event number from 0 (the start), got {text!r}"
+            return self.refused(request, message, 400)
+        machine, _ = self.machine_for(record)
+        try:
+            timeline = await load_timeline(self.store, session_id, machine, self.keyring)
+        except ArkhonError:  # a stored state the machine cannot decode: the stored data
+            timeline = await load_timeline(self.store, session_id)
+        seqs = [0, *(step.event.seq for step in timeline.steps)]
+        seq = int(text)
+        if seq not in seqs:
+            message = f"session {session_id!r} has no event {seq}: it has {len(seqs) - 1} event(s)"
+            return self.refused(request, message, 404)
+        index = seqs.index(seq)
+        return self.page(
+            request,
+            "state.html",
+            title=f"Session {session_id} at event {seq}",
+            url=session_url(session_id),
+            record=summarize(record),
+            seq=seq,
+            last=seqs[-1],
+            page=max(0, index - 1) // PAGE_SIZE + 1,
+            exact=timeline.exact,
+            state=timeline.states[index],
+        )
 
     async def _session_page(
         self,
@@ -248,6 +340,7 @@ class _Inspector:
             machine=machine,
             why=why,
             waits=timeline.waits,
+            outcome=outcome(record.status, timeline.steps, timeline.waits),
             editable=editable,
             error=error,
             submitted=dict(submitted or {}),
@@ -276,7 +369,7 @@ class _Inspector:
             error = f"decision must be one of {', '.join(_DECISIONS)}, got {decision!r}"
             return await self._session_page(request, session_id, status=422, error=error)
         try:
-            value, edit = self._decision_input(fields, decision, session_id)
+            value, edit = decision_input(fields, decision)
             edit = await self._changed(session_id, machine, edit)
             assert self.system is not None
             stored = self.system.stored(machine, session_id)
@@ -286,28 +379,12 @@ class _Inspector:
                 await stored.abort()
             else:
                 await stored.edit(edit or {})
-        except (ArkhonError, _BadInput) as exc:
+        except (ArkhonError, BadInput) as exc:
             message = f"{type(exc).__name__}: {exc}" if isinstance(exc, ArkhonError) else str(exc)
             return await self._session_page(
                 request, session_id, status=422, error=message, submitted=fields
             )
         return RedirectResponse(f"{session_url(session_id)}?done={decision}", status_code=303)
-
-    def _decision_input(
-        self, fields: Mapping[str, str], decision: str, session_id: str
-    ) -> tuple[Any, dict[str, Any] | None]:
-        """The resume value and the edited fields of a submitted form, parsed from JSON."""
-        value: Any = None
-        if decision == "approve" and fields.get("value", "").strip():
-            value = parse_json("the resume value", fields["value"])
-        edit: dict[str, Any] | None = None
-        if decision == "edit":
-            edit = {
-                name[len("field.") :]: parse_json(f"field {name[len('field.') :]!r}", text)
-                for name, text in fields.items()
-                if name.startswith("field.")
-            }
-        return value, edit
 
     async def _changed(
         self, session_id: str, machine: Machine[Any], edit: dict[str, Any] | None
@@ -319,7 +396,7 @@ class _Inspector:
         current = {name: json.loads(text) for name, text in timeline.state.items()}
         changed = {name: value for name, value in edit.items() if current.get(name) != value}
         if not changed:
-            raise _BadInput("the edit changes nothing: change a field's value first")
+            raise BadInput("the edit changes nothing: change a field's value first")
         return changed
 
     async def replay(self, request: Request) -> Response:
@@ -370,23 +447,6 @@ class _Inspector:
         )
 
 
-class _BadInput(Exception):
-    """An edit that changes nothing."""
-
-
-def _jsontext(value: Any, indent: int | None = None) -> str:
-    """A stored value as JSON text, for display (escaped by the template, like all text)."""
-    return json.dumps(value, indent=indent, ensure_ascii=False, default=repr)
-
-
-def _pretty(text: str) -> str:
-    """Indent JSON text for display (left as it is if it is not JSON)."""
-    try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return text
-
-
 def build_app(
     store_path: Path | str,
     machines: Mapping[str, Machine[Any]],
@@ -411,7 +471,12 @@ def build_app(
     app = Starlette(
         routes=[
             Route("/", inspector.sessions),
+            # Browsers ask for /favicon.ico whatever the page links: both answer the SVG.
+            Route("/favicon.ico", favicon),
+            Route("/favicon.svg", favicon),
             Route("/api/sessions", inspector.sessions_json),
+            Route("/paths", inspector.paths),
+            Route("/api/paths", inspector.paths_json),
             # ``:path``: an id is the rest of the path, ``/`` included (sent as %2F, seen as /).
             Route("/api/sessions/{session_id:path}", inspector.session_json),
             Route("/sessions/{session_id:path}/decide", inspector.decide, methods=["POST"]),

@@ -101,11 +101,63 @@ def summarize(record: SessionRecord) -> SessionSummary:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One field an event changed: its value before and after, as JSON text."""
+    """One field an event changed, shown by what changed in it, as JSON text.
+
+    A sequence that grew shows only its new items (``appended``), one that
+    shrank to a prefix of itself only the items it lost (``removed``); a
+    mapping shows only its changed keys (``keys``: each key's value before and
+    after); any other value is shown whole (``before`` and ``after``). So a
+    step that adds one message to a long conversation shows that message, not
+    the conversation.
+
+    Attributes:
+        name: The field.
+        before: Its value before (empty when only its items or keys are shown).
+        after: Its value after (likewise).
+        appended: The items added to the end of a sequence.
+        removed: The items taken off the end of a sequence.
+        kept: How many items the sequence kept from before.
+        keys: The changed keys of a mapping: ``(key, before, after)``, a key
+            added or removed shown as ``absent`` on the other side.
+    """
 
     name: str
     before: str
     after: str
+    appended: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    kept: int = 0
+    keys: tuple[tuple[str, str, str], ...] = ()
+
+
+#: How a mapping's key missing on one side of a change is shown.
+ABSENT = "absent"
+
+
+def _change(name: str, before: Any, after: Any) -> Change:
+    """What changed in the field ``name`` from ``before`` to ``after``, as little as shows it."""
+    if isinstance(before, list) and isinstance(after, list) and len(after) != len(before):
+        short, long = (before, after) if len(before) < len(after) else (after, before)
+        if long[: len(short)] == short:
+            tail = tuple(dumps(item) for item in long[len(short) :])
+            if long is after:
+                return Change(name, "", "", appended=tail, kept=len(short))
+            return Change(name, "", "", removed=tail, kept=len(short))
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = tuple(
+            (
+                str(key),
+                dumps(before[key]) if key in before else ABSENT,
+                dumps(after[key]) if key in after else ABSENT,
+            )
+            for key in dict.fromkeys([*before, *after])
+            if before.get(key, _MISSING) != after.get(key, _MISSING)
+        )
+        return Change(name, "", "", keys=keys)
+    return Change(name, dumps(before), dumps(after))
+
+
+_MISSING = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +198,8 @@ class Timeline:
         steps: Its events, in order, each with what it changed.
         state: The state after the last event, field by field, as JSON text.
         exact: Whether the states were folded by the session's machine.
+        states: The state before the first event, then after each, as JSON
+            data (``states[seq]`` is the state after event ``seq``).
         restarts: Failures the session went on from (recoverable or transient).
         waits: What the session waits for (a paused one: the decision at its
             gate), if it waits; with the machine, the gate's field and its type.
@@ -155,6 +209,7 @@ class Timeline:
     steps: tuple[Step, ...]
     state: dict[str, str]
     exact: bool
+    states: tuple[dict[str, Any], ...] = ()
     restarts: int = 0
     waits: WaitsFor | None = None
 
@@ -272,7 +327,7 @@ async def load_timeline(
     for index, event in enumerate(events):
         before, after = states[index], states[index + 1]
         changes = tuple(
-            Change(name, dumps(before.get(name)), dumps(after[name]))
+            _change(name, before.get(name), after[name])
             for name in after
             if after[name] != before.get(name)
         )
@@ -294,6 +349,7 @@ async def load_timeline(
         steps=tuple(steps),
         state={name: dumps(value) for name, value in states[-1].items()},
         exact=exact,
+        states=tuple(states),
         restarts=restarts,
         waits=waits_for(record, events, machine),
     )

@@ -33,7 +33,13 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-from tests.support.inspector_fixture import populate, populate_ids  # noqa: E402
+from tests.support.inspector_fixture import (  # noqa: E402
+    HUB_ROUTE,
+    populate,
+    populate_chat,
+    populate_hub,
+    populate_ids,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -73,6 +79,11 @@ pytestmark = [
 #: Paused sessions whose ids URLs and CSS selectors give a meaning to.
 ODD_IDS = ["a/b/1", "%41", "what?x=1", "tag#2", 'say "hi"', "with space", "ünï ☃"]
 
+#: A session of 11 events, each adding a message to its conversation.
+CHAT = "chat-11"
+#: A session through every move of a machine of many moves out of one state.
+HUB = "hub-1"
+
 SHOTS = Path(os.environ.get("ARKHON_SCREENSHOTS", ROOT / "tests" / "screenshots"))
 
 
@@ -82,6 +93,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     path = tmp_path_factory.mktemp("inspector") / "store.db"
     ids = anyio.run(populate, str(path))
     anyio.run(populate_ids, str(path), ODD_IDS)
+    anyio.run(populate_chat, str(path), 11, CHAT)
+    anyio.run(populate_hub, str(path), {HUB: HUB_ROUTE})
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen(
         [
@@ -94,6 +107,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             "0",
             "--machine",
             "tests.support.inspector_fixture:desk",
+            "--machine",
+            "tests.support.inspector_fixture:chat",
+            "--machine",
+            "tests.support.inspector_fixture:hub",
             "--backend",
             "trio",
         ],
@@ -158,7 +175,12 @@ def test_the_views_in_a_browser(served: dict[str, Any], browser: Any) -> None:
     browser.get(served["url"])
     assert browser.current_url == base + "/"
     rows = browser.find_elements(By.CSS_SELECTOR, "#sessions tbody tr")
-    assert {row.get_attribute("data-session") for row in rows} == {*ids.values(), *ODD_IDS}
+    assert {row.get_attribute("data-session") for row in rows} == {
+        *ids.values(),
+        *ODD_IDS,
+        CHAT,
+        HUB,
+    }
     assert "read-only" not in browser.page_source
     _shot(browser, "sessions")
 
@@ -276,3 +298,103 @@ def test_the_list_follows_a_session_whose_id_has_a_quote(
             _row(b, quoted).find_element(By.CSS_SELECTOR, '[data-field="status"]').text == "aborted"
         )
     )
+
+
+def test_a_long_conversation_shows_each_message_once(served: dict[str, Any], browser: Any) -> None:
+    """Each step shows the message it added, not the conversation again: the page stays short."""
+    browser.get(served["url"])
+    browser.get(f"{served['base']}/sessions/{CHAT}")
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "event-11"))
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    # Each step's row shows the message it appended and two keys of its mapping (about
+    # 140 px, the page about 2,900 px); before, every row reprinted the conversation:
+    # rows grew to 760 px, the page to 5,961 px.
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.timeline > tbody > tr")
+    assert len(rows) == 11
+    assert max(row.size["height"] for row in rows) < 200, [row.size["height"] for row in rows]
+    assert height < 3500, height
+    _shot(browser, "session-conversation")
+    # The whole state at a step is one click away.
+    browser.find_element(By.CSS_SELECTOR, "#event-4 a.state-link").click()
+    table = _wait(browser).until(lambda b: b.find_element(By.ID, "state-at"))
+    assert "message 0003:" in table.text
+    assert "message 0004:" not in table.text
+
+
+def test_a_failed_session_says_why_without_scrolling(served: dict[str, Any], browser: Any) -> None:
+    browser.get(served["url"])
+    browser.get(f"{served['base']}/sessions/{served['ids']['failed']}")
+    reason = _wait(browser).until(lambda b: b.find_element(By.ID, "outcome-reason"))
+    assert "lookup refused" in reason.text
+    top = reason.location["y"] + reason.size["height"]
+    assert top < browser.execute_script("return window.innerHeight"), top
+    _shot(browser, "session-failed")
+
+
+def _boxes(browser: Any, selector: str) -> list[dict[str, float]]:
+    script = (
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => {"
+        " const r = e.getBoundingClientRect();"
+        " return {left: r.left, top: r.top, right: r.right, bottom: r.bottom,"
+        " text: e.textContent}; })"
+    )
+    return list(browser.execute_script(script, selector))
+
+
+def _meet(one: dict[str, float], other: dict[str, float]) -> bool:
+    return min(one["right"], other["right"]) > max(one["left"], other["left"]) and min(
+        one["bottom"], other["bottom"]
+    ) > max(one["top"], other["top"])
+
+
+def test_edge_labels_do_not_overlap(served: dict[str, Any], browser: Any) -> None:
+    """Many moves out of one state, both ways between two: every label stands clear."""
+    browser.get(served["url"])
+    browser.get(f"{served['base']}/sessions/{HUB}")
+    _wait(browser).until(lambda b: b.find_elements(By.CSS_SELECTOR, "svg.graph text.count"))
+    labels = _boxes(browser, "svg.graph text.count")
+    assert len(labels) == 9, [label["text"] for label in labels]  # every move taken
+    states = _boxes(browser, "svg.graph .state rect")
+    (drawing,) = _boxes(browser, "svg.graph")
+    for index, label in enumerate(labels):
+        for other in labels[index + 1 :]:
+            assert not _meet(label, other), (label, other)
+        for state in states:
+            assert not _meet(label, state), (label, state)
+        # Inside the drawing: none cut off at its edge.
+        assert drawing["left"] <= label["left"], label
+        assert label["right"] <= drawing["right"], label
+        assert drawing["top"] <= label["top"], label
+        assert label["bottom"] <= drawing["bottom"], label
+    _shot(browser, "graph-labels")
+
+
+def test_the_paths_across_sessions_in_a_browser(served: dict[str, Any], browser: Any) -> None:
+    browser.get(served["url"])
+    browser.find_element(By.ID, "paths-links").find_element(By.LINK_TEXT, "desk").click()
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "outcomes"))
+    assert browser.find_element(By.CSS_SELECTOR, "h1 code").text == "desk"
+    sessions = {
+        row.get_attribute("data-group"): int(row.find_element(By.CSS_SELECTOR, "td").text)
+        for row in browser.find_elements(By.CSS_SELECTOR, "#outcomes tbody tr")
+    }
+    # populate's three, and the seven paused under odd ids (some decided by now).
+    assert sum(sessions.values()) == 10, sessions
+    assert sessions["failed"] >= 1
+    labels = _boxes(browser, "svg.graph text.count")
+    assert labels
+    for index, label in enumerate(labels):
+        for other in labels[index + 1 :]:
+            assert not _meet(label, other), (label, other)
+    _shot(browser, "paths")
+    browser.find_element(By.ID, "outcome-stuck").click()
+    _wait(browser).until(lambda b: b.find_elements(By.CSS_SELECTOR, "svg.graph.tone-stuck"))
+    _shot(browser, "paths-stuck")
+    browser.get(f"{served['base']}/paths?machine=hub")
+    _wait(browser).until(lambda b: b.find_elements(By.ID, "moves"))
+    hub_labels = _boxes(browser, "svg.graph text.count")
+    assert len(hub_labels) == 9
+    for index, label in enumerate(hub_labels):
+        for other in hub_labels[index + 1 :]:
+            assert not _meet(label, other), (label, other)
+    _shot(browser, "paths-hub")

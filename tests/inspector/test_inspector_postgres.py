@@ -33,3 +33,9 @@ async def test_the_inspector_reads_a_postgres_store(postgres_server: Any) -> Non
         one = await client.get(f"/sessions/{ids['finished']}")
         assert one.status_code == 200
         assert secret not in one.text
+        # Paths across sessions, read the same way from PostgreSQL.
+        paths = await client.get("/api/paths?machine=desk")
+        assert paths.json()["sessions"] == {"finished": 1, "failed": 1, "stuck": 1, "running": 0}
+        page = await client.get("/paths?machine=desk")
+        assert page.status_code == 200
+        assert secret not in page.text

@@ -35,7 +35,7 @@ from arkhon_rheo import (
     recorded,
     stage,
 )
-from arkhon_rheo.protocols import Gate
+from arkhon_rheo.protocols import FrozenMap, Gate
 
 L = Lifecycle
 
@@ -181,6 +181,98 @@ async def populate_long(path: str, marks: int) -> str:
         result = await system.run(tally, Tally(goal=marks), max_steps=marks + 1)
         assert len(result.state.marks) == marks
         return result.session_id
+
+
+class Chat(AgentState):
+    lifecycle: Lifecycle = L.INITIALIZED
+    turns: int = 1
+    conversation: History[str] = History()
+    meta: FrozenMap[str, int] = FrozenMap()
+
+
+def _next_turn(state: Chat) -> Lifecycle:
+    return L.FINISHED if len(state.conversation) >= state.turns else L.THINKING
+
+
+@stage(reads={"conversation", "meta"}, writes={"conversation", "meta"}, next=_next_turn)
+async def say(view: StateView[Chat]) -> Patch:
+    turn = len(view.conversation)
+    text = f"message {turn:04d}: " + "words " * 20
+    return Patch(meta=FrozenMap({**view.meta, "turn": turn, f"seen{turn % 3}": turn})).append(
+        "conversation", text
+    )
+
+
+#: A machine that appends one message to a conversation per event (and counts turns in a dict).
+chat: Machine[Chat] = Machine(
+    name="chat",
+    state_type=Chat,
+    initial=L.INITIALIZED,
+    transitions={L.INITIALIZED: {L.THINKING, L.FINISHED}, L.THINKING: {L.THINKING, L.FINISHED}},
+    stages={L.INITIALIZED: say, L.THINKING: say},
+    terminal={L.FINISHED, L.FAILED},
+    failed=L.FAILED,
+)
+
+
+async def populate_chat(path: str, turns: int, session_id: str | None = None) -> str:
+    """Run one ``chat`` session of ``turns`` events into the SQLite file ``path``; its id."""
+    async with AgentSystem(path=path, seed=7) as system:
+        result = await system.run(
+            chat, Chat(turns=turns), max_steps=turns + 1, session_id=session_id
+        )
+        assert len(result.state.conversation) == turns
+        return result.session_id
+
+
+class Route(AgentState):
+    lifecycle: Lifecycle = L.INITIALIZED
+    route: tuple[str, ...] = ()
+    at: int = 0
+
+
+def _follow(state: Route) -> Lifecycle:
+    return Lifecycle.__members__[state.route[state.at - 1]]
+
+
+@stage(reads={"route", "at"}, writes={"at"}, next=_follow)
+async def hop(view: StateView[Route]) -> Patch:
+    return Patch(at=view.at + 1)
+
+
+#: A machine of many moves out of one state and both ways between two: each session
+#: follows the ``route`` of state names its state holds.
+hub: Machine[Route] = Machine(
+    name="hub",
+    state_type=Route,
+    initial=L.INITIALIZED,
+    transitions={
+        L.INITIALIZED: {L.THINKING},
+        L.THINKING: {L.THINKING, L.ACTING, L.OBSERVING, L.FINISHED, L.FAILED},
+        L.ACTING: {L.THINKING, L.OBSERVING, L.FAILED},
+        L.OBSERVING: {L.THINKING, L.ACTING, L.FINISHED},
+    },
+    stages={L.INITIALIZED: hop, L.THINKING: hop, L.ACTING: hop, L.OBSERVING: hop},
+    terminal={L.FINISHED, L.FAILED},
+    failed=L.FAILED,
+)
+
+#: A route through every move of ``hub`` (the loops several times, so counts have two digits).
+HUB_ROUTE: tuple[str, ...] = (
+    "THINKING",
+    *("THINKING", "ACTING", "THINKING", "OBSERVING", "THINKING") * 11,
+    *("ACTING", "OBSERVING", "ACTING", "OBSERVING", "THINKING") * 3,
+    "FINISHED",
+)
+
+
+async def populate_hub(path: str, routes: dict[str, tuple[str, ...]]) -> None:
+    """Run one ``hub`` session per ``routes`` entry (its id, its route) into ``path``."""
+    async with AgentSystem(path=path, seed=7) as system:
+        for session_id, route in routes.items():
+            await system.run(
+                hub, Route(route=route), session_id=session_id, max_steps=len(route) + 1
+            )
 
 
 def main(argv: list[str]) -> int:
