@@ -87,6 +87,24 @@ async def test_a_snapshot_beyond_the_last_event_is_refused(
         assert await store.history("s") == ()
 
 
+async def test_the_stores_clock_stamps_sessions_and_messages(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    # (The conformance suite cannot set a store's clock: this is the package's stores'.)
+    async with make_store(clock=lambda: 1234.5) as store:
+        record = await store.create_session("s", machine="m", snapshot={})
+        posted, _ = await store.post("s", NewMessage("a", "Ask", {}, 2000.0), capacity=5)
+        assert (record.created_at, record.updated_at) == (1234.5, 1234.5)
+        assert (posted.posted_at, posted.due_at) == (1234.5, 2000.0)
+    clock = iter(range(100, 200))
+    async with make_store(clock=lambda: float(next(clock))) as store:
+        created = await store.create_session("t", machine="m", snapshot={})
+        await store.set_status("t", "paused")
+        await store.append("t", events("t", 1, 1), status="running")
+        record = await store.record("t")
+        assert 100 <= created.created_at < record.updated_at < 200
+
+
 async def test_each_refusal_says_what_was_wrong(
     make_store: Callable[..., AnyStore], kind: Kind
 ) -> None:
