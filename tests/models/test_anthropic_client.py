@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -29,7 +28,6 @@ from arkhon_rheo.protocols import (
     ToolMessage,
     ToolSpec,
     Usage,
-    UserMessage,
 )
 from tests.support.anthropic_server import (
     error,
@@ -40,32 +38,20 @@ from tests.support.anthropic_server import (
     stream_events,
     streamed,
 )
-from tests.support.chat_server import Canned, ChatServer, open_chat_server
-
-if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+from tests.support.chat_server import Canned, open_chat_server
+from tests.support.model_clients import ANTHROPIC_KEY as KEY
+from tests.support.model_clients import HELLO, collect
+from tests.support.model_clients import anthropic_client as client_for
 
 pytestmark = pytest.mark.anyio
 
 
-async def collect(chunks: AsyncIterator[object], into: list[object]) -> None:
-    """Take ``chunks`` into ``into`` until the stream ends or fails."""
-    async for chunk in chunks:
-        into.append(chunk)  # noqa: PERF401 - each chunk kept before the stream fails
-
-
-KEY = "sk-ant-test-0123456789abcdef"
-HELLO = [UserMessage(content="hello")]
 ADD = ToolSpec(
     name="add",
     description="Adds two numbers.",
     parameters={"type": "object", "properties": {"a": {"type": "number"}}},
 )
 NEG = ToolSpec(name="neg", parameters={"type": "object", "properties": {}})
-
-
-def client_for(server: ChatServer, **options: object) -> AnthropicClient:
-    return AnthropicClient("claude-test", api_key=KEY, base_url=server.root, **options)  # type: ignore[arg-type]
 
 
 async def test_a_plain_completion_sends_anthropics_headers_and_body() -> None:

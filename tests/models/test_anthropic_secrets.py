@@ -24,23 +24,22 @@ from arkhon_rheo import (
     record_stream,
 )
 from arkhon_rheo.models import AnthropicClient
-from arkhon_rheo.protocols import ModelReply, ReplyDelta, UserMessage
+from arkhon_rheo.protocols import ModelReply, ReplyDelta
 from arkhon_rheo.react import ReactState, react_agent
 from arkhon_rheo.supervision import Backoff, RestartIntensity
 from arkhon_rheo.tools import tool
-from tests.models.test_models_secrets import (
+from tests.support.anthropic_server import error, message_body, stream_events
+from tests.support.chat_server import Canned, Received, open_chat_server
+from tests.support.model_clients import (
+    HELLO,
     exception_texts,
     failure_of,
     leaks,
     long_page,
     run_stored,
 )
-from tests.support.anthropic_server import error, message_body, stream_events
-from tests.support.chat_server import Canned, Received, open_chat_server
 
 pytestmark = pytest.mark.anyio
-
-HELLO = [UserMessage(content="hello")]
 
 
 def echoed(request: Received) -> str:

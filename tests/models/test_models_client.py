@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -24,28 +23,13 @@ from arkhon_rheo.protocols import (
     ToolMessage,
     ToolSpec,
     Usage,
-    UserMessage,
 )
-from tests.support.chat_server import Canned, ChatServer, open_chat_server, text_chunks
-
-if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+from tests.support.chat_server import Canned, open_chat_server, text_chunks
+from tests.support.model_clients import HELLO, collect
+from tests.support.model_clients import OPENAI_KEY as KEY
+from tests.support.model_clients import openai_client as client_for
 
 pytestmark = pytest.mark.anyio
-
-
-async def collect(chunks: AsyncIterator[object], into: list[object]) -> None:
-    """Take ``chunks`` into ``into`` until the stream ends or fails."""
-    async for chunk in chunks:
-        into.append(chunk)  # noqa: PERF401 - each chunk kept before the stream fails
-
-
-KEY = "sk-test-0123456789abcdef"
-HELLO = [UserMessage(content="hello")]
-
-
-def client_for(server: ChatServer, **options: object) -> OpenAIChatClient:
-    return OpenAIChatClient("test-model", api_key=KEY, base_url=server.url, **options)  # type: ignore[arg-type]
 
 
 async def test_a_plain_completion() -> None:

@@ -8,109 +8,40 @@ registration), against a real loopback server that echoes it back.
 from __future__ import annotations
 
 import json
-import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import pytest
 import structlog.testing
 
 from arkhon_rheo import (
-    AgentState,
-    AgentSystem,
     ConfigurationError,
     Fatal,
-    Lifecycle,
-    Machine,
-    Patch,
     Recoverable,
-    StateView,
     Transient,
     record_call,
     record_stream,
-    stage,
 )
 from arkhon_rheo._redact import ScrubbedError, StreamScrubber, register_secret, scrub_secrets
 from arkhon_rheo.models import OpenAIChatClient
-from arkhon_rheo.protocols import ModelReply, ReplyDelta, UserMessage
-from arkhon_rheo.supervision import Backoff, RestartIntensity
+from arkhon_rheo.protocols import ModelReply, ReplyDelta
+from arkhon_rheo.supervision import RestartIntensity
 from tests.support.chat_server import Canned, Received, open_chat_server, text_chunks
-
-if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+from tests.support.model_clients import (
+    HELLO,
+    exception_texts,
+    failure_of,
+    leaks,
+    long_page,
+    run_stored,
+)
 
 pytestmark = pytest.mark.anyio
-
-L = Lifecycle
-HELLO = [UserMessage(content="hello")]
-
-
-def leaks(secret: str, *texts: str, size: int = 8) -> list[str]:
-    """The pieces of ``secret`` at least ``size`` characters long found in ``texts``."""
-    pieces = {secret[i : i + size] for i in range(len(secret) - size + 1)}
-    return sorted(piece for piece in pieces if any(piece in text for text in texts))
-
-
-def exception_texts(exc: BaseException) -> list[str]:
-    """Everything an exception shows: its traceback, and each link's str, repr, args and notes."""
-    texts = ["".join(traceback.format_exception(exc))]
-    seen: set[int] = set()
-    stack = [exc]
-    while stack:
-        link = stack.pop()
-        if id(link) in seen:
-            continue
-        seen.add(id(link))
-        texts += [str(link), repr(link), repr(link.args), repr(getattr(link, "__notes__", ""))]
-        stack += [e for e in (link.__cause__, link.__context__) if e is not None]
-        if isinstance(link, BaseExceptionGroup):
-            stack += list(link.exceptions)
-    return texts
 
 
 def bearer(request: Received) -> str:
     """The key a request carried (what an echoing server sends back)."""
     return request.headers["authorization"].removeprefix("Bearer ")
-
-
-async def failure_of(call: Callable[[], Awaitable[Any]]) -> Exception:
-    try:
-        await call()
-    except Exception as exc:
-        return exc
-    raise AssertionError("the call did not fail")
-
-
-class Chat(AgentState):
-    lifecycle: Lifecycle = L.INITIALIZED
-    answer: str = ""
-
-
-def one_stage(body: Callable[[], Awaitable[str]]) -> Machine[Chat]:
-    @stage(reads=set(), writes={"answer"}, next=L.FINISHED, name="ask")
-    async def ask(view: StateView[Chat]) -> Patch:
-        return Patch(answer=await body())
-
-    return Machine(
-        name="ask",
-        state_type=Chat,
-        initial=L.INITIALIZED,
-        terminal={L.FINISHED, L.FAILED},
-        failed=L.FAILED,
-        transitions={L.INITIALIZED: {L.FINISHED}},
-        stages={L.INITIALIZED: ask},
-    )
-
-
-async def run_stored(body: Callable[[], Awaitable[str]], **options: Any) -> tuple[Any, str]:
-    """Run ``body`` as a session's one stage; its result and all the store keeps of it."""
-    async with AgentSystem(backoff=Backoff(base=0, cap=0), **options) as system:
-        result = await system.run(one_stage(body), Chat(), session_id="s")
-        history = await system.stored(one_stage(body), "s").history()
-    return result, repr(history) + repr(result)
-
-
-# --- 1. A key with surrounding whitespace, or a character no header may carry --------------
 
 
 @pytest.mark.parametrize(
@@ -290,11 +221,6 @@ async def test_the_recorder_stores_no_secret_from_a_failed_call() -> None:
 
 
 # --- 3. A key echoed in a long body that is not JSON ----------------------------------------
-
-
-def long_page(key: str, pad: int) -> str:
-    """An error page with ``key`` ``pad`` characters in, across any cut near there."""
-    return "<html>" + "x" * pad + key + "y" * 2000 + "</html>"
 
 
 @pytest.mark.parametrize(

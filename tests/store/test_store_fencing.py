@@ -49,39 +49,6 @@ async def test_a_stale_holder_is_refused_and_nothing_is_written(
         assert (await store.record("s")).last_seq == 3
 
 
-async def test_a_released_lease_fences_its_old_holder_too(
-    make_store: Callable[..., AnyStore], kind: Kind
-) -> None:
-    if kind.durability is Durability.ASYNC:
-        pytest.skip("async mode defers the refusal (see the test above)")
-    async with make_store() as store:
-        await store.create_session("s", machine="m", snapshot={})
-        await store.acquire("s", "alice", ttl=30)
-        await store.acquire("s", "bob", ttl=30, replacing="alice")
-        await store.release("s", "bob")
-        with pytest.raises(LeaseLost) as caught:
-            await store.append("s", [event("s", 1)], owner="alice")
-        assert caught.value.holder is None
-        assert "nobody holds it now" in str(caught.value)
-        assert (await store.record("s")).last_seq == 0
-
-
-async def test_a_lease_that_ran_out_but_was_not_taken_still_commits(
-    make_store: Callable[..., AnyStore], kind: Kind
-) -> None:
-    if kind.postgres:
-        pytest.skip("PostgresStore's leases run by PostgreSQL's clock: see test_postgres.py")
-    now = [1000.0]
-    async with make_store(clock=lambda: now[0]) as store:
-        await store.create_session("s", machine="m", snapshot={})
-        await store.acquire("s", "alice", ttl=30)
-        now[0] += 60  # ran out; nobody took it
-        assert await store.leases() == ()
-        await store.append("s", [event("s", 1)], owner="alice")
-        await store.append("s", [event("s", 2)], owner="alice")
-        assert (await store.record("s")).last_seq == 2
-
-
 async def test_a_stale_holder_s_park_is_refused_and_the_successor_s_status_stands(
     make_store: Callable[..., AnyStore],
 ) -> None:
