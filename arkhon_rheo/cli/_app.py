@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -57,6 +58,11 @@ def _common(parser: argparse.ArgumentParser, *, json: bool = True) -> None:
     )
     if json:
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, print its full traceback too (an error in your module included)",
+    )
 
 
 def _machine(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -353,14 +359,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except ArkhonError as exc:
-        error = exc
+        error: BaseException = exc
+        line = str(exc)
+        code = _exit_code(exc)
     except BaseExceptionGroup as group:  # from a task group: one library error inside
         matched, rest = group.split(ArkhonError)
         if matched is None or rest is not None:
-            raise
-        error = _first(matched)
-    sys.stderr.write(shown(f"arkhon-rheo {args.command}: error: {error}") + "\n")
-    return int(_exit_code(error))
+            error, line, code = group, _unexpected(group), ExitStatus.FAILED
+        else:
+            error = _first(matched)
+            line, code = str(error), _exit_code(_first(matched))
+    except Exception as exc:  # not the library's word: still one line, the rest with --debug
+        error, line, code = exc, _unexpected(exc), ExitStatus.FAILED
+    if args.debug:
+        traceback.print_exception(error, file=sys.stderr)
+    sys.stderr.write(shown(f"arkhon-rheo {args.command}: error: {line}") + "\n")
+    return int(code)
+
+
+def _unexpected(exc: BaseException) -> str:
+    """The line for an error the command did not expect: its type, its message, the way on."""
+    message = " ".join(str(exc).split())
+    return (
+        f"unexpected {type(exc).__name__}: {message} (rerun with --debug for the traceback, "
+        "and report it if the library is at fault)"
+    )
 
 
 def _first(group: BaseExceptionGroup[ArkhonError]) -> ArkhonError:

@@ -24,11 +24,11 @@ from ._common import (
     ExitStatus,
     console,
     existing_store,
-    load_machine,
     print_json,
     shown,
     styled,
 )
+from ._load import load_machine
 
 if TYPE_CHECKING:
     import argparse

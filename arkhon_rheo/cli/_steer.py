@@ -26,13 +26,13 @@ from ._common import (
     ExitStatus,
     console,
     existing_store,
-    load_machine,
     parse_json,
     print_json,
     shown,
     store_file,
     styled,
 )
+from ._load import load_machine
 from ._talk import first_message, report_reply
 
 if TYPE_CHECKING:
