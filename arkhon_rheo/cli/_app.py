@@ -25,7 +25,7 @@ from .._errors import (
     SessionNotFound,
 )
 from ._check import check
-from ._common import DEFAULT_STORE, CommandError, ExitStatus, shown
+from ._common import DEFAULT_STORE, CommandError, ExitStatus, existing_store, shown
 from ._demo_workers import demo_command
 from ._read import graph, list_sessions, show
 from ._steer import decide, fork, replay, resume, rollback, run
@@ -282,8 +282,18 @@ def inspect(args: argparse.Namespace) -> int:
     """``arkhon-rheo inspect ...``: the inspector's own command line (``--store``...)."""
     from ..inspector.__main__ import main as inspector_main
 
+    arguments = list(args.args)
+    if not {"-h", "--help"} & set(arguments):
+        # The store must be one already: the inspector would make a store of an empty file.
+        store = argparse.ArgumentParser(add_help=False)
+        store.add_argument("--store", default=DEFAULT_STORE)
+        try:
+            existing_store(store.parse_known_args(arguments)[0].store)
+        except ArkhonError as exc:
+            sys.stderr.write(shown(f"arkhon-rheo inspect: error: {exc}") + "\n")
+            return int(_exit_code(exc))
     try:
-        return inspector_main(list(args.args))
+        return inspector_main(arguments)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code or 0) if not isinstance(exc.code, str) else ExitStatus.USAGE
 

@@ -32,7 +32,7 @@ from rich.text import Text
 from .._errors import CommandError
 from .._json import JsonSyntaxError, read_json
 from .._redact import scrub_secrets
-from ..store._seams import is_postgres_url, not_a_file, redacted_url
+from ..store._seams import inspect_file, is_postgres_url, not_a_file, redacted_url
 
 __all__ = [
     "DEFAULT_STORE",
@@ -173,11 +173,13 @@ def store_label(path: str) -> str:
 
 
 def existing_store(path: str) -> str:
-    """``path`` if a store file exists there.
+    """``path`` if a store is there; the file is read (its header), never created or changed.
 
     Raises:
-        CommandError: If there is no such file (exit status 3), or something
-            other than a regular file is there (2).
+        CommandError: If there is no such file (exit status 3), something other
+            than a regular file is there (2), or an empty file (1).
+        StoreCorrupt: If the file is not a store (another application's, not
+            SQLite at all) or of a schema version this code cannot read (1).
     """
     if is_postgres_url(store_file(path)):
         return path
@@ -186,5 +188,12 @@ def existing_store(path: str) -> str:
             f"no store file at {path!r}; pass --store PATH, or create one with "
             "`arkhon-rheo demo` or `arkhon-rheo run MODULE:ATTR`",
             code=ExitStatus.NOT_FOUND,
+        )
+    if inspect_file(path):  # empty: opening it would write a new store into it
+        raise CommandError(
+            f"{path} is empty: not an arkhon-rheo store. It was left untouched; pass --store "
+            "with a store's path, or create one with `arkhon-rheo run MODULE:ATTR` or "
+            "`arkhon-rheo demo`",
+            code=ExitStatus.FAILED,
         )
     return path
