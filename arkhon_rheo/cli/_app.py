@@ -46,12 +46,22 @@ match the session); 3 not found (store file, session, module); 4 locked (another
 process drives the session)."""
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's help ends with its default, where it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        default = action.default
+        if default is None or default is False or default == [] or default == argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _common(parser: argparse.ArgumentParser, *, json: bool = True) -> None:
     parser.add_argument(
         "--store",
         default=DEFAULT_STORE,
         metavar="PATH|URL",
-        help=f"the SQLite store file (default: ./{DEFAULT_STORE}), or a postgresql:// URL",
+        help="the SQLite store file, or a postgresql:// URL",
     )
     parser.add_argument(
         "--backend", choices=["asyncio", "trio"], default="asyncio", help="the event loop"
@@ -82,8 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     __version__ = arkhon_rheo.__version__
     parser = argparse.ArgumentParser(
         prog="arkhon-rheo",
-        description="arkhon-rheo: supervised agent sessions - run, inspect and steer them.",
+        description="arkhon-rheo: supervised agent sessions - run, inspect and steer them. "
+        "Every command takes --debug: an error's full traceback, after its one line.",
         epilog=_EPILOG,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"arkhon-rheo {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -91,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     def add(
         name: str, handler: Callable[[argparse.Namespace], int], text: str
     ) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=text, description=text, epilog=_EPILOG)
+        sub = commands.add_parser(
+            name, help=text, description=text, epilog=_EPILOG, formatter_class=HelpFormatter
+        )
         sub.set_defaults(handler=handler)
         return sub
 
@@ -116,8 +130,8 @@ def _add_demo(add: _Add) -> None:
         "demo", demo_command, "run a few hundred supervised ReAct agents under a seeded fault plan"
     )
     _common(sub)
-    sub.add_argument("--sessions", type=_positive, default=300, help="agents to run (300)")
-    sub.add_argument("--concurrency", type=_positive, default=100, help="agents at once (100)")
+    sub.add_argument("--sessions", type=_positive, default=300, help="agents to run")
+    sub.add_argument("--concurrency", type=_positive, default=100, help="agents at once")
     sub.add_argument(
         "--seed", type=int, default=0, help="seeds the fault plan, the gates and the backoff"
     )
@@ -125,17 +139,17 @@ def _add_demo(add: _Add) -> None:
         "--fault-rate",
         type=_rate,
         default=0.2,
-        help="share of model calls answered 429 (0.2); the plan's other faults scale with it",
+        help="share of model calls answered 429; the plan's other faults scale with it",
     )
     sub.add_argument(
-        "--gate-rate", type=_rate, default=0.05, help="chance an agent pauses for a human (0.05)"
+        "--gate-rate", type=_rate, default=0.05, help="chance an agent pauses for a human"
     )
     sub.add_argument(
         "--workers",
         type=_natural,
         default=0,
         help="submit the agents and run them in N 'arkhon-rheo worker' processes (no faults, "
-        "no gates); 0 runs them here (0)",
+        "no gates); 0 runs them here",
     )
 
 
@@ -155,20 +169,18 @@ def _add_worker(add: _Add) -> None:
         metavar="MODULE:ATTR",
         help="a machine whose sessions it drives (repeatable)",
     )
-    sub.add_argument(
-        "--concurrency", type=_positive, default=16, help="sessions driven at once (16)"
-    )
+    sub.add_argument("--concurrency", type=_positive, default=16, help="sessions driven at once")
     sub.add_argument(
         "--lease-ttl",
         type=_seconds,
         default=30.0,
-        help="each session's lease, in seconds (30): a dead worker's sessions wait this long",
+        help="each session's lease, in seconds: a dead worker's sessions wait this long",
     )
     sub.add_argument(
         "--poll",
         type=_seconds,
         default=1.0,
-        help="the longest wait before looking in the store again, in seconds (1)",
+        help="the longest wait before looking in the store again, in seconds",
     )
 
 
