@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import traceback
 from typing import TYPE_CHECKING, Any
@@ -296,11 +297,14 @@ def inspect(args: argparse.Namespace) -> int:
 
     arguments = list(args.args)
     if not {"-h", "--help"} & set(arguments):
-        # The store must be one already: the inspector would make a store of an empty file.
-        store = argparse.ArgumentParser(add_help=False)
-        store.add_argument("--store", default=DEFAULT_STORE)
+        # A file there must be a store already: the inspector would make one of an empty
+        # file. (No file at all: the inspector says so, after its own checks.)
+        options = argparse.ArgumentParser(add_help=False)
+        options.add_argument("--store", default=DEFAULT_STORE)
+        store = options.parse_known_args(arguments)[0].store
         try:
-            existing_store(store.parse_known_args(arguments)[0].store)
+            if os.path.lexists(store):
+                existing_store(store)
         except ArkhonError as exc:
             sys.stderr.write(shown(f"arkhon-rheo inspect: error: {exc}") + "\n")
             return int(_exit_code(exc))
