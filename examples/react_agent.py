@@ -8,7 +8,9 @@ llama.cpp, Ollama, hosted). ``ARKHON_MODEL`` names the model for either.
 It prints each step, the answer, the usage and why the agent finished, then
 replays the stored run, re-executing every stage without the model.
 
-Run it with ``python examples/react_agent.py [asyncio|trio]``.
+Run it with ``python examples/react_agent.py [asyncio|trio]``. ``agent`` makes
+its machine for the command line: ``arkhon-rheo replay SESSION -m
+examples.react_agent:agent --reexecute``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import uuid
 import anyio
 from agent_tools import TOOLS
 
-from arkhon_rheo import AgentSystem
+from arkhon_rheo import AgentSystem, Machine
 from arkhon_rheo.models import AnthropicClient, OpenAIChatClient
 from arkhon_rheo.protocols import ModelClient, ToolCall, ToolMessage
 from arkhon_rheo.react import Budget, ReactState, react_agent
@@ -41,12 +43,21 @@ def scripted() -> ScriptedModel:
     )
 
 
+def agent(model: ModelClient | None = None) -> Machine[ReactState]:
+    """The agent on ``model`` (by default the scripted one: the command line replays offline)."""
+    return react_agent(
+        scripted() if model is None else model,
+        TOOLS,
+        budget=Budget(max_turns=8, max_tool_calls=10),
+    )
+
+
 async def run(model: ModelClient) -> None:
-    agent = react_agent(model, TOOLS, budget=Budget(max_turns=8, max_tool_calls=10))
+    machine = agent(model)
     session_id = f"react-{uuid.uuid4().hex[:8]}"
     async with AgentSystem() as system:  # sessions kept in ./arkhon-rheo.db
-        result = await system.run(agent, ReactState(task=TASK), session_id=session_id)
-        for event in await system.stored(agent, session_id).history():
+        result = await system.run(machine, ReactState(task=TASK), session_id=session_id)
+        for event in await system.stored(machine, session_id).history():
             calls = ", ".join(call["kind"] for call in (event.info or {}).get("io", []))
             print(
                 f"  #{event.seq} {event.stage}: {event.from_state.name} -> {event.to_state.name}"
@@ -62,7 +73,7 @@ async def run(model: ModelClient) -> None:
             f"{state.tool_calls} tool calls"
         )
         print(f"exit: {result.exit_reason.value} ({state.exit.value if state.exit else None})")
-        report = await system.stored(agent, session_id).replay(reexecute=True)
+        report = await system.stored(machine, session_id).replay(reexecute=True)
         print(
             f"replay: {'ok' if report.ok else report.divergence}; "
             f"{report.reexecuted} stages re-executed on their recorded calls, without the model"

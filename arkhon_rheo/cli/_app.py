@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,7 +26,7 @@ from .._errors import (
     SessionNotFound,
 )
 from ._check import check
-from ._common import DEFAULT_STORE, CommandError, ExitStatus, shown
+from ._common import DEFAULT_STORE, CommandError, ExitStatus, existing_store, shown
 from ._demo_workers import demo_command
 from ._read import graph, list_sessions, show
 from ._steer import decide, fork, replay, resume, rollback, run
@@ -45,18 +47,33 @@ match the session); 3 not found (store file, session, module); 4 locked (another
 process drives the session)."""
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's help ends with its default, where it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        default = action.default
+        if default is None or default is False or default == [] or default == argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _common(parser: argparse.ArgumentParser, *, json: bool = True) -> None:
     parser.add_argument(
         "--store",
         default=DEFAULT_STORE,
         metavar="PATH|URL",
-        help=f"the SQLite store file (default: ./{DEFAULT_STORE}), or a postgresql:// URL",
+        help="the SQLite store file, or a postgresql:// URL",
     )
     parser.add_argument(
         "--backend", choices=["asyncio", "trio"], default="asyncio", help="the event loop"
     )
     if json:
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, print its full traceback too (an error in your module included)",
+    )
 
 
 def _machine(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -76,8 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     __version__ = arkhon_rheo.__version__
     parser = argparse.ArgumentParser(
         prog="arkhon-rheo",
-        description="arkhon-rheo: supervised agent sessions - run, inspect and steer them.",
+        description="arkhon-rheo: supervised agent sessions - run, inspect and steer them. "
+        "Every command takes --debug: an error's full traceback, after its one line.",
         epilog=_EPILOG,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"arkhon-rheo {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -85,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     def add(
         name: str, handler: Callable[[argparse.Namespace], int], text: str
     ) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=text, description=text, epilog=_EPILOG)
+        sub = commands.add_parser(
+            name, help=text, description=text, epilog=_EPILOG, formatter_class=HelpFormatter
+        )
         sub.set_defaults(handler=handler)
         return sub
 
@@ -110,8 +131,8 @@ def _add_demo(add: _Add) -> None:
         "demo", demo_command, "run a few hundred supervised ReAct agents under a seeded fault plan"
     )
     _common(sub)
-    sub.add_argument("--sessions", type=_positive, default=300, help="agents to run (300)")
-    sub.add_argument("--concurrency", type=_positive, default=100, help="agents at once (100)")
+    sub.add_argument("--sessions", type=_positive, default=300, help="agents to run")
+    sub.add_argument("--concurrency", type=_positive, default=100, help="agents at once")
     sub.add_argument(
         "--seed", type=int, default=0, help="seeds the fault plan, the gates and the backoff"
     )
@@ -119,17 +140,17 @@ def _add_demo(add: _Add) -> None:
         "--fault-rate",
         type=_rate,
         default=0.2,
-        help="share of model calls answered 429 (0.2); the plan's other faults scale with it",
+        help="share of model calls answered 429; the plan's other faults scale with it",
     )
     sub.add_argument(
-        "--gate-rate", type=_rate, default=0.05, help="chance an agent pauses for a human (0.05)"
+        "--gate-rate", type=_rate, default=0.05, help="chance an agent pauses for a human"
     )
     sub.add_argument(
         "--workers",
         type=_natural,
         default=0,
         help="submit the agents and run them in N 'arkhon-rheo worker' processes (no faults, "
-        "no gates); 0 runs them here (0)",
+        "no gates); 0 runs them here",
     )
 
 
@@ -149,20 +170,18 @@ def _add_worker(add: _Add) -> None:
         metavar="MODULE:ATTR",
         help="a machine whose sessions it drives (repeatable)",
     )
-    sub.add_argument(
-        "--concurrency", type=_positive, default=16, help="sessions driven at once (16)"
-    )
+    sub.add_argument("--concurrency", type=_positive, default=16, help="sessions driven at once")
     sub.add_argument(
         "--lease-ttl",
         type=_seconds,
         default=30.0,
-        help="each session's lease, in seconds (30): a dead worker's sessions wait this long",
+        help="each session's lease, in seconds: a dead worker's sessions wait this long",
     )
     sub.add_argument(
         "--poll",
         type=_seconds,
         default=1.0,
-        help="the longest wait before looking in the store again, in seconds (1)",
+        help="the longest wait before looking in the store again, in seconds",
     )
 
 
@@ -276,8 +295,21 @@ def inspect(args: argparse.Namespace) -> int:
     """``arkhon-rheo inspect ...``: the inspector's own command line (``--store``...)."""
     from ..inspector.__main__ import main as inspector_main
 
+    arguments = list(args.args)
+    if not {"-h", "--help"} & set(arguments):
+        # A file there must be a store already: the inspector would make one of an empty
+        # file. (No file at all: the inspector says so, after its own checks.)
+        options = argparse.ArgumentParser(add_help=False)
+        options.add_argument("--store", default=DEFAULT_STORE)
+        store = options.parse_known_args(arguments)[0].store
+        try:
+            if os.path.lexists(store):
+                existing_store(store)
+        except ArkhonError as exc:
+            sys.stderr.write(shown(f"arkhon-rheo inspect: error: {exc}") + "\n")
+            return int(_exit_code(exc))
     try:
-        return inspector_main(list(args.args))
+        return inspector_main(arguments)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code or 0) if not isinstance(exc.code, str) else ExitStatus.USAGE
 
@@ -353,14 +385,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except ArkhonError as exc:
-        error = exc
+        error: BaseException = exc
+        line = str(exc)
+        code = _exit_code(exc)
     except BaseExceptionGroup as group:  # from a task group: one library error inside
         matched, rest = group.split(ArkhonError)
         if matched is None or rest is not None:
-            raise
-        error = _first(matched)
-    sys.stderr.write(shown(f"arkhon-rheo {args.command}: error: {error}") + "\n")
-    return int(_exit_code(error))
+            error, line, code = group, _unexpected(group), ExitStatus.FAILED
+        else:
+            error = _first(matched)
+            line, code = str(error), _exit_code(_first(matched))
+    except Exception as exc:  # not the library's word: still one line, the rest with --debug
+        error, line, code = exc, _unexpected(exc), ExitStatus.FAILED
+    if args.debug:
+        traceback.print_exception(error, file=sys.stderr)
+    sys.stderr.write(shown(f"arkhon-rheo {args.command}: error: {line}") + "\n")
+    return int(code)
+
+
+def _unexpected(exc: BaseException) -> str:
+    """The line for an error the command did not expect: its type, its message, the way on."""
+    message = " ".join(str(exc).split())
+    return (
+        f"unexpected {type(exc).__name__}: {message} (rerun with --debug for the traceback, "
+        "and report it if the library is at fault)"
+    )
 
 
 def _first(group: BaseExceptionGroup[ArkhonError]) -> ArkhonError:

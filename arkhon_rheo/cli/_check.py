@@ -21,7 +21,8 @@ from .._errors import ArkhonError, KeyringError
 from ..core import Keyring
 from ..core._seams import compiled, differences, legacy_schema, same_form, version_of
 from ..system import AgentSystem
-from ._common import ExitStatus, console, existing_store, load_machine, print_json, shown, styled
+from ._common import ExitStatus, console, existing_store, print_json, shown, styled
+from ._load import load_machine
 
 if TYPE_CHECKING:
     import argparse

@@ -21,11 +21,10 @@ Exit statuses (documented in the README, "Command line"):
 from __future__ import annotations
 
 import enum
-import importlib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -33,11 +32,7 @@ from rich.text import Text
 from .._errors import CommandError
 from .._json import JsonSyntaxError, read_json
 from .._redact import scrub_secrets
-from ..protocols import Machine
-from ..store._seams import is_postgres_url, not_a_file, redacted_url
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from ..store._seams import inspect_file, is_postgres_url, not_a_file, redacted_url
 
 __all__ = [
     "DEFAULT_STORE",
@@ -45,7 +40,6 @@ __all__ = [
     "ExitStatus",
     "console",
     "existing_store",
-    "load_machine",
     "parse_json",
     "print_json",
     "shown",
@@ -179,11 +173,13 @@ def store_label(path: str) -> str:
 
 
 def existing_store(path: str) -> str:
-    """``path`` if a store file exists there.
+    """``path`` if a store is there; the file is read (its header), never created or changed.
 
     Raises:
-        CommandError: If there is no such file (exit status 3), or something
-            other than a regular file is there (2).
+        CommandError: If there is no such file (exit status 3), something other
+            than a regular file is there (2), or an empty file (1).
+        StoreCorrupt: If the file is not a store (another application's, not
+            SQLite at all) or of a schema version this code cannot read (1).
     """
     if is_postgres_url(store_file(path)):
         return path
@@ -193,63 +189,11 @@ def existing_store(path: str) -> str:
             "`arkhon-rheo demo` or `arkhon-rheo run MODULE:ATTR`",
             code=ExitStatus.NOT_FOUND,
         )
+    if inspect_file(path):  # empty: opening it would write a new store into it
+        raise CommandError(
+            f"{path} is empty: not an arkhon-rheo store. It was left untouched; pass --store "
+            "with a store's path, or create one with `arkhon-rheo run MODULE:ATTR` or "
+            "`arkhon-rheo demo`",
+            code=ExitStatus.FAILED,
+        )
     return path
-
-
-def _resolve(target: str) -> Any:
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise CommandError(
-            f"expected MODULE:ATTR (like 'myagents:machine'), got {target!r}", code=ExitStatus.USAGE
-        )
-    if os.getcwd() not in sys.path:  # as `python -m` would: modules beside you import
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            raise CommandError(
-                f"no module {module_name!r} (from {target!r}); run from the folder that holds "
-                "it, or set PYTHONPATH",
-                code=ExitStatus.NOT_FOUND,
-            ) from None
-        raise
-    found: Any = module
-    for part in attr.split("."):
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            raise CommandError(
-                f"module {module_name!r} has no attribute {attr!r}", code=ExitStatus.NOT_FOUND
-            ) from None
-    return found
-
-
-def load_machine(target: str) -> Machine[Any]:
-    """The `Machine` named by ``MODULE:ATTR``: the attribute, or what calling it returns.
-
-    Raises:
-        CommandError: If the target is malformed (2), is missing (3), or is
-            neither a machine nor a factory of one taking no arguments (2).
-    """
-    found = _resolve(target)
-    if isinstance(found, Machine):
-        return found
-    if callable(found):
-        factory: Callable[[], Any] = found
-        try:
-            made = factory()
-        except TypeError as exc:
-            raise CommandError(
-                f"{target} is not a Machine, and calling it with no arguments failed: {exc}",
-                code=ExitStatus.USAGE,
-            ) from None
-        if isinstance(made, Machine):
-            return made
-        raise CommandError(
-            f"{target}() returned {type(made).__name__}, not a Machine", code=ExitStatus.USAGE
-        )
-    raise CommandError(
-        f"{target} is a {type(found).__name__}: expected a Machine or a function that returns one",
-        code=ExitStatus.USAGE,
-    )

@@ -19,16 +19,17 @@ from rich.table import Table
 from ..core._seams import differences, fingerprint, masked, waits_for
 from ..protocols import StateGraph
 from ..store._seams import store_at
+from ..system._seams import Owner, is_dead
 from ._common import (
     CommandError,
     ExitStatus,
     console,
     existing_store,
-    load_machine,
     print_json,
     shown,
     styled,
 )
+from ._load import load_machine
 
 if TYPE_CHECKING:
     import argparse
@@ -52,13 +53,30 @@ def _exit_reason(record: SessionRecord, last: StoredEvent | None) -> str:
     return "" if record.status in ("running", "paused", "forked") else record.status
 
 
-def _row(record: SessionRecord, last: StoredEvent | None, leased: bool) -> dict[str, Any]:
+def _dead_owner(record: SessionRecord, owner: str | None) -> dict[str, Any] | None:
+    """The dead process a running session's lease names (``{"pid", "host"}``), if it is dead.
+
+    A lease names its owner's host, pid and start time: on this host a dead
+    owner is known at once, long before its lease runs out.
+    """
+    if record.status != "running" or owner is None or not is_dead(owner):
+        return None
+    found = Owner.parse(owner)
+    assert found is not None  # is_dead parsed it
+    return {"pid": found.pid, "host": found.host}
+
+
+def _row(record: SessionRecord, last: StoredEvent | None, owner: str | None) -> dict[str, Any]:
+    """A session as ``sessions`` lists it; ``owner``: who holds its live lease, if anyone."""
+    dead = _dead_owner(record, owner)
     return {
         "session_id": record.session_id,
         "machine": record.machine,
         "status": record.status,
-        # Still "running" with no live lease: its process stopped mid-run.
-        "orphaned": record.status == "running" and not leased,
+        # Still "running" with no live lease, or one held by a dead process: its
+        # process stopped mid-run.
+        "orphaned": record.status == "running" and (owner is None or dead is not None),
+        "owner_dead": dead,
         "steps": record.last_seq,
         "created_at": record.created_at,
         "last_commit": record.updated_at,
@@ -69,14 +87,32 @@ def _row(record: SessionRecord, last: StoredEvent | None, leased: bool) -> dict[
     }
 
 
+#: The columns of ``sessions`` after the id, and the least width of each (a date, a word).
+_COLUMNS = (
+    ("machine", None),
+    ("status", 8),
+    ("steps", None),
+    ("last commit", 10),
+    ("exit reason", None),
+    ("waits for", None),
+)
+
+
+def _status(row: dict[str, Any]) -> str:
+    """A row's status as the table shows it: an orphan says so, and names its dead owner."""
+    if row["owner_dead"] is not None:
+        return f"{row['status']} (orphaned: owner pid {row['owner_dead']['pid']} dead)"
+    return f"{row['status']} (orphaned)" if row["orphaned"] else row["status"]
+
+
 async def _sessions(path: str) -> list[dict[str, Any]]:
     async with store_at(path) as store:
         records = await store.sessions()
-        leased = {lease.session_id for lease in await store.leases()}
+        owners = {lease.session_id: lease.owner for lease in await store.leases()}
         rows = []
         for record in records:
             events = await store.history(record.session_id) if record.last_seq else ()
-            row = _row(record, events[-1] if events else None, record.session_id in leased)
+            row = _row(record, events[-1] if events else None, owners.get(record.session_id))
             waiting = waits_for(record, events)
             row["waits_for"] = None if waiting is None else waiting.describe()
             rows.append(row)
@@ -86,6 +122,7 @@ async def _sessions(path: str) -> list[dict[str, Any]]:
 def list_sessions(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo sessions``: every stored session, newest last."""
     rows = args.run(_sessions, existing_store(args.store))
+    total = len(rows)
     if args.status:
         rows = [row for row in rows if row["status"] in args.status]
     if args.limit:
@@ -93,15 +130,23 @@ def list_sessions(args: argparse.Namespace) -> ExitStatus:
     if args.json:
         print_json(masked(rows))
         return ExitStatus.OK
-    table = Table(title=shown(f"{len(rows)} session(s) in {args.store}"))
-    columns = ("session", "machine", "status", "steps", "last commit", "exit reason", "waits for")
-    for column in columns:
-        table.add_column(column, justify="right" if column == "steps" else "left")
+    count = f"{total}" if len(rows) == total else f"{len(rows)} of {total}"
+    table = Table(title=shown(f"{count} session{'' if total == 1 else 's'} in {args.store}"))
+    # Ids are what a user copies into the next command: never cut; other columns wrap.
+    widest = max((len(shown(row["session_id"])) for row in rows), default=7)
+    table.add_column("session", no_wrap=True, min_width=widest, overflow="ignore")
+    for column, least in _COLUMNS:
+        table.add_column(
+            column,
+            justify="right" if column == "steps" else "left",
+            overflow="fold",
+            min_width=least,
+        )
     for row in rows:
         table.add_row(
             shown(row["session_id"]),
             shown(row["machine"]),
-            shown(f"{row['status']} (orphaned)" if row["orphaned"] else row["status"]),
+            shown(_status(row)),
             str(row["steps"]),
             _when(row["last_commit"]),
             shown(row["exit_reason"]),
@@ -119,12 +164,12 @@ async def _history(path: str, session_id: str) -> tuple[SessionRecord, tuple[Sto
 
 async def _session(
     path: str, session_id: str
-) -> tuple[SessionRecord, tuple[StoredEvent, ...], bool]:
-    """A session's record, its events, and whether a process holds its lease."""
+) -> tuple[SessionRecord, tuple[StoredEvent, ...], str | None]:
+    """A session's record, its events, and who holds its live lease (``None``: nobody)."""
     async with store_at(path) as store:
         record = await store.record(session_id)
-        leased = any(lease.session_id == session_id for lease in await store.leases())
-        return record, await store.history(session_id), leased
+        owners = [lease.owner for lease in await store.leases() if lease.session_id == session_id]
+        return record, await store.history(session_id), owners[0] if owners else None
 
 
 def _session_machine(record: SessionRecord, target: str) -> Machine[Any]:
@@ -182,13 +227,14 @@ def show(args: argparse.Namespace) -> ExitStatus:
     With ``--machine``, checked against the session, a paused session's gate
     names the field an approve value goes to and its type.
     """
-    record, events, leased = args.run(_session, existing_store(args.store), args.session)
+    record, events, owner = args.run(_session, existing_store(args.store), args.session)
+    row = _row(record, events[-1] if events else None, owner)
     machine = _session_machine(record, args.machine) if args.machine else None
     waiting = waits_for(record, events, machine)
     if args.json:
         print_json(
             {
-                "session": _row(record, events[-1] if events else None, leased=leased),
+                "session": row,
                 "waits_for": waiting.as_json() if waiting is not None else None,
                 "events": [_event_json(event) for event in events],
             }
@@ -199,7 +245,7 @@ def show(args: argparse.Namespace) -> ExitStatus:
         styled(
             "session ",
             (record.session_id, "bold"),
-            f" of machine {record.machine!r}: {record.status}, "
+            f" of machine {record.machine!r}: {_status(row)}, "
             f"{record.last_seq} event(s), created {_when(record.created_at)}, last commit "
             f"{_when(record.updated_at)}"
             + (f", forked from {record.parent}" if record.parent else ""),

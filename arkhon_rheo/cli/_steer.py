@@ -12,11 +12,13 @@ ended; a state it prints shows each `Sensitive` value as ``[SENSITIVE]``.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from rich.table import Table
 
+from .._errors import SessionBusy, SessionError
 from ..core import Keyring
 from ..core._seams import shown_state
 from ..supervision import ExitReason
@@ -26,13 +28,13 @@ from ._common import (
     ExitStatus,
     console,
     existing_store,
-    load_machine,
     parse_json,
     print_json,
     shown,
     store_file,
     styled,
 )
+from ._load import load_machine
 from ._talk import first_message, report_reply
 
 if TYPE_CHECKING:
@@ -84,6 +86,9 @@ def _report(args: argparse.Namespace, result: SessionResult[Any]) -> ExitStatus:
         )
         if result.failure is not None:
             out.print(styled(f"  {result.failure.error_type}: {result.failure.message}"))
+        output = _output(result)
+        if output is not None:
+            out.print(styled(output))
         if result.exit_reason is ExitReason.PAUSED:
             out.print(
                 styled(
@@ -93,6 +98,28 @@ def _report(args: argparse.Namespace, result: SessionResult[Any]) -> ExitStatus:
             )
         out.print(styled(f"  history: arkhon-rheo show {result.session_id} --store {args.store}"))
     return ExitStatus.OK if result.exit_reason in _ENDED_OK else ExitStatus.FAILED
+
+
+#: The most characters of a final state a report prints (``--json`` prints all of it).
+_STATE_SHOWN = 400
+
+
+def _output(result: SessionResult[Any]) -> str | None:
+    """What the session produced, one line: its ``answer``, or else its final state's fields.
+
+    ``None`` for a session that stopped without one (paused, or failed before an answer).
+    """
+    state = shown_state(result.state)
+    answer = state.get("answer")
+    if answer not in (None, ""):
+        return f"  answer: {answer}"
+    if result.exit_reason is not ExitReason.FINISHED:
+        return None
+    fields = {name: value for name, value in state.items() if name != "lifecycle"}
+    text = json.dumps(fields, default=str, ensure_ascii=False)
+    if len(text) > _STATE_SHOWN:
+        text = text[:_STATE_SHOWN] + "... (--json prints all of it)"
+    return f"  final state: {text}"
 
 
 async def _wait(handle: SessionHandle[Any] | None) -> SessionResult[Any] | None:
@@ -148,11 +175,31 @@ def resume(args: argparse.Namespace) -> ExitStatus:
 
     async def go() -> SessionResult[Any] | None:
         async with _system(existing_store(args.store)) as system:
-            return await _wait(await system.resume(machine, args.session, max_steps=args.max_steps))
+            try:
+                handle = await system.resume(machine, args.session, max_steps=args.max_steps)
+            except SessionError as exc:
+                # The library's refusal names its Python API: the command line's is decide.
+                record = await system.stored(machine, args.session).record()
+                if isinstance(exc, SessionBusy) or record.status != "paused":
+                    raise
+                raise _paused(args) from exc
+            return await _wait(handle)
 
     result = args.run(go)
     assert result is not None
     return _report(args, result)
+
+
+def _paused(args: argparse.Namespace) -> CommandError:
+    """``resume`` of a session paused at a gate: the ``decide`` commands that answer it."""
+    where = f"--machine {args.machine} --store {args.store}"
+    return CommandError(
+        f"session {args.session!r} is paused at a gate: resume does not answer it. Run "
+        f"`arkhon-rheo decide {args.session} approve {where}` (or abort, or edit --set "
+        f"FIELD=JSON); `arkhon-rheo show {args.session} --store {args.store}` says what it "
+        "waits for",
+        code=ExitStatus.FAILED,
+    )
 
 
 def _edits(pairs: list[str]) -> dict[str, Any]:

@@ -20,11 +20,11 @@ from ._common import (
     ExitStatus,
     console,
     existing_store,
-    load_machine,
     parse_json,
     print_json,
     styled,
 )
+from ._load import load_machine
 
 if TYPE_CHECKING:
     import argparse

@@ -20,7 +20,8 @@ import anyio
 from ..core import Keyring
 from ..store._seams import store_at
 from ..system import Worker
-from ._common import load_machine, print_json, store_file, store_label
+from ._common import print_json, store_file, store_label
+from ._load import load_machine
 
 if TYPE_CHECKING:
     import argparse

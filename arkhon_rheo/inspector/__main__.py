@@ -11,6 +11,7 @@ import argparse
 import os
 import stat
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,13 +66,29 @@ def _read_token_file(name: str) -> str:
     return token
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's help ends with its default, where it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        default = action.default
+        if default is None or default is False or default == [] or default == argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the arguments and serve until interrupted; return the exit status."""
-    parser = argparse.ArgumentParser(prog="arkhon-rheo inspect")
+    parser = argparse.ArgumentParser(
+        prog="arkhon-rheo inspect",
+        description="serve the session inspector, a web page of the store's sessions: their "
+        "events, state, graph and failures; with --machine, decide and replay them too "
+        "(the 'inspector' extra)",
+        formatter_class=_HelpFormatter,
+    )
     parser.add_argument(
         "--store", default="arkhon-rheo.db", help="the SQLite store file, or a postgresql:// URL"
     )
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to serve on")
     parser.add_argument("--port", type=int, default=8765, help="0: any free port")
     parser.add_argument(
         "--machine",
@@ -90,7 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--token", default=None, help=f"refused (visible to all): use --token-file or {TOKEN_ENV}"
     )
     parser.add_argument("--allow-remote", action="store_true", help="serve a non-loopback host")
-    parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument(
+        "--debug", action="store_true", help="on an error, print its full traceback too"
+    )
+    parser.add_argument(
+        "--backend", choices=("asyncio", "trio"), default="asyncio", help="the event loop"
+    )
     args = parser.parse_args(argv)
     try:
         token = _token(args)
@@ -113,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         anyio.run(run, backend=args.backend)
     except ArkhonError as exc:
+        if args.debug:
+            traceback.print_exception(exc, file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

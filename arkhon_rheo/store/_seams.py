@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from ._postgres_conn import is_postgres_url as is_postgres_url
 from ._postgres_conn import redacted_url as redacted_url
+from ._schema import inspect_file as inspect_file
 from ._schema import not_a_file as not_a_file
 
 if TYPE_CHECKING:

@@ -26,6 +26,7 @@ from ..supervision._seams import EventListener
 from ._children import ChildHost
 from ._claims import Claims
 from ._client import checked_start, submit
+from ._default_store import DEFAULT_PATH, announce_default_store
 from ._host import SessionHost
 from ._mail import Postman, Sent, decision_of
 from ._options import check_lease_ttl, check_snapshot_every, kept, session_config
@@ -50,9 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["AgentSystem"]
 
 S = TypeVar("S", bound=AgentState)
-
-#: The SQLite file an `AgentSystem` keeps its sessions in by default.
-DEFAULT_PATH = "arkhon-rheo.db"
 
 
 class AgentSystem:
@@ -94,7 +92,8 @@ class AgentSystem:
             is opened and closed here.
         path: Without ``store``, the SQLite file the system opens (and closes)
             itself: the embedded default, ``arkhon-rheo.db`` in the working
-            directory (or a ``postgresql://`` URL); ``path=None``: in memory only.
+            directory (logged once at info, logger ``arkhon_rheo.system``), or a
+            ``postgresql://`` URL; ``path=None``: in memory only.
         durability: The durability mode of that store (see `Durability`).
         lease_ttl: With a store, each running session is leased to this system
             for this many seconds, renewed every third of it: a second system
@@ -170,6 +169,7 @@ class AgentSystem:
         check_snapshot_every(snapshot_every)
         lease_ttl = check_lease_ttl(lease_ttl)
         identity = Owner.current()
+        announce_default_store(store, path)
         self._exit = contextlib.AsyncExitStack()
         self._owned_store = owned_store(store, path, durability=durability)
         store = self._owned_store or cast("Store | None", store)

@@ -161,7 +161,7 @@ def test_sessions_lists_status_machine_steps_and_exit_reason(demo_file: Path) ->
     assert finished["exit_reason"] == "finished"
     code, out, _ = run("sessions", "--store", str(demo_file))
     assert code == 0
-    assert "20 session(s)" in out
+    assert "20 sessions" in out
     assert "exit reason" in out
     assert finished["session_id"] in out
 

@@ -197,7 +197,7 @@ def test_a_store_path_that_looks_like_markup_prints_literally(tmp_path: Path) ->
     out = ok("demo", "--sessions", "3", "--store", store)
     assert f"stored in {store}; inspect it with:" in out
     assert f"arkhon-rheo sessions --store {store}" in out
-    assert f"3 session(s) in {store}" in ok("sessions", "--store", store)
+    assert f"3 sessions in {store}" in ok("sessions", "--store", store)
     sid = run_json("sessions", "--store", store)[0]["session_id"]
     diagram = tmp_path / "[b]graph[red].mmd"
     code, _, err = run("graph", sid, "--store", store, "--output", str(diagram))
