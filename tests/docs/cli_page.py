@@ -132,7 +132,7 @@ def _command(name: str, sub: argparse.ArgumentParser) -> str:
         lines += ["", "| Argument | Values | Description |", "| --- | --- | --- |"]
         for action in positionals:
             values = _argument(action) if action.choices is not None else ""
-            name = action.metavar or action.dest
+            name = str(action.metavar or action.dest)
             text = _cell(action.help or _POSITIONALS.get(name, ""))
             lines.append(f"| `{name}` | {values} | {text} |")
     lines += ["", "| Option | Argument | Default | Description |", "| --- | --- | --- | --- |"]
@@ -147,7 +147,9 @@ def render() -> str:
     subs = subcommands(parser)
     choices = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {action.dest: action.help for action in choices._choices_actions}
-    table = "\n".join(f"| [`{name}`](#arkhon-rheo-{name}) | {_cell(helps.get(name))} |" for name in subs)
+    table = "\n".join(
+        f"| [`{name}`](#arkhon-rheo-{name}) | {_cell(helps.get(name))} |" for name in subs
+    )
     head = _HEAD.format(usage=parser.format_usage().strip().removeprefix("usage: "), commands=table)
     return head + "\n" + "\n".join(_command(name, sub) for name, sub in subs.items())
 
