@@ -171,3 +171,11 @@ def test_the_top_level_api_page_lists_the_fifty_names() -> None:
     assert len(arkhon_rheo.__all__) == 50
     missing = [name for name in arkhon_rheo.__all__ if f"[`{name}`]" not in page]
     assert not missing, f"names of arkhon_rheo not on its page: {missing}"
+
+
+def test_the_performance_page_names_the_command_of_every_bench() -> None:
+    page = (REFERENCE.parent / "explanation" / "performance.md").read_text(encoding="utf-8")
+    benches = sorted(p.name for p in (REFERENCE.parents[1] / "bench").glob("[a-z]*.py"))
+    assert len(benches) >= 10
+    missing = [name for name in benches if f"`python bench/{name}`" not in page]
+    assert not missing, f"benches whose command the performance page lacks: {missing}"
