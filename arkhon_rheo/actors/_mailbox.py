@@ -393,19 +393,26 @@ class open_mailbox(tuple[MailboxSendStream[T], MailboxReceiveStream[T]]):
     """Open a bounded mailbox and return its send and receive sides.
 
     Subscript it to name the item type, as with anyio's memory object streams:
-    ``tx, rx = open_mailbox[Request](64, name="worker")``.
-
-    Args:
-        capacity: The most messages queued before senders wait; at least 1.
-        name: A name for error messages and statistics.
-
-    Raises:
-        ConfigurationError: If ``capacity`` is not a positive integer.
+    ``tx, rx = open_mailbox[Request](64, name="worker")``. It takes the
+    ``capacity`` (the most messages queued before senders wait) and an optional
+    ``name``; see `__new__`.
     """
 
     def __new__(  # type: ignore[misc]
         cls, capacity: int, *, name: str = "mailbox"
     ) -> tuple[MailboxSendStream[T], MailboxReceiveStream[T]]:
+        """Open the mailbox: ``open_mailbox(capacity, name=...)`` calls this.
+
+        Args:
+            capacity: The most messages queued before senders wait; at least 1.
+            name: A name for error messages and statistics.
+
+        Returns:
+            The send side and the receive side of one new mailbox.
+
+        Raises:
+            ConfigurationError: If ``capacity`` is not a positive integer.
+        """
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ConfigurationError(
                 f"mailbox capacity must be a positive integer, got {capacity!r}; "

@@ -35,7 +35,9 @@ __all__ = [
     "AnthropicClient",
 ]
 
+#: The server an `AnthropicClient` calls without ``base_url`` or ``ANTHROPIC_BASE_URL``.
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+#: The model an `AnthropicClient` asks for without ``model`` or ``ARKHON_MODEL``.
 DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
 #: The ``anthropic-version`` header every request carries.
 ANTHROPIC_VERSION = "2023-06-01"

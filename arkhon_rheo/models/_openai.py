@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "ClientState", "OpenAIChatClient"]
 
+#: The server an `OpenAIChatClient` calls without ``base_url`` or ``OPENAI_BASE_URL``.
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: The model an `OpenAIChatClient` asks for without ``model`` or ``ARKHON_MODEL``.
 DEFAULT_MODEL = "gpt-4o-mini"
 
 

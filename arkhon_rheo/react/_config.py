@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "ReactConfig"]
 
+#: The first message of every conversation unless ``react_agent(system_prompt=...)`` says otherwise.
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful agent. Use the tools when they help; when you know the answer, "
     "reply with it in plain text and call no tool."

@@ -65,7 +65,9 @@ class Terminal:
     reason: str
 
 
+#: What a rule returns when it has nothing against the step.
 PASS = Pass()
+#: What a rule returns: `PASS`, a `Retryable` or a `Terminal`.
 Verdict: TypeAlias = Pass | Retryable | Terminal
 Outcome: TypeAlias = Literal["pass", "retryable", "terminal"]
 

@@ -383,18 +383,18 @@ class StoredSession(Generic[S]):
     async def decide(self, decision: BaseModel, *, message_id: str | None = None) -> Sent:
         """Answer the gate the session is paused at with ``decision``: one path for all three.
 
-        The decision (an `Approve`, `Abort` or `Edit`) is checked against the
-        paused state first: a refusal stores nothing. With a store it is then
-        stored in the session's inbox and applied, once, by the event that
-        records it (the message marked applied in the same transaction); an
-        `Approve` launches the session's run here. Sending the same
-        ``message_id`` again does nothing.
+        The decision (an `Approve`, `Abort` or `Edit`) is checked against the paused
+        state first: a refusal stores nothing. With a store it is stored in the
+        session's inbox and applied, once, by the event that records it (the message
+        marked applied in the same transaction); an `Approve` launches the session's
+        run here. Sending the same ``message_id`` again does nothing.
 
         Returns:
             Where it went; ``sent.handle`` is the run an approval launched.
 
         Raises:
-            The errors of `approve`, `abort` and `edit`.
+            SessionError: If the session is not paused; this and every other error
+                raised are those listed by `approve`, `abort` and `edit`.
         """
         host, machine, session_id = self._host, self.machine, self.session_id
         host.check_running()

@@ -1,0 +1,277 @@
+"""The documentation site: built with ``mkdocs build --strict``, checked file by file and live.
+
+One build per module (into a temporary directory, as ``.ci/run`` builds it:
+``NO_MKDOCS_2_WARNING=1``, strict). Then, without a browser: no internal link
+or anchor of any built page is broken, no page loads anything from another
+host (no web fonts, no CDN: the site works offline), and every public name of
+each package has its anchor on its API page. With the system's headless
+Chromium (selenium, as ``tests/inspector/test_inspector_browser.py`` drives
+it; skipped with the reason where it is missing): the home page, a how-to and
+an API page open from a local HTTP server, each shows its heading, loads
+nothing from elsewhere, and is screenshot. Skipped where the ``docs`` extra
+(mkdocs) is not installed.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
+pytest.importorskip("material", reason="the docs extra is not installed (mkdocs-material)")
+pytest.importorskip("mkdocstrings", reason="the docs extra is not installed (mkdocstrings)")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: The pages the browser opens: the home page, one how-to, one API page.
+PAGES = {"home": "", "how-to": "how-to/durability/", "api": "reference/api/system/"}
+
+#: The packages with an API page of their own (``docs/reference/api/NAME.md``).
+PACKAGES = [
+    "actors",
+    "core",
+    "errors",
+    "graphs",
+    "models",
+    "observe",
+    "protocols",
+    "react",
+    "rules",
+    "store",
+    "supervision",
+    "system",
+    "testing",
+    "tools",
+]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built once with ``mkdocs build --strict`` from the repository's mkdocs.yml."""
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert build.returncode == 0, f"mkdocs build --strict failed:\n{build.stderr[-6000:]}"
+    assert (out / "index.html").is_file()
+    return out
+
+
+class _Page(HTMLParser):
+    """The ids of one HTML page, and every URL its tags point at."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.ids: set[str] = set()
+        #: ``(tag, attribute, url)`` of every ``href`` and ``src``.
+        self.urls: list[tuple[str, str, str]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if value is None:
+                continue
+            if name == "id":
+                self.ids.add(value)
+            elif name in ("href", "src"):
+                self.urls.append((tag, name, value))
+
+
+@functools.cache
+def _parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+def _pages(site: Path) -> list[Path]:
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 30, "the site has too few pages"
+    return pages
+
+
+def _target(site: Path, page: Path, url: str) -> tuple[Path, str] | None:
+    """The file and fragment an internal ``url`` of ``page`` points at; None for another site's."""
+    parts = urlsplit(url)
+    if parts.scheme or parts.netloc:
+        return None
+    path = unquote(parts.path)
+    if not path:
+        target = page
+    elif path.startswith("/"):
+        target = site / path.lstrip("/")
+    else:
+        target = page.parent / path
+    if path.endswith("/") or target.is_dir():
+        target = target / "index.html"
+    return target.resolve(), unquote(parts.fragment)
+
+
+def test_no_internal_link_or_anchor_of_the_built_site_is_broken(site: Path) -> None:
+    broken: list[str] = []
+    checked = 0
+    for page in _pages(site):
+        for tag, attribute, url in _parse(page).urls:
+            found = _target(site, page, url)
+            if found is None:
+                continue
+            target, fragment = found
+            checked += 1
+            where = f"{page.relative_to(site)}: <{tag} {attribute}={url!r}>"
+            if not target.is_file():
+                broken.append(f"{where}: no file {target}")
+            elif fragment and target.suffix == ".html" and fragment not in _parse(target).ids:
+                broken.append(f"{where}: no #{fragment} in {target.relative_to(site)}")
+    assert checked > 1000
+    assert not broken, "broken links:\n" + "\n".join(broken[:50])
+
+
+def test_no_page_loads_anything_from_another_host(site: Path) -> None:
+    """No web font, no CDN: every stylesheet, script and image is the site's own."""
+    remote: list[str] = []
+    for page in _pages(site):
+        text = page.read_text(encoding="utf-8")
+        banned = ("fonts.googleapis", "fonts.gstatic", "cdn.jsdelivr", "unpkg.com")
+        remote += [f"{page.relative_to(site)}: mentions {b}" for b in banned if b in text]
+        for tag, attribute, url in _parse(page).urls:
+            loaded = attribute == "src" or tag == "link"
+            if loaded and (urlsplit(url).netloc or url.startswith("//")):
+                remote.append(f"{page.relative_to(site)}: <{tag} {attribute}={url!r}>")
+            if "cdn." in urlsplit(url).netloc:
+                remote.append(f"{page.relative_to(site)}: <{tag} {attribute}={url!r}>")
+    remote += [
+        f"{sheet.relative_to(site)}: imports a web font"
+        for sheet in site.rglob("*.css")
+        if "fonts.googleapis" in sheet.read_text(encoding="utf-8", errors="replace")
+    ]
+    assert not remote, "the site reaches out:\n" + "\n".join(remote[:50])
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_name_has_its_anchor_on_its_api_page(site: Path, package: str) -> None:
+    module = importlib.import_module(f"arkhon_rheo.{package}")
+    page = _parse(site / "reference" / "api" / package / "index.html")
+    missing = [name for name in module.__all__ if f"arkhon_rheo.{package}.{name}" not in page.ids]
+    assert not missing, f"arkhon_rheo.{package}: no reference for {missing}"
+    private = sorted(i for i in page.ids if re.search(r"^arkhon_rheo\..*\._(?!_)", i))
+    assert not private, f"private names on the page: {private[:10]}"
+
+
+# -- in a real browser ---------------------------------------------------------------------
+
+
+def _find(*names: str) -> str | None:
+    for name in names:
+        found = shutil.which(name) or (name if Path(name).is_file() else None)
+        if found:
+            return found
+    return None
+
+
+CHROMIUM = _find("chromium", "chromium-browser", "/usr/bin/chromium")
+CHROMEDRIVER = _find("chromedriver", "/usr/bin/chromedriver")
+
+NO_CHROMIUM = "no system chromium and chromedriver (apt-get install chromium chromium-driver)"
+
+
+@pytest.fixture(scope="module")
+def served(site: Path) -> Iterator[str]:
+    """The built site over HTTP on 127.0.0.1 (a free port), from a thread of this process."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, name="docs-site", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Keep the test's output clean."""
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason=NO_CHROMIUM)
+@pytest.mark.parametrize("name", sorted(PAGES))
+def test_a_page_opens_in_chromium_with_its_heading_and_a_screenshot(
+    name: str, served: str, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url = served + PAGES[name]
+    browser.get(url)
+    heading = WebDriverWait(browser, 20).until(lambda b: b.find_element(By.CSS_SELECTOR, "h1"))
+    assert heading.text.strip(), f"{url}: an empty h1"
+    WebDriverWait(browser, 20).until(
+        lambda b: b.execute_script("return document.readyState") == "complete"
+    )
+    title = browser.title
+    assert "arkhon-rheo" in title, title
+    # Everything the page loaded came from this server: no font or script from elsewhere.
+    loaded = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+    )
+    elsewhere = [entry for entry in loaded if not entry.startswith(served)]
+    assert not elsewhere, f"{url} loaded {elsewhere}"
+    # The theme's stylesheet applied: the header bar is laid out, not unstyled text.
+    header = browser.find_element(By.CSS_SELECTOR, "header.md-header")
+    assert header.size["height"] > 0
+    shot = tmp_path / f"{name}.png"
+    assert browser.save_screenshot(str(shot))
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(data) > 1000
