@@ -16,10 +16,18 @@ patch's values. A second list holds where each event ends. The only objects an
 event brings are the values it holds that were objects already (a model
 appended to a `History`, say). An event is rebuilt, equal to the one appended,
 when it is read.
+
+An event's ``info`` (the calls its stage recorded, with their requests and
+responses: nested dicts and lists, a few dozen objects a step) is kept as its
+JSON text, one `bytes` object the collector never tracks, when it reads back as
+exactly the same data (dicts with string keys, lists, strings, ints, finite
+floats, booleans and None); it is parsed again when the event is read.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
@@ -36,6 +44,49 @@ _INTERNED_MAX = 4096
 
 #: Where an event's patch values start: after its 14 fields.
 _TAIL = 14
+
+_encode = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+
+
+def _pack(info: Any) -> Any:
+    """``info`` as its JSON text (ASCII bytes) when that reads back equal, of the same types.
+
+    Else ``info`` itself (never bytes: an event whose ``info`` is bytes is kept whole).
+    """
+    if type(info) is not dict or not _exact(info):
+        return info
+    try:
+        return _encode(info).encode("ascii")
+    except ValueError:  # an int too long to write out
+        return info
+
+
+def _is_text(info: Any) -> bool:
+    return type(info) is bytes
+
+
+def _unpack(info: Any) -> Any:
+    return json.loads(info) if type(info) is bytes else info
+
+
+def _exact(value: Any) -> bool:
+    """Whether ``value`` reads back from its JSON text as equal data of the very same types."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        for key, item in value.items():  # noqa: SIM110 (no generator made per node)
+            if type(key) is not str or not _exact(item):
+                return False
+        return True
+    if kind is list:
+        for item in value:  # noqa: SIM110
+            if not _exact(item):
+                return False
+        return True
+    return False
 
 
 class Interner:
@@ -135,6 +186,7 @@ class EventLog(Sequence[TransitionEvent]):
             or type(patch) is not Patch
             or type(reads) is not frozenset
             or type(writes) is not frozenset
+            or _is_text(info)  # bytes in this slot mean JSON text (`_pack`)
         ):
             self._keep(event)
             return
@@ -178,7 +230,7 @@ class EventLog(Sequence[TransitionEvent]):
             started_at,
             finished_at,
             error,
-            info,
+            None if info is None else _pack(info),
         )
         if values:
             data += values.values()
@@ -251,7 +303,7 @@ class EventLog(Sequence[TransitionEvent]):
             started_at,
             finished_at,
             error,
-            info,
+            _unpack(info),
         )
 
     def _at(self, index: int) -> TransitionEvent:

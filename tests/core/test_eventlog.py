@@ -90,6 +90,51 @@ def test_an_event_adds_no_object_the_collector_tracks_but_the_models_it_holds() 
     assert log[199].patch.appends["steps"] == (steps[99],)
 
 
+def test_recorded_calls_are_kept_as_one_untracked_text_and_read_back_equal() -> None:
+    calls = {
+        "io": [
+            {
+                "kind": "model",
+                "request": {"turn": 3, "new": [{"role": "tool", "content": "é\ud800"}], "x": 1.5},
+                "response": {"message": {"tool_calls": [{"id": "c3"}]}, "usage": None},
+                "done": True,
+            }
+        ]
+    }
+    log = EventLog("s1", Interner())
+    log.append(event(1, Patch(), info=calls))
+    packed = log._data[13]
+    assert isinstance(packed, bytes)
+    assert not gc.is_tracked(packed)
+    assert log[0].info == calls
+    assert log[0].info is not log[0].info  # each read parses its own copy: none is shared
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        {"io": ({"kind": "model"},)},  # a tuple would read back a list
+        {"io": [{1: "a"}]},  # an int key would read back a string
+        {"io": [float("nan")]},  # no JSON for it
+        {"io": [L.THINKING]},  # an enum member would read back its value
+        {"io": [True, 10**5000]},  # too long to write out
+    ],
+    ids=["tuple", "int-key", "nan", "enum", "long-int"],
+)
+def test_info_that_would_not_read_back_the_same_is_kept_as_it_is(info: dict[str, Any]) -> None:
+    log = EventLog("s1", Interner())
+    log.append(event(1, Patch(), info=info))
+    assert log._data[13] is info
+    assert log[0].info is info
+
+
+def test_an_event_whose_info_is_bytes_is_kept_whole_not_read_as_text() -> None:
+    odd = event(1, Patch(), info=b"{}")  # not a mapping, but kept as given
+    log = EventLog("s1", Interner())
+    log.append(odd)
+    assert log[0] is odd
+
+
 def test_models_read_back_in_order_with_their_names() -> None:
     one, two, three = (ReferenceStep(cycle, "calc", str(cycle)) for cycle in range(3))
     failure = FailureRecord(
