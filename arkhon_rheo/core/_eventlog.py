@@ -53,11 +53,11 @@ def _pack(info: Any) -> Any:
 
     Else ``info`` itself (never bytes: an event whose ``info`` is bytes is kept whole).
     """
-    if type(info) is not dict or not _exact(info):
+    if type(info) is not dict:
         return info
     try:
-        return _encode(info).encode("ascii")
-    except ValueError:  # an int too long to write out
+        return _encode(info).encode("ascii") if _exact(info) else info
+    except (ValueError, RecursionError):  # an int too long to write out; nested too deep
         return info
 
 

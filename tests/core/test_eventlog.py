@@ -110,6 +110,13 @@ def test_recorded_calls_are_kept_as_one_untracked_text_and_read_back_equal() -> 
     assert log[0].info is not log[0].info  # each read parses its own copy: none is shared
 
 
+def _deep(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     "info",
     [
@@ -118,8 +125,9 @@ def test_recorded_calls_are_kept_as_one_untracked_text_and_read_back_equal() -> 
         {"io": [float("nan")]},  # no JSON for it
         {"io": [L.THINKING]},  # an enum member would read back its value
         {"io": [True, 10**5000]},  # too long to write out
+        {"io": _deep(5000)},  # nested past the recursion limit
     ],
-    ids=["tuple", "int-key", "nan", "enum", "long-int"],
+    ids=["tuple", "int-key", "nan", "enum", "long-int", "deep"],
 )
 def test_info_that_would_not_read_back_the_same_is_kept_as_it_is(info: dict[str, Any]) -> None:
     log = EventLog("s1", Interner())
