@@ -19,15 +19,15 @@ when it is read.
 
 An event's ``info`` (the calls its stage recorded, with their requests and
 responses: nested dicts and lists, a few dozen objects a step) is kept as its
-JSON text, one `bytes` object the collector never tracks, when it reads back as
-exactly the same data (dicts with string keys, lists, strings, ints, finite
-floats, booleans and None); it is parsed again when the event is read.
+`marshal` bytes, one object the collector never tracks, when it is built-in
+data only (dicts, lists, tuples, sets, strings, numbers, booleans, None: what
+`marshal` reads back as equal data of the same types; a NaN reads back as a
+NaN, which equals nothing); it is read again when the event is read.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import marshal
 import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
@@ -45,19 +45,20 @@ _INTERNED_MAX = 4096
 #: Where an event's patch values start: after its 14 fields.
 _TAIL = 14
 
-_encode = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
-
 
 def _pack(info: Any) -> Any:
-    """``info`` as its JSON text (ASCII bytes) when that reads back equal, of the same types.
+    """``info`` as its `marshal` bytes, or (not built-in data only) ``info`` itself.
 
-    Else ``info`` itself (never bytes: an event whose ``info`` is bytes is kept whole).
+    `marshal` writes only objects of the built-in types themselves (a subclass,
+    an enum member or a model is refused), so what it reads back is equal data of
+    the very same types. Never bytes for anything else: an event whose ``info``
+    is bytes is kept whole.
     """
     if type(info) is not dict:
         return info
     try:
-        return _encode(info).encode("ascii") if _exact(info) else info
-    except (ValueError, RecursionError):  # an int too long to write out; nested too deep
+        return marshal.dumps(info)
+    except ValueError:  # an object marshal does not write; nested too deep
         return info
 
 
@@ -66,27 +67,7 @@ def _is_text(info: Any) -> bool:
 
 
 def _unpack(info: Any) -> Any:
-    return json.loads(info) if type(info) is bytes else info
-
-
-def _exact(value: Any) -> bool:
-    """Whether ``value`` reads back from its JSON text as equal data of the very same types."""
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return True
-    if kind is float:
-        return math.isfinite(value)
-    if kind is dict:
-        for key, item in value.items():  # noqa: SIM110 (no generator made per node)
-            if type(key) is not str or not _exact(item):
-                return False
-        return True
-    if kind is list:
-        for item in value:  # noqa: SIM110
-            if not _exact(item):
-                return False
-        return True
-    return False
+    return marshal.loads(info) if type(info) is bytes else info
 
 
 class Interner:
@@ -186,7 +167,7 @@ class EventLog(Sequence[TransitionEvent]):
             or type(patch) is not Patch
             or type(reads) is not frozenset
             or type(writes) is not frozenset
-            or _is_text(info)  # bytes in this slot mean JSON text (`_pack`)
+            or _is_text(info)  # bytes in this slot mean packed info (`_pack`)
         ):
             self._keep(event)
             return
