@@ -205,6 +205,9 @@ class Cell(Generic[M, R]):
                 if self.state is ActorState.STARTING:
                     self.state = ActorState.RUNNING
                 task_status.started(self.ref)
+                # Not kept alive by this frame for the actor's life (a status and its
+                # spent future per actor).
+                del task_status
                 started = True
                 kind, error, actor = await self._loop(actor)
         except Exception as exc:

@@ -16,10 +16,18 @@ patch's values. A second list holds where each event ends. The only objects an
 event brings are the values it holds that were objects already (a model
 appended to a `History`, say). An event is rebuilt, equal to the one appended,
 when it is read.
+
+An event's ``info`` (the calls its stage recorded, with their requests and
+responses: nested dicts and lists, a few dozen objects a step) is kept as its
+`marshal` bytes, one object the collector never tracks, when it is built-in
+data only (dicts, lists, tuples, sets, strings, numbers, booleans, None: what
+`marshal` reads back as equal data of the same types; a NaN reads back as a
+NaN, which equals nothing); it is read again when the event is read.
 """
 
 from __future__ import annotations
 
+import marshal
 import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
@@ -36,6 +44,30 @@ _INTERNED_MAX = 4096
 
 #: Where an event's patch values start: after its 14 fields.
 _TAIL = 14
+
+
+def _pack(info: Any) -> Any:
+    """``info`` as its `marshal` bytes, or (not built-in data only) ``info`` itself.
+
+    `marshal` writes only objects of the built-in types themselves (a subclass,
+    an enum member or a model is refused), so what it reads back is equal data of
+    the very same types. Never bytes for anything else: an event whose ``info``
+    is bytes is kept whole.
+    """
+    if type(info) is not dict:
+        return info
+    try:
+        return marshal.dumps(info)
+    except ValueError:  # an object marshal does not write; nested too deep
+        return info
+
+
+def _is_text(info: Any) -> bool:
+    return type(info) is bytes
+
+
+def _unpack(info: Any) -> Any:
+    return marshal.loads(info) if type(info) is bytes else info
 
 
 class Interner:
@@ -135,6 +167,7 @@ class EventLog(Sequence[TransitionEvent]):
             or type(patch) is not Patch
             or type(reads) is not frozenset
             or type(writes) is not frozenset
+            or _is_text(info)  # bytes in this slot mean packed info (`_pack`)
         ):
             self._keep(event)
             return
@@ -178,7 +211,7 @@ class EventLog(Sequence[TransitionEvent]):
             started_at,
             finished_at,
             error,
-            info,
+            None if info is None else _pack(info),
         )
         if values:
             data += values.values()
@@ -251,7 +284,7 @@ class EventLog(Sequence[TransitionEvent]):
             started_at,
             finished_at,
             error,
-            info,
+            _unpack(info),
         )
 
     def _at(self, index: int) -> TransitionEvent:

@@ -40,6 +40,7 @@ from ._resources import resources_scope as resources_scope
 from ._sensitive import SENSITIVE as SENSITIVE
 from ._sensitive import secret_texts as secret_texts
 from ._sensitive import sensitive_fields as sensitive_fields
+from ._shared import share_fields_set as share_fields_set
 from ._spec import load_machine as load_machine
 from ._spec import load_state_factory as load_state_factory
 from ._stream import _SCOPE

@@ -43,12 +43,13 @@ from ..protocols import (
     StreamingModelClient,
     SystemMessage,
     ToolMessage,
+    Usage,
     UserMessage,
     emit,
     record_call,
     record_stream,
 )
-from ..protocols._seams import current_injector, current_session, current_step
+from ..protocols._seams import current_injector, current_session, current_step, share_fields_set
 from ..tools import Toolbox
 from ._budget import Used
 from ._calls import answer_data, check_reply, tail, unwrap
@@ -151,7 +152,7 @@ class ThinkStage(
             used = Used(turns, view.tool_calls, usage.total_tokens, cost, elapsed)
             reply = await self._turn(view.messages, new, used, wrapup, offered, attempt, lines)
             turns += 1
-            usage = usage + reply.usage
+            usage = _added(usage, reply.usage)
             if config.pricing is not None:
                 cost += config.pricing.cost(reply.usage, reply.model)
             new.append(reply.message)
@@ -318,6 +319,7 @@ class ActStage(
             call = functools.partial(runner.call, step=view.pending_step, on_exhausted=failures)
         if len(calls) == 1:  # the common case: no task group needed
             result = await call(calls[0])
+            share_fields_set(result)  # kept in the conversation for the session's life
             return Patch(pending=(), tool_calls=view.tool_calls + 1).append("messages", result)
         results: list[ToolMessage | None] = [None] * len(calls)
         limiter = anyio.CapacityLimiter(self.config.max_parallel_tools)
@@ -333,11 +335,31 @@ class ActStage(
         except BaseExceptionGroup as errors:
             raise unwrap(errors) from None
         done = [result for result in results if result is not None]
+        for result in done:
+            share_fields_set(result)
         return Patch(pending=(), tool_calls=view.tool_calls + len(calls)).append("messages", *done)
 
     def next(self, state: ReactState) -> enum.Enum:
         """Think again; with a call held for a human, act again (after the gate)."""
         return L.THINKING if state.held is None else L.ACTING
+
+
+def _added(usage: Usage, more: Usage) -> Usage:
+    """``usage + more``, kept in the session's log as in its state.
+
+    ``usage`` itself when ``more`` counts nothing (a model that reports no
+    usage); else the sum, sharing its set of fields set (`share_fields_set`).
+    """
+    if not (
+        more.prompt_tokens
+        or more.completion_tokens
+        or more.cache_read_tokens
+        or more.cache_creation_tokens
+    ):
+        return usage
+    total = usage + more
+    share_fields_set(total)
+    return total
 
 
 async def _now() -> float:

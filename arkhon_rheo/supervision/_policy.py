@@ -206,18 +206,24 @@ class RestartIntensity:
 
 
 class RestartWindow:
-    """Tracks restart times and says when the intensity is exceeded."""
+    """Tracks restart times and says when the intensity is exceeded.
+
+    Its queue of times is made at the first restart: most sessions never
+    restart, and an empty ``deque`` is most of a kilobyte each.
+    """
 
     __slots__ = ("_intensity", "_times")
 
     def __init__(self, intensity: RestartIntensity, times: Iterable[float] = ()) -> None:
         self._intensity = intensity
-        self._times: deque[float] = deque(times)
+        self._times: deque[float] | None = deque(times) or None
 
     def allow(self, now: float) -> bool:
         """Record a restart at ``now``; false if it exceeds the intensity (not recorded then)."""
         horizon = now - self._intensity.within
         times = self._times
+        if times is None:
+            times = self._times = deque()
         while times and times[0] <= horizon:
             times.popleft()
         if len(times) >= self._intensity.max_restarts:
@@ -226,4 +232,4 @@ class RestartWindow:
         return True
 
     def __len__(self) -> int:
-        return len(self._times)
+        return 0 if self._times is None else len(self._times)

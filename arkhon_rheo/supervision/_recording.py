@@ -26,7 +26,14 @@ from pydantic_core import PydanticSerializationError
 
 from .._errors import RecordedCallFailed, ReplayDiverged, UnrecordableCall
 from .._redact import scrub_data, scrub_exception, scrub_secrets
-from ..protocols._seams import RECORDER, aclose_iterator, check_json, json_data, may_hold_sets
+from ..protocols._seams import (
+    RECORDER,
+    aclose_iterator,
+    check_json,
+    json_data,
+    may_hold_sets,
+    share_fields_set,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
@@ -184,7 +191,9 @@ class CallRecorder:
             ) from exc
         record["response"] = dumped
         self._finish(record)
-        return adapter.validate_python(dumped)  # what a replay will return, exactly
+        result = adapter.validate_python(dumped)  # what a replay will return, exactly
+        share_fields_set(result)  # a session may keep it (a model's reply) for its whole life
+        return result
 
     async def stream(
         self, kind: str, request: Any, call: Callable[[], AsyncIterator[Any]], returns: Any

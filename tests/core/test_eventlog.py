@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 from typing import Any
 
 import pytest
@@ -88,6 +89,65 @@ def test_an_event_adds_no_object_the_collector_tracks_but_the_models_it_holds() 
     assert len({id(slot) for slot in names}) == 2  # one per shape, however many events
     assert log[0] == event(1, Patch(thought="use the calculator", observation=None))
     assert log[199].patch.appends["steps"] == (steps[99],)
+
+
+def test_recorded_calls_are_kept_as_one_untracked_object_and_read_back_equal() -> None:
+    calls = {
+        "io": [
+            {
+                "kind": "model",
+                "request": {"turn": 3, "new": [{"role": "tool", "content": "é\ud800"}], "x": 1.5},
+                "response": {"message": {"tool_calls": [{"id": "c3"}]}, "usage": None},
+                "done": True,
+                "shapes": ((1, 2), {3: frozenset({"a"})}, 10**50),
+            }
+        ]
+    }
+    log = EventLog("s1", Interner())
+    log.append(event(1, Patch(), info=calls))
+    packed = log._data[13]
+    assert isinstance(packed, bytes)
+    assert not gc.is_tracked(packed)
+    info = log[0].info
+    assert info == calls
+    assert type(info["io"][0]["shapes"][0]) is tuple  # the very same types
+    assert log[0].info is not info  # each read makes its own copy: none is shared
+
+
+def test_a_nan_reads_back_as_a_nan() -> None:
+    log = EventLog("s1", Interner())
+    log.append(event(1, Patch(), info={"x": float("nan")}))
+    assert math.isnan(log[0].info["x"])
+
+
+def _deep(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        {"io": [L.THINKING]},  # an enum member: marshal writes built-in types only
+        {"io": [ReferenceStep(cycle=0, tool="calc", output="42")]},  # a model
+        {"io": _deep(5000)},  # nested deeper than marshal goes
+    ],
+    ids=["enum", "model", "deep"],
+)
+def test_info_that_is_not_built_in_data_is_kept_as_it_is(info: dict[str, Any]) -> None:
+    log = EventLog("s1", Interner())
+    log.append(event(1, Patch(), info=info))
+    assert log._data[13] is info
+    assert log[0].info is info
+
+
+def test_an_event_whose_info_is_bytes_is_kept_whole_not_read_as_text() -> None:
+    odd = event(1, Patch(), info=b"{}")  # not a mapping, but kept as given
+    log = EventLog("s1", Interner())
+    log.append(odd)
+    assert log[0] is odd
 
 
 def test_models_read_back_in_order_with_their_names() -> None:

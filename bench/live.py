@@ -1,0 +1,154 @@
+"""A hundred thousand live sessions of the bare runtime: peak RSS per session, and the rate.
+
+On each anyio backend, for N = 100 and N = 100,000 (``--quick``: 100 and 2,000),
+a fresh child process starts N sessions of the reference machine
+(`arkhon_rheo.testing.reference_machine`: think -> act -> observe, 10 cycles,
+no store) through one `AgentSystem`. Every session parks at a gate in its
+first stage, so all N are alive at once; the clock runs from opening the gate
+until every result is in. Printed per N:
+
+- cycles/s over that run, and its ratio to the N = 100 rate (target: no loss
+  past the ~80% the runtime keeps today);
+- peak RSS per live session: the child's peak RSS (``ru_maxrss``) less its RSS
+  just before the first start, over N (target <= 10 KB);
+- the GC's share of the run (``gc.callbacks``) and its collections.
+
+Figures are for comparison within one run (the machine's load moves them);
+nothing is asserted. Run it from the repository root::
+
+    python bench/live.py                     # both backends (minutes)
+    python bench/live.py --backend asyncio   # one backend
+    python bench/live.py --quick             # 100 and 2,000 sessions (seconds)
+    python bench/live.py --sessions 100,10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import structlog
+from _loop import SESSION_CYCLES, Gate, build_machine, check_finished
+
+from arkhon_rheo import AgentSystem
+from arkhon_rheo.testing import ReferenceState
+
+BACKENDS = ("asyncio", "trio")
+FULL = (100, 100_000)
+QUICK = (100, 2_000)
+
+
+class GcClock:
+    """Adds up the time the cyclic GC takes, while installed in ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = 0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.collections += 1
+
+
+def rss_now() -> int:
+    """Resident set size now, in bytes (Linux)."""
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
+
+
+async def run_once(sessions: int) -> dict[str, Any]:
+    """Start ``sessions`` gated sessions, open the gate, wait for all; the figures."""
+    gate = Gate(sessions)
+    machine = build_machine(gate)
+    clock = GcClock()
+    async with AgentSystem(path=None, max_steps=3 * SESSION_CYCLES + 10) as system:
+        gc.collect()
+        before = rss_now()
+        state = ReferenceState(cycles=SESSION_CYCLES)
+        handles = [await system.start(machine, state) for _ in range(sessions)]
+        while not gate.all_in.is_set():  # every session parked in its first stage
+            await anyio.lowlevel.checkpoint()
+        gc.callbacks.append(clock)
+        try:
+            start = time.perf_counter()
+            gate.open.set()
+            for handle in handles:
+                result = await handle.result()
+                check_finished(result.state, result.exit_reason, SESSION_CYCLES)
+            wall = time.perf_counter() - start
+        finally:
+            gc.callbacks.remove(clock)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "sessions": sessions,
+        "rate": sessions * SESSION_CYCLES / wall,
+        "rss_per_session": max(0, peak - before) / sessions,
+        "gc_share": clock.seconds / wall,
+        "gc_collections": clock.collections,
+    }
+
+
+def child(backend: str, sessions: int) -> dict[str, Any]:
+    """Run one size in a fresh interpreter (so its peak RSS is its own)."""
+    command = [sys.executable, __file__, "--one", json.dumps([backend, sessions])]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or done.stderr:
+        sys.stderr.write(done.stderr)
+        raise SystemExit(f"the run {command[-1]} failed ({done.returncode})")
+    figures: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return figures
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="100 and 2,000 sessions")
+    parser.add_argument("--sessions", help="comma-separated session counts (the first is the base)")
+    parser.add_argument("--backend", choices=[*BACKENDS, "both"], default="both")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    if args.one:
+        backend, sessions = json.loads(args.one)
+        print(json.dumps(anyio.run(run_once, sessions, backend=backend)), flush=True)
+        return
+    sizes = (
+        tuple(int(n) for n in args.sessions.split(","))
+        if args.sessions
+        else (QUICK if args.quick else FULL)
+    )
+    backends = BACKENDS if args.backend == "both" else (args.backend,)
+    print(
+        f"arkhon_rheo live-sessions bench: N concurrent bare sessions x {SESSION_CYCLES} cycles "
+        f"(reference machine, in memory), N = {', '.join(f'{n:,}' for n in sizes)}",
+        flush=True,
+    )
+    for backend in backends:
+        print(f"backend: {backend}", flush=True)
+        base: float | None = None
+        for sessions in sizes:
+            f = child(backend, sessions)
+            base = f["rate"] if base is None else base
+            print(
+                f"  N={sessions:<8,} {f['rate']:9,.0f} cycles/s ({f['rate'] / base:4.0%} of "
+                f"N={sizes[0]:,})   peak RSS {f['rss_per_session'] / 1024:5.1f} KB per live "
+                f"session   GC {f['gc_share']:4.1%} of the run "
+                f"({f['gc_collections']} collections)",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
