@@ -46,6 +46,17 @@ In one process and one run, against files in a temporary directory, it measures:
     why a writer thread cannot overlap a busy loop: it is the floor under the
     1,000-session ``batched`` line.
 
+(5) where a durable commit's time goes: the largest crowd of (2) run again with
+    no store, with `MemoryStore` (every commit persisted: encoded, digested,
+    handed to a store, the session suspended until it is stored, but no SQL and
+    no thread) and with ours ``batched``; for each, cycles/s, the event loop's
+    own CPU time per commit (``time.thread_time``), the other threads' (the
+    SQLite writer's: SQL, commit) and the cyclic GC's share of the loop's. The
+    CPU times are the figures to compare on a busy machine: the gap between no
+    store and `MemoryStore` is the runtime's persistence path (encoding, digest,
+    suspension, the GC walking what a waiting commit keeps alive), the gap from
+    `MemoryStore` to SQLite is the SQLite store's own.
+
 The same lines of ours run under trio too (``--backend both``, the default; the
 store uses its thread driver there); (a) and (b) run on asyncio only, as LangGraph
 does. LangGraph is a reference, not a dependency: ``pip install -e .[bench]``;
@@ -103,7 +114,7 @@ from arkhon_rheo import (
     Lifecycle,
 )
 from arkhon_rheo.protocols import Durability
-from arkhon_rheo.store import SQLiteStore
+from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.testing import ReferenceState
 
 if TYPE_CHECKING:
@@ -700,10 +711,83 @@ async def report_disk(sizes: Sizes, modules: tuple[Any, Any] | None) -> None:
         print(f"      {MISSING}", flush=True)
 
 
+class CpuMeter:
+    """The loop thread's CPU, the process's, and the cyclic GC's on the loop thread."""
+
+    def __init__(self) -> None:
+        self.gc = 0.0
+        self._gc_started = 0.0
+        self._loop = threading.get_ident()
+
+    def _collecting(self, phase: str, info: dict[str, int]) -> None:
+        if threading.get_ident() != self._loop:
+            return
+        if phase == "start":
+            self._gc_started = time.thread_time()
+        else:
+            self.gc += time.thread_time() - self._gc_started
+
+    async def measure(
+        self, run: Callable[[], Coroutine[Any, Any, Run]]
+    ) -> tuple[Run, float, float, float]:
+        """``run()``, and the seconds of CPU of its loop thread, other threads and the GC."""
+        self.gc = 0.0
+        gc.callbacks.append(self._collecting)
+        try:
+            loop, process = time.thread_time(), time.process_time()
+            result = await run()
+            loop, process = time.thread_time() - loop, time.process_time() - process
+        finally:
+            gc.callbacks.remove(self._collecting)
+        return result, loop, process - loop, self.gc
+
+
+async def in_memory_store(count: int, cycles: int) -> Run:
+    """The same sessions persisted to a `MemoryStore`: the persistence path without SQL."""
+    gate = Gate(count)
+    async with (
+        MemoryStore() as store,
+        AgentSystem(store=store, max_steps=3 * cycles + 10) as system,
+    ):
+        elapsed = await crowd(system, count, cycles, gate)
+    return Run(count, cycles, elapsed)
+
+
+async def report_cpu(sizes: Sizes) -> None:
+    count = max(sizes.sessions)
+    commits = count * SESSION_CYCLES * 3
+    print(
+        f"  (5) where a durable commit's time goes, N={count:,} (CPU per commit, "
+        "whole run: start and the timed cycles):",
+        flush=True,
+    )
+    meter = CpuMeter()
+    cases = (
+        ("no store (runtime alone)", functools.partial(in_memory, count, SESSION_CYCLES)),
+        ("MemoryStore", functools.partial(in_memory_store, count, SESSION_CYCLES)),
+        ("ours batched", functools.partial(ours, count, SESSION_CYCLES, BATCHED)),
+    )
+    base_rate = base_cpu = 0.0
+    for label, run in cases:
+        result, loop, other, collecting = await meter.measure(run)
+        other = max(other, 0.0)  # the two clocks tick apart: no thread of its own reads ~0
+        total = loop + other
+        if not base_rate:
+            base_rate, base_cpu = result.rate, total
+        print(
+            f"      {label:<26} {result.rate:8,.0f} cycles/s ({result.rate / base_rate:6.1%})   "
+            f"loop {loop / commits * 1e6:6.1f} us (GC {collecting / commits * 1e6:5.1f})  "
+            f"other threads {other / commits * 1e6:5.1f} us per commit   "
+            f"no store / this, CPU {base_cpu / total:6.1%}",
+            flush=True,
+        )
+
+
 async def run_backend(sizes: Sizes, backend: str) -> None:
     modules = langgraph_modules() if backend == "asyncio" else None
     await report_one(sizes, backend, modules)
     await report_crowds(sizes, backend, modules)
+    await report_cpu(sizes)
     if backend == "asyncio":
         await report_disk(sizes, modules)
         report_gil(sizes.gil_transactions)

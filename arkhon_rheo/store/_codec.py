@@ -225,8 +225,13 @@ def _dump_patch(event: StoredEvent, location: str) -> tuple[Any, Any, bytes]:
         raise error from exc
 
 
-def _dump_optional(value: Any, *, what: str, location: str) -> str | None:
-    return None if value is None else dumps(value, what=what, location=location)
+# (What each column is, for the error, is only spelled out for a value there is.)
+def _dump_error(event: StoredEvent, location: str) -> str:
+    return dumps(event.error, what=f"error of event #{event.seq}", location=location)
+
+
+def _dump_io(event: StoredEvent, location: str) -> str:
+    return dumps(event.io, what=f"I/O record of event #{event.seq}", location=location)
 
 
 def encode_events(
@@ -276,10 +281,8 @@ def encode_events(
                 event.attempt,
                 event.started_at,
                 event.finished_at,
-                _dump_optional(event.error, what=f"error of event #{event.seq}", location=location),
-                _dump_optional(
-                    event.io, what=f"I/O record of event #{event.seq}", location=location
-                ),
+                None if event.error is None else _dump_error(event, location),
+                None if event.io is None else _dump_io(event, location),
                 event.digest,
             )
         )
