@@ -22,6 +22,7 @@ from ._codec import (
     loads,
 )
 from ._effects import BeginEffect, EffectLedger, EffectRow, FinishEffect
+from ._fence import renewal_refused
 from ._memory_inbox import Messages as _Messages
 from ._memory_inbox import apply_inbox
 from ._plan import (
@@ -322,14 +323,22 @@ class MemoryStore(StoreBase, EffectLedger):
         self._write(SetStatus(session_id, status))
 
     async def acquire(
-        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+        self,
+        session_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        replacing: str | None = None,
+        renew: bool = False,
     ) -> None:
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
 
         A lease held by ``replacing`` (an owner known to be dead) is taken over.
+        ``renew``: only renew the lease ``owner`` holds now (see `Store.acquire`).
 
         Raises:
             SessionLocked: Another owner holds a lease that has not expired.
+            LeaseLost: ``renew``, and ``owner`` does not hold the lease now.
             ConfigurationError: ``ttl`` is not a positive number of seconds.
         """
         await anyio.lowlevel.checkpoint()
@@ -338,6 +347,8 @@ class MemoryStore(StoreBase, EffectLedger):
             raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
         now = self._clock()
         held = self._leases.get(session_id)
+        if renew and (refused := renewal_refused(session_id, owner, held, self._location)):
+            raise refused
         if held is not None and held[0] not in (owner, replacing) and held[1] > now:
             raise SessionLocked(
                 session_id=session_id,
