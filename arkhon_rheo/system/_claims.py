@@ -118,9 +118,9 @@ class Claims:
         self.store = store
         self.owner = owner
         self.ttl = ttl
-        #: How renewals take the lease: only while held (``renew=True``), where the
-        #: store's ``acquire`` takes it (a store written before it had it: as a plain take).
-        self._renewal: dict[str, bool] = {"renew": True} if _renews(store) else {}
+        #: Whether renewals take the lease only while held (``renew=True``): where the
+        #: store's ``acquire`` takes it (a store written before it had it: a plain take).
+        self._renewal = _renews(store)
         self._busy: set[str] = set()
 
     def __contains__(self, session_id: object) -> bool:
@@ -185,7 +185,10 @@ class Claims:
             # Renewed only while this owner holds it: a lease given up (a park), or
             # taken by another owner since (this process was paused past it), is not
             # taken back: another owner may have driven the session on meanwhile.
-            await store.acquire(handle.session_id, self.owner, ttl=self.ttl, **self._renewal)
+            if self._renewal:
+                await store.acquire(handle.session_id, self.owner, ttl=self.ttl, renew=True)
+            else:
+                await store.acquire(handle.session_id, self.owner, ttl=self.ttl)
         except (SessionLocked, LeaseLost) as exc:
             if session.exit_reason is not None:
                 return  # it parked or ended meanwhile: its lease was given up

@@ -73,15 +73,7 @@ async def test_a_few_kills_and_a_pause_past_the_lease_lose_nothing_and_run_no_st
 
 
 @pytest.mark.slow
-async def test_four_workers_a_thousand_sessions_kills_and_pauses(
-    spec: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    if spec.startswith("postgresql://"):
-        # Open (issue 31): on PostgreSQL, with pauses past the lease, 1-2 of 1,000
-        # sessions were left "waiting" after their finishing commit (a later owner
-        # parked them from an older state). It runs, and reports XFAIL or XPASS.
-        reason = "issue 31, open: a finished session re-parked under pauses past the lease"
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+async def test_four_workers_a_thousand_sessions_kills_and_pauses(spec: str, tmp_path: Path) -> None:
     report = await run_chaos(
         spec,
         tmp_path,
