@@ -334,11 +334,10 @@ class MemoryStore(StoreBase, EffectLedger):
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
 
         A lease held by ``replacing`` (an owner known to be dead) is taken over.
-        ``renew``: only renew the lease ``owner`` holds now (see `Store.acquire`).
 
         Raises:
             SessionLocked: Another owner holds a lease that has not expired.
-            LeaseLost: ``renew``, and ``owner`` does not hold the lease now.
+            LeaseLost: ``renew`` (renew only), and ``owner`` does not hold it now.
             ConfigurationError: ``ttl`` is not a positive number of seconds.
         """
         await anyio.lowlevel.checkpoint()
@@ -364,18 +363,14 @@ class MemoryStore(StoreBase, EffectLedger):
         await anyio.lowlevel.checkpoint()
         self._check_open()
         now = self._clock()
-        return tuple(
-            LeaseRecord(session_id, owner, expires_at)
-            for session_id, (owner, expires_at) in self._leases.items()
-            if expires_at > now
-        )
+        leases = self._leases.items()
+        return tuple(LeaseRecord(sid, *lease) for sid, lease in leases if lease[1] > now)
 
     async def release(self, session_id: str, owner: str) -> None:
         """Give up the lease if ``owner`` holds it."""
         await anyio.lowlevel.checkpoint()
         self._check_open()
-        held = self._leases.get(session_id)
-        if held is not None and held[0] == owner:
+        if (held := self._leases.get(session_id)) is not None and held[0] == owner:
             del self._leases[session_id]
             self._work.set()
 
