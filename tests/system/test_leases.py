@@ -576,7 +576,7 @@ async def test_a_store_whose_acquire_takes_no_renew_is_renewed_as_before() -> No
         await never.wait()
 
     store = OldLeases()
-    async with store, AgentSystem(store=store, lease_ttl=0.06) as system:
+    async with store, AgentSystem(store=store, lease_ttl=0.06) as system:  # type: ignore[arg-type]
         handle = await system.start(reference_machine(before={"think": hold}), ReferenceState())
         await store.renewed.wait()
         assert not handle.done  # renewed, not refused
