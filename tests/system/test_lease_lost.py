@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 import structlog
 
@@ -64,7 +65,8 @@ async def test_a_renewal_never_takes_back_a_lease_another_owner_took_and_gave_up
         with structlog.testing.capture_logs() as logs:
             await store.acquire("s", "successor", ttl=60, replacing=lease.owner)
             await store.release("s", "successor")  # it drove the session on, and gave it up
-            result = await handle.result()  # the next renewal finds the lease gone
+            with anyio.fail_after(60):  # taken back, it would run on (the step waits)
+                result = await handle.result()  # the next renewal finds the lease gone
         control.release.set()
         assert result.exit_reason is ExitReason.LEASE_LOST
         # Nothing more written, and the lease stays free for whoever claims the session.
