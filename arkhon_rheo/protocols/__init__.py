@@ -70,12 +70,12 @@ from ._store import StoredEffect as StoredEffect
 from ._store import StoredEvent as StoredEvent
 from ._store import StoredMessage as StoredMessage
 from ._store import StoreStatistics as StoreStatistics
-from ._store import WorkQueue as WorkQueue
 from ._stream import Partial as Partial
 from ._stream import SessionStream as SessionStream
 from ._stream import SessionStreamStatistics as SessionStreamStatistics
 from ._stream import emit as emit
 from ._upgrade import Upgrade as Upgrade
+from ._work_queue import WorkQueue as WorkQueue
 
 __all__ = [
     "SUPERVISOR_FIELDS",

@@ -37,7 +37,6 @@ __all__ = [
     "StoredEffect",
     "StoredEvent",
     "StoredMessage",
-    "WorkQueue",
 ]
 
 #: A JSON-compatible value.
@@ -416,12 +415,21 @@ class Store(Protocol):
         ...
 
     async def acquire(
-        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+        self,
+        session_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        replacing: str | None = None,
+        renew: bool = False,
     ) -> None:
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
 
         Raises ``SessionLocked`` if another owner holds an unexpired lease, unless
         that owner is ``replacing`` (one known to be dead): its lease is taken over.
+        ``renew``: only renew it; raises ``LeaseLost`` unless ``owner`` holds the
+        lease now (expired or not): one given up, or taken by another owner since
+        (even if given up again), is not taken back by a driver paused past it.
         """
         ...
 
@@ -475,26 +483,4 @@ class Store(Protocol):
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counters."""
-        ...
-
-
-@runtime_checkable
-class WorkQueue(Protocol):
-    """A store whose sessions workers claim: the sessions that have something to do.
-
-    Implemented by the stores that workers share (`arkhon_rheo.system.Worker`).
-    """
-
-    async def claim(
-        self, owner: str, *, machines: Collection[str], limit: int, ttl: float, now: float
-    ) -> tuple[SessionRecord, ...]:
-        """Lease up to `limit` sessions of these machine names that have something to do, for `owner`, `ttl` seconds; return their records.
-
-        Something to do: status "running" with no unexpired lease (a new start, or an owner whose lease ran out), or status "waiting" with wake_at <= now.
-        The leases are taken in the same transaction (Postgres: FOR UPDATE SKIP LOCKED), so two workers never claim the same session.
-        """  # noqa: E501
-        ...
-
-    async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the protocol's
-        """Return when there may be new work (a post, a new session, a released lease, a park with a wake time), or after `timeout` seconds. Postgres: LISTEN/NOTIFY, polling as the fallback."""  # noqa: E501
         ...

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from .._errors import LeaseLost
 
-__all__ = ["Fenced", "Lease", "fence"]
+__all__ = ["Fenced", "Lease", "fence", "renewal_refused"]
 
 #: ``(owner, expires_at)`` of a lease.
 Lease = tuple[str, float]
@@ -52,3 +52,18 @@ def fence(
         return None
     holder = None if lease is None else lease[0]
     return LeaseLost(session_id=sid, owner=owner, holder=holder, location=location)
+
+
+def renewal_refused(
+    session_id: str, owner: str, lease: Lease | None, location: str
+) -> LeaseLost | None:
+    """Refuse a renewal of ``owner``'s lease unless ``owner`` holds ``lease`` (expired or not).
+
+    A lease given up, or taken by another owner since (even if given up again),
+    is not renewed: its old holder was paused past it, and others may have
+    driven the session on meanwhile.
+    """
+    if lease is not None and lease[0] == owner:
+        return None
+    holder = None if lease is None else lease[0]
+    return LeaseLost(session_id=session_id, owner=owner, holder=holder, location=location)

@@ -22,6 +22,7 @@ from ._codec import (
     loads,
 )
 from ._effects import BeginEffect, EffectLedger, EffectRow, FinishEffect
+from ._fence import renewal_refused
 from ._memory_inbox import Messages as _Messages
 from ._memory_inbox import apply_inbox
 from ._plan import (
@@ -322,7 +323,13 @@ class MemoryStore(StoreBase, EffectLedger):
         self._write(SetStatus(session_id, status))
 
     async def acquire(
-        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+        self,
+        session_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        replacing: str | None = None,
+        renew: bool = False,
     ) -> None:
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
 
@@ -330,6 +337,7 @@ class MemoryStore(StoreBase, EffectLedger):
 
         Raises:
             SessionLocked: Another owner holds a lease that has not expired.
+            LeaseLost: ``renew`` (renew only), and ``owner`` does not hold it now.
             ConfigurationError: ``ttl`` is not a positive number of seconds.
         """
         await anyio.lowlevel.checkpoint()
@@ -338,6 +346,8 @@ class MemoryStore(StoreBase, EffectLedger):
             raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
         now = self._clock()
         held = self._leases.get(session_id)
+        if renew and (refused := renewal_refused(session_id, owner, held, self._location)):
+            raise refused
         if held is not None and held[0] not in (owner, replacing) and held[1] > now:
             raise SessionLocked(
                 session_id=session_id,
@@ -353,18 +363,14 @@ class MemoryStore(StoreBase, EffectLedger):
         await anyio.lowlevel.checkpoint()
         self._check_open()
         now = self._clock()
-        return tuple(
-            LeaseRecord(session_id, owner, expires_at)
-            for session_id, (owner, expires_at) in self._leases.items()
-            if expires_at > now
-        )
+        leases = self._leases.items()
+        return tuple(LeaseRecord(sid, *lease) for sid, lease in leases if lease[1] > now)
 
     async def release(self, session_id: str, owner: str) -> None:
         """Give up the lease if ``owner`` holds it."""
         await anyio.lowlevel.checkpoint()
         self._check_open()
-        held = self._leases.get(session_id)
-        if held is not None and held[0] == owner:
+        if (held := self._leases.get(session_id)) is not None and held[0] == owner:
             del self._leases[session_id]
             self._work.set()
 

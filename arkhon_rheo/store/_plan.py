@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 from .._errors import (
     DuplicateEvent,
     InboxFull,
+    LeaseLost,
     SessionError,
     SessionLocked,
     SessionNotFound,
     StoreError,
 )
 from ._effects import BeginEffect, FinishEffect, plan_effect
-from ._fence import Lease, fence
+from ._fence import Lease, fence, renewal_refused
 from ._inbox import Inbox, NewRow, Park, Post
 from ._plan_rows import Plan
 
@@ -100,6 +101,8 @@ class Acquire:
     """Take (or renew) a session's lease unless another owner's is unexpired at ``now``.
 
     A lease held by ``replacing`` (an owner known to be dead) is taken over.
+    ``renew``: only renew it (refused with `LeaseLost` unless ``owner`` holds it
+    now, expired or not).
     """
 
     session_id: str
@@ -107,6 +110,7 @@ class Acquire:
     expires_at: float
     now: float
     replacing: str | None = None
+    renew: bool = False
 
 
 @dataclass(slots=True)
@@ -174,10 +178,17 @@ def _check_append(request: Append, last_seq: int, location: str) -> int:
 
 def _acquire(
     request: Acquire, held: dict[str, Lease], out: Plan, location: str
-) -> SessionLocked | None:
-    """Take the lease ``request`` asks for, or refuse if another owner's is unexpired."""
+) -> SessionLocked | LeaseLost | None:
+    """Take the lease ``request`` asks for, or refuse if another owner's is unexpired.
+
+    A renewal (``request.renew``) is refused unless its owner holds the lease now:
+    one given up, or taken by another owner since (even if given up again), is not
+    taken again.
+    """
     sid = request.session_id
     lease = held.get(sid)
+    if request.renew and (refused := renewal_refused(sid, request.owner, lease, location)):
+        return refused
     if (
         lease is not None
         and lease[0] not in (request.owner, request.replacing)

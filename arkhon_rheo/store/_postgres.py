@@ -310,16 +310,24 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
     # -- leases ------------------------------------------------------------------------
 
     async def acquire(
-        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+        self,
+        session_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        replacing: str | None = None,
+        renew: bool = False,
     ) -> None:
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
 
         By PostgreSQL's clock. A lease held by ``replacing`` (an owner known to be
         dead) is taken over. A new owner gets the next fencing token, which this
-        store keeps for ``owner``'s appends.
+        store keeps for ``owner``'s appends. ``renew``: only renew the lease
+        ``owner`` holds now (see `Store.acquire`).
 
         Raises:
             SessionLocked: Another owner holds a lease that has not expired.
+            LeaseLost: ``renew``, and ``owner`` does not hold the lease now.
             ConfigurationError: ``ttl`` is not a positive number of seconds.
             StoreError: The write failed, or the store is not open.
         """
@@ -328,7 +336,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
             raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
         now = self._clock()
         ticket = await self._submit(
-            Acquire(session_id, owner, now + ttl, now, replacing), wait=True
+            Acquire(session_id, owner, now + ttl, now, replacing, renew), wait=True
         )
         self._tokens[session_id] = (owner, ticket.result)
 

@@ -253,7 +253,13 @@ class SQLiteStore(SQLiteBase, EffectLedger):
     # -- leases ----------------------------------------------------------------
 
     async def acquire(
-        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+        self,
+        session_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        replacing: str | None = None,
+        renew: bool = False,
     ) -> None:
         """Take (or renew) the session's lease for ``owner`` for ``ttl`` seconds.
 
@@ -261,9 +267,11 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         The check and the write happen in one ``BEGIN IMMEDIATE`` transaction (the
         group commit's: leases ride in the same batches as events), so two
         processes on the same file cannot both take it, nor both take it over.
+        ``renew``: only renew the lease ``owner`` holds now (see `Store.acquire`).
 
         Raises:
             SessionLocked: Another owner holds a lease that has not expired.
+            LeaseLost: ``renew``, and ``owner`` does not hold the lease now.
             ConfigurationError: ``ttl`` is not a positive number of seconds.
             StoreError: The write failed, or the store is not open.
         """
@@ -271,7 +279,7 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         if not 0 < ttl < math.inf:
             raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
         now = self._clock()
-        await self._submit(Acquire(session_id, owner, now + ttl, now, replacing), wait=True)
+        await self._submit(Acquire(session_id, owner, now + ttl, now, replacing, renew), wait=True)
 
     async def leases(self) -> tuple[LeaseRecord, ...]:
         """Every lease that has not expired, by the store's clock."""

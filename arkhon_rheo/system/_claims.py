@@ -15,12 +15,13 @@ session gives it up when it ends.
 
 from __future__ import annotations
 
+import inspect
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import SessionBusy, SessionLocked, StoreError
+from .._errors import LeaseLost, SessionBusy, SessionLocked, StoreError
 from .._log import get_logger
 from ._handle import session_of
 from ._owner import is_dead
@@ -35,6 +36,17 @@ if TYPE_CHECKING:
 __all__ = ["Claim", "Claims"]
 
 _logger = get_logger("arkhon_rheo.system")
+
+
+def _renews(store: Store | None) -> bool:
+    """Whether ``store.acquire`` takes ``renew`` (see `Store.acquire`)."""
+    if store is None:
+        return False
+    try:
+        parameters = inspect.signature(store.acquire).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: assume the protocol's
+        return True
+    return any(p.name == "renew" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 class Claim:
@@ -100,12 +112,15 @@ class Claims:
         ttl: The lease's time to live, in seconds.
     """
 
-    __slots__ = ("_busy", "owner", "store", "ttl")
+    __slots__ = ("_busy", "_renewal", "owner", "store", "ttl")
 
     def __init__(self, store: Store | None, owner: str, ttl: float) -> None:
         self.store = store
         self.owner = owner
         self.ttl = ttl
+        #: Whether renewals take the lease only while held (``renew=True``): where the
+        #: store's ``acquire`` takes it (a store written before it had it: a plain take).
+        self._renewal = _renews(store)
         self._busy: set[str] = set()
 
     def __contains__(self, session_id: object) -> bool:
@@ -163,19 +178,30 @@ class Claims:
     async def _renew_one(self, handle: SessionHandle[Any]) -> None:
         store = self.store
         assert store is not None
+        session = session_of(handle)
+        if session.exit_reason is not None:
+            return  # ended (parked, finished): it gave its lease up, or is giving it up
         try:
-            await store.acquire(handle.session_id, self.owner, ttl=self.ttl)
-        except SessionLocked as exc:
+            # Renewed only while this owner holds it: a lease given up (a park), or
+            # taken by another owner since (this process was paused past it), is not
+            # taken back: another owner may have driven the session on meanwhile.
+            if self._renewal:
+                await store.acquire(handle.session_id, self.owner, ttl=self.ttl, renew=True)
+            else:
+                await store.acquire(handle.session_id, self.owner, ttl=self.ttl)
+        except (SessionLocked, LeaseLost) as exc:
+            if session.exit_reason is not None:
+                return  # it parked or ended meanwhile: its lease was given up
             # Another owner took over: never write beside it, not even a status. The
             # run ends as an append refused with LeaseLost ends it (LEASE_LOST).
             _logger.error(
                 "session_lease_lost",
                 session_id=handle.session_id,
                 owner=self.owner,
-                holder=exc.owner,
+                holder=exc.owner if isinstance(exc, SessionLocked) else exc.holder,
                 stage="renewal",
             )
-            session_of(handle).lease_taken()
+            session.lease_taken()
             handle.cancel()
         except StoreError:
             pass  # a transient store failure; the next round tries again

@@ -219,11 +219,30 @@ class Worker:
                 # Started side by side: their loads and first commits share the
                 # store's round trips (one at a time, a claim of many waits on each).
                 for record in claimed:
+                    self._supersede(record.session_id)
                     self._starting.add(record.session_id)
                     group.start_soon(self._start, record, group)
                 if claimed and len(claimed) == room:
                     continue  # there may be more: look again once there is room
             await self._idle(now)
+
+    def _supersede(self, session_id: str) -> None:
+        """Stop a run here of a session just claimed: its lease lapsed, and is the claim's now.
+
+        The claim found the session's lease free (given up by a park, or run out
+        while this process was paused), and took it under this worker's name: the
+        run still going here must write nothing more (another owner may have driven
+        the session on meanwhile, and its writes would carry the new lease), nor
+        give the claim's lease up. Called at once after the claim returns, before
+        anything else of this process runs; the new run starts once it has ended.
+        """
+        live = self._system._host.running(session_id)
+        if live is not None:
+            session = session_of(live)
+            if session.exit_reason is None:
+                _logger.warning("session_lease_lapsed", session_id=session_id, owner=self.owner)
+            session.lease_taken()
+            live.cancel()
 
     async def _start(self, record: SessionRecord, group: TaskGroup) -> None:
         try:
@@ -240,6 +259,9 @@ class Worker:
         system = self._system
         machine = self._machines[record.machine]
         session_id = record.session_id
+        superseded = system._host.running(session_id)
+        if superseded is not None:  # see `_supersede`: it ends first
+            await session_of(superseded).done.wait()
         try:
             if record.status == "waiting":
                 handle = await system._postman.wake(machine, session_id)
@@ -277,7 +299,8 @@ class Worker:
         try:
             await session_of(handle).done.wait()
         finally:
-            self._running.pop(handle.session_id, None)
+            if self._running.get(handle.session_id) is handle:  # not a run after it
+                del self._running[handle.session_id]
             self._kick.set()
 
     async def _idle(self, claimed_at: float) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
-from .._errors import SessionLocked, StoreError
+from .._errors import LeaseLost, SessionLocked, StoreError
 from ..protocols import EffectStatus
 from ._conformance_base import ConformanceBase, eventually
 
@@ -85,6 +85,50 @@ class LeaseConformance(ConformanceBase):
             # Naming a dead owner takes no lease from a live one.
             with pytest.raises(SessionLocked):
                 await store.acquire("s", "third", ttl=LONG_TTL, replacing="dead")
+
+    async def test_a_renewal_renews_only_a_lease_its_owner_holds(
+        self, new_store: Callable[[], Store]
+    ) -> None:
+        # A driver paused past its lease must never take back a session that others
+        # drove on meanwhile: its renewal refuses a lease given up, or taken by
+        # another owner since (even if that owner gave it up again).
+        async with new_store() as store:
+            for sid in ("s", "t", "u"):
+                await store.create_session(sid, machine="m", snapshot={})
+            with pytest.raises(LeaseLost) as lost:
+                await store.acquire("s", "alice", ttl=LONG_TTL, renew=True)  # never taken
+            assert (lost.value.session_id, lost.value.owner, lost.value.holder) == (
+                "s",
+                "alice",
+                None,
+            )
+            assert await store.leases() == ()
+            await store.acquire("s", "alice", ttl=60)
+            (first,) = await store.leases()
+            await store.acquire("s", "alice", ttl=LONG_TTL, renew=True)  # held: renewed
+            (renewed,) = await store.leases()
+            assert renewed.owner == "alice"
+            assert renewed.expires_at > first.expires_at
+            await store.release("s", "alice")
+            with pytest.raises(LeaseLost):  # given up: not taken back
+                await store.acquire("s", "alice", ttl=LONG_TTL, renew=True)
+            await store.acquire("t", "alice", ttl=LONG_TTL)
+            await store.acquire("t", "bob", ttl=LONG_TTL, replacing="alice")
+            with pytest.raises(LeaseLost) as lost:  # another owner holds it
+                await store.acquire("t", "alice", ttl=LONG_TTL, renew=True)
+            assert lost.value.holder == "bob"
+            await store.release("t", "bob")
+            with pytest.raises(LeaseLost):  # taken by another since, then given up
+                await store.acquire("t", "alice", ttl=LONG_TTL, renew=True)
+            await store.acquire("u", "alice", ttl=SHORT_TTL)
+
+            async def ran_out() -> bool:
+                return await store.leases() == ()
+
+            await eventually(ran_out)
+            # Run out, but taken by nobody since: its owner renews it.
+            await store.acquire("u", "alice", ttl=LONG_TTL, renew=True)
+            assert await _owners(store) == {"u": "alice"}
 
     async def test_a_lease_runs_out_by_the_stores_clock(
         self, new_store: Callable[[], Store]

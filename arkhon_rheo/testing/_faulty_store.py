@@ -304,11 +304,17 @@ class FaultyStore:
         await self.inner.set_status(session_id, status)
 
     async def acquire(
-        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+        self,
+        session_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        replacing: str | None = None,
+        renew: bool = False,
     ) -> None:
         """`Store.acquire`, unless a rule fails it."""
         await self._check("acquire", session_id)
-        await self.inner.acquire(session_id, owner, ttl=ttl, replacing=replacing)
+        await self.inner.acquire(session_id, owner, ttl=ttl, replacing=replacing, renew=renew)
 
     async def leases(self) -> tuple[LeaseRecord, ...]:
         """`Store.leases`, unless a rule fails it."""

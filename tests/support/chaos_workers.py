@@ -55,14 +55,20 @@ ROOT = str(Path(__file__).resolve().parents[2])
 ENDED = {"finished", "failed", "max_steps", "aborted", "cancelled", "crashed"}
 
 
-def open_store(spec: str) -> Any:
-    """The (not yet entered) store a spec names: a ``postgresql://`` URL, or an SQLite file path."""
+def open_store(spec: str, *, paused: bool = True) -> Any:
+    """The (not yet entered) store a spec names: a ``postgresql://`` URL, or an SQLite file path.
+
+    ``paused``: for a worker, which the harness pauses (see below); the harness's
+    own store is never paused.
+    """
     if spec.startswith(("postgresql://", "postgres://")):
         from arkhon_rheo.store import PostgresStore
 
         # A worker paused inside a transaction holds its row locks until PostgreSQL
         # ends it: within the pause, so that the others can take its sessions over.
-        return PostgresStore(spec, transaction_idle_timeout=1.0)
+        # The harness's own transactions get the default: on a loaded machine, one of
+        # its batches may wait a second for CPU, and must not be ended for it.
+        return PostgresStore(spec, transaction_idle_timeout=1.0 if paused else 5.0)
     return SQLiteStore(spec)
 
 
@@ -305,7 +311,7 @@ async def run_chaos(
     began = time.perf_counter()
     ids = [f"c{n:05d}" for n in range(sessions)]
     try:
-        async with open_store(spec) as store, AgentSystem(store=store) as service:
+        async with open_store(spec, paused=False) as store, AgentSystem(store=store) as service:
             for _ in range(workers):
                 pool.start()
             for sid in ids:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 import structlog
 
@@ -47,3 +48,29 @@ async def test_a_session_whose_lease_was_taken_stops_and_writes_nothing_more(sto
         assert (await store.record("s"), await store.history("s")) == before
         assert [(x.session_id, x.owner) for x in await store.leases()] == [("s", "successor")]
         assert any(entry["event"] == "session_lease_lost" for entry in logs)
+
+
+async def test_a_renewal_never_takes_back_a_lease_another_owner_took_and_gave_up(
+    store: Any,
+) -> None:
+    # Issue 31: a worker paused past its lease woke, and its renewal took back the lease
+    # another worker had taken, driven the session on with and given up; its stale run
+    # then wrote over the session (it parked a finished one). The renewal refuses now.
+    control = Gated()
+    async with store, AgentSystem(store=store, lease_ttl=1.0) as system:
+        handle = await system.start(notes_machine(control), ReferenceState(), session_id="s")
+        await control.blocked.wait()  # mid-step: its first commit is still to come
+        (lease,) = await store.leases()
+        before = (await store.record("s"), await store.history("s"))
+        with structlog.testing.capture_logs() as logs:
+            await store.acquire("s", "successor", ttl=60, replacing=lease.owner)
+            await store.release("s", "successor")  # it drove the session on, and gave it up
+            with anyio.fail_after(60):  # taken back, it would run on (the step waits)
+                result = await handle.result()  # the next renewal finds the lease gone
+        control.release.set()
+        assert result.exit_reason is ExitReason.LEASE_LOST
+        # Nothing more written, and the lease stays free for whoever claims the session.
+        assert (await store.record("s"), await store.history("s")) == before
+        assert await store.leases() == ()
+        lost = [entry for entry in logs if entry["event"] == "session_lease_lost"]
+        assert [(entry["stage"], entry["holder"]) for entry in lost] == [("renewal", None)]

@@ -220,12 +220,18 @@ class CountingStore:
         await self._call(lambda: self.inner.set_status(session_id, status))
 
     async def acquire(
-        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+        self,
+        session_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        replacing: str | None = None,
+        renew: bool = False,
     ) -> None:
         if owner != "probe":
             self.acquired += 1
         await self._call(
-            lambda: self.inner.acquire(session_id, owner, ttl=ttl, replacing=replacing)
+            lambda: self.inner.acquire(session_id, owner, ttl=ttl, replacing=replacing, renew=renew)
         )
 
     async def release(self, session_id: str, owner: str) -> None:
@@ -501,12 +507,18 @@ class CrashingRenewals(MemoryStore):
         self.taken = 0
 
     async def acquire(
-        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+        self,
+        session_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        replacing: str | None = None,
+        renew: bool = False,
     ) -> None:
         self.taken += 1
         if self.taken > 1:
             raise RuntimeError("renewer bug")
-        await super().acquire(session_id, owner, ttl=ttl, replacing=replacing)
+        await super().acquire(session_id, owner, ttl=ttl, replacing=replacing, renew=renew)
 
 
 async def test_a_crash_of_the_lease_renewer_leaves_the_block_as_an_error() -> None:
@@ -536,3 +548,36 @@ async def test_a_crash_of_the_lease_renewer_leaves_the_block_as_an_error() -> No
     crashes = error.subgroup(RuntimeError) if isinstance(error, BaseExceptionGroup) else error
     assert crashes is not None
     assert "renewer bug" in repr(crashes)
+
+
+class OldLeases(MemoryStore):
+    """A store written before `Store.acquire` took ``renew``: its renewals are plain takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken = 0
+        self.renewed = anyio.Event()
+
+    async def acquire(  # type: ignore[override]
+        self, session_id: str, owner: str, *, ttl: float, replacing: str | None = None
+    ) -> None:
+        await super().acquire(session_id, owner, ttl=ttl, replacing=replacing)
+        self.taken += 1
+        if self.taken == 3:  # the first take, then two renewals
+            self.renewed.set()
+
+
+async def test_a_store_whose_acquire_takes_no_renew_is_renewed_as_before() -> None:
+    from arkhon_rheo.testing import ReferenceState, reference_machine
+
+    never = anyio.Event()
+
+    async def hold(cycle: int) -> None:
+        await never.wait()
+
+    store = OldLeases()
+    async with store, AgentSystem(store=store, lease_ttl=0.06) as system:  # type: ignore[arg-type]
+        handle = await system.start(reference_machine(before={"think": hold}), ReferenceState())
+        await store.renewed.wait()
+        assert not handle.done  # renewed, not refused
+        handle.cancel()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+import structlog
 
 from arkhon_rheo import AgentSystem, ConfigurationError, MemoryStore, SQLiteStore
 from arkhon_rheo.store import PostgresStore
@@ -194,6 +195,35 @@ async def test_a_drain_hands_a_run_over_at_a_commit_boundary(shared: str) -> Non
             resumes = [e.info for e in history if e.kind.value == "resume" and e.info]
             assert [info["previous_status"] for info in resumes] == ["running", "running"]
             assert [info["rerun"] for info in resumes] == ["begin", "count"]
+
+
+async def test_a_claim_of_a_session_whose_run_here_lost_its_lease_stops_that_run(
+    store: Store,
+) -> None:
+    # Issue 31: a worker's run lost its lease (the worker was paused past it; another
+    # took the session, drove it on and gave it up), and the worker claims the session
+    # again under its own name: the old run stops, writing nothing more (its writes
+    # would carry the new lease), and the session is driven anew from its last commit.
+    worker = Worker(store, [COUNTER], lease_ttl=3600, poll_interval=0.05)  # no renewal soon
+    inside, release = arm()
+    with structlog.testing.capture_logs() as logs:
+        async with AgentSystem(store=store) as service, anyio.create_task_group() as group:
+            group.start_soon(worker.run)
+            await service.submit(COUNTER, Counting(target=3), session_id="c")
+            with anyio.fail_after(60):
+                await inside.wait()  # its first count step is under way in the worker
+            await store.acquire("c", "successor", ttl=60, replacing=worker.owner)
+            await store.release("c", "successor")  # the worker's next claim takes it
+            await until(store, ["c"])
+            release.set()
+            worker.drain()
+        await check_all(service, ["c"])
+    history = await service.stored(COUNTER, "c").history()
+    resumes = [e.info for e in history if e.kind.value == "resume" and e.info]
+    assert [info["rerun"] for info in resumes] == ["begin", "count"]  # the second run's
+    assert [entry["session_id"] for entry in logs if entry["event"] == "session_lease_lapsed"] == [
+        "c"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -77,10 +77,12 @@ async def test_four_workers_a_thousand_sessions_kills_and_pauses(
     spec: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     if spec.startswith("postgresql://"):
-        # Open (issue 31): on PostgreSQL, with pauses past the lease, 1-2 of 1,000
-        # sessions were left "waiting" after their finishing commit (a later owner
-        # parked them from an older state). It runs, and reports XFAIL or XPASS.
-        reason = "issue 31, open: a finished session re-parked under pauses past the lease"
+        # Issue 31: the sessions re-parked by a stale run (a renewal took back a lease
+        # others had driven on with) are fixed; 1 run in 4 here (a 2-core machine at a
+        # load of 10-19) still ended one session unfinished after its first message
+        # (a store failure under load, committed as the session's failure?): not
+        # diagnosed yet. It runs, and reports XFAIL or XPASS.
+        reason = "issue 31: 1 session in 4 runs ended unfinished on a loaded machine"
         request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
     report = await run_chaos(
         spec,
