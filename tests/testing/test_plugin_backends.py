@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from arkhon_rheo.testing.pytest_plugin import NO_TRIO
-from tests.testing.test_readme_fault_example import plugin_args
+from tests.testing.test_docs_fault_example import plugin_args
 
 if TYPE_CHECKING:
     import pytest
