@@ -97,6 +97,11 @@ async def test_four_workers_a_thousand_sessions_kills_and_pauses(
         limit=1800,
     )
     check(report, spec)
-    assert (report.kills, report.pauses) == (20, 20)
+    # The harness stops its kills and pauses once every session has ended: on a quiet,
+    # fast machine the sessions may end before all 40 actions. At least half of them
+    # must have come while the sessions ran, of each kind a quarter.
+    assert report.kills + report.pauses >= 20, report
+    assert report.kills >= 5, report
+    assert report.pauses >= 5, report
     if spec.startswith("postgresql://"):
         assert report.paused_lost > 0, report
