@@ -117,7 +117,9 @@ def test_recorded_calls_are_kept_as_one_untracked_object_and_read_back_equal() -
 def test_a_nan_reads_back_as_a_nan() -> None:
     log = EventLog("s1", Interner())
     log.append(event(1, Patch(), info={"x": float("nan")}))
-    assert math.isnan(log[0].info["x"])
+    info = log[0].info
+    assert info is not None
+    assert math.isnan(info["x"])
 
 
 def _deep(levels: int) -> list[Any]:
