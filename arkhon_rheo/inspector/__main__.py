@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._errors import ArkhonError, ConfigurationError
+from .._errors import ArkhonError, CommandError, ConfigurationError
 from ..core import Keyring
-from ..protocols._seams import load_machine
+from ..protocols._seams import load_user_machine as load_machine
 from ._serve import serve
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exception(exc, file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.code if isinstance(exc, CommandError) else 2
     except KeyboardInterrupt:
         return 0
     return 0

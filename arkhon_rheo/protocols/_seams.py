@@ -4,7 +4,9 @@ A subpackage's private modules are its own; another subpackage imports only
 its public namespace or this module (the layering test holds every module to
 that). These are the running seams behind the contracts: the fault-injection
 hooks, the call recorder's context variable, the partial-output hub, the JSON
-canonical form, the ``module:attr`` loader and the running session's resources.
+canonical form, the ``module:attr`` loaders (`load_machine` for a fresh
+process's spec, `load_user_machine` for a command line's ``MODULE:ATTR``: one-line
+errors, file paths, folders of scripts) and the running session's resources.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ._io import aclose_iterator as aclose_iterator
 from ._io import call_site as call_site
 from ._io import check_json as check_json
 from ._io import current_step as current_step
+from ._load import load_user_machine as load_user_machine
 from ._resources import NO_RESOURCES as NO_RESOURCES
 from ._resources import current_resources as current_resources
 from ._resources import is_async_context_manager as is_async_context_manager

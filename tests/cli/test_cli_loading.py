@@ -192,3 +192,35 @@ def test_the_react_example_loads_by_module_name(
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     machine = load_machine("examples.react_agent:agent")
     assert machine.name
+
+
+def test_inspect_reports_an_error_in_the_users_module_in_one_line(folder: Path) -> None:
+    # `inspect --machine` loads with the command line's loader, not a loader of its own.
+    write(folder / "broken_inspected.py", BROKEN["syntax"][0])
+    code, out, err = run("inspect", "--machine", "broken_inspected:agent", "--store", "s.db")
+    assert code == 1
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert "broken_inspected" in err
+    assert "SyntaxError" in err
+    assert "--debug" in err
+    assert not (folder / "s.db").exists()
+
+
+def test_inspect_loads_a_module_that_imports_its_siblings(folder: Path) -> None:
+    write(folder / "scripts" / "helper.py", "GREETING = 'hi'\n")
+    module = "from helper import GREETING\n" + MACHINE_MODULE
+    write(folder / "scripts" / "inspected_agent.py", module)
+    # The machine loads; then (no store file there) the inspector says so: not found.
+    for target in ("scripts.inspected_agent:agent", "scripts/inspected_agent.py:agent"):
+        code, _, err = run("inspect", "--machine", target, "--store", "none.db")
+        assert code == 3, err
+        assert "no store file" in err
+
+
+def test_inspect_refuses_what_is_no_machine_factory_without_calling_it(folder: Path) -> None:
+    code, _, err = run("inspect", "--machine", "arkhon_rheo.cli:main", "--store", "none.db")
+    assert code == 2
+    assert "a function returning int" in err
+    assert err.count("\n") == 1, err[:2000]
