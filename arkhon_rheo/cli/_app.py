@@ -10,6 +10,7 @@ status, never a traceback; see `ExitStatus` for the codes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
@@ -26,7 +27,14 @@ from .._errors import (
     SessionNotFound,
 )
 from ._check import check
-from ._common import DEFAULT_STORE, CommandError, ExitStatus, existing_store, shown
+from ._common import (
+    DEFAULT_STORE,
+    CommandError,
+    ExitStatus,
+    existing_store,
+    read_only_store,
+    shown,
+)
 from ._demo_workers import demo_command
 from ._read import graph, list_sessions, show
 from ._steer import decide, fork, replay, resume, rollback, run
@@ -296,22 +304,27 @@ def inspect(args: argparse.Namespace) -> int:
     from ..inspector.__main__ import main as inspector_main
 
     arguments = list(args.args)
-    if not {"-h", "--help"} & set(arguments):
-        # A file there must be a store already: the inspector would make one of an empty
-        # file. (No file at all: the inspector says so, after its own checks.)
-        options = argparse.ArgumentParser(add_help=False)
-        options.add_argument("--store", default=DEFAULT_STORE)
-        store = options.parse_known_args(arguments)[0].store
+    with contextlib.ExitStack() as stack:
+        if not {"-h", "--help"} & set(arguments):
+            # A file there must be a store already: the inspector would make one of an empty
+            # file. (No file at all: the inspector says so, after its own checks.)
+            options = argparse.ArgumentParser(add_help=False)
+            options.add_argument("--store", default=DEFAULT_STORE)
+            options.add_argument("--machine", action="append", default=[])
+            known = options.parse_known_args(arguments)[0]
+            try:
+                if os.path.lexists(known.store) and known.machine:
+                    existing_store(known.store)  # it may decide: an old store is upgraded
+                elif os.path.lexists(known.store):  # it only reads: an old one, from a copy
+                    copy = stack.enter_context(read_only_store(known.store))
+                    arguments += ["--store", copy]
+            except ArkhonError as exc:
+                sys.stderr.write(shown(f"arkhon-rheo inspect: error: {exc}") + "\n")
+                return int(_exit_code(exc))
         try:
-            if os.path.lexists(store):
-                existing_store(store)
-        except ArkhonError as exc:
-            sys.stderr.write(shown(f"arkhon-rheo inspect: error: {exc}") + "\n")
-            return int(_exit_code(exc))
-    try:
-        return inspector_main(arguments)
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
-        return int(exc.code or 0) if not isinstance(exc.code, str) else ExitStatus.USAGE
+            return inspector_main(arguments)
+        except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+            return int(exc.code or 0) if not isinstance(exc.code, str) else ExitStatus.USAGE
 
 
 def _positive(text: str) -> int:

@@ -21,7 +21,7 @@ from .._errors import ArkhonError, KeyringError
 from ..core import Keyring
 from ..core._seams import compiled, differences, legacy_schema, same_form, version_of
 from ..system import AgentSystem
-from ._common import ExitStatus, console, existing_store, print_json, shown, styled
+from ._common import ExitStatus, console, print_json, read_only_store, shown, styled
 from ._load import load_machine
 
 if TYPE_CHECKING:
@@ -96,12 +96,12 @@ def check(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo check --machine MODULE:ATTR``: would every stored session load and verify."""
     machine = load_machine(args.machine)
 
-    async def go() -> list[dict[str, Any]]:
-        path = existing_store(args.store)
+    async def go(path: str) -> list[dict[str, Any]]:
         async with AgentSystem(path=path, secrets=Keyring.from_env()) as system:
             return await check_sessions(system, machine)
 
-    rows = args.run(go)
+    with read_only_store(args.store) as path:
+        rows = args.run(go, path)
     failed = [row for row in rows if not row["ok"]]
     if args.json:
         print_json(

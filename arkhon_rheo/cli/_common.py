@@ -20,11 +20,14 @@ Exit statuses (documented in the README, "Command line"):
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import os
+import shutil
 import sys
-from typing import Any
+import tempfile
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
@@ -32,7 +35,10 @@ from rich.text import Text
 from .._errors import CommandError
 from .._json import JsonSyntaxError, read_json
 from .._redact import scrub_secrets
-from ..store._seams import inspect_file, is_postgres_url, not_a_file, redacted_url
+from ..store._seams import inspect_file, is_postgres_url, not_a_file, older_version, redacted_url
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "DEFAULT_STORE",
@@ -42,6 +48,7 @@ __all__ = [
     "existing_store",
     "parse_json",
     "print_json",
+    "read_only_store",
     "shown",
     "store_file",
     "styled",
@@ -197,3 +204,39 @@ def existing_store(path: str) -> str:
             code=ExitStatus.FAILED,
         )
     return path
+
+
+@contextlib.contextmanager
+def read_only_store(path: str) -> Iterator[str]:
+    """The store to read for ``path``: ``path`` itself, or an upgraded temporary copy of it.
+
+    A store of an older schema version is upgraded when it is opened; a command
+    that only reads must leave the file as it is (bytes and modification time,
+    no ``-wal``/``-shm`` left), so it reads a copy in a temporary folder instead
+    (the file and its write-ahead log copied as bytes: the original is never
+    opened by SQLite), upgraded there and deleted afterwards. One line on
+    stderr says so, and how to upgrade the file for real.
+
+    Raises:
+        CommandError: As `existing_store`.
+        StoreCorrupt: As `existing_store`.
+    """
+    existing_store(path)
+    version = None if is_postgres_url(path) else older_version(path)
+    if version is None:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="arkhon-rheo-read-") as folder:
+        copy = os.path.join(folder, "store.db")
+        shutil.copyfile(path, copy)
+        if os.path.exists(path + "-wal"):  # committed transactions not yet in the file
+            shutil.copyfile(path + "-wal", copy + "-wal")
+        console(stderr=True).print(
+            shown(
+                f"note: {path} is a store of schema version {version}, older than this "
+                "arkhon-rheo's: left unchanged, it was read from an upgraded temporary copy "
+                "(to upgrade it for real, run a command that writes to it, such as resume or "
+                "send, or open it with AgentSystem(path=...))"
+            )
+        )
+        yield copy

@@ -24,8 +24,8 @@ from ._common import (
     CommandError,
     ExitStatus,
     console,
-    existing_store,
     print_json,
+    read_only_store,
     shown,
     styled,
 )
@@ -121,7 +121,8 @@ async def _sessions(path: str) -> list[dict[str, Any]]:
 
 def list_sessions(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo sessions``: every stored session, newest last."""
-    rows = args.run(_sessions, existing_store(args.store))
+    with read_only_store(args.store) as path:
+        rows = args.run(_sessions, path)
     total = len(rows)
     if args.status:
         rows = [row for row in rows if row["status"] in args.status]
@@ -227,7 +228,8 @@ def show(args: argparse.Namespace) -> ExitStatus:
     With ``--machine``, checked against the session, a paused session's gate
     names the field an approve value goes to and its type.
     """
-    record, events, owner = args.run(_session, existing_store(args.store), args.session)
+    with read_only_store(args.store) as path:
+        record, events, owner = args.run(_session, path, args.session)
     row = _row(record, events[-1] if events else None, owner)
     machine = _session_machine(record, args.machine) if args.machine else None
     waiting = waits_for(record, events, machine)
@@ -300,7 +302,8 @@ def graph(args: argparse.Namespace) -> ExitStatus:
     if ":" in target and not args.session:
         drawn = load_machine(target).graph()
     else:
-        record, events = args.run(_history, existing_store(args.store), target)
+        with read_only_store(args.store) as path:
+            record, events = args.run(_history, path, target)
         if args.machine:
             drawn = _session_machine(record, args.machine).graph(events)
         else:

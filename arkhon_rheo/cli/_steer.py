@@ -30,6 +30,7 @@ from ._common import (
     existing_store,
     parse_json,
     print_json,
+    read_only_store,
     shown,
     store_file,
     styled,
@@ -332,11 +333,12 @@ def replay(args: argparse.Namespace) -> ExitStatus:
     """``arkhon-rheo replay SESSION``: fold a session's log and check every stored digest."""
     machine = load_machine(args.machine)
 
-    async def go() -> Any:
-        async with _system(existing_store(args.store)) as system:
+    async def go(path: str) -> Any:
+        async with _system(path) as system:
             return await system.stored(machine, args.session).replay(reexecute=args.reexecute)
 
-    report = args.run(go)
+    with read_only_store(args.store) as path:
+        report = args.run(go, path)
     divergence = report.divergence
     if args.json:
         print_json(

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from ._driver import Script, Statement
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "inspect_file", "prepare"]
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "inspect_file", "older_version", "prepare"]
 
 #: ``PRAGMA application_id`` of every store file: "ArkR".
 APPLICATION_ID = 0x41726B52
@@ -328,3 +328,21 @@ def prepare(path: str, *, new: bool, synchronous: str) -> Script[None]:
     yield from _verify(path)
     yield _sql("PRAGMA journal_mode = WAL")
     yield _sql(f"PRAGMA synchronous = {synchronous}")
+
+
+def older_version(path: str) -> int | None:
+    """The schema version of the store file ``path`` if it is older than `SCHEMA_VERSION`.
+
+    Opening such a file upgrades it in place; a reader that must leave it as it
+    is opens a copy instead. Only the header is read (blocking file I/O).
+
+    Args:
+        path: A store file that `inspect_file` found readable (not new).
+
+    Returns:
+        The file's version if this code would upgrade it, else ``None``.
+    """
+    with open(path, "rb") as file:
+        header = file.read(100)
+    version = int.from_bytes(header[60:64], "big", signed=True) if len(header) == 100 else None
+    return version if version in _UPGRADES else None

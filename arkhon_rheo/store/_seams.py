@@ -8,6 +8,7 @@ from ._postgres_conn import is_postgres_url as is_postgres_url
 from ._postgres_conn import redacted_url as redacted_url
 from ._schema import inspect_file as inspect_file
 from ._schema import not_a_file as not_a_file
+from ._schema import older_version as older_version
 
 if TYPE_CHECKING:
     import os
