@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.chaos_workers import ChaosReport, run_chaos
+from tests.support.chaos_workers import ChaosReport, keep, run_chaos
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,7 +34,15 @@ def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(tmp_path / "chaos.db")
 
 
-def check(report: ChaosReport, spec: str) -> None:
+def check(report: ChaosReport, spec: str, tmp: Path) -> None:
+    """Check a run; on a failure, keep its files outside pytest's rotating tmp and say where."""
+    try:
+        checks(report, spec)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n(workers' logs and histories kept in {keep(tmp)})") from exc
+
+
+def checks(report: ChaosReport, spec: str) -> None:
     print(report)  # the figures, for `pytest -s`
     assert report.finished == report.sessions, report
     assert report.lost == [], report.lost[:5]
@@ -62,7 +70,7 @@ async def test_a_few_kills_and_a_pause_past_the_lease_lose_nothing_and_run_no_st
         concurrency=40,  # room for every session: the other worker can take them all
         limit=300,
     )
-    check(report, spec)
+    check(report, spec, tmp_path)
     assert (report.kills, report.pauses) == (1, 1)
     if spec.startswith("postgresql://"):
         # The paused worker woke to find sessions of its taken, and let them go. (On
@@ -84,19 +92,22 @@ async def test_four_workers_a_thousand_sessions_kills_and_pauses(
         # diagnosed yet. It runs, and reports XFAIL or XPASS.
         reason = "issue 31: 1 session in 4 runs ended unfinished on a loaded machine"
         request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
-    report = await run_chaos(
-        spec,
-        tmp_path,
-        workers=4,
-        sessions=1000,
-        kills=20,
-        pauses=20,
-        lease_ttl=2.0,
-        pause_for=5.0,  # past the lease
-        step_for=0.1,
-        limit=1800,
-    )
-    check(report, spec)
+    try:
+        report = await run_chaos(
+            spec,
+            tmp_path,
+            workers=4,
+            sessions=1000,
+            kills=20,
+            pauses=20,
+            lease_ttl=2.0,
+            pause_for=5.0,  # past the lease
+            step_for=0.1,
+            limit=1800,
+        )
+    except (AssertionError, TimeoutError) as exc:  # the workers' exit codes, or the limit
+        raise AssertionError(f"{exc!r}\n(workers' logs kept in {keep(tmp_path)})") from exc
+    check(report, spec, tmp_path)
     # The harness stops its kills and pauses once every session has ended: on a quiet,
     # fast machine the sessions may end before all 40 actions. At least half of them
     # must have come while the sessions ran, of each kind a quarter.
