@@ -317,3 +317,41 @@ async def test_a_worker_idle_on_a_long_poll_is_woken_by_postgres_notifications(
             worker.drain()
         assert (await stored.state()).got == ("wake",)
         await check_all(service, ["n"])
+
+
+def _terminate_backends(url: str) -> int:
+    """End every other connection to ``url``'s database, as PostgreSQL ends a starved one."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
+
+
+async def test_a_worker_whose_store_connection_is_dropped_mid_step_does_not_fail_the_session(
+    postgres_url: str,
+) -> None:
+    # Issue 31: PostgreSQL ended a worker's connections (its idle-in-transaction
+    # timeout, on a starved machine; a restart) while a step ran: the step's commit
+    # failed, and must not fail the user's session: the run stops with the record
+    # "running", and a worker drives it on from its last commit.
+    async with make(postgres_url) as store:
+        worker = Worker(store, [COUNTER], lease_ttl=1.0, poll_interval=0.05)
+        inside, release = arm()
+        async with AgentSystem(store=store) as service, anyio.create_task_group() as group:
+            group.start_soon(worker.run)
+            await service.submit(COUNTER, Counting(target=3), session_id="x")
+            with anyio.fail_after(60):
+                await inside.wait()  # its first count step is under way in the worker
+            assert await anyio.to_thread.run_sync(_terminate_backends, postgres_url) > 0
+            release.set()  # the step's commit finds its connection gone
+            await until(store, ["x"])
+            worker.drain()
+        async with AgentSystem(store=store) as reader:
+            await check_all(reader, ["x"])
+            history = await reader.stored(COUNTER, "x").history()
+    resumes = [e.info for e in history if e.kind.value == "resume" and e.info]
+    assert [info["rerun"] for info in resumes] == ["begin", "count"]  # the second run's
