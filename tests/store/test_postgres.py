@@ -15,8 +15,7 @@ import psycopg
 import pytest
 
 from arkhon_rheo import AgentSystem, ConfigurationError, StoreError
-from arkhon_rheo.errors import StoreUnavailable
-from arkhon_rheo.errors import LeaseLost, StoreCorrupt
+from arkhon_rheo.errors import LeaseLost, StoreCorrupt, StoreUnavailable
 from arkhon_rheo.protocols import Durability, NewMessage
 from arkhon_rheo.store import PostgresStore
 from tests.store.test_store import event
