@@ -10,7 +10,7 @@ one (2 workers, 40 sessions, a kill and a pause past the lease).
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -32,6 +32,14 @@ def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         url: str = request.getfixturevalue("postgres_url")
         return url
     return str(tmp_path / "chaos.db")
+
+
+async def chaos(spec: str, tmp: Path, **options: Any) -> ChaosReport:
+    """`run_chaos`; should it fail (the workers' exit codes, its time limit), the files kept."""
+    try:
+        return await run_chaos(spec, tmp, **options)
+    except (AssertionError, TimeoutError) as exc:
+        raise AssertionError(f"{exc!r}\n(workers' logs kept in {keep(tmp)})") from exc
 
 
 def check(report: ChaosReport, spec: str, tmp: Path) -> None:
@@ -56,7 +64,7 @@ def checks(report: ChaosReport, spec: str) -> None:
 async def test_a_few_kills_and_a_pause_past_the_lease_lose_nothing_and_run_no_step_twice(
     spec: str, tmp_path: Path
 ) -> None:
-    report = await run_chaos(
+    report = await chaos(
         spec,
         tmp_path,
         workers=2,
@@ -87,21 +95,18 @@ async def test_four_workers_a_thousand_sessions_kills_and_pauses(spec: str, tmp_
     # fails, and used to fail its session ("failed" right after its first message, 1
     # run in 6). A dropped connection is `StoreUnavailable` now: the run stops, and a
     # worker drives the session on (about one session a run meets it here).
-    try:
-        report = await run_chaos(
-            spec,
-            tmp_path,
-            workers=4,
-            sessions=1000,
-            kills=20,
-            pauses=20,
-            lease_ttl=2.0,
-            pause_for=5.0,  # past the lease
-            step_for=0.1,
-            limit=1800,
-        )
-    except (AssertionError, TimeoutError) as exc:  # the workers' exit codes, or the limit
-        raise AssertionError(f"{exc!r}\n(workers' logs kept in {keep(tmp_path)})") from exc
+    report = await chaos(
+        spec,
+        tmp_path,
+        workers=4,
+        sessions=1000,
+        kills=20,
+        pauses=20,
+        lease_ttl=2.0,
+        pause_for=5.0,  # past the lease
+        step_for=0.1,
+        limit=1800,
+    )
     check(report, spec, tmp_path)
     # The harness stops its kills and pauses once every session has ended: on a quiet,
     # fast machine the sessions may end before all 40 actions. At least half of them
