@@ -231,10 +231,6 @@ async def _chaos(
             await _eventually(workers.ready)
             await anyio.sleep(0.2 + rng.random() * 0.6)
             if action == "kill":
-                if in_order:  # the pauses first: each over before a kill, whose worker's
-                    # replacement may take seconds to start on a loaded machine (the
-                    # paused one's sessions would have nobody to take them over)
-                    await _eventually(lambda: not workers.stopped)
                 workers.kill(rng)
                 report.kills += 1
             else:
@@ -337,8 +333,7 @@ async def run_chaos(
     its leases); past ``lease_ttl``, its sessions go to other workers, and it
     must find them taken when it wakes (the store's fencing). Each ``count``
     step of a session takes ``step_for`` seconds. The kills and pauses come in
-    a random order, or the pauses first with ``pauses_first`` (then each kill waits
-    for the pauses to be over).
+    a random order, or the pauses first with ``pauses_first``.
     """
     rng = random.Random(seed)
     report = ChaosReport(sessions=sessions)
