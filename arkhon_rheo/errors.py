@@ -44,6 +44,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   ├── MessageRefused        a message's kind or payload is not one the session takes
     │   └── ReplayDiverged        a re-executed stage called out unlike the recorded run
     ├── StoreError                the store failed, or refused what was asked
+    │   ├── StoreUnavailable      unreachable, or the connection dropped: the run stops, resumable
     │   ├── StoreCorrupt          not our file, another schema version, or damaged
     │   ├── DuplicateEvent        an event number is taken or out of order
     │   ├── UnserializablePatch   a patch value cannot be stored (refused before commit)

@@ -39,6 +39,7 @@ from ._sessions import SessionLocked as SessionLocked
 from ._sessions import SessionNotFound as SessionNotFound
 from ._sessions import StoreCorrupt as StoreCorrupt
 from ._sessions import StoreError as StoreError
+from ._sessions import StoreUnavailable as StoreUnavailable
 from ._sessions import UnrecordableCall as UnrecordableCall
 from ._sessions import UnserializablePatch as UnserializablePatch
 from ._stages import ContractViolation as ContractViolation
@@ -100,6 +101,7 @@ __all__ = [
     "StageTimeout",
     "StoreCorrupt",
     "StoreError",
+    "StoreUnavailable",
     "SubgraphFailed",
     "SystemNotRunning",
     "ToolCallHeld",

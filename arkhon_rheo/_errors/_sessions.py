@@ -18,6 +18,7 @@ __all__ = [
     "SessionNotFound",
     "StoreCorrupt",
     "StoreError",
+    "StoreUnavailable",
     "UnrecordableCall",
     "UnserializablePatch",
 ]
@@ -113,6 +114,19 @@ class StoreError(ArkhonError):
     def __init__(self, message: str, *, location: str = "") -> None:
         super().__init__(message)
         self.location = location
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached, or dropped the connection, mid-call.
+
+    PostgreSQL ended the connection (a restart, an administrator, its
+    idle-in-transaction timeout on a starved client) or cannot be reached. A
+    write that met it may or may not have been committed; nothing committed is
+    lost. A session whose commit meets it is not failed: its run stops where it
+    is, writing nothing more, with its record left ``"running"`` and its lease
+    given up (or left to run out), and a worker (or `AgentSystem.resume`) goes on
+    from its last commit.
+    """
 
 
 class StoreCorrupt(StoreError):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 import anyio.to_thread
 
-from .._errors import ConfigurationError, StoreError
+from .._errors import ConfigurationError, StoreError, StoreUnavailable
 from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord
 from . import _postgres_sql as pg
 from ._base import StoreBase, StoreState
@@ -267,20 +267,25 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         return await anyio.to_thread.run_sync(self._run_pooled, make, transaction)
 
     def _run_pooled(self, make: Callable[[], Script[Any]], transaction: bool) -> Any:
-        """Run a read on a pooled connection; on one PostgreSQL dropped, once more on another."""
+        """Run a read on a pooled connection; on one PostgreSQL dropped, again on another.
+
+        PostgreSQL may have dropped every pooled connection (a restart, or each one
+        ended by an administrator): one more try than the pool holds reaches a new one.
+        """
         psycopg = import_psycopg()
-        for attempt in (1, 2):
+        last = self._pool_size + 1
+        for attempt in range(1, last + 1):
             script = pg.transaction(make()) if transaction else make()
             try:
                 with self._pool.connection() as connection:
                     try:
                         return run_now(connection, script, self._location)
                     except StoreError:
-                        if attempt == 2 or not connection.broken:
+                        if attempt == last or not connection.broken:
                             raise
                 # Dropped (PostgreSQL restarted, say): the pool replaces it; start over.
             except psycopg.Error:
-                error = StoreError(
+                error = StoreUnavailable(
                     f"lost the connection to {self._location}", location=self._location
                 )
                 raise error from None

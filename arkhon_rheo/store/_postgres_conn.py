@@ -19,7 +19,7 @@ from __future__ import annotations
 import urllib.parse
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._errors import ConfigurationError, StoreError
+from .._errors import ConfigurationError, StoreError, StoreUnavailable
 from .._redact import REDACTED, register_secret, scrub
 from ._driver import step
 
@@ -99,13 +99,18 @@ def translate(exc: BaseException, location: str, *, what: str = "PostgreSQL fail
 
     The original error is not chained (``__cause__`` stays empty and
     ``__suppress_context__`` is set): its arguments may hold the connection string.
+    A connection PostgreSQL could not make or ended (psycopg's
+    ``OperationalError``: a restart, an administrator, the idle-in-transaction
+    timeout) is a `StoreUnavailable`: a run that meets it stops, to go on from
+    its last commit, rather than failing its session.
     """
     psycopg = import_psycopg()
     text = scrub(str(exc).strip() or type(exc).__name__)
     kind = type(exc).__name__
     if isinstance(exc, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected):
         kind = "a conflict with another transaction"
-    error = StoreError(f"{what} on {location}: {kind}: {text}", location=location)
+    cls = StoreUnavailable if isinstance(exc, psycopg.OperationalError) else StoreError
+    error = cls(f"{what} on {location}: {kind}: {text}", location=location)
     error.__suppress_context__ = True
     return error
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from .._errors import StoreCorrupt, StoreError
+from .._errors import StoreCorrupt, StoreError, StoreUnavailable
 from .._log import get_logger
 from ._plan import Append, Plan, Request, plan
 from ._sql import transaction, write_batch
@@ -104,7 +104,9 @@ class Ticket:
 def copy_error(exc: StoreError) -> StoreError:
     """A copy of ``exc`` (its cause), so each caller of a failed batch gets its own."""
     # One failed transaction fails each caller with its own exception object.
-    cls = StoreCorrupt if isinstance(exc, StoreCorrupt) else StoreError
+    cls: type[StoreError] = StoreError
+    if isinstance(exc, StoreCorrupt | StoreUnavailable):  # kinds a caller acts on
+        cls = type(exc)
     error = cls(str(exc), location=exc.location)
     error.__cause__ = exc
     return error

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import ArkhonError, LeaseLost, RestartIntensityExceeded, Transient
+from .._errors import (
+    ArkhonError,
+    LeaseLost,
+    RestartIntensityExceeded,
+    StoreUnavailable,
+    Transient,
+)
 from .._log import get_logger
 from ..protocols import ErrorClass, EventKind, Patch
 from ._record import ExitReason, failure_record
@@ -57,6 +63,8 @@ class FailureHandler:
         """
         session = self.session
         if type(failure) is LeaseLost:  # never retried: another owner drives it now
+            return ErrorClass.FATAL
+        if isinstance(failure, StoreUnavailable):  # its commit may have landed: never retried
             return ErrorClass.FATAL
         error_class = session.config.classifier.classify(failure)
         if error_class is not ErrorClass.TRANSIENT:
@@ -104,6 +112,36 @@ class FailureHandler:
         )
         return True
 
+    def store_unavailable(self, error: StoreUnavailable, stage: str, attempt: int) -> bool:
+        """The store dropped the connection under a step: stop here, the session not failed.
+
+        Whether the step's commit landed is unknown, and the store may be out of
+        reach: the run stops as a handoff does (`Session.handoff`), writing no
+        failure and no status, its record left ``"running"`` and its lease given up
+        if the store takes the release (else it runs out). A worker then claims the
+        session (or `AgentSystem.resume` continues it) from its last commit; the
+        step runs again unless its commit landed.
+        """
+        session = self.session
+        session.handoff = True
+        session.failure = failure_record(
+            type(error).__name__,
+            str(error),
+            ErrorClass.TRANSIENT,
+            stage=stage,
+            attempt=attempt,
+            lifecycle=session.state.lifecycle,
+            reason=ExitReason.CANCELLED,
+        )
+        session.finish(ExitReason.CANCELLED)
+        _logger.warning(
+            "session_store_unavailable",
+            session_id=session.session_id,
+            stage=stage,
+            error=str(error),
+        )
+        return True
+
     async def failed(
         self,
         error: Exception,
@@ -122,6 +160,8 @@ class FailureHandler:
         session = self.session
         if type(error) is LeaseLost:
             return self.lease_lost(error, stage, attempt)
+        if isinstance(error, StoreUnavailable) and session.persistence is not None:
+            return self.store_unavailable(error, stage, attempt)
         if error_class is None:
             error_class = session.config.classifier.classify(error)
         if error_class is ErrorClass.RECOVERABLE:

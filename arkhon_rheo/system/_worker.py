@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import ArkhonError, ConfigurationError, StoreError
+from .._errors import ArkhonError, ConfigurationError, StoreError, StoreUnavailable
 from .._log import get_logger
 from ..protocols import Machine, WorkQueue
 from ._handle import session_of
@@ -191,7 +191,9 @@ class Worker:
 
         Raises:
             ConfigurationError: If called twice.
-            StoreError: If the store fails on a claim (the runs are handed over first).
+            StoreError: If the store fails on a claim (the runs are handed over first);
+                a dropped connection (`StoreUnavailable`) is not that: the claim is
+                made again a poll interval later.
         """
         if self._started:
             raise ConfigurationError("a worker runs once; make a new one to run again")
@@ -213,9 +215,14 @@ class Worker:
             room = self._concurrency - len(self._running) - len(self._starting)
             now = clock.now()
             if room > 0:
-                claimed = await self._queue.claim(
-                    self.owner, machines=names, limit=room, ttl=ttl, now=now
-                )
+                try:
+                    claimed = await self._queue.claim(
+                        self.owner, machines=names, limit=room, ttl=ttl, now=now
+                    )
+                except StoreUnavailable as exc:  # dropped: the next claim reconnects
+                    _logger.warning("claim_failed", owner=self.owner, error=str(exc))
+                    await anyio.sleep(self._poll)
+                    continue
                 # Started side by side: their loads and first commits share the
                 # store's round trips (one at a time, a claim of many waits on each).
                 for record in claimed:
@@ -312,7 +319,10 @@ class Worker:
         clock = self._system._host.clock
         store = self._system.store
         assert store is not None
-        _, next_at = await store.waking(claimed_at)
+        try:
+            _, next_at = await store.waking(claimed_at)
+        except StoreUnavailable:  # dropped: the poll looks again
+            next_at = None
         async with anyio.create_task_group() as group:
 
             async def first(waiting: Any) -> None:

@@ -26,6 +26,7 @@ place to teach another kind of store (an SQLite path or a PostgreSQL URL).
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from arkhon_rheo import TransitionEvent
     from arkhon_rheo.protocols import Store
 
-__all__ = ["ChaosReport", "ack_line", "open_store", "run_chaos"]
+__all__ = ["ChaosReport", "ack_line", "keep", "open_store", "run_chaos"]
 
 CHILD = Path(__file__).resolve().parent / "worker_child.py"
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -100,6 +101,9 @@ class ChaosReport:
     renewals_lost: int = 0
     #: The paused workers that, woken, found sessions of theirs taken.
     paused_lost: int = 0
+    #: The sessions that ended otherwise than finished: id, status (their histories
+    #: are in ``unfinished.txt`` beside the workers' logs).
+    unfinished: list[str] = field(default_factory=list)
 
 
 class _Workers:
@@ -265,6 +269,34 @@ def _check_acks(
             newest = max(newest, under)
 
 
+def _write_unfinished(
+    path: Path, report: ChaosReport, histories: dict[str, list[TransitionEvent]]
+) -> None:
+    """Write each unfinished session's status and history, one event a line, to ``path``."""
+    with path.open("w") as out:
+        for entry in report.unfinished:
+            out.write(f"=== {entry}\n")
+            for event in histories.get(entry.split(" ", 1)[0], []):
+                out.write(f"{event!r}\n")
+
+
+def keep(tmp: Path) -> Path:
+    """Copy a failed run's files (workers' logs, acks, unfinished histories) out of pytest's tmp.
+
+    pytest keeps only its last few temporary directories: a failure's logs would be
+    gone by the time anyone looks. Returns the copy, ``/tmp/chaos-fail-<pid>-<n>``.
+    """
+    import shutil
+    import tempfile
+
+    for n in itertools.count():
+        kept = Path(tempfile.gettempdir()) / f"chaos-fail-{os.getpid()}-{n}"
+        if not kept.exists():
+            shutil.copytree(tmp, kept)
+            return kept
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 async def _lease_tokens(spec: str) -> dict[str, int]:
     """Each session's lease token in the store (PostgreSQL's: the others keep none)."""
     if not spec.startswith(("postgresql://", "postgres://")):
@@ -344,8 +376,11 @@ async def run_chaos(
             histories = {}
             for sid in ids:
                 stored = service.stored(COUNTER, sid)
-                if (await stored.record()).status == "finished":
+                status = (await stored.record()).status
+                if status == "finished":
                     report.finished += 1
+                else:
+                    report.unfinished.append(f"{sid} {status}")
                 history = histories[sid] = await stored.history()
                 report.takeovers += sum(1 for e in history if e.kind.value == "resume") - 1
                 try:
@@ -354,6 +389,7 @@ async def run_chaos(
                     report.doubled.append(f"{sid}: {exc}")
             _check_acks(acks, histories, await _lease_tokens(spec), report)
             pool.lease_losses(report)
+            _write_unfinished(tmp / "unfinished.txt", report, histories)
     finally:
         for process in pool.live:
             if process.poll() is None:

@@ -14,7 +14,8 @@ import anyio
 import pytest
 import structlog
 
-from arkhon_rheo import AgentSystem, ConfigurationError, MemoryStore, SQLiteStore
+from arkhon_rheo import AgentSystem, ConfigurationError, ExitReason, MemoryStore, SQLiteStore
+from arkhon_rheo.errors import StoreUnavailable
 from arkhon_rheo.store import PostgresStore
 from arkhon_rheo.system import Worker
 from arkhon_rheo.testing import VirtualClock
@@ -317,3 +318,99 @@ async def test_a_worker_idle_on_a_long_poll_is_woken_by_postgres_notifications(
             worker.drain()
         assert (await stored.state()).got == ("wake",)
         await check_all(service, ["n"])
+
+
+def _terminate_backends(url: str) -> int:
+    """End every other connection to ``url``'s database, as PostgreSQL ends a starved one."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        rows = connection.execute(
+            # Waits (up to 10 s) for each to be gone: the next write finds its connection so.
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
+
+
+async def test_a_worker_whose_store_connection_is_dropped_mid_step_does_not_fail_the_session(
+    postgres_url: str,
+) -> None:
+    # Issue 31: PostgreSQL ended a worker's connections (its idle-in-transaction
+    # timeout, on a starved machine; a restart) while a step ran. Whether the step's
+    # commit meets the dropped connection (the writer retries a batch of several
+    # alone, on a new one) is a race: either way the session finishes, never failed.
+    async with make(postgres_url) as store:
+        worker = Worker(store, [COUNTER], lease_ttl=1.0, poll_interval=0.05)
+        inside, release = arm()
+        async with AgentSystem(store=store) as service, anyio.create_task_group() as group:
+            group.start_soon(worker.run)
+            await service.submit(COUNTER, Counting(target=3), session_id="x")
+            with anyio.fail_after(60):
+                await inside.wait()  # its first count step is under way in the worker
+            assert await anyio.to_thread.run_sync(_terminate_backends, postgres_url) > 0
+            release.set()  # the step's commit finds its connection gone
+            await until(store, ["x"])
+            worker.drain()
+        async with AgentSystem(store=store) as reader:
+            await check_all(reader, ["x"])
+
+
+def dropping(where: str) -> Any:
+    """A store on ``where``: once ``store.drop`` is set, its next append of a ``count`` step fails.
+
+    It fails as a PostgreSQL store's append does when the server dropped its
+    connection (`StoreUnavailable`), with nothing of it written.
+    """
+    base: Any = type(make(where))
+
+    class Dropping(base):  # type: ignore[misc]
+        drop = False
+
+        async def append(self, session_id: str, events: Any, **options: Any) -> Any:
+            if self.drop and any(event.stage == "count" for event in events):
+                self.drop = False
+                raise StoreUnavailable("the connection dropped", location="test")
+            return await super().append(session_id, events, **options)
+
+    return Dropping() if where == "memory" else Dropping(where)
+
+
+async def test_a_store_connection_dropped_under_a_step_stops_the_run_resumable(
+    where: str,
+) -> None:
+    # Without a worker: the run stops (cancelled, its failure saying why), the record
+    # stays "running" with its lease given up, and `resume` finishes it.
+    async with dropping(where) as store, AgentSystem(store=store) as system:
+        store.drop = True
+        handle = await system.start(COUNTER, Counting(target=3), session_id="y")
+        result = await handle.result()
+        assert result.exit_reason is ExitReason.CANCELLED
+        assert result.failure is not None
+        assert result.failure.error_type == "StoreUnavailable"
+        assert (await system.stored(COUNTER, "y").record()).status == "running"
+        assert await store.leases() == ()
+        assert (await (await system.resume(COUNTER, "y")).result()).ok
+        await check_all(system, ["y"])
+
+
+async def test_a_worker_whose_store_drops_a_step_commit_drives_the_session_on(
+    where: str,
+) -> None:
+    # Issue 31: the chaos run's session "ended unfinished after its first message":
+    # a commit that met a dropped connection failed the session. Now the run stops,
+    # and the worker claims the session again and goes on from its last commit.
+    async with dropping(where) as store:
+        store.drop = True
+        worker = Worker(store, [COUNTER], poll_interval=0.05)
+        async with AgentSystem(store=store) as service, anyio.create_task_group() as group:
+            group.start_soon(worker.run)
+            await service.submit(COUNTER, Counting(target=3), session_id="w")
+            await until(store, ["w"])
+            worker.drain()
+        async with AgentSystem(store=store) as reader:
+            await check_all(reader, ["w"])
+            history = await reader.stored(COUNTER, "w").history()
+    assert not store.drop  # the fault was met
+    resumes = [e.info for e in history if e.kind.value == "resume" and e.info]
+    assert [info["rerun"] for info in resumes] == ["begin", "count"]  # the second run's
