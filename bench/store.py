@@ -622,7 +622,7 @@ async def report_one(sizes: Sizes, backend: str, modules: tuple[Any, Any] | None
             )
 
 
-#: The GC thresholds a service running thousands of sessions might set (see README).
+#: The GC thresholds a service running thousands of sessions might set (docs: Performance).
 TUNED_GC = (50_000, 20, 100)
 
 

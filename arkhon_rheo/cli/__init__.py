@@ -1,8 +1,8 @@
 """The ``arkhon-rheo`` command line: run, list, show, steer and draw stored sessions.
 
 ``main(argv)`` is the console script's entry point; every command and its
-options are listed by ``arkhon-rheo --help`` and in the README ("Command
-line"). `demo_agent` is the machine the ``demo`` command runs, for the
+options are listed by ``arkhon-rheo --help`` and in the docs' command line
+reference. `demo_agent` is the machine the ``demo`` command runs, for the
 commands that need it (``--machine arkhon_rheo.cli:demo_agent``).
 """
 

@@ -5,7 +5,7 @@ messages come from the store or the user, so `console` has markup and emoji
 codes off (styles are given as `Text` spans, see `styled`), and `shown` makes
 terminal control characters visible as escapes.
 
-Exit statuses (documented in the README, "Command line"):
+Exit statuses (documented in the docs' command line reference):
 
 ====  ==================================================================
 0     done

@@ -5,7 +5,7 @@ restarts, failures, pauses) and reads the statistics of the systems it
 watches (sessions by status, actors, mailbox depth, store batches) when
 collected. `prometheus_text` and `PrometheusCollector` export it; they need
 the ``metrics`` extra (prometheus-client). Logs: `arkhon_rheo.configure_logging`;
-traces: install the ``otel`` extra (see the README).
+traces: install the ``otel`` extra (see the docs' "Logs, metrics and traces").
 """
 
 from __future__ import annotations

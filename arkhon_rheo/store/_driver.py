@@ -18,7 +18,7 @@ script on its connection:
 
 Why ``"auto"`` is the thread driver on asyncio too: a transaction costs one
 thread hop there, against one per statement (five or six) on aiosqlite
-(``bench/store.py`` compares them; the README quotes its figures).
+(``bench/store.py`` compares them; the docs' Performance page quotes its figures).
 
 Every `sqlite3` error is translated here into a `StoreError` (`StoreCorrupt`
 when SQLite says the file is damaged or is not a database) and thrown into the

@@ -5,7 +5,7 @@ the rest of the program is not. A call must not let the tool read the
 program's secrets or files, reach the network unless allowed, outlive the
 call, exhaust the machine, or make the program believe a result it did not
 return. How much of that holds depends on the platform (`Sandbox.enforcement`
-says what holds here; the README has the table):
+says what holds here; the docs' tools how-to has the table):
 
 - **Linux with bubblewrap** (``isolation="auto"`` finds it; ``"require"``
   refuses to run without it): namespaces, see `arkhon_rheo.tools._isolation`.
