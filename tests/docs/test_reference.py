@@ -21,6 +21,7 @@ from arkhon_rheo.cli._app import build_parser
 from arkhon_rheo.store import SQLiteStore
 from arkhon_rheo.store._postgres_schema import _SCHEMA as POSTGRES_SCHEMA
 
+from . import PACKAGES
 from .cli_page import inspector_help, subcommands
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
@@ -140,25 +141,7 @@ def test_every_exception_class_of_arkhon_rheo_errors_is_on_the_exceptions_page()
             assert depth[name] == depth[base.__name__] + 1, f"{name} is not under {base.__name__}"
 
 
-@pytest.mark.parametrize(
-    "package",
-    [
-        "actors",
-        "core",
-        "errors",
-        "graphs",
-        "models",
-        "observe",
-        "protocols",
-        "react",
-        "rules",
-        "store",
-        "supervision",
-        "system",
-        "testing",
-        "tools",
-    ],
-)
+@pytest.mark.parametrize("package", PACKAGES)
 def test_each_api_page_documents_its_package(package: str) -> None:
     page = (REFERENCE / "api" / f"{package}.md").read_text(encoding="utf-8")
     assert f"::: arkhon_rheo.{package}\n" in page

@@ -19,7 +19,6 @@ import http.server
 import importlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -29,6 +28,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
+
+from tests.docs import PACKAGES
+from tests.support.browser import CHROMEDRIVER, CHROMIUM, NO_CHROMIUM, chromium
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -41,24 +43,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: The pages the browser opens: the home page, one how-to, one API page.
 PAGES = {"home": "", "how-to": "how-to/durability/", "api": "reference/api/system/"}
-
-#: The packages with an API page of their own (``docs/reference/api/NAME.md``).
-PACKAGES = [
-    "actors",
-    "core",
-    "errors",
-    "graphs",
-    "models",
-    "observe",
-    "protocols",
-    "react",
-    "rules",
-    "store",
-    "supervision",
-    "system",
-    "testing",
-    "tools",
-]
 
 
 @pytest.fixture(scope="module")
@@ -182,20 +166,6 @@ def test_every_public_name_has_its_anchor_on_its_api_page(site: Path, package: s
 # -- in a real browser ---------------------------------------------------------------------
 
 
-def _find(*names: str) -> str | None:
-    for name in names:
-        found = shutil.which(name) or (name if Path(name).is_file() else None)
-        if found:
-            return found
-    return None
-
-
-CHROMIUM = _find("chromium", "chromium-browser", "/usr/bin/chromium")
-CHROMEDRIVER = _find("chromedriver", "/usr/bin/chromedriver")
-
-NO_CHROMIUM = "no system chromium and chromedriver (apt-get install chromium chromium-driver)"
-
-
 @pytest.fixture(scope="module")
 def served(site: Path) -> Iterator[str]:
     """The built site over HTTP on 127.0.0.1 (a free port), from a thread of this process."""
@@ -218,29 +188,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1400,1000",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    try:
+    pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    with chromium(tmp_path_factory.mktemp("chromium")) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.mark.browser

@@ -10,7 +10,6 @@ main views are written to ``$ARKHON_SCREENSHOTS`` (default
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,10 +28,10 @@ from selenium.common.exceptions import (  # noqa: E402
     NoSuchElementException,
     StaleElementReferenceException,
 )
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
+from tests.support.browser import CHROMEDRIVER, CHROMIUM, NO_CHROMIUM, chromium  # noqa: E402
 from tests.support.inspector_fixture import (  # noqa: E402
     HUB_ROUTE,
     populate,
@@ -57,23 +56,9 @@ def _wait(browser: Any, seconds: float = 10) -> Any:
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _find(*names: str) -> str | None:
-    for name in names:
-        found = shutil.which(name) or (name if Path(name).is_file() else None)
-        if found:
-            return found
-    return None
-
-
-CHROMIUM = _find("chromium", "chromium-browser", "/usr/bin/chromium")
-CHROMEDRIVER = _find("chromedriver", "/usr/bin/chromedriver")
-
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(
-        CHROMIUM is None or CHROMEDRIVER is None,
-        reason="no system chromium and chromedriver (apt-get install chromium chromium-driver)",
-    ),
+    pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason=NO_CHROMIUM),
 ]
 
 #: Paused sessions whose ids URLs and CSS selectors give a meaning to.
@@ -134,26 +119,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1400,1000",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    try:
+    with chromium(tmp_path_factory.mktemp("chromium")) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def _shot(browser: Any, name: str) -> None:
