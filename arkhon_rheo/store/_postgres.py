@@ -307,7 +307,9 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         Raises:
             SessionNotFound: No such session.
         """
-        row, seq, state, events = await self._read(functools.partial(self._load, session_id))
+        row, seq, state, events = await self._read(
+            functools.partial(self._load, session_id), transaction=False
+        )
         return LoadedSession(
             decode_record(row), seq, decode_snapshot(state), tuple(map(decode_event, events))
         )

@@ -24,20 +24,30 @@ from .._redact import REDACTED, register_secret, scrub
 from ._driver import step
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ._driver import Rows, Script, Statement
 
 __all__ = [
+    "PIPELINE",
+    "PIPELINE_EVERY",
     "SCHEMES",
     "Connection",
     "connect",
     "import_psycopg",
     "is_postgres_url",
+    "pipeline",
     "redacted_url",
     "run_now",
     "translate",
 ]
 
 T = TypeVar("T")
+#: A `Statement` mode of this module's own: its parameters are statements, run in one
+#: round trip (see `pipeline`); the rows of the last one come back, or (`PIPELINE_EVERY`)
+#: a list of each one's rows.
+PIPELINE = 32
+PIPELINE_EVERY = 64
 #: The URL schemes of a PostgreSQL store.
 SCHEMES = ("postgresql://", "postgres://")
 #: A psycopg connection (typed loosely: psycopg is optional).
@@ -129,21 +139,64 @@ def connect(url: str, location: str, *, autocommit: bool = True) -> Connection:
     raise error
 
 
+def pipeline(statements: Sequence[Statement], *, every: bool = False) -> Statement:
+    """One statement that runs ``statements`` in one round trip (psycopg's pipeline mode).
+
+    The rows of the last one come back (``every``: a list of each one's rows).
+    Should one fail, PostgreSQL skips the ones after it, and the error is
+    raised as for one statement: in a transaction, the script rolls it back.
+    """
+    return ("", statements, PIPELINE_EVERY if every else PIPELINE)
+
+
+def _rows_of(cursor: Any, mode: int) -> Rows:
+    if mode & 2:
+        return [(cursor.rowcount,)]
+    if mode or cursor.description is None:
+        return []
+    rows: Rows = cursor.fetchall()
+    return rows
+
+
+def _run(connection: Connection, statement: Statement) -> Rows:
+    sql, params, mode = statement
+    with connection.cursor() as cursor:
+        if mode & 1:
+            cursor.executemany(sql, params)
+        else:
+            cursor.execute(sql, params)
+        return _rows_of(cursor, mode)
+
+
+def _run_pipeline(connection: Connection, statements: Sequence[Statement]) -> list[Rows]:
+    cursors = []
+    try:
+        with connection.pipeline() as pipe:
+            for sql, params, mode in statements:
+                cursor = connection.cursor()
+                cursors.append(cursor)
+                if mode & 1:
+                    cursor.executemany(sql, params)
+                else:
+                    cursor.execute(sql, params)
+            pipe.sync()  # every result is in: the cursors' rows may be read
+            return [
+                _rows_of(cursor, statement[2])
+                for cursor, statement in zip(cursors, statements, strict=True)
+            ]
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
 def _execute(connection: Connection, statement: Statement, location: str) -> Rows:
     psycopg = import_psycopg()
-    sql, params, mode = statement
     try:
-        with connection.cursor() as cursor:
-            if mode & 1:
-                cursor.executemany(sql, params)
-            else:
-                cursor.execute(sql, params)
-            if mode & 2:
-                return [(cursor.rowcount,)]
-            if mode or cursor.description is None:
-                return []
-            rows: Rows = cursor.fetchall()
-            return rows
+        if statement[2] == PIPELINE:
+            return _run_pipeline(connection, statement[1])[-1]  # type: ignore[arg-type]
+        if statement[2] == PIPELINE_EVERY:
+            return _run_pipeline(connection, statement[1])  # type: ignore[arg-type, return-value]
+        return _run(connection, statement)
     except psycopg.Error as exc:
         error = translate(exc, location)
         error.sqlstate = getattr(exc, "sqlstate", None)  # type: ignore[attr-defined]

@@ -39,21 +39,26 @@ logger = get_logger("arkhon_rheo.store")
 #: The longest one thread waits for a notification (see `WorkQueueMixin.wait_for_work`).
 _SLICE = 1.0
 
+_COLUMNS = ", ".join(f"s.{column.strip()}" for column in SESSION_COLUMNS.split(","))
+#: One statement (one round trip): pick, lease, and return the records (as locked: the
+#: rows' latest versions) with their tokens.
 _CLAIM = f"""WITH picked AS (
-    SELECT s.id, s.n FROM sessions s
+    SELECT {_COLUMNS}, s.n FROM sessions s
     WHERE s.machine = ANY(%(machines)s)
     AND (s.status = 'running' OR (s.status = 'waiting' AND s.wake_at <= %(now)s))
     AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.session_id = s.id
         AND l.owner IS NOT NULL AND l.expires_at > {NOW})
-    ORDER BY s.n LIMIT %(limit)s FOR UPDATE OF s SKIP LOCKED)
-INSERT INTO leases (session_id, owner, expires_at, token)
+    ORDER BY s.n LIMIT %(limit)s FOR UPDATE OF s SKIP LOCKED),
+taken AS (INSERT INTO leases (session_id, owner, expires_at, token)
 SELECT id, %(owner)s, {NOW} + %(ttl)s, 1 FROM picked ORDER BY n
 ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner,
     expires_at = excluded.expires_at,
     token = CASE WHEN leases.owner IS DISTINCT FROM excluded.owner
         THEN leases.token + 1 ELSE leases.token END
 WHERE leases.owner IS NULL OR leases.owner = excluded.owner OR leases.expires_at <= {NOW}
-RETURNING session_id, token"""
+RETURNING session_id, token)
+SELECT taken.token, {_COLUMNS} FROM taken JOIN picked s ON s.id = taken.session_id
+ORDER BY s.n"""
 
 
 def channel_of(schema: str) -> str:
@@ -109,18 +114,14 @@ class WorkQueueMixin:
         await self._ensure_listener()
         params: Any = {"machines": names, "now": now, "limit": limit, "owner": owner, "ttl": ttl}
 
-        def script() -> Script[tuple[Rows, Rows]]:
-            taken: Rows = yield sql(_CLAIM, params)
-            rows: Rows = yield sql(
-                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ANY(%s) ORDER BY n",
-                ([row[0] for row in taken],),
-            )
-            return taken, rows
+        def script() -> Script[Rows]:
+            rows: Rows = yield sql(_CLAIM, params)
+            return rows
 
-        taken, rows = await self._read(script)
-        for sid, token in taken:
-            self._tokens[sid] = (owner, token)
-        return tuple(map(decode_record, rows))
+        rows = await self._read(script, transaction=False)
+        for row in rows:
+            self._tokens[row[1]] = (owner, row[0])
+        return tuple(decode_record(row[1:]) for row in rows)
 
     # -- LISTEN/NOTIFY -----------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import SessionNotFound
 from ._codec import decode_event, decode_message, decode_record
-from ._postgres_sql import NOW, SESSION_COLUMNS, number, sql
+from ._postgres_sql import NOW, SESSION_COLUMNS, consistent, number, sql
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -16,10 +16,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ReadsMixin"]
 
-_EVENTS = (
-    "SELECT %s, e.seq, h.shape, e.patch, e.attempt, e.started_at, e.finished_at, e.error, "
-    "e.io, e.digest FROM events e JOIN shapes h ON h.id = e.shape"
-)
 _MESSAGES = (
     "SELECT %s, message_id, position, kind, payload, posted_at, due_at, applied_seq FROM inbox"
 )
@@ -35,8 +31,45 @@ def _event(row: Any) -> Any:
     return (*row[:3], bytes(row[3]), *row[4:])
 
 
+#: The session's number and last event's number, by its id (``%(id)s``).
+_NUMBER = "(SELECT n FROM sessions WHERE id = %(id)s)"
+_LAST = "(SELECT last_seq FROM sessions WHERE id = %(id)s)"
+
+
+def _snapshot_sql(bound: str) -> str:
+    """The latest snapshot at or before event ``bound``; the first one if none is."""
+    return (
+        "SELECT seq, state, zipped FROM ("
+        "(SELECT seq, state, zipped, 0 AS k FROM snapshots "
+        f"WHERE session = {_NUMBER} AND seq <= {bound} ORDER BY seq DESC LIMIT 1) "
+        "UNION ALL (SELECT seq, state, zipped, 1 FROM snapshots "
+        f"WHERE session = {_NUMBER} ORDER BY seq LIMIT 1)) x ORDER BY k LIMIT 1"
+    )
+
+
+_RECORD = f"SELECT {SESSION_COLUMNS}, n FROM sessions WHERE id = %(id)s"
+_LOAD_SNAPSHOT = _snapshot_sql(_LAST)
+_SNAPSHOT_AT = _snapshot_sql("%(seq)s")
+_EVENTS_OF = (
+    "SELECT %(id)s, e.seq, h.shape, e.patch, e.attempt, e.started_at, e.finished_at, e.error, "
+    f"e.io, e.digest FROM events e JOIN shapes h ON h.id = e.shape WHERE e.session = {_NUMBER}"
+)
+_LOAD_EVENTS = f"{_EVENTS_OF} AND e.seq > (SELECT seq FROM ({_LOAD_SNAPSHOT}) z) ORDER BY e.seq"
+_HISTORY = f"{_EVENTS_OF} ORDER BY e.seq"
+
+
+def _found(session_id: str, rows: Rows) -> None:
+    if not rows:
+        raise SessionNotFound(session_id=session_id)
+
+
 class ReadsMixin:
-    """The reads of the `Store` protocol, run on `PostgresStore`'s pool."""
+    """The reads of the `Store` protocol, run on `PostgresStore`'s pool.
+
+    A read of several statements (`load`, `history`, `snapshot_at`) sends them
+    in one round trip, in one ``REPEATABLE READ`` transaction: they see one
+    snapshot of the database, whatever other processes commit meanwhile.
+    """
 
     if TYPE_CHECKING:  # PostgresStore's (and StoreBase's)
 
@@ -47,33 +80,17 @@ class ReadsMixin:
 
     @staticmethod
     def _record(session_id: str) -> Script[tuple[Any, ...]]:
-        rows = yield sql(f"SELECT {SESSION_COLUMNS}, n FROM sessions WHERE id = %s", (session_id,))
-        if not rows:
-            raise SessionNotFound(session_id=session_id)
+        rows = yield sql(_RECORD, {"id": session_id})
+        _found(session_id, rows)
         return tuple(rows[0])
 
-    @staticmethod
-    def _snapshot(n: int, seq: int) -> Script[tuple[int, Any]]:
-        rows = yield sql(
-            "SELECT seq, state, zipped FROM snapshots WHERE session = %s AND seq <= %s "
-            "ORDER BY seq DESC LIMIT 1",
-            (n, seq),
-        )
-        if not rows:  # only for seq < 0: the initial snapshot is number 0
-            rows = yield sql(
-                "SELECT seq, state, zipped FROM snapshots WHERE session = %s ORDER BY seq LIMIT 1",
-                (n,),
-            )
-        return rows[0][0], _state(rows[0][1:])
-
     def _load(self, session_id: str) -> Script[tuple[Any, int, Any, Rows]]:
-        row = yield from self._record(session_id)
-        seq, state = yield from self._snapshot(row[-1], row[3])
-        events = yield sql(
-            f"{_EVENTS} WHERE e.session = %s AND e.seq > %s ORDER BY e.seq",
-            (session_id, row[-1], seq),
+        params = {"id": session_id}
+        record, snapshot, events = yield from consistent(
+            sql(_RECORD, params), sql(_LOAD_SNAPSHOT, params), sql(_LOAD_EVENTS, params)
         )
-        return row, seq, state, [_event(event) for event in events]
+        _found(session_id, record)
+        return tuple(record[0]), snapshot[0][0], _state(snapshot[0][1:]), list(map(_event, events))
 
     @staticmethod
     def _leases() -> Script[Rows]:
@@ -93,13 +110,13 @@ class ReadsMixin:
         """
 
         def script() -> Script[Rows]:
-            row = yield from self._record(session_id)
-            rows: Rows = yield sql(
-                f"{_EVENTS} WHERE e.session = %s ORDER BY e.seq", (session_id, row[-1])
-            )
+            params = {"id": session_id}
+            record, rows = yield from consistent(sql(_RECORD, params), sql(_HISTORY, params))
+            _found(session_id, record)
             return rows
 
-        return tuple(decode_event(_event(row)) for row in await self._read(script))
+        rows = await self._read(script, transaction=False)
+        return tuple(decode_event(_event(row)) for row in rows)
 
     async def snapshot_at(self, session_id: str, seq: int) -> tuple[int, Any]:
         """The latest snapshot taken at or before event ``seq``.
@@ -110,10 +127,12 @@ class ReadsMixin:
         from ._codec import decode_snapshot
 
         def script() -> Script[tuple[int, Any]]:
-            row = yield from self._record(session_id)
-            return (yield from self._snapshot(row[-1], seq))
+            params = {"id": session_id, "seq": seq}
+            record, rows = yield from consistent(sql(_RECORD, params), sql(_SNAPSHOT_AT, params))
+            _found(session_id, record)
+            return rows[0][0], _state(rows[0][1:])
 
-        found, state = await self._read(script)
+        found, state = await self._read(script, transaction=False)
         return found, decode_snapshot(state)
 
     async def sessions(self) -> tuple[SessionRecord, ...]:
@@ -159,18 +178,20 @@ class ReadsMixin:
         """The waiting sessions due to wake at ``now`` (earliest first), and the next wake."""
 
         def script() -> Script[tuple[Rows, float | None]]:
-            rows: Rows = yield sql(
-                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE status = 'waiting' "
-                "AND wake_at <= %s ORDER BY wake_at, n",
-                (now,),
-            )
-            later = yield sql(
-                "SELECT min(wake_at) FROM sessions WHERE status = 'waiting' AND wake_at > %s",
-                (now,),
+            rows, later = yield from consistent(
+                sql(
+                    f"SELECT {SESSION_COLUMNS} FROM sessions WHERE status = 'waiting' "
+                    "AND wake_at <= %s ORDER BY wake_at, n",
+                    (now,),
+                ),
+                sql(
+                    "SELECT min(wake_at) FROM sessions WHERE status = 'waiting' AND wake_at > %s",
+                    (now,),
+                ),
             )
             return rows, later[0][0]
 
-        rows, later = await self._read(script)
+        rows, later = await self._read(script, transaction=False)
         return tuple(map(decode_record, rows)), later
 
     async def _effect_rows(self, session_id: str) -> Rows:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._errors import SessionNotFound
+from .._errors import SessionNotFound, StoreError
 from ._effects import effect_keys
 from ._inbox import Inbox
 from ._plan import (
@@ -30,14 +30,15 @@ from ._plan import (
     posted_ids,
     touches_inbox,
 )
+from ._postgres_conn import pipeline
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from ._driver import Rows, Script, Statement
     from ._fence import Lease
 
-__all__ = ["NOW", "SESSION_COLUMNS", "write_batch"]
+__all__ = ["NOW", "SESSION_COLUMNS", "consistent", "later", "transaction", "write_batch"]
 
 #: PostgreSQL's clock, in seconds since the epoch.
 NOW = "extract(epoch from clock_timestamp())::double precision"
@@ -45,12 +46,33 @@ SESSION_COLUMNS = (
     "id, machine, status, last_seq, created_at, updated_at, parent, fingerprint, waiting, wake_at"
 )
 _N = "(SELECT n FROM sessions WHERE id = %s)"
-_INSERT_SESSION = f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join(['%s'] * 10)})"
-_UPDATE_SESSION = "UPDATE sessions SET last_seq = %s, status = %s, updated_at = %s WHERE id = %s"
-_INSERT_SHAPE = "INSERT INTO shapes (shape) VALUES (%s) ON CONFLICT (shape) DO NOTHING"
+#: The multi-row writes: one statement (one execution) for all of a batch's rows, each
+#: column an array (see `_columns`).
+_INSERT_SESSION = (
+    f"INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM unnest(%s::text[], %s::text[], "
+    "%s::text[], %s::bigint[], %s::double precision[], %s::double precision[], %s::text[], "
+    "%s::text[], %s::text[], %s::double precision[])"
+)
+_UPDATE_SESSION = (
+    "UPDATE sessions s SET last_seq = u.last, status = u.status, updated_at = %s "
+    "FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS u(id, last, status) WHERE s.id = u.id"
+)
+_INSERT_SHAPE = (
+    "INSERT INTO shapes (shape) SELECT unnest(%s::text[]) ON CONFLICT (shape) DO NOTHING"
+)
+#: Every session and shape an event names exists (planned, or written before it).
 _INSERT_EVENT = (
-    f"INSERT INTO events VALUES ({_N}, %s, (SELECT id FROM shapes WHERE shape = %s), "
-    "%s, %s, %s, %s, %s, %s, %s)"
+    "INSERT INTO events SELECT s.n, u.seq, h.id, u.patch, u.attempt, u.started_at, "
+    "u.finished_at, u.error, u.io, u.digest FROM unnest(%s::text[], %s::bigint[], %s::text[], "
+    "%s::bytea[], %s::integer[], %s::double precision[], %s::double precision[], %s::text[], "
+    "%s::text[], %s::bigint[]) AS u(session_id, seq, shape, patch, attempt, started_at, "
+    "finished_at, error, io, digest) "
+    "JOIN sessions s ON s.id = u.session_id JOIN shapes h ON h.shape = u.shape"
+)
+_UPSERT_LEASE = (
+    "INSERT INTO leases SELECT * FROM unnest(%s::text[], %s::text[], %s::double precision[], "
+    "%s::bigint[]) ON CONFLICT (session_id) DO UPDATE "
+    "SET owner = excluded.owner, expires_at = excluded.expires_at, token = excluded.token"
 )
 _INSERT_SNAPSHOT = (
     f"INSERT INTO snapshots VALUES ({_N}, %s, %s, %s) ON CONFLICT (session, seq) "
@@ -78,34 +100,101 @@ _UPSERT_EFFECT = (
     "started_at = excluded.started_at, finished_at = excluded.finished_at, "
     "result = excluded.result, error = excluded.error"
 )
-_UPSERT_LEASE = (
-    "INSERT INTO leases VALUES (%s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE "
-    "SET owner = excluded.owner, expires_at = excluded.expires_at, token = excluded.token"
-)
 _MESSAGE_COLUMNS = "message_id, position, kind, payload, posted_at, due_at, applied_seq"
 
 
-def sql(text: str, params: Sequence[Any] = ()) -> Statement:
+def sql(text: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Statement:
     """One statement, run once."""
     return (text, params, False)
 
 
+#: A `Statement` mode flag: a write sent later (see `later`).
+LATER = 16
+_BEGIN = sql("BEGIN")
+_COMMIT = sql("COMMIT")
+
+
 def _rows(text: str, rows: list[Any]) -> Statement:
-    return (text, rows[0], False) if len(rows) == 1 else (text, rows, True)
+    """A write of ``rows``, sent later (see `later`): run once per row."""
+    return (text, rows[0], LATER) if len(rows) == 1 else (text, rows, LATER | True)
+
+
+def _columns(text: str, rows: Sequence[Sequence[Any]], *first: Any) -> Statement:
+    """A write of ``rows`` in one execution, sent later: ``first``, then one array per column."""
+    return (text, [*first, *map(list, zip(*rows, strict=True))], LATER)
+
+
+def later(text: str, params: Any = ()) -> Statement:
+    """A write whose result nobody reads: in a `transaction`, sent with the next statement.
+
+    Its error (if any) is raised where the statement it rides with is, or at
+    the ``COMMIT``; either way the transaction is rolled back whole.
+    """
+    return (text, params, LATER)
 
 
 def transaction(body: Script[Any]) -> Script[Any]:
-    """Run ``body`` in a transaction: committed if it returns, rolled back if anything raises."""
-    yield sql("BEGIN")
+    """Run ``body`` in a transaction: committed if it returns, rolled back if anything raises.
+
+    In as few round trips as PostgreSQL allows: ``BEGIN`` rides with the
+    body's first statement, and the writes it defers (`later`) with its next
+    statement or the ``COMMIT`` (psycopg's pipeline mode).
+    """
     try:
-        result = yield from body
-        yield sql("COMMIT")
+        statement = next(body)
+    except StopIteration as stop:  # no statement at all
+        return stop.value
+    waiting: list[Statement] = [_BEGIN]
+    try:
+        while True:
+            if statement[2] & LATER:
+                waiting.append((statement[0], statement[1], statement[2] & ~LATER))
+                rows: Rows = []
+            else:
+                try:
+                    rows = yield _with(waiting, statement)
+                except StoreError as exc:
+                    waiting = []
+                    statement = body.throw(exc)
+                    continue
+                waiting = []
+            statement = body.send(rows)
+    except StopIteration as stop:
+        result = stop.value
+    except GeneratorExit:
+        raise
+    except BaseException:
+        yield sql("ROLLBACK")
+        raise
+    try:
+        yield _with(waiting, _COMMIT)
     except GeneratorExit:
         raise
     except BaseException:
         yield sql("ROLLBACK")
         raise
     return result
+
+
+_READ = sql("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+
+def consistent(*statements: Statement) -> Script[list[Rows]]:
+    """Run read-only ``statements`` in one round trip, all on one snapshot of the database.
+
+    Run it outside `transaction` (it is its own). Returns each statement's rows.
+    """
+    try:
+        found: Any = yield pipeline([_READ, *statements, _COMMIT], every=True)
+    except StoreError:
+        yield sql("ROLLBACK")  # the statements after the one that failed were skipped
+        raise
+    every: list[Rows] = found[1:-1]  # (a `PIPELINE_EVERY` statement's rows: a list of rows)
+    return every
+
+
+def _with(waiting: list[Statement], statement: Statement) -> Statement:
+    return pipeline([*waiting, statement]) if waiting else statement
 
 
 def _leased(requests: list[Request]) -> list[str]:
@@ -119,30 +208,44 @@ def _leased(requests: list[Request]) -> list[str]:
     )
 
 
+#: The batch's sessions and leases, locked (in that order, each by id), and the time
+#: after: one statement, one round trip. Rows ``(0, id, last_seq, status, n, None)``,
+#: ``(1, session_id, token, owner, None, expires_at)`` and ``(2, ..., now)``.
+_CURRENT = f"""SELECT 0, id, last_seq, status, n, NULL::double precision FROM (
+    SELECT id, last_seq, status, n FROM sessions WHERE id = ANY(%s) ORDER BY id FOR UPDATE) s
+UNION ALL SELECT 1, session_id, token, owner, NULL, expires_at FROM (
+    SELECT session_id, owner, expires_at, token FROM leases
+    WHERE session_id = ANY(%s) ORDER BY session_id FOR UPDATE) l
+UNION ALL SELECT 2, NULL, NULL, NULL, NULL, {NOW}"""
+
+
 def _current(
     requests: list[Request],
-) -> Script[tuple[dict[str, tuple[int, str]], dict[str, int], dict[str, Lease], dict[str, Any]]]:
-    """Lock and read the batch's sessions and leases: ``(known, numbers, leases, tokens)``."""
+) -> Script[
+    tuple[dict[str, tuple[int, str]], dict[str, int], dict[str, Lease], dict[str, Any], float]
+]:
+    """Lock and read the batch's sessions and leases: ``(known, numbers, leases, tokens, now)``.
+
+    ``now`` is PostgreSQL's clock once the locks are held.
+    """
     ids = sorted({r.session_id for r in requests if r.session_id})
-    rows = yield sql(
-        "SELECT id, last_seq, status, n FROM sessions WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
-        (ids,),
-    )
-    known = {row[0]: (row[1], row[2]) for row in rows}
-    numbers = {row[0]: row[3] for row in rows}
+    rows = yield sql(_CURRENT, (ids, _leased(requests)))
+    known: dict[str, tuple[int, str]] = {}
+    numbers: dict[str, int] = {}
     leases: dict[str, Lease] = {}
     tokens: dict[str, Any] = {}
-    if leased := _leased(requests):
-        rows = yield sql(
-            "SELECT session_id, owner, expires_at, token FROM leases "
-            "WHERE session_id = ANY(%s) ORDER BY session_id FOR UPDATE",
-            (leased,),
-        )
-        for sid, owner, expires_at, token in rows:
-            tokens[sid] = (owner, token)
-            if owner is not None:
-                leases[sid] = (owner, expires_at)
-    return known, numbers, leases, tokens
+    db_now = 0.0
+    for kind, sid, value, text, n, at in rows:
+        if kind == 0:
+            known[sid] = (value, text)
+            numbers[sid] = n
+        elif kind == 1:
+            tokens[sid] = (text, value)
+            if text is not None:
+                leases[sid] = (text, at)
+        else:
+            db_now = at
+    return known, numbers, leases, tokens, db_now
 
 
 def _inboxes(requests: list[Request], numbers: dict[str, int]) -> Script[dict[str, Inbox]]:
@@ -241,7 +344,7 @@ def write_batch(
     the token their store got when that owner took the lease. A batch that may
     give a worker work notifies ``channel`` (delivered at its commit).
     """
-    known, numbers, leases, tokens = yield from _current(requests)
+    known, numbers, leases, tokens, db_now = yield from _current(requests)
     inboxes: dict[str, Inbox] = {}
     ledger: dict[Any, Any] = {}
     if any(type(r) is not Append or r.applied is not None or r.posts for r in requests):
@@ -249,7 +352,6 @@ def write_batch(
         ledger = yield from _ledger(requests, numbers)
     if any(isinstance(r, Acquire) for r in requests):
         # Leases expire by PostgreSQL's clock: the batch takes them at its time.
-        db_now = (yield sql(f"SELECT {NOW}"))[0][0]
         for r in requests:
             if isinstance(r, Acquire):
                 r.expires_at, r.now = db_now + (r.expires_at - r.now), db_now
@@ -266,7 +368,7 @@ def write_batch(
     )
     yield from _write(requests, result, now, tokens)
     if _news(requests, result):
-        yield sql("SELECT pg_notify(%s, '')", (channel,))
+        yield later("SELECT pg_notify(%s, '')", (channel,))
     return result
 
 
@@ -283,16 +385,15 @@ def _write(
     requests: list[Request], result: Plan, now: float, tokens: dict[str, Any]
 ) -> Script[None]:
     if result.created:
-        yield _rows(_INSERT_SESSION, result.created)
+        yield _columns(_INSERT_SESSION, result.created)
     if result.updated:
-        updates = [(last, status, now, sid) for sid, (last, status) in result.updated.items()]
-        yield _rows(_UPDATE_SESSION, updates)
+        updates = [(sid, last, status) for sid, (last, status) in result.updated.items()]
+        yield _columns(_UPDATE_SESSION, updates, now)
     if result.events:
         shapes = sorted({row[2] for row in result.events})
-        yield _rows(_INSERT_SHAPE, [(shape,) for shape in shapes])
-        yield _rows(
-            _INSERT_EVENT,
-            [(*row[:3], _bytes(row[3]), *row[4:]) for row in result.events],
+        yield later(_INSERT_SHAPE, (shapes,))
+        yield _columns(
+            _INSERT_EVENT, [(*row[:3], _bytes(row[3]), *row[4:]) for row in result.events]
         )
     if result.snapshots:
         rows = [
@@ -323,7 +424,7 @@ def _write(
             owner, token = final.get(sid, (None, 0))
             leases.append((sid, owner, 0.0 if lease is None else lease[1], token))
         if leases:
-            yield _rows(_UPSERT_LEASE, leases)
+            yield _columns(_UPSERT_LEASE, leases)
 
 
 def _bytes(value: bytes | str) -> bytes:
