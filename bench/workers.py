@@ -14,11 +14,13 @@ The workload is an agent loop of two durable steps per cycle (``think`` then
 For each: cycles/s (S x C cycles over the time from the first start or submit
 to the last commit) and the step latency, p50 and p99 (the time from one commit
 of a session to its next one, as the driving process sees them: the step and
-its group commit, queueing included). The scaling efficiency is the cycles/s of
-4 workers over 1 worker's. Targets: one worker on PostgreSQL >= 50% of one
-process on SQLite ``batched``; 4 workers >= 3x one worker on a machine of 4+
-cores (each worker process is one core's worth of Python; PostgreSQL needs
-cores of its own).
+its group commit, queueing included), and the CPU time per cycle of the driving
+processes (and, for a throwaway server on Linux, of PostgreSQL's processes): on a
+machine shared with other work, CPU time moves less than wall time. The
+scaling efficiency is the cycles/s of 4 workers over 1 worker's. Targets: one
+worker on PostgreSQL >= 50% of one process on SQLite ``batched``; 4 workers >=
+3x one worker on a machine of 4+ cores (each worker process is one core's worth
+of Python; PostgreSQL needs cores of its own).
 
 The PostgreSQL server is a throwaway one started from the system's binaries
 (`arkhon_rheo.testing.start_postgres`), or the one ``--url`` names (a fresh
@@ -34,6 +36,7 @@ repository root::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import enum
 import json
 import math
@@ -125,6 +128,10 @@ class Result:
     cycles: int
     seconds: float
     latencies: list[float]
+    #: CPU seconds of the driving processes (SQLite: the one process; else the workers).
+    cpu: float = math.nan
+    #: CPU seconds of the PostgreSQL server's processes, where they can be read.
+    server_cpu: float = math.nan
 
     @property
     def rate(self) -> float:
@@ -134,10 +141,33 @@ class Result:
         ordered = sorted(self.latencies) or [math.nan]
         p50 = statistics.median(ordered)
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        per = 1000 / self.cycles
+        server = "" if math.isnan(self.server_cpu) else f" + server {self.server_cpu * per:.2f}"
         return (
             f"{self.label:<28} {self.rate:>9.1f} cycles/s   "
-            f"step p50 {p50 * 1000:>7.1f} ms   p99 {p99 * 1000:>7.1f} ms"
+            f"step p50 {p50 * 1000:>7.1f} ms   p99 {p99 * 1000:>7.1f} ms   "
+            f"CPU ms/cycle {self.cpu * per:.2f}{server}"
         )
+
+
+def _server_cpu(root: Path | None) -> float:
+    """CPU seconds used so far by the PostgreSQL server whose data folder is under ``root``.
+
+    Read from Linux's ``/proc`` (the postmaster and its children); NaN elsewhere.
+    """
+    if root is None:
+        return math.nan
+    try:
+        postmaster = int((root / "data" / "postmaster.pid").read_text().split()[0])
+        ticks = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(stat.parent.name) == postmaster or int(fields[1]) == postmaster:
+                    ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return math.nan
 
 
 # -- one process on SQLite ------------------------------------------------------------
@@ -145,6 +175,7 @@ class Result:
 
 async def _sqlite(sessions: int, cycles: int) -> Result:
     timings = Timings()
+    cpu = time.process_time()
     with tempfile.TemporaryDirectory() as folder:
         async with (
             SQLiteStore(Path(folder) / "bench.db") as store,
@@ -157,8 +188,9 @@ async def _sqlite(sessions: int, cycles: int) -> Result:
             ]
             for handle in handles:
                 await handle.result()
+            cpu = time.process_time() - cpu
     return Result("SQLite batched, 1 process", sessions * cycles, timings.last - began,
-                  timings.latencies)  # fmt: skip
+                  timings.latencies, cpu)  # fmt: skip
 
 
 # -- worker processes on PostgreSQL -----------------------------------------------------
@@ -180,9 +212,11 @@ async def _child(url: str, schema: str, concurrency: int, out: str) -> None:
 
                 group.start_soon(drain)
                 print("ready", flush=True)
+                cpu = time.process_time()
                 await worker.run()
+                cpu = time.process_time() - cpu
                 group.cancel_scope.cancel()
-    found = json.dumps({"latencies": timings.latencies, "last": timings.last})
+    found = json.dumps({"latencies": timings.latencies, "last": timings.last, "cpu": cpu})
     await anyio.Path(out).write_text(found)
 
 
@@ -201,14 +235,24 @@ async def _submit(service: AgentSystem, n: int, cycles: int) -> None:
 
 
 async def _until_ended(store: PostgresStore, ids: set[str]) -> None:
-    while True:
-        ended = {r.session_id for r in await store.sessions() if r.status == "finished"}
-        if ids <= ended:
-            return
-        await anyio.sleep(0.05)
+    """Return once every session of ``ids`` has finished.
+
+    One record at a time (the newest unfinished one: it ends last), never every
+    session's each poll: this process shares the cores with the workers and
+    PostgreSQL, and reading and decoding 1,000 records twenty times a second
+    would take a good part of one from them.
+    """
+    left = sorted(ids, key=lambda sid: int(sid[1:]))
+    while left:
+        if (await store.record(left[-1])).status == "finished":
+            left.pop()
+        else:
+            await anyio.sleep(0.05)
 
 
-async def _postgres(url: str, workers: int, sessions: int, cycles: int) -> Result:
+async def _postgres(
+    url: str, workers: int, sessions: int, cycles: int, root: Path | None = None
+) -> Result:
     schema = f"bench_{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as folder:
         outs = [Path(folder) / f"w{n}.json" for n in range(workers)]
@@ -220,11 +264,13 @@ async def _postgres(url: str, workers: int, sessions: int, cycles: int) -> Resul
                     assert process.stdout is not None
                     await anyio.to_thread.run_sync(process.stdout.readline)  # "ready"
                 async with AgentSystem(store=store) as service:
+                    server_cpu = _server_cpu(root)
                     began = time.time()
                     async with anyio.create_task_group() as group:
                         for n in range(sessions):
                             group.start_soon(_submit, service, n, cycles)
                     await _until_ended(store, {f"s{n}" for n in range(sessions)})
+                    server_cpu = _server_cpu(root) - server_cpu
             finally:
                 for process in processes:
                     process.send_signal(signal.SIGTERM)
@@ -236,7 +282,8 @@ async def _postgres(url: str, workers: int, sessions: int, cycles: int) -> Resul
     latencies = [x for one in found for x in one["latencies"]]
     last = max(one["last"] for one in found)
     label = f"PostgreSQL, {workers} worker{'s' if workers > 1 else ''}"
-    return Result(label, sessions * cycles, last - began, latencies)
+    cpu = sum(one["cpu"] for one in found)
+    return Result(label, sessions * cycles, last - began, latencies, cpu, server_cpu)
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -274,7 +321,8 @@ def main() -> None:
         print(baseline.line())
         results = {}
         for workers in counts:
-            results[workers] = anyio.run(_postgres, url, workers, sessions, cycles)
+            root = None if server is None else server.root
+            results[workers] = anyio.run(_postgres, url, workers, sessions, cycles, root)
             print(results[workers].line())
     finally:
         if server is not None:
