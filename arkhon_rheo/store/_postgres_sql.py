@@ -49,29 +49,29 @@ _N = "(SELECT n FROM sessions WHERE id = %s)"
 #: The multi-row writes: one statement (one execution) for all of a batch's rows, each
 #: column an array (see `_columns`).
 _INSERT_SESSION = (
-    f"INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM unnest(%s::text[], %s::text[], "
-    "%s::text[], %s::bigint[], %s::double precision[], %s::double precision[], %s::text[], "
-    "%s::text[], %s::text[], %s::double precision[])"
+    f"INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM unnest(%b::text[], %b::text[], "
+    "%b::text[], %b::bigint[], %b::double precision[], %b::double precision[], %b::text[], "
+    "%b::text[], %b::text[], %b::double precision[])"
 )
 _UPDATE_SESSION = (
     "UPDATE sessions s SET last_seq = u.last, status = u.status, updated_at = %s "
-    "FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS u(id, last, status) WHERE s.id = u.id"
+    "FROM unnest(%b::text[], %b::bigint[], %b::text[]) AS u(id, last, status) WHERE s.id = u.id"
 )
 _INSERT_SHAPE = (
-    "INSERT INTO shapes (shape) SELECT unnest(%s::text[]) ON CONFLICT (shape) DO NOTHING"
+    "INSERT INTO shapes (shape) SELECT unnest(%b::text[]) ON CONFLICT (shape) DO NOTHING"
 )
 #: Every session and shape an event names exists (planned, or written before it).
 _INSERT_EVENT = (
     "INSERT INTO events SELECT s.n, u.seq, h.id, u.patch, u.attempt, u.started_at, "
-    "u.finished_at, u.error, u.io, u.digest FROM unnest(%s::text[], %s::bigint[], %s::text[], "
-    "%s::bytea[], %s::integer[], %s::double precision[], %s::double precision[], %s::text[], "
-    "%s::text[], %s::bigint[]) AS u(session_id, seq, shape, patch, attempt, started_at, "
+    "u.finished_at, u.error, u.io, u.digest FROM unnest(%b::text[], %b::bigint[], %b::text[], "
+    "%b::bytea[], %b::integer[], %b::double precision[], %b::double precision[], %b::text[], "
+    "%b::text[], %b::bigint[]) AS u(session_id, seq, shape, patch, attempt, started_at, "
     "finished_at, error, io, digest) "
     "JOIN sessions s ON s.id = u.session_id JOIN shapes h ON h.shape = u.shape"
 )
 _UPSERT_LEASE = (
-    "INSERT INTO leases SELECT * FROM unnest(%s::text[], %s::text[], %s::double precision[], "
-    "%s::bigint[]) ON CONFLICT (session_id) DO UPDATE "
+    "INSERT INTO leases SELECT * FROM unnest(%b::text[], %b::text[], %b::double precision[], "
+    "%b::bigint[]) ON CONFLICT (session_id) DO UPDATE "
     "SET owner = excluded.owner, expires_at = excluded.expires_at, token = excluded.token"
 )
 _INSERT_SNAPSHOT = (
@@ -120,8 +120,19 @@ def _rows(text: str, rows: list[Any]) -> Statement:
 
 
 def _columns(text: str, rows: Sequence[Sequence[Any]], *first: Any) -> Statement:
-    """A write of ``rows`` in one execution, sent later: ``first``, then one array per column."""
-    return (text, [*first, *map(list, zip(*rows, strict=True))], LATER)
+    """A write of ``rows`` in one execution, sent later: ``first``, then one array per column.
+
+    The arrays go in PostgreSQL's binary format (``%b`` in ``text``: several times
+    cheaper to make than text arrays); a column of numbers where some are floats is
+    all floats (an array is of one type).
+    """
+    return (text, [*first, *map(_column, zip(*rows, strict=True))], LATER)
+
+
+def _column(values: tuple[Any, ...]) -> list[Any]:
+    if any(type(value) is float for value in values):
+        return [None if value is None else float(value) for value in values]
+    return list(values)
 
 
 def later(text: str, params: Any = ()) -> Statement:
