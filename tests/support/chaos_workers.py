@@ -132,19 +132,15 @@ class _Workers:
         self.live.append(process)
         self.outs[process.pid] = log
 
-    def awake(self) -> list[subprocess.Popen[bytes]]:
-        """The live workers not paused now."""
-        return [p for p in self.live if p.pid not in self.stopped]
-
-    def kill(self, rng: random.Random, *, replace: bool = True) -> None:
+    def kill(self, rng: random.Random) -> None:
         # Not one paused now: it is to wake and find its sessions taken.
-        process = rng.choice(self.awake() or self.live)
+        awake = [p for p in self.live if p.pid not in self.stopped] or self.live
+        process = rng.choice(awake)
         self.live.remove(process)
         process.send_signal(signal.SIGKILL)
         process.wait()
         self.dead.append(process)
-        if replace:
-            self.start()
+        self.start()
 
     def ready(self) -> bool:
         """Whether every live worker is ready (a start takes a while on a busy machine)."""
@@ -235,16 +231,7 @@ async def _chaos(
             await _eventually(workers.ready)
             await anyio.sleep(0.2 + rng.random() * 0.6)
             if action == "kill":
-                if workers.stopped and len(workers.awake()) == 1:
-                    # The one worker awake while another is paused: its replacement
-                    # first, ready, so that one is awake to take the paused one's
-                    # sessions over (started after the kill, on a loaded machine it
-                    # came up after the pause, and nothing was taken).
-                    workers.start()
-                    await _eventually(workers.ready)
-                    workers.kill(rng, replace=False)
-                else:
-                    workers.kill(rng)
+                workers.kill(rng)
                 report.kills += 1
             else:
                 group.start_soon(workers.pause, rng, pause_for, store)
