@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from ._fence import Lease
 
 __all__ = [
-    "LeaseCache",
     "StaleCache",
     "history",
     "leases",
@@ -54,8 +53,6 @@ __all__ = [
 
 T = TypeVar("T")
 _CHUNK = 500  # session ids per ``IN (...)`` query, well below SQLite's variable limit
-#: The most leases a `LeaseCache` keeps; past it, it forgets all.
-_LEASES_MAX = 100_000
 _SESSION_COLUMNS = (
     "id, machine, status, last_seq, created_at, updated_at, parent, fingerprint, waiting, wake_at"
 )
@@ -118,55 +115,12 @@ class StaleCache(StoreError):
     """The writer's cached ``(last_seq, status)`` of a session is stale (another process wrote)."""
 
 
-class LeaseCache:
-    """The leases one connection last read or wrote, trusted while no other connection commits.
-
-    ``PRAGMA data_version`` changes when another connection (of this process or
-    another) commits to the file, and only then; read inside a write transaction
-    (which holds the file's write lock), it says whether anything but this
-    connection wrote since its last transaction. While it has not moved, a
-    lease this connection read or wrote is still the row: a batch's fencing
-    need not read it back. The owner of the cache (the writer's thread) calls
-    `committed` once a batch's transaction commits, and `clear` when anything
-    else wrote on its connection or a transaction failed.
-    """
-
-    __slots__ = ("fetched", "held", "seen", "version")
-
-    def __init__(self) -> None:
-        #: The lease of each session known, ``None`` for a session without one.
-        self.held: dict[str, Lease | None] = {}
-        #: ``data_version`` when `held` was last known to be the rows (``None``: never).
-        self.version: int | None = None
-        #: What the running batch read: ``data_version`` and the leases it fetched.
-        self.seen: int | None = None
-        self.fetched: dict[str, Lease | None] = {}
-
-    def clear(self) -> None:
-        """Forget everything (the next batch reads its leases back)."""
-        self.held.clear()
-        self.fetched.clear()
-        self.version = self.seen = None
-
-    def committed(self, written: dict[str, Lease | None]) -> None:
-        """The batch committed, writing ``written`` (a released lease: ``None``)."""
-        held = self.held
-        if len(held) > _LEASES_MAX:
-            held.clear()
-        held.update(self.fetched)
-        held.update(written)
-        self.fetched.clear()
-        if self.seen is not None:  # (a batch that fenced nothing read no version)
-            self.version = self.seen
-
-
 def write_batch(
     requests: list[Request],
     *,
     now: float,
     location: str,
     cache: dict[str, tuple[int, str]] | None = None,
-    lease_cache: LeaseCache | None = None,
 ) -> Script[Plan]:
     """Check a batch against the sessions' and leases' rows and write what passes.
 
@@ -177,11 +131,9 @@ def write_batch(
     wrote the session), or if the cache would refuse a write, the script raises
     `StaleCache` before writing events, and the caller drops the cache and runs
     the batch again without it. The cache is
-    not updated here: the caller does that once the transaction commits. With
-    ``lease_cache``, the leases it holds are not read back unless another
-    connection committed since (see `LeaseCache`).
+    not updated here: the caller does that once the transaction commits.
     """
-    known, leases = yield from _current(requests, cache, lease_cache)
+    known, leases = yield from _current(requests, cache)
     inboxes = {}
     ledger = {}
     # (A batch of plain appends, the common case, skips even looking.)
@@ -237,15 +189,12 @@ def write_batch(
 
 
 def _current(
-    requests: list[Request],
-    cache: dict[str, tuple[int, str]] | None,
-    lease_cache: LeaseCache | None = None,
+    requests: list[Request], cache: dict[str, tuple[int, str]] | None
 ) -> Script[tuple[dict[str, tuple[int, str]], dict[str, Lease]]]:
     """What ``plan`` needs to know of the batch's sessions and leases as they stand.
 
     The ``(last_seq, status)`` of each session the batch touches (the cache's
-    entry, or else its row) and the lease of each session it takes, releases or
-    fences on (``lease_cache``'s, while it holds, or else its row).
+    entry, or else its row) and the lease of each session it takes or releases.
     """
     ids = sorted(
         {
@@ -265,26 +214,14 @@ def _current(
         marks = ",".join("?" * len(chunk))
         rows = yield sql(f"SELECT id, last_seq, status FROM sessions WHERE id IN ({marks})", chunk)
         known.update((row[0], (row[1], row[2])) for row in rows)
-    if lease_cache is None:
-        leases = yield from _leases(requests)
-    else:
-        leases = yield from _cached_leases(requests, lease_cache)
-    return known, leases
-
-
-def _leased(requests: list[Request]) -> set[str]:
-    """The sessions whose lease the batch takes, releases or fences on."""
-    return {
-        r.session_id
-        for r in requests
-        if isinstance(r, Acquire | Release)
-        or (isinstance(r, Park | Append) and r.owner is not None)
-    }
-
-
-def _leases(requests: list[Request], ids: Iterable[str] | None = None) -> Script[dict[str, Lease]]:
-    """The lease of each session in ``ids`` (default: `_leased`) that has one, from its row."""
-    leased = sorted(_leased(requests) if ids is None else ids)
+    leased = sorted(
+        {
+            r.session_id
+            for r in requests
+            if isinstance(r, Acquire | Release)
+            or (isinstance(r, Park | Append) and r.owner is not None)
+        }
+    )
     leases: dict[str, Lease] = {}
     for start in range(0, len(leased), _CHUNK):
         chunk = leased[start : start + _CHUNK]
@@ -294,31 +231,7 @@ def _leases(requests: list[Request], ids: Iterable[str] | None = None) -> Script
             chunk,
         )
         leases.update((row[0], (row[1], row[2])) for row in rows)
-    return leases
-
-
-def _cached_leases(requests: list[Request], cache: LeaseCache) -> Script[dict[str, Lease]]:
-    """`_leases`, reading back only those ``cache`` does not know (or all, if it went stale)."""
-    leased = _leased(requests)
-    if not leased:
-        return {}
-    ((version,),) = yield sql("PRAGMA data_version")
-    if version != cache.version:  # another connection committed: nothing cached holds
-        cache.held.clear()
-    cache.seen = version
-    held = cache.held
-    missing = [sid for sid in leased if sid not in held]
-    fetched = yield from _leases(requests, missing) if missing else _nothing()
-    cache.fetched = {sid: fetched.get(sid) for sid in missing}
-    leases = {sid: lease for sid in leased if (lease := held.get(sid)) is not None}
-    leases.update(fetched)
-    return leases
-
-
-def _nothing() -> Script[dict[str, Lease]]:
-    """A script that reads nothing."""
-    return {}
-    yield  # pragma: no cover - makes this a generator
+    return known, leases
 
 
 def _rows(text: str, rows: list[Any], *, count: bool = False) -> Statement:

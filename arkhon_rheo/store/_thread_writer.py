@@ -46,7 +46,7 @@ from .._errors import StoreError
 from .._log import get_logger
 from ._done import done_maker, running_library
 from ._plan import Plan, Request, plan
-from ._sql import LeaseCache, StaleCache, transaction, write_batch
+from ._sql import StaleCache, transaction, write_batch
 from ._writer import copy_error, log_unacknowledged, refuse_all, settle, split_failed
 
 if TYPE_CHECKING:
@@ -142,9 +142,6 @@ class ThreadWriter:
         #: The thread's: ``(last_seq, status)`` of the sessions it committed, so
         #: their rows need not be read back (see `write_batch`).
         self._cache: dict[str, tuple[int, str]] = {}
-        #: The thread's: the leases it last read or wrote (fencing reads them back
-        #: only once another connection has committed, see `LeaseCache`).
-        self._leases = LeaseCache()
         self.appended = 0
         self.transactions = 0
         self.largest_batch = 0
@@ -309,9 +306,6 @@ class ThreadWriter:
                 self._to_loop(self._stopped.set)
 
     def _run_job(self, job: _Job) -> None:
-        # A job's writes on this connection (a claim, the schema) do not move
-        # ``data_version``: the leases cached may not hold after it.
-        self._leases.clear()
         try:
             job.result = self._driver.run_now(job.script)
             self.transactions += job.write
@@ -336,21 +330,18 @@ class ThreadWriter:
     def _write(self, requests: list[Request], now: float) -> Plan:
         if not any(r.session_id for r in requests):  # nothing but flushes
             return plan(requests, {}, now=now, location=self._location)
-        cache, leases = self._cache, self._leases
+        cache = self._cache
         try:
             try:
                 result = self._run_batch(requests, now, cache)
             except StaleCache:
                 # Another process wrote one of these sessions: read them all back.
                 cache.clear()
-                leases.clear()
                 result = self._run_batch(requests, now, None)
         except BaseException:
             for request in requests:  # not known for sure any more
                 cache.pop(request.session_id, None)
-            leases.clear()
             raise
-        leases.committed(result.leases)
         if len(cache) + len(result.updated) > _CACHE_MAX:
             cache.clear()
         cache.update(result.updated)
@@ -362,9 +353,7 @@ class ThreadWriter:
     def _run_batch(
         self, requests: list[Request], now: float, cache: dict[str, tuple[int, str]] | None
     ) -> Plan:
-        script = write_batch(
-            requests, now=now, location=self._location, cache=cache, lease_cache=self._leases
-        )
+        script = write_batch(requests, now=now, location=self._location, cache=cache)
         result = self._driver.run_now(transaction(script, write=True))
         self.transactions += 1
         return result
