@@ -66,6 +66,8 @@ def _hash2(first: bytes, second: bytes) -> bytes:
     h.update(first)
     h.update(second)
     return h.digest()
+
+
 #: Fields the supervisor may change on any event without their being in its patch.
 _DERIVED = ("lifecycle", "iteration", "last_error")
 _derived_of = operator.attrgetter(*_DERIVED)
@@ -89,9 +91,7 @@ class StateHasher:
         self._fields = tuple(fields)
         #: Digests of enum members by field, then the member's ``id`` (members live as
         #: long as their enum, and ``Enum.__hash__`` is a Python call).
-        self._members: dict[str, dict[int, tuple[enum.Enum, bytes]]] = {
-            name: {} for name in fields
-        }
+        self._members: dict[str, dict[int, tuple[enum.Enum, bytes]]] = {name: {} for name in fields}
         self._items: set[str] = set()
         self._dumps: dict[str, Callable[[Any], bytes]] = {}
         #: Fields whose values may hold a float (and so a NaN, which JSON cannot hold).
