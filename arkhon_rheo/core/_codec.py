@@ -7,6 +7,7 @@ to the state the supervisor committed).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -31,6 +32,65 @@ if TYPE_CHECKING:
 __all__ = ["EventCodec"]
 
 _NAMES_MAX = 1024
+
+#: The slots of `StoredEvent`, set one by one by `_stored_event`: its frozen
+#: ``__init__`` sets each field through ``object.__setattr__``, twice the cost.
+_SLOTS = tuple(getattr(StoredEvent, each.name).__set__ for each in dataclasses.fields(StoredEvent))
+(
+    _SESSION_ID,
+    _SEQ,
+    _KIND,
+    _STAGE,
+    _FROM_STATE,
+    _TO_STATE,
+    _READS,
+    _WRITES,
+    _PATCH,
+    _ATTEMPT,
+    _STARTED_AT,
+    _FINISHED_AT,
+    _ERROR,
+    _IO,
+    _DIGEST,
+) = _SLOTS
+_new = object.__new__
+
+
+def _stored_event(
+    session_id: str,
+    seq: int,
+    kind: str,
+    stage: str | None,
+    from_state: str,
+    to_state: str,
+    reads: tuple[str, ...],
+    writes: tuple[str, ...],
+    patch: Any,
+    attempt: int,
+    started_at: float,
+    finished_at: float,
+    error: Any,
+    io: Any,
+    digest: int | None,
+) -> StoredEvent:
+    """``StoredEvent(...)`` with these values, made at half the cost (see `_SLOTS`)."""
+    stored: StoredEvent = _new(StoredEvent)
+    _SESSION_ID(stored, session_id)
+    _SEQ(stored, seq)
+    _KIND(stored, kind)
+    _STAGE(stored, stage)
+    _FROM_STATE(stored, from_state)
+    _TO_STATE(stored, to_state)
+    _READS(stored, reads)
+    _WRITES(stored, writes)
+    _PATCH(stored, patch)
+    _ATTEMPT(stored, attempt)
+    _STARTED_AT(stored, started_at)
+    _FINISHED_AT(stored, finished_at)
+    _ERROR(stored, error)
+    _IO(stored, io)
+    _DIGEST(stored, digest)
+    return stored
 
 
 class EventCodec:
@@ -195,22 +255,22 @@ class EventCodec:
         """
         if patch is None:
             patch = self.encode_patch(event.patch, stage=event.stage)
-        return StoredEvent(  # ``_value_``, ``_name_``: what ``.value``, ``.name`` read, faster
-            session_id=event.session_id,
-            seq=event.seq,
-            kind=event.kind._value_,
-            stage=event.stage,
-            from_state=event.from_state._name_,
-            to_state=event.to_state._name_,
-            reads=self._sorted(event.reads),
-            writes=self._sorted(event.writes),
-            patch=patch,
-            attempt=event.attempt,
-            started_at=event.started_at,
-            finished_at=event.finished_at,
-            error=None if event.error is None else event.error.model_dump(mode="json"),
-            io=None if event.info is None else dict(event.info),
-            digest=digest,
+        return _stored_event(  # ``_value_``, ``_name_``: what ``.value``, ``.name`` read, faster
+            event.session_id,
+            event.seq,
+            event.kind._value_,
+            event.stage,
+            event.from_state._name_,
+            event.to_state._name_,
+            self._sorted(event.reads),
+            self._sorted(event.writes),
+            patch,
+            event.attempt,
+            event.started_at,
+            event.finished_at,
+            None if event.error is None else event.error.model_dump(mode="json"),
+            None if event.info is None else dict(event.info),
+            digest,
         )
 
     def _sorted(self, names: frozenset[str]) -> tuple[str, ...]:

@@ -48,6 +48,26 @@ __all__ = ["StateDigest", "StateHasher"]
 
 _SIZE = 8
 _EMPTY = bytes(_SIZE)
+#: A fresh 8-byte BLAKE2b, copied for each digest: ``copy`` then ``update`` costs
+#: about half of the constructor's keyword parsing, for the same bytes.
+_new = blake2b(digest_size=_SIZE).copy
+
+
+def _hash(data: bytes) -> bytes:
+    """BLAKE2b of ``data`` in `_SIZE` bytes."""
+    h = _new()
+    h.update(data)
+    return h.digest()
+
+
+def _hash2(first: bytes, second: bytes) -> bytes:
+    """BLAKE2b of ``first + second`` (no concatenation made) in `_SIZE` bytes."""
+    h = _new()
+    h.update(first)
+    h.update(second)
+    return h.digest()
+
+
 #: Fields the supervisor may change on any event without their being in its patch.
 _DERIVED = ("lifecycle", "iteration", "last_error")
 _derived_of = operator.attrgetter(*_DERIVED)
@@ -69,9 +89,9 @@ class StateHasher:
         fields = codec.machine.state_type.model_fields
         self._codec = codec
         self._fields = tuple(fields)
-        #: Digests of enum members by field and the member's ``id`` (members live as
+        #: Digests of enum members by field, then the member's ``id`` (members live as
         #: long as their enum, and ``Enum.__hash__`` is a Python call).
-        self._members: dict[tuple[str, int], tuple[enum.Enum, bytes]] = {}
+        self._members: dict[str, dict[int, tuple[enum.Enum, bytes]]] = {name: {} for name in fields}
         self._items: set[str] = set()
         self._dumps: dict[str, Callable[[Any], bytes]] = {}
         #: Fields whose values may hold a float (and so a NaN, which JSON cannot hold).
@@ -90,34 +110,37 @@ class StateHasher:
                 self._items.add(name)
             # A set's JSON follows its iteration order, which depends on the hash
             # seed: fields that may hold one are dumped in canonical form.
+            # (The serializer's own ``to_json``: `TypeAdapter.dump_json` passes it the
+            # same defaults, through a Python call of a dozen keywords per value.)
             self._dumps[name] = (
                 functools.partial(_canonical_json, adapter)
                 if may_hold_sets(annotation)
-                else adapter.dump_json
+                else adapter.serializer.to_json
             )
 
     def field(self, name: str, value: Any) -> bytes:
         """The digest of field ``name`` holding ``value``."""
         kind = type(value)
         if kind is int:  # the iteration count, on most commits: no adapter needed
-            return blake2b(b"%d" % value, digest_size=_SIZE).digest()
+            return _hash(b"%d" % value)
         if isinstance(value, enum.Enum):  # the lifecycle: one digest per member
-            found = self._members.get((name, id(value)))
+            members = self._members[name]
+            found = members.get(id(value))
             if found is None:
                 dumped = self._dumps[name](value)
-                digest = blake2b(dumped, digest_size=_SIZE).digest()
-                self._members[name, id(value)] = (value, digest)  # the member kept: its id stays
+                digest = _hash(dumped)
+                members[id(value)] = (value, digest)  # the member kept: its id stays
                 return digest
             return found[1]
         if name in self._items:
             return self.extend(name, _EMPTY, value)
-        return blake2b(self._dumps[name](value), digest_size=_SIZE).digest()
+        return _hash(self._dumps[name](value))
 
     def extend(self, name: str, digest: bytes, items: Iterable[Any]) -> bytes:
         """The digest of sequence field ``name`` after ``items`` are appended to it."""
         dump = self._dumps[name]
         for item in items:
-            digest = blake2b(digest + dump(item), digest_size=_SIZE).digest()
+            digest = _hash2(digest, dump(item))
         return digest
 
     def encode(self, patch: Patch, *, stage: str | None = None) -> EncodedPatch:
@@ -165,7 +188,7 @@ class StateHasher:
     def chain(digest: bytes, encoded: Iterable[bytes]) -> bytes:
         """``digest`` extended by items already encoded (see `extend`)."""
         for item in encoded:
-            digest = blake2b(digest + item, digest_size=_SIZE).digest()
+            digest = _hash2(digest, item)
         return digest
 
     def is_sequence(self, name: str) -> bool:
@@ -211,7 +234,10 @@ class StateDigest:
     the event is stored, so a write that fails leaves the digest where it was.
     """
 
-    __slots__ = ("_derived", "_fields", "_hasher", "_sequences", "value")
+    # The derived fields' values are three slots, not a tuple: a commit waiting for
+    # its store keeps its next digest alive, and a tuple holding an enum member
+    # would be one more object for the cyclic GC to walk at every collection.
+    __slots__ = ("_error", "_fields", "_hasher", "_iteration", "_lifecycle", "_sequences", "value")
 
     def __init__(
         self,
@@ -224,7 +250,7 @@ class StateDigest:
         self._fields = fields
         # The derived fields' values their digests were made from: an unchanged
         # value (the same object) keeps its digest, which is most of the time.
-        self._derived = derived
+        self._lifecycle, self._iteration, self._error = derived
         # The sequences the chains were made from: a sequence assigned whole that
         # extends the old one costs its new items only.
         self._sequences = sequences
@@ -249,46 +275,53 @@ class StateDigest:
         hasher = self._hasher
         if encoded is None:
             encoded = hasher.encode(event.patch, stage=event.stage)
-        fields = dict(self._fields)
+        fields = self._fields.copy()
         sequences = self._sequences
-        patch = event.patch
-        written, appends = patch._parts()  # read only
+        written, appends = event.patch._parts()  # read only
+        values, items = encoded.values, encoded.items
         for name, value in written.items():
-            items = encoded.items.get(name)
-            if items is None:
-                fields[name] = blake2b(encoded.values[name], digest_size=_SIZE).digest()
+            chained = items.get(name) if items else None
+            if chained is None:
+                fields[name] = _hash(values[name])
                 continue
             old = sequences.get(name)
             if old is not None and _extends(old, value):
-                fields[name] = hasher.chain(fields[name], items[len(old) :])
+                fields[name] = hasher.chain(fields[name], chained[len(old) :])
             else:
-                fields[name] = hasher.chain(_EMPTY, items)
+                fields[name] = hasher.chain(_EMPTY, chained)
         for name, appended in encoded.appends.items():
             fields[name] = hasher.chain(fields[name], appended)
-        if appends or encoded.items:
+        if appends or items:
             sequences = dict(sequences)
-            for name in (*encoded.items, *appends):
+            for name in (*items, *appends):
                 sequences[name] = getattr(state, name)
         derived = _derived_of(state)
         first, second, third = derived
-        before = self._derived
         # Unrolled over `_DERIVED`: no iterator objects on every commit.
-        if first is not before[0] and _FIRST not in written:
+        if first is not self._lifecycle and _FIRST not in written:
             fields[_FIRST] = hasher.field(_FIRST, first)
-        if second is not before[1] and _SECOND not in written:
+        if second is not self._iteration and _SECOND not in written:
             fields[_SECOND] = hasher.field(_SECOND, second)
-        if third is not before[2] and _THIRD not in written:
+        if third is not self._error and _THIRD not in written:
             fields[_THIRD] = hasher.field(_THIRD, third)
         return StateDigest(hasher, fields, derived, sequences)
 
     def accept(self, other: StateDigest) -> None:
         """Become ``other`` (the digest `after` computed for an event now stored)."""
         self._fields = other._fields
-        self._derived = other._derived
+        self._lifecycle, self._iteration, self._error = (
+            other._lifecycle,
+            other._iteration,
+            other._error,
+        )
         self._sequences = other._sequences
         self.value = other.value
 
 
+_from_bytes = int.from_bytes
+
+
 def _combine(fields: dict[str, bytes]) -> int:
-    digest = blake2b(b"".join(fields.values()), digest_size=_SIZE).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    h = _new()
+    h.update(b"".join(fields.values()))
+    return _from_bytes(h.digest(), "big", signed=True)

@@ -42,7 +42,7 @@ from ._stages import (
 
 if TYPE_CHECKING:
     from ..core._seams import StatePlan
-    from ..protocols import AgentState, FailureRecord, Stage, TransitionEvent
+    from ..protocols import AgentState, FailureRecord, Stage
     from ._persist import Mail
     from ._record import Session
     from ._stages import StageSlot
@@ -456,31 +456,24 @@ class SessionSupervisor(Actor[_Step, None]):
         )
         if mail is not None:
             event = event._replace(info={**(event.info or {}), **mail.info})
-        if session.persistence is not None or mail is not None:
+        persistence = session.persistence
+        if persistence is not None:
             # Not kept alive (and walked by the GC) while the commit waits for its store.
             del updates, moved
-            refused = await self._store(event, candidate, mail)
-            if refused is not None:
-                return refused
+            # Write-ahead: the store has it before it becomes authoritative. Awaited
+            # here, not in a coroutine of its own: one frame less per waiting commit.
+            try:
+                await persistence.write(event, candidate, mail=mail)
+            except Exception as exc:
+                return exc
+            persistence.accept()
+        elif mail is not None:
+            return self.inbox.unstored()  # a timer, without a store to keep it
         if record is not None:
             session.failure = record
         session.commit(candidate, event)
         self.verified = verified
         self.landed = to
-        return None
-
-    async def _store(
-        self, event: TransitionEvent, state: AgentState, mail: Mail | None
-    ) -> Exception | None:
-        """Write ``event`` (leading to ``state``) ahead of its commit; the refusal, if any."""
-        persistence = self.session.persistence
-        if persistence is None:
-            return self.inbox.unstored()  # a timer, without a store to keep it
-        try:  # write-ahead: the store has it before it becomes authoritative
-            await persistence.write(event, state, mail=mail)
-        except Exception as exc:
-            return exc
-        persistence.accept()
         return None
 
     async def _restart(self, failed: str) -> None:
