@@ -125,7 +125,7 @@ async def test_a_response_that_does_not_validate_is_recorded_then_fails_as_befor
     async def answer() -> ToolMessage:
         return broken
 
-    with CallRecorder() as recorder, pytest.raises(ValidationError):
-        with pytest.warns(UserWarning):
-            await record_call("tool:t", {}, answer, returns=ToolMessage)
+    recorder = CallRecorder()
+    with recorder, pytest.raises(ValidationError), pytest.warns(UserWarning, match="serializ"):
+        await record_call("tool:t", {}, answer, returns=ToolMessage)
     assert recorder.finished()[0]["response"]["content"] is None  # pydantic dumps NaN so
