@@ -4,22 +4,24 @@ On each anyio backend, in one process and one run, N sessions in memory each run
 K ReAct cycles (one model turn asking for one tool call, then that call), and
 three machines do the same work:
 
-(a) bare: a two-stage supervised loop (think -> act -> think ...) whose stages
-    append one item to a ``History`` and move on: the runtime alone.
-(b) bare + calls: the same loop, its stages calling the same model and
-    the same tool through ``record_call``, as a hand-written agent would: the
-    runtime plus the model and tool calls themselves.
+(a) bare: a supervised loop with the engine's steps (start, then think -> act
+    K times, then a last think) whose stages append one item to a ``History``
+    and move on: the runtime alone, with the engine's 2K + 2 commits.
+(b) bare + calls: the same loop, its think and act stages calling the same
+    model (K + 1 times, as the engine does) and the same tool (K times) through
+    ``record_call``, as a hand-written agent would: the runtime plus the model
+    and tool calls themselves.
 (c) engine: ``react_agent`` over that model and tool: prompts, the budget line,
     format checks, tool dispatch through a ``Toolbox``, usage and the clock.
 
 One machine serves all N sessions of a kind (as in a service), over a stateless
 model that asks for one tool call per turn until K results are in.
 
-Printed: us per cycle (2 commits) for each, and the ratios engine/bare and
-engine/(bare + calls); the last is the engine's own overhead. Timings are the
-best of 3 with ``time.perf_counter()`` (with ``--cpu``, ``time.process_time()``:
-the process's own CPU time, steadier on a machine other work shares); nothing
-is asserted.
+Printed: us per cycle (K cycles, 2K + 2 commits, per session) for each, and
+the ratios engine/bare and engine/(bare + calls); the last is the engine's own
+overhead. Timings are the best of 3 with ``time.perf_counter()`` (with
+``--cpu``, ``time.process_time()``: the process's own CPU time, steadier on a
+machine other work shares); nothing is asserted.
 """
 
 from __future__ import annotations
@@ -112,14 +114,28 @@ class CountingModel:
 
 
 class LoopState(AgentState):
-    lifecycle: Lifecycle = L.THINKING
+    lifecycle: Lifecycle = L.INITIALIZED
     cycles: int = 10
     done: int = 0
     steps: History[str] = History()
 
 
 def bare_machine(calls: bool, model: CountingModel) -> Machine[LoopState]:
-    @stage(reads={"cycles", "done"}, writes={"steps"}, next=lambda s: L.ACTING)
+    """The engine's steps without the engine: start, K think+act cycles, a last think.
+
+    As many commits as a ReAct session of K cycles (2K + 2) and, with ``calls``,
+    as many model calls (K + 1) and tool calls (K).
+    """
+
+    @stage(reads=set(), writes={"steps"}, next=L.THINKING)
+    async def start(view: StateView[LoopState]) -> Patch:
+        return Patch().append("steps", "task")
+
+    @stage(
+        reads={"cycles", "done"},
+        writes={"steps"},
+        next=lambda s: L.FINISHED if s.done >= s.cycles else L.ACTING,
+    )
     async def think(view: StateView[LoopState]) -> Patch:
         if calls:
             message = UserMessage(content=f"turn {view.done}")
@@ -131,11 +147,7 @@ def bare_machine(calls: bool, model: CountingModel) -> Machine[LoopState]:
             )
         return Patch().append("steps", "thought")
 
-    @stage(
-        reads={"cycles", "done"},
-        writes={"steps", "done"},
-        next=lambda s: L.FINISHED if s.done >= s.cycles else L.THINKING,
-    )
+    @stage(reads={"done"}, writes={"steps", "done"}, next=L.THINKING)
     async def act(view: StateView[LoopState]) -> Patch:
         output = "K"
         if calls:
@@ -147,9 +159,13 @@ def bare_machine(calls: bool, model: CountingModel) -> Machine[LoopState]:
     return Machine(
         name="bench-loop",
         state_type=LoopState,
-        initial=L.THINKING,
-        transitions={L.THINKING: {L.ACTING}, L.ACTING: {L.THINKING, L.FINISHED}},
-        stages={L.THINKING: think, L.ACTING: act},
+        initial=L.INITIALIZED,
+        transitions={
+            L.INITIALIZED: {L.THINKING},
+            L.THINKING: {L.ACTING, L.FINISHED},
+            L.ACTING: {L.THINKING},
+        },
+        stages={L.INITIALIZED: start, L.THINKING: think, L.ACTING: act},
         terminal={L.FINISHED, L.FAILED},
         failed=L.FAILED,
         loop_state=L.THINKING,

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter, ValidationError
 
 from .._errors import Fatal, Recoverable, StageFailure
-from ..protocols import AssistantMessage, Message, ToolMessage, ToolRunner, UserMessage
+from ..protocols import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    ToolRunner,
+    UserMessage,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -31,6 +38,12 @@ __all__ = [
 
 _MESSAGES = TypeAdapter(tuple[Message, ...])
 
+#: Each message type's own serializer: what the union's dumps each of its types with.
+_SERIALIZERS = {
+    kind: kind.__pydantic_serializer__
+    for kind in (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
+}
+
 
 def tail(messages: Sequence[Message]) -> list[Any]:
     """The messages after the last assistant message: what is new to the model this turn."""
@@ -39,7 +52,13 @@ def tail(messages: Sequence[Message]) -> list[Any]:
         if isinstance(messages[index], AssistantMessage):
             start = index + 1
             break
-    return list(_MESSAGES.dump_python(tuple(messages[start:]), mode="json"))
+    new: list[Any] = []
+    for message in messages[start:]:
+        serializer = _SERIALIZERS.get(type(message))
+        if serializer is None:  # a subclass: dumped as the union dumps it
+            return list(_MESSAGES.dump_python(tuple(messages[start:]), mode="json"))
+        new.append(serializer.to_python(message, mode="json"))
+    return new
 
 
 def bad_arguments(call: ToolCall) -> str | None:

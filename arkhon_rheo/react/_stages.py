@@ -21,6 +21,7 @@ writes stay those declared here).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 import types
@@ -32,7 +33,7 @@ import anyio
 from .. import _tracing
 from .._errors import Fatal, MalformedModelOutput, Recoverable
 from .._log import get_logger
-from ..models import governing, rate_priority
+from ..models import current_priority, governing, rate_priority
 from ..protocols import (
     Lifecycle,
     Message,
@@ -70,6 +71,9 @@ __all__ = ["ActStage", "ReactStage", "StartStage", "ThinkStage"]
 
 L = Lifecycle
 _log = get_logger("arkhon_rheo.react")
+
+#: A call's rate priority without a budget (the whole of it left).
+DEFAULT_PRIORITY = 1.0
 
 
 class ReactStage(Stage[ReactState]):
@@ -148,9 +152,15 @@ class ThinkStage(
         wrapup, new = self._budget_check(view, elapsed)
         offered, lines = checked_turn(config.checks, config.runner.specs, view, wrapup)
         problem = ""
+        limited = config.limited
         for attempt in range(config.max_format_retries + 1):
-            used = Used(turns, view.tool_calls, usage.total_tokens, cost, elapsed)
-            reply = await self._turn(view.messages, new, used, wrapup, offered, attempt, lines)
+            # What is used is counted for the budget line and the rate priority, with a budget.
+            used = (
+                Used(turns, view.tool_calls, usage.total_tokens, cost, elapsed) if limited else None
+            )
+            reply = await self._turn(
+                view.messages, new, turns, used, wrapup, offered, attempt, lines
+            )
             turns += 1
             usage = _added(usage, reply.usage)
             if config.pricing is not None:
@@ -201,7 +211,8 @@ class ThinkStage(
         self,
         messages: Sequence[Message],
         new: Sequence[Message],
-        used: Used,
+        turns: int,
+        used: Used | None,
         wrapup: bool,
         offered: Sequence[ToolSpec],
         attempt: int,
@@ -210,9 +221,8 @@ class ThinkStage(
         """Ask the model once, under its span: the conversation trimmed, with the budget line."""
         config = self.config
         conversation: tuple[Message, ...] = (*messages, *new)
-        limited = config.limited
-        budget = config.limits.render(used, wrapup=wrapup) if limited else ""
-        line = "\n".join(x for x in (budget, *lines) if x) if limited or lines else ""
+        budget = config.limits.render(used, wrapup=wrapup) if used is not None else ""
+        line = "\n".join(x for x in (budget, *lines) if x) if budget or lines else ""
         payload = conversation
         if config.max_context_tokens is not None:
             if self.window is None:
@@ -221,16 +231,17 @@ class ThinkStage(
         if line:
             payload = (*payload, SystemMessage(content=line))
         request = {
-            "turn": used.turns,
+            "turn": turns,
             "attempt": attempt,
             "new": tail(conversation),
             "tools": [spec.name for spec in offered],
             "budget": line,
         }
+        # Its place when a rate governor queues it: the budget left (the whole of it: 1.0).
+        priority = config.limits.left(used) if used is not None else DEFAULT_PRIORITY
         with (
             _tracing.model_call(config.trace_system, config.trace_model) as span,
-            # Its place when a rate governor queues it (the whole budget left: 1.0).
-            rate_priority(config.limits.left(used) if limited else 1.0),
+            rate_priority(priority) if current_priority() != priority else contextlib.nullcontext(),
         ):
             if config.stream:
                 reply = await self._stream(request, payload, offered)

@@ -34,6 +34,7 @@ from ..protocols._seams import (
     may_hold_sets,
     share_fields_set,
 )
+from ._as_recorded import validation_checks_json
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
@@ -56,7 +57,8 @@ def _dumper(returns: Any) -> Callable[[Any], Any]:
     adapter = _adapter(returns)
     if may_hold_sets(returns):
         return lambda value: json_data(adapter.dump_python(value))
-    return functools.partial(adapter.dump_python, mode="json")
+    # The core serializer itself: the adapter's wrapper adds only its defaults' checks.
+    return functools.partial(adapter.serializer.to_python, mode="json")
 
 
 #: A recorder's bookkeeping before its first call: empty, never written to.
@@ -182,16 +184,21 @@ class CallRecorder:
         finally:
             RECORDER.reset(token)
         adapter = _adapter(returns)
+        result: Any = _UNCHECKED
         try:
             dumped = scrub_data(_dumper(returns)(response))
-            check_json(dumped)
+            if validation_checks_json(returns):
+                result = _validated_or_unchecked(adapter, dumped)
+            if result is _UNCHECKED:
+                check_json(dumped)
         except (PydanticSerializationError, ValueError, TypeError) as exc:
             raise UnrecordableCall(
                 kind=kind, what="response", reason=scrub_secrets(str(exc))
             ) from exc
         record["response"] = dumped
         self._finish(record)
-        result = adapter.validate_python(dumped)  # what a replay will return, exactly
+        if result is _UNCHECKED:
+            result = adapter.validate_python(dumped)  # what a replay will return, exactly
         share_fields_set(result)  # a session may keep it (a model's reply) for its whole life
         return result
 
@@ -242,6 +249,23 @@ class CallRecorder:
             # Finished, failed, or left early by the stage (its chunks so far stand).
             self._finish(record)
             await aclose_iterator(iterator)
+
+
+#: A response not validated yet (its dump is checked as JSON first).
+_UNCHECKED: Any = object()
+
+
+def _validated_or_unchecked(adapter: TypeAdapter[Any], dumped: Any) -> Any:
+    """``dumped`` validated by ``adapter``; `_UNCHECKED` if it does not validate.
+
+    A dump of a type whose validation checks JSON (`validation_checks_json`)
+    that validates is plain JSON: it needs no encoding to be checked. One that
+    does not is checked, then validated again, to fail as it always did.
+    """
+    try:
+        return adapter.validator.validate_python(dumped)
+    except ValidationError:
+        return _UNCHECKED
 
 
 def _error(exc: Exception) -> dict[str, Any]:

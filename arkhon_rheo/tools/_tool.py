@@ -185,6 +185,7 @@ class Tool(Generic[P, R]):
         self.description = description if description is not None else summary
         self.arguments, self._parameters = _arguments_model(self.name, self.target, fn, described)
         self.takes_context = any(field is None for _, field, _ in self._parameters)
+        self._coroutine = inspect.iscoroutinefunction(fn)
         if sandbox is not None and self.takes_context:
             raise ConfigurationError(
                 f"sandboxed tool {self.name!r} ({self.target}) declares a ToolContext parameter; "
@@ -230,10 +231,13 @@ class Tool(Generic[P, R]):
             return await run_sandboxed(
                 self.name, self.target, arguments, self.sandbox, self.timeout
             )
-        with anyio.move_on_after(math.inf if self.timeout is None else self.timeout) as scope:
+        timeout = self.timeout
+        if timeout is None:  # no limit: no cancel scope to enter and leave
+            return result_text(await self.call_with(arguments, context))
+        with anyio.move_on_after(timeout) as scope:
             return result_text(await self.call_with(arguments, context))
         assert scope.cancelled_caught
-        raise ToolTimeout(tool=self.name, timeout=self.timeout or math.inf)
+        raise ToolTimeout(tool=self.name, timeout=timeout)
 
     async def call_with(self, arguments: BaseModel, context: ToolContext | None = None) -> Any:
         """Call the function with validated arguments, in this process; return what it returns.
@@ -252,7 +256,7 @@ class Tool(Generic[P, R]):
             else:
                 kwargs[parameter] = value
         fn: Callable[..., Any] = self.fn
-        if inspect.iscoroutinefunction(fn):
+        if self._coroutine:
             return await fn(*args, **kwargs)
         if self.thread:
             value = await anyio.to_thread.run_sync(

@@ -389,10 +389,20 @@ class Toolbox:
     ) -> ToolMessage:
         """Run the tool within capacity; its own errors become an error message."""
         try:
-            async with self._capacity(call.name):
-                if current_injector() is not None:
-                    await _inject(call.name, arguments)
-                content = await tool.run(validated, context)
+            if self._limiter is None and call.name not in self._limiters:
+                # No capacity to wait for: counted in flight, with no scope entered.
+                self._in_flight += 1
+                try:
+                    if current_injector() is not None:
+                        await _inject(call.name, arguments)
+                    content = await tool.run(validated, context)
+                finally:
+                    self._in_flight -= 1
+            else:
+                async with self._capacity(call.name):
+                    if current_injector() is not None:
+                        await _inject(call.name, arguments)
+                    content = await tool.run(validated, context)
         except ToolError as exc:
             return self._error(call, str(exc))
         except ArkhonError:

@@ -266,6 +266,28 @@ async def test_a_tool_past_its_timeout_raises_a_transient_tool_timeout() -> None
 
 
 @pytest.mark.anyio
+async def test_a_call_without_limits_is_counted_in_flight_and_cancelled_from_outside() -> None:
+    entered, release = anyio.Event(), anyio.Event()
+
+    @tool
+    async def wait() -> str:
+        entered.set()
+        await release.wait()
+        return "done"
+
+    box = Toolbox(wait)  # no timeout, no concurrency: no scope of its own around the call
+    async with anyio.create_task_group() as group:
+        group.start_soon(box.call, call("wait"))
+        await entered.wait()
+        assert (box.statistics().in_flight, box.statistics().waiting) == (1, 0)
+        group.cancel_scope.cancel()
+    assert (box.statistics().in_flight, box.statistics().raised) == (0, 1)
+    release.set()
+    assert (await box.call(call("wait"))).content == "done"
+    assert (box.statistics().in_flight, box.statistics().calls) == (0, 1)
+
+
+@pytest.mark.anyio
 async def test_a_sync_tool_runs_in_a_worker_thread() -> None:
     import threading
 
