@@ -9,7 +9,10 @@ backend and store (in memory, SQLite `Durability.BATCHED`) it prints:
 - peak RSS per session: the process's peak RSS less its RSS before the first
   start, over the session count (each run is a fresh child process);
 - p50 and p99 session latency (start call to result);
-- GC share: the time the cyclic GC took (``gc.callbacks``) over the wall time;
+- process CPU time and cycles per CPU-second (on a shared machine the wall
+  time includes the time other processes had the cores; CPU time does not);
+- GC share: the time the cyclic GC took (``gc.callbacks``) over the wall time,
+  and its CPU time over the process's CPU time;
 - fair progress: when half of all cycles are done, the min/median/max cycles a
   session has completed, and how many sessions have none (starvation would
   show as a min of 0 with many at 0 and a max of 10).
@@ -21,6 +24,11 @@ hash of the session, stage and call number). The run checks
 every session ended (none hung), each ended as its faults say (failed iff a
 fatal was injected; finished with its answer otherwise), and its retries plus
 restarts equal the transient and recoverable faults it met.
+
+``--store memory`` (or ``sqlite-batched``) runs one store only. ``--ratios``
+adds the quick run (200 sessions) of each store and prints the ratios the
+targets are written in: the rate at N sessions over the rate at 200 (per CPU
+second and per wall second), and SQLite's rate over the in-memory rate at N.
 
 Figures are for comparison within one run; nothing here fails on a timing.
 """
@@ -159,19 +167,25 @@ def mismatch(result: SessionResult[ReactState], met: Counter[str]) -> str | None
 
 
 class GcClock:
-    """Adds up the time the cyclic GC takes, while installed in ``gc.callbacks``."""
+    """Adds up the time the cyclic GC takes (wall and CPU), while installed in ``gc.callbacks``."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.cpu = 0.0
         self.collections = 0
+        self.full = 0
         self._started = 0.0
+        self._started_cpu = 0.0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
+            self._started_cpu = time.process_time()
         else:
             self.seconds += time.perf_counter() - self._started
+            self.cpu += time.process_time() - self._started_cpu
             self.collections += 1
+            self.full += info["generation"] == 2
 
 
 class Progress:
@@ -243,6 +257,7 @@ async def run_once(sessions: int, store_kind: str, faults: bool, seed: int) -> d
                 before = rss_now()
                 gc.callbacks.append(clock)
                 start = time.perf_counter()
+                start_cpu = time.process_time()
                 try:
                     with anyio.move_on_after(HANG_BOUND):
                         async with anyio.create_task_group() as tg:
@@ -250,6 +265,7 @@ async def run_once(sessions: int, store_kind: str, faults: bool, seed: int) -> d
                                 tg.start_soon(one, index)
                 finally:
                     wall = time.perf_counter() - start
+                    cpu = time.process_time() - start_cpu
                     gc.callbacks.remove(clock)
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         finally:
@@ -263,12 +279,15 @@ async def run_once(sessions: int, store_kind: str, faults: bool, seed: int) -> d
         "ended": len(results),
         "hung": sessions - len(results),
         "wall": wall,
+        "cpu": cpu,
         "cycles": cycles,
         "rss_per_session": max(0, peak - before) / sessions,
         "p50": quantiles[49],
         "p99": quantiles[98],
         "gc_share": clock.seconds / wall,
+        "gc_cpu_share": clock.cpu / cpu if cpu else 0.0,
         "gc_collections": clock.collections,
+        "gc_full": clock.full,
         "half": [min(half), statistics.median(half), max(half), half.count(0)],
         "finished": sum(r.exit_reason is ExitReason.FINISHED for r in results),
     }
@@ -324,7 +343,14 @@ def show(label: str, f: dict[str, Any]) -> None:
         f"{f['cycles'] / f['wall']:8,.0f} cycles/s   "
         f"peak RSS {f['rss_per_session'] / 1024:5.1f} KB/session   "
         f"latency p50 {f['p50']:6.2f} s  p99 {f['p99']:6.2f} s   "
-        f"GC {f['gc_share']:4.1%} of wall ({f['gc_collections']} collections)",
+        f"GC {f['gc_share']:4.1%} of wall ({f['gc_collections']} collections, "
+        f"{f['gc_full']} full)",
+        flush=True,
+    )
+    print(
+        f"  {'':<15} CPU {f['cpu']:7.2f} s   "
+        f"{f['cycles'] / f['cpu']:8,.0f} cycles per CPU-second   "
+        f"collector {f['gc_cpu_share']:4.1%} of CPU",
         flush=True,
     )
     print(
@@ -346,11 +372,40 @@ def show(label: str, f: dict[str, Any]) -> None:
             print(f"  {'':<15}   mismatch {line}", flush=True)
 
 
+def ratios(runs: dict[tuple[str, int], dict[str, Any]], stores: Sequence[str], n: int) -> None:
+    """Print the ratios the targets are written in (rates per CPU second, then per wall second)."""
+
+    def rates(f: dict[str, Any]) -> tuple[float, float]:
+        return f["cycles"] / f["cpu"], f["cycles"] / f["wall"]
+
+    for store_kind in stores:
+        (cpu_n, wall_n), (cpu_q, wall_q) = (
+            rates(runs[store_kind, n]),
+            rates(runs[store_kind, QUICK_SESSIONS]),
+        )
+        print(
+            f"  ratio {store_kind}: rate at {n:,} over rate at {QUICK_SESSIONS}: "
+            f"{cpu_n / cpu_q:.0%} per CPU-second, {wall_n / wall_q:.0%} per wall-second",
+            flush=True,
+        )
+    if len(stores) == 2:
+        (cpu_s, wall_s), (cpu_m, wall_m) = rates(runs[stores[1], n]), rates(runs[stores[0], n])
+        print(
+            f"  ratio {stores[1]} over {stores[0]} at {n:,}: {cpu_s / cpu_m:.0%} per CPU-second, "
+            f"{wall_s / wall_m:.0%} per wall-second",
+            flush=True,
+        )
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_SESSIONS} sessions")
     parser.add_argument("--sessions", type=int, help="the session count (default 10,000)")
     parser.add_argument("--backend", choices=[*BACKENDS, "both"], default="both")
+    parser.add_argument("--store", choices=[*STORES, "both"], default="both")
+    parser.add_argument(
+        "--ratios", action="store_true", help=f"add {QUICK_SESSIONS}-session runs; print the ratios"
+    )
     parser.add_argument("--faults", action="store_true", help="add the faulted run")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -363,6 +418,7 @@ def main(argv: list[str]) -> None:
         return
     sessions = args.sessions or (QUICK_SESSIONS if args.quick else SESSIONS)
     backends = BACKENDS if args.backend == "both" else (args.backend,)
+    stores = STORES if args.store == "both" else (args.store,)
     print(
         f"arkhon_rheo scale bench: {sessions:,} concurrent ReAct sessions x {CYCLES} cycles "
         f"(scripted model, one in-process tool){', quick' if args.quick else ''}",
@@ -370,8 +426,17 @@ def main(argv: list[str]) -> None:
     )
     for backend in backends:
         print(f"backend: {backend}", flush=True)
-        for store_kind in STORES:
-            show(store_kind, child(backend, sessions, store_kind, False, args.seed))
+        runs: dict[tuple[str, int], dict[str, Any]] = {}
+        for store_kind in stores:
+            runs[store_kind, sessions] = child(backend, sessions, store_kind, False, args.seed)
+            show(store_kind, runs[store_kind, sessions])
+        if args.ratios:
+            for store_kind in stores:
+                runs[store_kind, QUICK_SESSIONS] = small = child(
+                    backend, QUICK_SESSIONS, store_kind, False, args.seed
+                )
+                show(store_kind, small)
+            ratios(runs, stores, sessions)
         if args.faults:
             rates = ", ".join(f"{v:.1%} {k}" for k, v in RATES.items())
             show("faulted", child(backend, sessions, "memory", True, args.seed))

@@ -1,8 +1,9 @@
-"""The in-memory event log: plain rows, read back equal, mostly untracked by the GC."""
+"""The in-memory event log: encoded rows, read back equal, mostly untracked by the GC."""
 
 from __future__ import annotations
 
 import gc
+import marshal
 import math
 from typing import Any
 
@@ -12,7 +13,16 @@ from pydantic import ConfigDict
 from arkhon_rheo import AgentSystem, FailureRecord, Lifecycle, Machine, Patch
 from arkhon_rheo.core._compiled import compiled
 from arkhon_rheo.core._eventlog import EventLog, Interner
-from arkhon_rheo.protocols import ErrorClass, EventKind, TransitionEvent
+from arkhon_rheo.protocols import (
+    AssistantMessage,
+    ErrorClass,
+    EventKind,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    TransitionEvent,
+    UserMessage,
+)
 from arkhon_rheo.testing import ReferenceState, ReferenceStep, reference_machine
 
 L = Lifecycle
@@ -80,13 +90,15 @@ def test_an_event_adds_no_object_the_collector_tracks_but_the_models_it_holds() 
         log.append(event(seq, Patch(thought="use the calculator", observation=None)))
         log.append(event(seq, Patch().append("steps", step), writes=frozenset({"steps"})))
     gc.collect()
-    # The log's two lists, and one shared tuple of names per patch shape: no object
-    # per event. (The steps were tracked before.)
+    # The log's list, and one numbered tuple of names per patch shape: no tracked
+    # object per event. (The steps were tracked before.)
     assert len(gc.get_objects()) - before <= 2 + 2
     tracked = [slot for slot in log._data if gc.is_tracked(slot)]
     assert tracked == steps  # the models it holds, in order, and nothing else
-    names = [slot for slot in log._data if type(slot) is tuple and slot]
-    assert len({id(slot) for slot in names}) == 2  # one per shape, however many events
+    rows = [slot for slot in log._data if type(slot) is bytes]
+    assert len(rows) == 200  # one row per event
+    names = [item for item in log._interner.objects if type(item) is tuple]
+    assert sorted(names) == [("steps", 1), ("thought", "observation")]  # one per shape
     assert log[0] == event(1, Patch(thought="use the calculator", observation=None))
     assert log[199].patch.appends["steps"] == (steps[99],)
 
@@ -105,7 +117,7 @@ def test_recorded_calls_are_kept_as_one_untracked_object_and_read_back_equal() -
     }
     log = EventLog("s1", Interner())
     log.append(event(1, Patch(), info=calls))
-    packed = log._data[13]
+    [packed] = log._data  # the event's row, its info in it
     assert isinstance(packed, bytes)
     assert not gc.is_tracked(packed)
     info = log[0].info
@@ -140,16 +152,18 @@ def _deep(levels: int) -> list[Any]:
 )
 def test_info_that_is_not_built_in_data_is_kept_as_it_is(info: dict[str, Any]) -> None:
     log = EventLog("s1", Interner())
-    log.append(event(1, Patch(), info=info))
-    assert log._data[13] is info
+    log.append(event(1, Patch(thought="t", observation=None), info=info))
+    assert log._data[-1] is info  # after the row and the values that follow it
     assert log[0].info is info
+    assert log[0].patch == Patch(thought="t", observation=None)
 
 
-def test_an_event_whose_info_is_bytes_is_kept_whole_not_read_as_text() -> None:
+def test_an_event_whose_info_is_bytes_reads_back_as_those_bytes() -> None:
     odd = event(1, Patch(), info=b"{}")  # not a mapping, but kept as given
     log = EventLog("s1", Interner())
     log.append(odd)
-    assert log[0] is odd
+    assert log[0] == odd
+    assert type(log[0].info) is bytes
 
 
 def test_models_read_back_in_order_with_their_names() -> None:
@@ -243,12 +257,18 @@ def test_an_event_whose_members_would_not_read_back_is_kept_as_it_is() -> None:
 
     subclass = event(3, Patch(thought="z"), writes=Names({"thought"}))
     odd_kind = event(4, Patch(thought="w"), kind=7)
-    for item in (numbered, as_set, subclass, odd_kind):
+
+    class Stage(str):
+        pass
+
+    odd_stage = event(5, Patch(thought="v"), stage=Stage("think"))  # marshal writes no subclass
+    odd = (numbered, as_set, subclass, odd_kind, odd_stage)
+    for item in odd:
         log.append(item)
-    assert [log[i] is item for i, item in enumerate((numbered, as_set, subclass, odd_kind))] == [
-        True
-    ] * 4
+    log.append(event(6, Patch(thought="u")))
+    assert [log[i] is item for i, item in enumerate(odd)] == [True] * 5
     assert type(log[2].writes) is Names
+    assert log[5] == event(6, Patch(thought="u"))
 
 
 class Loose(ReferenceState):
@@ -279,3 +299,121 @@ def test_only_frozen_states_share_their_set_of_fields_set() -> None:
     later.user_input = "changed"  # allowed: the type is not frozen
     assert later.__pydantic_fields_set__ is not start.__pydantic_fields_set__
     assert start.model_fields_set == {"cycles", "thought"}  # untouched
+
+
+def _turn(seq: int, patch: Patch, info: dict[str, Any]) -> TransitionEvent:
+    return event(seq, patch, writes=frozenset(patch.fields), info=info)
+
+
+def test_a_recorded_response_that_is_an_appended_message_is_kept_once_and_read_back() -> None:
+    call = ToolCall(id="c1", name="lookup", arguments='{"key": 1}')
+    reply = AssistantMessage(tool_calls=(call,))
+    answer = ToolMessage(tool_call_id="c1", name="lookup", content="2")
+    first = [SystemMessage(content="be brief"), UserMessage(content="task")]
+    model_io = {
+        "io": [
+            {
+                "kind": "model",
+                "request": {"turn": 0, "new": [m.model_dump(mode="json") for m in first]},
+                "response": {
+                    "message": reply.model_dump(mode="json"),
+                    "finish_reason": "tool_calls",
+                },
+            }
+        ]
+    }
+    tool_io = {
+        "io": [
+            {
+                "kind": "tool:lookup",
+                "request": {"name": "lookup", "arguments": {"key": 1}},
+                "response": answer.model_dump(mode="json"),
+            }
+        ]
+    }
+    events = [
+        event(1, Patch().append("messages", *first), writes=frozenset({"messages"})),
+        _turn(2, Patch(turns=1, pending=(call,)).append("messages", reply), model_io),
+        _turn(3, Patch(pending=()).append("messages", answer), tool_io),
+    ]
+    log = EventLog("s1", Interner())
+    for item in events:
+        log.append(item)
+    assert list(log) == events
+    assert log[1].info == model_io
+    assert log[2].info == tool_io
+    # The rows hold neither the reply, nor the tool's answer, nor the first messages.
+    rows = b"".join(slot for slot in log._data if type(slot) is bytes)
+    assert b"be brief" not in rows
+    assert b'{"key": 1}' not in rows
+    assert b"tool_call_id" not in rows
+    assert model_io["io"][0]["response"]["message"] is not None  # the caller's, untouched
+    # A log extended from this one reads the same (the places are relative).
+    other = EventLog("s1", log._interner)
+    other.append(event(1, Patch(thought="first")))
+    other.extend(log)
+    assert list(other)[1:] == events
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": "3", "is_error": False},
+        {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": "2"},
+        {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": "2", "is_error": 0},
+        {"tool_call_id": "c1", "role": "tool", "name": "lookup", "content": "2", "is_error": False},
+        {"message": {"role": "assistant", "content": None, "tool_calls": ()}},
+        ["not", "a", "dict"],
+    ],
+    ids=["other-content", "fewer-keys", "int-for-bool", "other-order", "tuple-for-list", "list"],
+)
+def test_a_response_that_differs_from_the_message_in_any_way_is_kept_as_recorded(
+    response: Any,
+) -> None:
+    answer = ToolMessage(tool_call_id="c1", name="lookup", content="2")
+    reply = AssistantMessage(tool_calls=())
+    info = {"io": [{"kind": "tool", "request": {"new": [{"role": "x"}]}, "response": response}]}
+    patch = Patch().append("messages", answer, reply)
+    log = EventLog("s1", Interner())
+    log.append(_turn(1, patch, info))
+    read = log[0].info
+    assert read == info
+    assert read is not None
+    assert type(read["io"][0]["response"]) is type(response)
+    assert marshal.loads(log._data[0])[14] == ()  # nothing pointed at
+
+
+def test_a_message_built_around_validation_is_not_pointed_at() -> None:
+    odd = ToolMessage.model_construct(tool_call_id="c1", name="lookup", content=2.5, is_error=False)
+    dumped = {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": 2.5}
+    dumped["is_error"] = False
+    info = {"io": [{"kind": "tool", "request": {}, "response": dumped}]}
+    log = EventLog("s1", Interner())
+    log.append(_turn(1, Patch().append("messages", odd), info))
+    assert log[0].info == info
+    assert marshal.loads(log._data[0])[14] == ()
+
+
+def test_many_values_errors_and_info_that_follows_the_row_read_back_in_place() -> None:
+    failure = FailureRecord(
+        error_type="ValueError", message="no", error_class=ErrorClass.FATAL, lifecycle="Acting"
+    )
+    steps = [ReferenceStep(cycle, "calc", str(cycle)) for cycle in range(70)]
+    values = {f"f{index}": (index if index % 3 else f"text {index}") for index in range(40)}
+    patch = Patch.of(values, {"steps": tuple(steps), "floats": (1.5, float("inf"), None, True)})
+    kept = {"io": [L.THINKING]}
+    events = [
+        event(1, patch, error=failure, info=kept),
+        event(2, patch, error=failure),
+        event(3, patch, info={"x": [1, 2]}),
+    ]
+    log = EventLog("s1", Interner())
+    for item in events:
+        log.append(item)
+    assert list(log) == events
+    assert log[0].info is kept
+    assert log[0].error is failure
+    assert log[1].patch.values["f3"] == "text 3"
+    assert log[2].patch.appends["steps"][69] is steps[69]
+    assert [type(v) for v in log[2].patch.appends["floats"]] == [float, float, type(None), bool]
+    assert log[2].patch.values["f3"] is values["f3"]  # a string follows the row: shared
