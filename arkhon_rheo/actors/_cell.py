@@ -22,9 +22,8 @@ from ._ref import ActorRef, Ask, Termination
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from anyio.abc import TaskStatus
 
-__all__ = ["Behaviour", "Cell", "CellHost"]
+__all__ = ["Behaviour", "Cell", "CellHost", "Starting"]
 
 M = TypeVar("M")
 R = TypeVar("R")
@@ -83,6 +82,23 @@ class _Notice:
         self.termination = termination
 
 
+class Starting:
+    """A spawner's wait for its actor to start: set once it runs, or ended without running.
+
+    Attributes:
+        event: Set when the actor runs (its ``on_start`` has returned) or has ended.
+        started: Whether it runs.
+        error: What its ``on_start`` raised, for the spawner to raise.
+    """
+
+    __slots__ = ("error", "event", "started")
+
+    def __init__(self, event: anyio.Event) -> None:
+        self.event = event
+        self.started = False
+        self.error: Exception | None = None
+
+
 class Cell(Generic[M, R]):
     """Runs one actor: creates its mailbox, loops over messages, reports its end.
 
@@ -97,6 +113,7 @@ class Cell(Generic[M, R]):
         "_ended",
         "_host",
         "_on_failure",
+        "_starting",
         "_watchers",
         "_watching",
         "ask_timeout",
@@ -138,6 +155,7 @@ class Cell(Generic[M, R]):
         self.tx, self.rx = open_mailbox(capacity, name=name)
         self.new_event: Callable[[], anyio.Event] = self.tx._state.new_event
         self._done: anyio.Event | None = None  # made only when somebody waits
+        self._starting: Starting | None = None  # the spawner's wait, until the actor runs
         self._ended = False
         self.termination: Termination | None = None
         self.restarts = 0
@@ -193,7 +211,21 @@ class Cell(Generic[M, R]):
 
     # -- the actor's own task ----------------------------------------------------
 
-    async def run(self, *, task_status: TaskStatus[ActorRef[M, R]]) -> None:
+    def starting(self) -> Starting:
+        """What the spawner waits on while `run` starts the actor (call it before `run`)."""
+        starting = self._starting = Starting(self.new_event())
+        return starting
+
+    async def run(self) -> None:
+        """The actor's task: start it, then handle its messages until it ends.
+
+        The spawner waits on `starting` (a task group's ``start`` would keep two
+        more objects per actor alive on asyncio, and a frame and a task status on
+        trio, for the actor's whole life). What ``on_start`` raises goes to the
+        spawner, not to the task group. The message loop is written out here
+        rather than awaited as a coroutine of its own: an actor parked in its
+        mailbox (or in a handler) keeps one frame less alive.
+        """
         kind = TerminationKind.CANCELLED
         error: BaseException | None = None
         actor: Behaviour[M, R] | None = None
@@ -201,84 +233,116 @@ class Cell(Generic[M, R]):
         try:
             with anyio.CancelScope() as self.scope:
                 actor = self.new_actor()
-                await actor.on_start()
-                if self.state is ActorState.STARTING:
-                    self.state = ActorState.RUNNING
-                task_status.started(self.ref)
-                # Not kept alive by this frame for the actor's life (a status and its
-                # spent future per actor).
-                del task_status
+                await self._start(actor)
                 started = True
-                kind, error, actor = await self._loop(actor)
+                rx = self.rx
+                while True:
+                    try:
+                        item = await rx.receive()
+                    except anyio.EndOfStream:
+                        kind = TerminationKind.NORMAL
+                        break
+                    request: Ask[M, R] | None = None
+                    try:
+                        if type(item) is Ask:
+                            request = item
+                            if request.abandoned:
+                                continue
+                            request.set_value(await actor.receive(request.message))
+                        elif type(item) is _Notice:
+                            await actor.on_terminated(item.termination)
+                        else:
+                            await actor.receive(item)
+                    except Exception as exc:
+                        ended = self._failed(exc, request)
+                        if ended is not None:
+                            kind, error = ended
+                            break
+                        actor = self.new_actor()
+                        await actor.on_restart(exc)
+                    except BaseException:
+                        self._abandon(request)
+                        raise
         except Exception as exc:
             kind, error = TerminationKind.CRASHED, exc
             if not started:
-                await self._finish(actor, kind, error)
-                exc.add_note(f"raised while starting actor {self.name!r}")
-                raise
-            if exc is self.escalated:
+                await self._failed_start(actor, exc)
+            elif exc is self.escalated:
                 raise
         except BaseException as exc:
-            escalated = exc is self.escalated
-            if started and (escalated or _containable(exc)):
-                kind, error = TerminationKind.CRASHED, exc
-            if not started or escalated or not _containable(exc):
-                raise
             # A stray BaseException (not cancellation, not an interrupt) from the
             # actor's own code ends this actor only, as a crash: one actor's bug
             # must not cancel every other actor of the system.
+            if started and (exc is self.escalated or _containable(exc)):
+                kind, error = TerminationKind.CRASHED, exc
+                if exc is self.escalated:
+                    raise
+            else:
+                raise
         finally:
-            if self.termination is None:
-                with anyio.CancelScope(shield=True):
-                    await self._finish(actor, kind, error)
+            await self._settle(actor, kind, error)
+            self._started()  # ended without starting: the spawner must not wait on
+
+    async def _start(self, actor: Behaviour[M, R]) -> None:
+        """Run the actor's ``on_start``, then wake the spawner: it runs."""
+        await actor.on_start()
+        if self.state is ActorState.STARTING:
+            self.state = ActorState.RUNNING
+        self._started()
+
+    def _started(self) -> None:
+        """Wake the spawner, if it still waits: the actor runs, or has ended."""
+        starting = self._starting
+        if starting is not None:
+            self._starting = None
+            starting.started = self.termination is None
+            starting.event.set()
+
+    async def _failed_start(self, actor: Behaviour[M, R] | None, error: Exception) -> None:
+        """End an actor whose ``on_start`` raised ``error``, for its spawner to raise."""
+        await self._finish(actor, TerminationKind.CRASHED, error)
+        error.add_note(f"raised while starting actor {self.name!r}")
+        if self._starting is not None:
+            self._starting.error = error
+
+    async def _settle(
+        self, actor: Behaviour[M, R] | None, kind: TerminationKind, error: BaseException | None
+    ) -> None:
+        """`_finish`, shielded, unless the actor's end is recorded already."""
+        if self.termination is None:
+            with anyio.CancelScope(shield=True):
+                await self._finish(actor, kind, error)
 
     def new_actor(self) -> Behaviour[M, R]:
         """Make a fresh instance of the actor, ready for its ``on_start`` or ``on_restart``."""
         raise NotImplementedError
 
-    async def _loop(
-        self, actor: Behaviour[M, R]
-    ) -> tuple[TerminationKind, Exception | None, Behaviour[M, R]]:
-        rx = self.rx
-        while True:
-            try:
-                item = await rx.receive()
-            except anyio.EndOfStream:
-                return TerminationKind.NORMAL, None, actor
-            request: Ask[M, R] | None = None
-            try:
-                if type(item) is Ask:
-                    request = item
-                    if request.abandoned:
-                        continue
-                    request.set_value(await actor.receive(request.message))
-                elif type(item) is _Notice:
-                    await actor.on_terminated(item.termination)
-                else:
-                    await actor.receive(item)
-            except Exception as exc:
-                if exc is self.escalated:
-                    self._abandon(request)
-                    raise
-                exc.add_note(f"raised by actor {self.name!r}")
-                if request is not None:
-                    request.set_error(exc)
-                directive = self._on_failure(exc) if self._on_failure else Directive.STOP
-                if not isinstance(directive, Directive):
-                    bad = ConfigurationError(
-                        f"the failure policy of actor {self.name!r} returned {directive!r}; "
-                        "it must return a Directive (STOP or RESTART)"
-                    )
-                    return TerminationKind.CRASHED, bad, actor
-                if directive is not Directive.RESTART:
-                    return TerminationKind.CRASHED, exc, actor
-                self.restarts += 1
-                _logger.warning("actor_restarted", actor=self.name, error=repr(exc))
-                actor = self.new_actor()
-                await actor.on_restart(exc)
-            except BaseException:
-                self._abandon(request)
-                raise
+    def _failed(
+        self, exc: Exception, request: Ask[M, R] | None
+    ) -> tuple[TerminationKind, Exception] | None:
+        """What a handler's error does: how the actor ends, or ``None`` to restart it.
+
+        Raises:
+            Exception: ``exc`` itself, if the actor escalated it.
+        """
+        if exc is self.escalated:
+            self._abandon(request)
+            raise exc
+        exc.add_note(f"raised by actor {self.name!r}")
+        if request is not None:
+            request.set_error(exc)
+        directive = self._on_failure(exc) if self._on_failure else Directive.STOP
+        if not isinstance(directive, Directive):
+            bad = ConfigurationError(
+                f"the failure policy of actor {self.name!r} returned {directive!r}; "
+                "it must return a Directive (STOP or RESTART)"
+            )
+            return TerminationKind.CRASHED, bad
+        if directive is not Directive.RESTART:
+            return TerminationKind.CRASHED, exc
+        self.restarts += 1
+        _logger.warning("actor_restarted", actor=self.name, error=repr(exc))
+        return None
 
     def _abandon(self, request: Ask[M, R] | None) -> None:
         """Fail the ask being answered when the actor ends mid-handler: never leave it waiting."""
@@ -319,6 +383,8 @@ class Cell(Generic[M, R]):
         finally:
             self._host.cells.pop(self, None)
             self._ended = True
+            self.scope = None  # an ended actor has nothing to cancel: not kept for its ref
+
             if self._done is not None:
                 self._done.set()
             watchers, self._watchers = self._watchers, {}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar, Typ
 
 import anyio
 
-from .._errors import ConfigurationError, SystemNotRunning
+from .._errors import ActorStopped, ConfigurationError, SystemNotRunning
 from ._cell import Cell, CellHost
 
 if TYPE_CHECKING:
@@ -372,12 +372,24 @@ class ActorSystem:
         cells = self._host.cells
         cells[cell] = None
         self._spawned += 1
+        starting = cell.starting()
         try:
-            ref: ActorRef[M, R] = await self._task_group.start(cell.run, name=f"actor:{name}")
+            self._task_group.start_soon(cell.run, name=f"actor:{name}")
+            await starting.event.wait()
         except BaseException:
+            # Cancelled while the actor starts: as with a task group's ``start``,
+            # the actor is cancelled too, and has ended when this raises.
             cells.pop(cell, None)
+            cell.cancel()
+            with anyio.CancelScope(shield=True):
+                await cell.wait_done()
             raise
-        return ref
+        if not starting.started:
+            cells.pop(cell, None)
+            if starting.error is not None:
+                raise starting.error
+            raise ActorStopped(actor=name, detail="ended before it started")
+        return cell.ref
 
     def statistics(self) -> SystemStatistics:
         """Return a snapshot of the system's counters."""

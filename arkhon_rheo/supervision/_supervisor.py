@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -42,7 +43,7 @@ from ._stages import (
 
 if TYPE_CHECKING:
     from ..core._seams import StatePlan
-    from ..protocols import AgentState, FailureRecord, Stage
+    from ..protocols import AgentState, FailureRecord, Machine, Stage
     from ._persist import Mail
     from ._record import Session
     from ._stages import StageSlot
@@ -106,6 +107,26 @@ def _chosen_failure(
     )
 
 
+#: Each machine's stage layout (see `_layout`), made once and shared by its sessions.
+_LAYOUTS: weakref.WeakKeyDictionary[Machine[Any], tuple[tuple[str, ...], dict[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _layout(machine: Machine[Any]) -> tuple[tuple[str, ...], dict[str, type[Stage[Any]]]]:
+    """The names of ``machine``'s stages in start order, and each name's stage class.
+
+    A stage class may serve several states: it is one stage (one instance, one
+    actor), started and restarted once, in the order it first appears.
+    """
+    found = _LAYOUTS.get(machine)
+    if found is None:
+        stages = machine.stages.values()
+        order = tuple(dict.fromkeys(stage.name for stage in stages))
+        found = _LAYOUTS[machine] = (order, {stage.name: stage for stage in stages})
+    return found
+
+
 class SessionSupervisor(Actor[_Step, None]):
     """The actor that owns one session's state and drives its machine.
 
@@ -122,14 +143,8 @@ class SessionSupervisor(Actor[_Step, None]):
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        # A stage class may serve several states: it is one stage (one instance, one
-        # actor), started and restarted once, in the order it first appears.
-        self.order: list[str] = list(
-            dict.fromkeys(stage.name for stage in session.machine.stages.values())
-        )
-        self.stage_types: dict[str, type[Stage[Any]]] = {
-            stage.name: stage for stage in session.machine.stages.values()
-        }
+        # Shared by every session of the machine (read only): not made per session.
+        self.order, self.stage_types = _layout(session.machine)
         self.stages: dict[str, StageSlot] = {}
         #: What a failed step does (retry, restart, record, fail).
         self.failures = FailureHandler(session)
