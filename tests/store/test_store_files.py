@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from arkhon_rheo import SessionLocked, StoreError
 from arkhon_rheo.errors import StoreCorrupt
@@ -21,6 +22,8 @@ from tests.support.store_rows import insert_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from anyio.abc import Process
 
 pytestmark = pytest.mark.anyio
 
@@ -246,28 +249,46 @@ CHILD = textwrap.dedent(
             else:
                 print("acquired")
 
-    anyio.run(main, *sys.argv[1:4])
+    for line in sys.stdin:  # "OWNER ACTION": each on a store opened for it
+        anyio.run(main, sys.argv[1], *line.split())
+        sys.stdout.flush()
     """
 )
 
 
-async def run_child(path: Path, owner: str, action: str = "acquire") -> str:
-    result = await anyio.run_process([sys.executable, "-c", CHILD, str(path), owner, action])
-    return result.stdout.decode().strip()
+class Child:
+    """Another process, opening its own store on ``path`` for each action it is told."""
+
+    def __init__(self, process: Process) -> None:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        self.stdin = process.stdin
+        self.stdout = BufferedByteReceiveStream(process.stdout)
+
+    async def run(self, owner: str, action: str = "acquire") -> str:
+        await self.stdin.send(f"{owner} {action}\n".encode())
+        with anyio.fail_after(120):  # a hung child, not a timing threshold
+            return (await self.stdout.receive_until(b"\n", 1000)).decode().strip()
 
 
 async def test_a_lease_holds_across_processes(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
-    async with SQLiteStore(path) as store:
+    async with (
+        SQLiteStore(path) as store,
+        await anyio.open_process([sys.executable, "-c", CHILD, str(path)]) as process,
+    ):
+        child = Child(process)  # one process for the three actions: it starts once
         await store.create_session("s", machine="m", snapshot={})
         await store.acquire("s", "parent", ttl=60)
-        assert await run_child(path, "child") == "locked by parent"
+        assert await child.run("child") == "locked by parent"
         await store.release("s", "parent")
-        assert await run_child(path, "child") == "acquired"
+        assert await child.run("child") == "acquired"
         with pytest.raises(SessionLocked, match="'child'"):
             await store.acquire("s", "parent", ttl=60)
-        assert await run_child(path, "child", "release") == "released"
+        assert await child.run("child", "release") == "released"
         await store.acquire("s", "parent", ttl=60)
+        await child.stdin.aclose()
+        assert await process.wait() == 0
 
 
 def insert_rogue_event(path: Path, session_id: str) -> None:

@@ -16,7 +16,26 @@ on_virtual_clock = pytest.mark.parametrize(
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import anyio
+
+#: Run a bench as ``python bench/<script>`` runs it, with some of its values replaced
+#: (``-c`` this, the script's path, the replacements' repr, then its own arguments).
+_SMALLER = """
+import ast, importlib.util, sys
+path, smaller = sys.argv[1], ast.literal_eval(sys.argv[2])
+sys.path[0] = path.rsplit("/", 1)[0]
+spec = importlib.util.spec_from_file_location("__bench__", path)
+module = importlib.util.module_from_spec(spec)
+sys.modules["__bench__"] = module
+spec.loader.exec_module(module)
+for name, expression in smaller.items():
+    assert hasattr(module, name), f"the bench has no {name} to make smaller"
+    setattr(module, name, eval(expression, vars(module)))
+sys.argv = [path, *sys.argv[3:]]
+module.main(sys.argv[1:])
+"""
 
 
 class Recorder(Actor[object, object]):
@@ -83,19 +102,32 @@ class Watcher(Actor[object, object]):
         self.arrived.set()
 
 
-def run_bench_quick(script: str, *, timeout: float, extra: tuple[str, ...] = ()) -> dict[str, str]:
+def run_bench_quick(
+    script: str,
+    *,
+    timeout: float,
+    extra: tuple[str, ...] = (),
+    smaller: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """Run ``bench/<script> --quick`` (and ``extra`` options) and return its output per backend.
 
-    The run must succeed with nothing on stderr (unclosed resources are errors),
-    log no dead letter, and print exactly an asyncio and a trio section.
+    ``smaller`` names module-level values of the bench to set before its
+    ``main()`` runs, each an expression evaluated in the bench's namespace
+    (``{"QUICK": "Sizes(live=2, ...)"}``): the smoke test runs the bench's code
+    on sizes smaller than its ``--quick`` ones. The run must succeed with
+    nothing on stderr (unclosed resources are errors), log no dead letter, and
+    print exactly an asyncio and a trio section.
     """
     import subprocess
     import sys
     from pathlib import Path
 
     bench = Path(__file__).resolve().parents[2] / "bench" / script
+    command = [str(bench)]
+    if smaller:
+        command = ["-c", _SMALLER, str(bench), repr(dict(smaller))]
     result = subprocess.run(
-        [sys.executable, "-W", "error::ResourceWarning", str(bench), "--quick", *extra],
+        [sys.executable, "-W", "error::ResourceWarning", *command, "--quick", *extra],
         capture_output=True,
         text=True,
         encoding="utf-8",

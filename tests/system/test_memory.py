@@ -211,7 +211,9 @@ async def test_keep_ended_must_be_a_non_negative_integer() -> None:
 
 
 def test_memory_bench_quick_run_prints_every_figure_on_both_backends() -> None:
-    backends = run_bench_quick("memory.py", timeout=300)
+    # Sizes smaller than --quick's: the figures' code, not their size, is under test.
+    sizes = "Sizes(live=2, long=50, ended=20, mark=100, total=200)"
+    backends = run_bench_quick("memory.py", timeout=300, smaller={"QUICK": sizes})
     for backend, section in backends.items():
         for label in (
             "(1) live session",

@@ -1,11 +1,13 @@
-"""Sandboxed tools: each call in a real subprocess, confined (the tools live at module level)."""
+"""Sandboxed tools: each call in a real subprocess, confined.
+
+The tools are in tests/support/sandboxed_tools.py (the runner imports their module).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,18 @@ from arkhon_rheo import ConfigurationError, Transient
 from arkhon_rheo.errors import ToolTimeout
 from arkhon_rheo.protocols import ToolCall
 from arkhon_rheo.tools import Sandbox, Toolbox, tool
+from tests.support.sandboxed_tools import (
+    ALLOWED,
+    SECRET,
+    chatty,
+    crash,
+    double,
+    environment,
+    fails,
+    hang,
+    hog,
+    spin,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -23,69 +37,8 @@ posix_only = pytest.mark.skipif(
     not hasattr(os, "killpg") or sys.platform != "linux", reason="rlimits are enforced on Linux"
 )
 
-SECRET = "ARKHON_TEST_SECRET"
-ALLOWED = "ARKHON_TEST_ALLOWED"
-
-
-@tool(sandbox=Sandbox(env={"GREETING": "hello"}, env_allow=[ALLOWED]))
-def environment() -> dict[str, Any]:
-    """What the child sees of its environment and working directory."""
-    cwd = os.getcwd()
-    Path("scratch.txt").write_text("left behind?")
-    return {
-        "secret": os.environ.get(SECRET),
-        "allowed": os.environ.get(ALLOWED),
-        "greeting": os.environ.get("GREETING"),
-        "path": os.environ.get("PATH"),
-        "home": os.environ.get("HOME"),
-        "cwd": cwd,
-        "pid": os.getpid(),
-    }
-
-
-@tool(sandbox=Sandbox())
-async def double(n: int, note: str = "") -> dict[str, Any]:
-    """Double a number, in an async tool."""
-    print("this goes to stderr, not into the result")
-    return {"n": n * 2, "note": note}
-
-
-@tool(sandbox=Sandbox(), timeout=2)
-def hang() -> str:
-    time.sleep(3600)
-    return "never"
-
-
-@tool(sandbox=Sandbox(memory_bytes=1 << 30))
-def hog() -> int:
-    block = bytearray(4 << 30)
-    return len(block)
-
-
-@tool(sandbox=Sandbox(cpu_seconds=1))
-def spin() -> int:
-    n = 0
-    while True:
-        n += 1
-
-
-@tool(sandbox=Sandbox(max_output=1000))
-def chatty(size: int) -> str:
-    return "x" * size
-
-
-@tool(sandbox=Sandbox())
-def crash(code: int) -> str:
-    sys.stderr.write("about to exit\n")
-    sys.stderr.flush()
-    os._exit(code)
-
-
-@tool(sandbox=Sandbox())
-def fails(kind: str) -> str:
-    if kind == "transient":
-        raise Transient("the index is being rebuilt")
-    raise KeyError(kind)
+# The tools (module level, so that the sandbox's runner imports them) are in
+# tests/support/sandboxed_tools.py.
 
 
 def call(name: str, arguments: Any = None) -> ToolCall:
