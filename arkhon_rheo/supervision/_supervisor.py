@@ -92,6 +92,14 @@ def _illegal_transition(
     )
 
 
+def _info(calls: list[dict[str, Any]] | None, mail: Mail | None) -> dict[str, Any] | None:
+    """A step event's ``info``: the calls it made (``"io"``), the message and timers of its mail."""
+    info = {"io": calls} if calls else None
+    if mail is not None:
+        info = {**(info or {}), **mail.info}
+    return info
+
+
 def _chosen_failure(
     stage: str, lifecycle: enum.Enum, target: enum.Enum, attempt: int
 ) -> FailureRecord:
@@ -451,8 +459,7 @@ class SessionSupervisor(Actor[_Step, None]):
                 if to.invariants:
                     check_invariants(to.invariants, candidate, target, stage=name)
                 verified = candidate
-                edge = plan.edge_checks.get(id(target))
-                if edge is not None:
+                if (edge := plan.edge_checks.get(id(target))) is not None:
                     check_edge(edge, state, candidate, stage=name)
         except Exception as exc:
             return exc
@@ -467,17 +474,11 @@ class SessionSupervisor(Actor[_Step, None]):
             reads=stage.reads,
             started_at=started,
             error=record,
-            info={"io": calls} if calls else None,
+            info=_info(calls, mail),
         )
-        if mail is not None:
-            event = event._replace(info={**(event.info or {}), **mail.info})
-        persistence = session.persistence
-        if persistence is not None:
-            # Not kept alive (and walked by the GC) while the commit waits for its store.
-            del updates, moved
-            # Write-ahead: the store has it before it becomes authoritative. Awaited
-            # here, not in a coroutine of its own: one frame less per waiting commit.
-            try:
+        if (persistence := session.persistence) is not None:
+            del updates, moved  # not kept alive (and walked by the GC) while the commit waits
+            try:  # write-ahead, awaited here: no coroutine of its own per waiting commit
                 await persistence.write(event, candidate, mail=mail)
             except Exception as exc:
                 return exc
