@@ -11,6 +11,7 @@ own `StageActor` (`StageMode.TASK`). Replay verification runs stages through
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -23,7 +24,7 @@ from ..protocols._seams import current_injector, enter_session
 if TYPE_CHECKING:
     import contextvars
 
-    from ..protocols import Patch, Stage, StateView
+    from ..protocols import Machine, Patch, Stage, StateView
     from ..protocols._seams import StageScope
     from ._recording import CallRecorder
 
@@ -122,6 +123,26 @@ def _bind_stage(name: str) -> None:
         _stage_var = structlog.contextvars.bind_contextvars(stage=name)["stage"].var
     else:
         var.set(name)
+
+
+#: Each machine's stage layout (see `_layout`), made once and shared by its sessions.
+_LAYOUTS: weakref.WeakKeyDictionary[Machine[Any], tuple[tuple[str, ...], dict[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _layout(machine: Machine[Any]) -> tuple[tuple[str, ...], dict[str, type[Stage[Any]]]]:
+    """The names of ``machine``'s stages in start order, and each name's stage class.
+
+    A stage class may serve several states: it is one stage (one instance, one
+    actor), started and restarted once, in the order it first appears.
+    """
+    found = _LAYOUTS.get(machine)
+    if found is None:
+        stages = machine.stages.values()
+        order = tuple(dict.fromkeys(stage.name for stage in stages))
+        found = _LAYOUTS[machine] = (order, {stage.name: stage for stage in stages})
+    return found
 
 
 class _Invoke:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import enum
 import logging
 import time
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -36,6 +35,7 @@ from ._stages import (
     StageActor,
     _bind_stage,
     _InlineSlot,
+    _layout,
     _TaskSlot,
     is_cancellation,
     run_stage,
@@ -43,7 +43,7 @@ from ._stages import (
 
 if TYPE_CHECKING:
     from ..core._seams import StatePlan
-    from ..protocols import AgentState, FailureRecord, Machine, Stage
+    from ..protocols import AgentState, FailureRecord, Stage
     from ._persist import Mail
     from ._record import Session
     from ._stages import StageSlot
@@ -113,26 +113,6 @@ def _chosen_failure(
         attempt=attempt,
         reason=ExitReason.FAILED,
     )
-
-
-#: Each machine's stage layout (see `_layout`), made once and shared by its sessions.
-_LAYOUTS: weakref.WeakKeyDictionary[Machine[Any], tuple[tuple[str, ...], dict[str, Any]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _layout(machine: Machine[Any]) -> tuple[tuple[str, ...], dict[str, type[Stage[Any]]]]:
-    """The names of ``machine``'s stages in start order, and each name's stage class.
-
-    A stage class may serve several states: it is one stage (one instance, one
-    actor), started and restarted once, in the order it first appears.
-    """
-    found = _LAYOUTS.get(machine)
-    if found is None:
-        stages = machine.stages.values()
-        order = tuple(dict.fromkeys(stage.name for stage in stages))
-        found = _LAYOUTS[machine] = (order, {stage.name: stage for stage in stages})
-    return found
 
 
 class SessionSupervisor(Actor[_Step, None]):
