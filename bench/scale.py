@@ -98,6 +98,7 @@ class PerSession:
     """A model client that hands each call to its session's own `ScriptedModel`.
 
     One machine serves every session; the task text names the session's script.
+    The scripted models' records of their requests are dropped after each call.
     """
 
     def __init__(self) -> None:
@@ -116,6 +117,9 @@ class PerSession:
         task = next(m.content for m in messages if isinstance(m, UserMessage))
         model = self.models[str(task)]
         reply = await model.complete(messages, tools=tools, json_mode=json_mode)
+        # A real client keeps no copy of each prompt: neither does this one (the
+        # scripted model's record of its requests is for tests' assertions).
+        model.requests.clear()
         if not model.script:
             del self.models[str(task)]  # answered: its script is spent
         return reply

@@ -36,15 +36,8 @@ from array import array
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
-from ..protocols import (
-    AssistantMessage,
-    Patch,
-    SystemMessage,
-    ToolCall,
-    ToolMessage,
-    TransitionEvent,
-    UserMessage,
-)
+from ..protocols import Patch, TransitionEvent
+from ._pointers import MESSAGES, Ref, point, restore
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -54,18 +47,8 @@ __all__ = ["EventLog", "Interner"]
 #: The most objects one machine's interner numbers; past it, rows keep the objects.
 _INTERNED_MAX = 4096
 
-#: The types of the patch values a row holds itself: nothing else holds them
-#: (a state holds its own number), and `marshal` reads them back as they were.
-_INLINE = frozenset({int, float, bool, type(None)})
-
-#: The messages whose recorded dump a row may point at instead of keeping: their
-#: fields are strings, booleans, None and tuples of `ToolCall`, which dump to themselves.
-_MESSAGES = frozenset({AssistantMessage, ToolMessage, UserMessage, SystemMessage})
-
-#: A row's flags: the event's error follows the row; its ``info`` does.
+#: A row's flags: the event's error follows the row; its ``info`` follows its values.
 _ERROR, _INFO = 1, 2
-#: The flag of the first patch value that follows the row (the next ones: its doubles).
-_FIRST_VALUE = 4
 
 
 class Interner:
@@ -171,11 +154,22 @@ class EventLog(Sequence[TransitionEvent]):
         data = self._data
         start = len(data)
         data.append(None)  # the row's slot
-        flags = 0
         if error is not None:
             data.append(error)
-            flags = _ERROR
-        row: list[Any] = [
+        # The patch's values follow the row: the assigned ones, then the appended.
+        data += values.values()
+        messages: list[tuple[int, Any]] | None = None
+        for items in appends.values():
+            for item in items:
+                if type(item) in MESSAGES:
+                    if messages is None:
+                        messages = []
+                    messages.append((len(data) - start, item))
+                data.append(item)
+        refs: tuple[Ref, ...] = ()
+        if messages is not None and type(info) is dict:
+            info, refs = point(info, messages)
+        row: tuple[Any, ...] = (
             seq,
             stage,
             *numbers,
@@ -184,69 +178,28 @@ class EventLog(Sequence[TransitionEvent]):
             attempt,
             started_at,
             finished_at,
-            0,
-            None,
-            (),
-        ]
-        bit = _FIRST_VALUE
-        for value in values.values():
-            if type(value) in _INLINE:
-                row.append(value)
-            else:
-                data.append(value)
-                flags |= bit
-            bit += bit
-        messages: list[tuple[int, Any]] | None = None
-        for items in appends.values():
-            for value in items:
-                if type(value) in _INLINE:
-                    row.append(value)
-                else:
-                    data.append(value)
-                    flags |= bit
-                    if type(value) in _MESSAGES:
-                        if messages is None:
-                            messages = []
-                        messages.append((bit.bit_length() - 3, value))
-                bit += bit
-        self._seal(event, start, row, flags, info, messages)
-
-    def _seal(
-        self,
-        event: TransitionEvent,
-        start: int,
-        row: list[Any],
-        flags: int,
-        info: Any,
-        messages: list[tuple[int, Any]] | None,
-    ) -> None:
-        """Write ``row`` (with ``info``) into the row's slot at ``start``; end the event."""
-        data = self._data
-        if info is not None:
-            if type(info) is dict:
-                info, row[_AT_REFS] = _point(info, messages or [], self._earlier(start))
-            row[_AT_INFO] = info
-        row[_AT_FLAGS] = flags
+            _ERROR if error is not None else 0,
+            info,
+            refs,
+        )
         try:
             data[start] = marshal.dumps(row)
-        except ValueError:  # an object marshal does not write, or nested too deep
-            row[_AT_INFO], row[_AT_REFS], row[_AT_FLAGS] = None, (), flags | _INFO
-            data.append(event.info)
-            try:
-                data[start] = marshal.dumps(row)
-            except ValueError:  # a field of a type a row does not hold (a str subclass)
-                del data[start:]
-                self._keep(event)
-                return
+        except ValueError:  # an object marshal does not write; nested too deep
+            self._info_after(event, start, row)
+            return
         self._ends.append(len(data))
 
-    def _earlier(self, start: int) -> list[tuple[int, Any]]:
-        """The messages of the two events before the one at ``start``: how far back, each."""
-        ends = self._ends
-        count = len(ends)
-        since = abs(ends[count - 3]) if count > 2 else 0
+    def _info_after(self, event: TransitionEvent, start: int, row: tuple[Any, ...]) -> None:
+        """Write ``row`` with the event's ``info`` after its values; else keep ``event`` whole."""
         data = self._data
-        return [(at - start, data[at]) for at in range(since, start) if type(data[at]) in _MESSAGES]
+        data.append(event.info)
+        try:
+            data[start] = marshal.dumps((*row[:_AT_FLAGS], row[_AT_FLAGS] | _INFO, None, ()))
+        except ValueError:  # a field of a type a row does not hold (a str subclass)
+            del data[start:]
+            self._keep(event)
+            return
+        self._ends.append(len(data))
 
     def extend(self, events: Iterable[TransitionEvent]) -> None:
         """Keep ``events`` at the end, in order."""
@@ -290,7 +243,6 @@ class EventLog(Sequence[TransitionEvent]):
             flags,
             info,
             refs,
-            *inline,
         ) = marshal.loads(data[start])
         at = start + 1
         error = None
@@ -299,30 +251,20 @@ class EventLog(Sequence[TransitionEvent]):
             at += 1
         if type(assigned) is int:
             assigned = objects[assigned]
-        if type(appended) is int:
-            appended = objects[appended]
-        half = len(appended) // 2
-        flat: list[Any] = []
-        taken = 0
-        bit = _FIRST_VALUE
-        for _ in range(len(assigned) + sum(appended[half:])):
-            if flags & bit:
-                flat.append(data[at])
-                at += 1
-            else:
-                flat.append(inline[taken])
-                taken += 1
-            bit += bit
+        values = dict(zip(assigned, data[at : at + len(assigned)], strict=True))
+        at += len(assigned)
+        appends: dict[str, tuple[Any, ...]] = {}
+        if appended:
+            if type(appended) is int:
+                appended = objects[appended]
+            half = len(appended) // 2
+            for field, count in zip(appended[:half], appended[half:], strict=True):
+                appends[field] = tuple(data[at : at + count])
+                at += count
         if flags & _INFO:
             info = data[at]
         elif refs:
-            _restore(info, refs, flat, data, start)
-        values = dict(zip(assigned, flat, strict=False))
-        appends: dict[str, tuple[Any, ...]] = {}
-        at = len(assigned)
-        for field, count in zip(appended[:half], appended[half:], strict=True):
-            appends[field] = tuple(flat[at : at + count])
-            at += count
+            restore(info, refs, data, start)
         return TransitionEvent(
             self.session_id,
             seq,
@@ -373,8 +315,8 @@ class EventLog(Sequence[TransitionEvent]):
         return f"<EventLog of {self.session_id!r}: {len(self._ends)} events>"
 
 
-#: Where a row keeps its flags, its ``info`` and the responses its info points at.
-_AT_FLAGS, _AT_INFO, _AT_REFS = 12, 13, 14
+#: Where a row keeps its flags (then the event's ``info``, then its `Ref` s).
+_AT_FLAGS = 12
 
 
 def _numberable(event: TransitionEvent) -> bool:
@@ -386,136 +328,3 @@ def _numberable(event: TransitionEvent) -> bool:
     """
     named: tuple[object, ...] = (event.kind, event.from_state, event.to_state)
     return not any(type(item) is int for item in named)
-
-
-def _point(
-    info: dict[str, Any], own: list[tuple[int, Any]], earlier: list[tuple[int, Any]]
-) -> tuple[dict[str, Any], tuple[tuple[int, tuple[str | int, ...], int], ...]]:
-    """``info`` with the recorded data that is the dump of a message the log holds left out.
-
-    A response (or its ``"message"``) may be the dump of one of ``own`` (the
-    event's messages, by their place among its values); an item of a list in a
-    request, the dump of one of ``own`` or ``earlier`` (the messages of the
-    events before, by how far back they are in the log's slots, negated).
-
-    Returns the info to write (a copy where anything was left out; ``info``
-    itself is never changed) and, for each dump left out, ``(record, path,
-    message)``: the record's place in ``info["io"]``, the keys and indexes
-    that lead to the dump in it, and where the message is.
-    """
-    records = info.get("io")
-    if type(records) is not list:
-        return info, ()
-    refs: list[tuple[int, tuple[str | int, ...], int]] = []
-    copied: list[Any] | None = None
-    for index, record in enumerate(records):
-        if type(record) is not dict:
-            continue
-        found = len(refs)
-        response = _point_response(record.get("response"), own, index, refs)
-        request = _point_request(record.get("request"), [*own, *earlier], index, refs)
-        if len(refs) > found:
-            if copied is None:
-                copied = list(records)
-            copied[index] = {**record, "request": request, "response": response}
-    if copied is None:
-        return info, ()
-    return {**info, "io": copied}, tuple(refs)
-
-
-def _point_response(
-    response: Any,
-    own: list[tuple[int, Any]],
-    index: int,
-    refs: list[tuple[int, tuple[str | int, ...], int]],
-) -> Any:
-    """``response`` with the dump of one of ``own`` left out (see `_point`)."""
-    if type(response) is not dict:
-        return response
-    inner = response.get("message")
-    for place, message in own:
-        if _dumps_to(message, response):
-            refs.append((index, ("response",), place))
-            return None
-        if type(inner) is dict and _dumps_to(message, inner):
-            refs.append((index, ("response", "message"), place))
-            return {**response, "message": None}
-    return response
-
-
-def _point_request(
-    request: Any,
-    messages: list[tuple[int, Any]],
-    index: int,
-    refs: list[tuple[int, tuple[str | int, ...], int]],
-) -> Any:
-    """``request`` with the dumps of ``messages`` in its lists left out (see `_point`)."""
-    if type(request) is not dict or not messages:
-        return request
-    changed: dict[str, Any] | None = None
-    for key, value in request.items():
-        if type(value) is not list:
-            continue
-        items: list[Any] | None = None
-        for at, item in enumerate(value):
-            if type(item) is not dict:
-                continue
-            for place, message in messages:
-                if _dumps_to(message, item):
-                    refs.append((index, ("request", key, at), place))
-                    if items is None:
-                        items = list(value)
-                    items[at] = None
-                    break
-        if items is not None:
-            if changed is None:
-                changed = dict(request)
-            changed[key] = items
-    return request if changed is None else changed
-
-
-def _dumps_to(model: Any, dumped: dict[str, Any]) -> bool:
-    """Whether ``model`` (one of `_MESSAGES`, or a `ToolCall`) dumps to ``dumped``, as JSON.
-
-    Their fields are strings, booleans and None, which dump to themselves, and
-    tuples of tool calls, which dump to lists of their dumps.
-    """
-    fields: dict[str, Any] = model.__dict__
-    if len(fields) != len(dumped):
-        return False
-    for (name, value), (key, other) in zip(fields.items(), dumped.items(), strict=True):
-        if name != key:
-            return False
-        kind = type(value)
-        if kind is str:
-            if type(other) is not str or value != other:
-                return False
-        elif kind is bool or value is None:
-            if value is not other:
-                return False
-        elif kind is tuple and type(other) is list and len(value) == len(other):
-            for call, data in zip(value, other, strict=True):
-                if type(call) is not ToolCall or type(data) is not dict:
-                    return False
-                if not _dumps_to(call, data):
-                    return False
-        else:
-            return False
-    return True
-
-
-def _restore(
-    info: dict[str, Any],
-    refs: tuple[tuple[int, tuple[str | int, ...], int], ...],
-    flat: list[Any],
-    data: list[Any],
-    start: int,
-) -> None:
-    """Put back, in ``info`` (a fresh copy), the dumps `_point` left out."""
-    records = info["io"]
-    for index, path, source in refs:
-        message = flat[source] if source >= 0 else data[start + source]
-        target = records[index]
-        for key in path[:-1]:
-            target = target[key]
-        target[path[-1]] = message.__pydantic_serializer__.to_python(message, mode="json")
