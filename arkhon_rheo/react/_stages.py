@@ -90,6 +90,12 @@ class ReactStage(Stage[ReactState]):
         )
 
 
+@functools.lru_cache(maxsize=256)
+def _system_message(prompt: str) -> SystemMessage:
+    """One frozen message per system prompt, shared by the sessions of every agent using it."""
+    return SystemMessage(content=prompt)
+
+
 class StartStage(ReactStage, name="start", reads={"task", "messages"}, writes={"messages"}):
     """Open the conversation: the system prompt, then the task."""
 
@@ -102,7 +108,7 @@ class StartStage(ReactStage, name="start", reads={"task", "messages"}, writes={"
         opening: list[Message] = [UserMessage(content=view.task)]
         system_prompt = self.config.system_prompt
         if system_prompt is not None:
-            opening.insert(0, SystemMessage(content=system_prompt))
+            opening.insert(0, _system_message(system_prompt))
         return Patch().append("messages", *opening)
 
     def next(self, state: ReactState) -> enum.Enum:
