@@ -8,6 +8,14 @@ the check and the insert are one transaction, so a stale lease holder's
 append (fencing) or a duplicate event number is refused against the rows as
 they stand. Leases are stamped by PostgreSQL's clock, and each lease row keeps
 a fencing token that grows by one whenever a new owner takes it.
+
+Round trips are what a batch costs (the writer thread waits on each one, and
+the whole batch waits on the writer): a batch of plain appends takes two. The
+first sends ``BEGIN`` and one statement that locks the sessions and their
+leases and reads the clock; the second sends every write (one multi-row
+statement per table, its columns as arrays) and the ``NOTIFY`` with the
+``COMMIT``, in psycopg's pipeline mode (`transaction`, `later`). Batches that
+post messages or touch effects read those rows in between.
 """
 
 from __future__ import annotations

@@ -77,8 +77,6 @@ class Claim:
         owner, ttl = self._claims.owner, self._claims.ttl
         # From here the lease may be ours, even if the acquire is cut short.
         self._leased = True
-        if self._claims.take_queued(self.session_id):
-            return None  # a work-queue claim took it a moment ago, with its fencing token
         try:
             try:
                 await store.acquire(self.session_id, owner, ttl=ttl)
@@ -114,7 +112,7 @@ class Claims:
         ttl: The lease's time to live, in seconds.
     """
 
-    __slots__ = ("_busy", "_queued", "_renewal", "owner", "store", "ttl")
+    __slots__ = ("_busy", "_renewal", "owner", "store", "ttl")
 
     def __init__(self, store: Store | None, owner: str, ttl: float) -> None:
         self.store = store
@@ -124,25 +122,6 @@ class Claims:
         #: store's ``acquire`` takes it (a store written before it had it: a plain take).
         self._renewal = _renews(store)
         self._busy: set[str] = set()
-        #: Sessions whose lease a work-queue claim took for ``owner`` (see `queued`).
-        self._queued: set[str] = set()
-
-    def queued(self, session_id: str) -> None:
-        """Note that a work-queue claim just leased ``session_id`` to this owner.
-
-        The next `Claim.lease` of it takes that lease as its own instead of
-        acquiring it again (one write less per session a worker starts). Should
-        the lease run out before then and another owner take it, the fencing token
-        the claim got refuses every write made under it (`LeaseLost`).
-        """
-        self._queued.add(session_id)
-
-    def take_queued(self, session_id: str) -> bool:
-        """Whether a claim's lease of ``session_id`` was waiting (`queued`); it is not any more."""
-        if session_id in self._queued:
-            self._queued.discard(session_id)
-            return True
-        return False
 
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._busy

@@ -228,7 +228,6 @@ class Worker:
                 for record in claimed:
                     self._supersede(record.session_id)
                     self._starting.add(record.session_id)
-                    self._system._claims.queued(record.session_id)
                     group.start_soon(self._start, record, group)
                 if claimed and len(claimed) == room:
                     continue  # there may be more: look again once there is room
@@ -256,7 +255,6 @@ class Worker:
         try:
             await self._drive(record, group)
         finally:
-            self._system._claims.take_queued(record.session_id)  # unused: the run failed early
             self._starting.discard(record.session_id)
             if record.session_id not in self._running:
                 self._kick.set()  # its room is free again

@@ -119,30 +119,6 @@ async def test_a_submitted_session_is_driven_to_its_end_by_a_worker(store: Store
     assert worker.running == 0
 
 
-async def test_a_worker_drives_a_session_on_the_lease_its_claim_took(where: str) -> None:
-    """The claim leased the session: its run takes that lease, it does not acquire it again."""
-    acquired: list[tuple[str, str]] = []
-    kind = type(make(where))
-
-    class Watched(kind):  # type: ignore[valid-type, misc]
-        async def acquire(self, session_id: str, owner: str, **options: Any) -> None:
-            if not options.get("renew"):
-                acquired.append((session_id, owner))
-            await super().acquire(session_id, owner, **options)
-
-    async with Watched() if where == "memory" else Watched(where) as store:
-        worker = Worker(store, [COUNTER], poll_interval=0.05)
-        async with AgentSystem(store=store) as service, anyio.create_task_group() as group:
-            group.start_soon(worker.run)
-            await service.submit(COUNTER, Counting(target=2), session_id="c")
-            await until(store, ["c"])
-            worker.drain()
-        async with AgentSystem(store=store) as reader:
-            await check_all(reader, ["c"])
-    assert [sid for sid, owner in acquired if owner == worker.owner] == []
-    assert worker.driven == 1
-
-
 async def test_a_message_and_a_timer_reach_a_parked_session_through_a_worker(
     store: Store,
 ) -> None:
