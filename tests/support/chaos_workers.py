@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from arkhon_rheo import TransitionEvent
-    from arkhon_rheo.protocols import Store
+    from arkhon_rheo.protocols import LeaseRecord, Store
 
 __all__ = ["ChaosReport", "ack_line", "keep", "open_store", "run_chaos"]
 
@@ -158,14 +158,29 @@ class _Workers:
             while not (busy := await self.holding(store)):  # noqa: ASYNC110 - another process's
                 await anyio.sleep(0.02)
         process = rng.choice(busy or self.live)
+        mine = {lease.session_id for lease in await store.leases() if _pid(lease) == process.pid}
         self.paused.add(process.pid)
         self.stopped.add(process.pid)
         process.send_signal(signal.SIGSTOP)
         try:
             await anyio.sleep(seconds)
+            if self.spec.startswith("postgresql://"):
+                # And on until another worker has taken one of its sessions over (on a
+                # busy machine the worker started after a kill may take seconds to be
+                # ready), so that it wakes to find them taken. (On SQLite a worker
+                # paused in a write transaction holds the file: nobody takes anything.)
+                with anyio.move_on_after(30):
+                    while mine and not await self.taken(store, process.pid, mine):  # noqa: ASYNC110 - another process's
+                        await anyio.sleep(0.05)
         finally:
             process.send_signal(signal.SIGCONT)
             self.stopped.discard(process.pid)
+
+    async def taken(self, store: Store, pid: int, sessions: set[str]) -> bool:
+        """Whether another process holds the lease of one of ``sessions`` now."""
+        return any(
+            lease.session_id in sessions and _pid(lease) != pid for lease in await store.leases()
+        )
 
     def lease_losses(self, report: ChaosReport) -> None:
         """Count the leases lost in the workers' logs, and the paused workers that lost some."""
@@ -190,6 +205,12 @@ class _Workers:
             process.send_signal(signal.SIGTERM)
         await _eventually(lambda: all(process.poll() is not None for process in self.live))
         return [process.returncode for process in self.live]
+
+
+def _pid(lease: LeaseRecord) -> int | None:
+    """The process id a worker's lease owner names (``host/pid/...``), if it names one."""
+    parts = lease.owner.split("/")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
 
 
 async def _eventually(check: Callable[[], bool], limit: float = 60.0) -> None:
