@@ -211,13 +211,21 @@ class Journal:
         read = read_events(self.machine, mine, record.fingerprint, stored, self._opener)
         return [codec.decode_event(event) for event in read if event.seq > after]
 
-    async def last_seq(self, *, excluding: EventKind) -> int:
+    async def last_seq(self, *, excluding: EventKind, loaded: LoadedSession | None = None) -> int:
         """The number of the session's last event of another kind than ``excluding`` (0: none).
 
         An ``upgrade`` event is never counted: it only restates the state.
+        ``loaded``, the session as `load` just read it (under its lease: nothing
+        was written since), spares the read of the whole history where it holds
+        the answer: it has every event after its snapshot, and every event
+        before that snapshot is older than those (with none before the initial one).
         """
-        stored = await self.store.history(self.session_id)
         skipped = (excluding.value, UPGRADE)
+        if loaded is not None:
+            found = max((e.seq for e in loaded.events if e.kind not in skipped), default=0)
+            if found or loaded.snapshot_seq == 0:
+                return found
+        stored = await self.store.history(self.session_id)
         return max((e.seq for e in stored if e.kind not in skipped), default=0)
 
     async def last_event(self, loaded: LoadedSession) -> TransitionEvent | None:

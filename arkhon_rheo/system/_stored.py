@@ -276,7 +276,7 @@ class StoredSession(Generic[S]):
                 # before) this state's stage, which runs again from its start.
                 "rerun": stage.name if stage is not None and record.status == "running" else None,
             }
-            anchor = await journal.last_seq(excluding=EventKind.RESUME)
+            anchor = await journal.last_seq(excluding=EventKind.RESUME, loaded=loaded)
             event = await journal.append(
                 record, EventKind.RESUME, state, state, {}, info=info, status="running"
             )
