@@ -7,6 +7,7 @@ only where they do not: either way the answer is the one the history gives.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
@@ -41,3 +42,7 @@ async def test_the_anchor_from_the_load_is_the_historys(
             expected = max((e.seq for e in history if e.kind not in skipped), default=0)
             assert await journal.last_seq(excluding=excluding, loaded=loaded) == expected
             assert await journal.last_seq(excluding=excluding) == expected
+            # As a load finds it once a snapshot was taken after event 1: the events after
+            # it hold the answer, or (none of another kind) the history is read.
+            later = dataclasses.replace(loaded, snapshot_seq=1, events=loaded.events[1:])
+            assert await journal.last_seq(excluding=excluding, loaded=later) == expected
