@@ -184,6 +184,10 @@ class Worker:
         Safe to call from a signal handler's task, more than once, or before `run`.
         """
         self._draining = True
+        # The runs known now stop at their next commit boundary from here on, not
+        # from when the serving loop next looks (it may be in a store round trip).
+        for handle in self._running.values():
+            session_of(handle).handoff = True
         self._kick.set()
 
     async def run(self) -> None:

@@ -198,6 +198,49 @@ async def test_a_drain_hands_a_run_over_at_a_commit_boundary(shared: str) -> Non
             assert [info["rerun"] for info in resumes] == ["begin", "count"]
 
 
+class HeldWaking(MemoryStore):
+    """A memory store whose `waking` can be held, as a slow store round trip would be."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold: anyio.Event | None = None
+        self.entered = anyio.Event()
+
+    async def waking(self, now: float) -> tuple[tuple[Any, ...], float | None]:
+        if self.hold is not None:
+            self.entered.set()
+            await self.hold.wait()
+        return await super().waking(now)
+
+
+async def test_a_drain_hands_a_run_over_while_the_worker_waits_on_the_store() -> None:
+    # The serving loop is inside a store round trip (its idle `waking` read) when
+    # `drain` is called: the run under way stops at its next commit boundary all
+    # the same, not at the first one after that read returns.
+    store = HeldWaking()
+    async with store:
+        worker = Worker(store, [COUNTER], poll_interval=0.01)
+        inside, release = arm()
+        async with AgentSystem(store=store) as service, anyio.create_task_group() as group:
+            group.start_soon(worker.run)
+            await service.submit(COUNTER, Counting(target=3), session_id="h")
+            with anyio.fail_after(60):
+                await inside.wait()  # the first count step is under way in the worker
+                store.hold = anyio.Event()
+                await store.entered.wait()  # and the serving loop waits on the store
+            worker.drain()
+            release.set()
+            with anyio.fail_after(60):
+                while True:  # the run ends at its next commit boundary
+                    if not worker.running:
+                        break
+                    await anyio.sleep(0.01)
+            record = await service.stored(COUNTER, "h").record()
+            assert (record.status, record.last_seq) == ("running", 3)  # resume, begin, count
+            store.hold.set()
+        assert await store.leases() == ()
+
+
 async def test_a_claim_of_a_session_whose_run_here_lost_its_lease_stops_that_run(
     store: Store,
 ) -> None:
