@@ -55,6 +55,7 @@ __all__ = [
     "check_json",
     "current_step",
     "record_call",
+    "record_plain_call",
     "record_stream",
     "recorded",
 ]
@@ -169,6 +170,23 @@ async def record_call(
         return await call()
     jsonable = _jsonable(kind, "request", request)
     return cast("T", await recorder.call(kind, jsonable, call, returns))
+
+
+async def record_plain_call(
+    kind: str, request: Any, call: Callable[[], Awaitable[T]], *, returns: Any = Any
+) -> T:
+    """`record_call` for a request its caller made as plain JSON data, for this call only.
+
+    Plain as `plain_copy` takes it (dicts with string keys, lists, strings,
+    ints, bools, ``None``, finite floats), new, and never changed after: it is
+    recorded as it is, not copied. The library's own callers use it (the
+    ReAct engine's model turns); a request from elsewhere goes through
+    `record_call`.
+    """
+    recorder = RECORDER.get()
+    if recorder is None or recorder.closed:
+        return await call()
+    return cast("T", await recorder.call(kind, request, call, returns))
 
 
 async def record_stream(
