@@ -233,7 +233,7 @@ class ThinkStage(
         )
         return True, [UserMessage(content=notice)]
 
-    async def _turn(
+    def _turn(
         self,
         messages: Sequence[Message],
         new: Sequence[Message],
@@ -243,8 +243,12 @@ class ThinkStage(
         offered: Sequence[ToolSpec],
         attempt: int,
         lines: Sequence[str] = (),
-    ) -> ModelReply:
-        """Ask the model once, under its span: the conversation trimmed, with the budget line."""
+    ) -> Awaitable[ModelReply]:
+        """Ask the model once, under its span: the conversation trimmed, with the budget line.
+
+        Returns the call to await (no coroutine of its own around it: a frame
+        less per turn when no span is opened and the priority stays).
+        """
         config = self.config
         conversation: tuple[Message, ...] = (*messages, *new)
         budget = config.limits.render(used, wrapup=wrapup) if used is not None else ""
@@ -268,7 +272,19 @@ class ThinkStage(
         priority = config.limits.left(used) if used is not None else DEFAULT_PRIORITY
         scope = _tracing.model_call(config.trace_system, config.trace_model)
         if scope is _tracing.NOTHING and current_priority() == priority:
-            return await self._call(request, payload, offered, plain)  # no span, no new priority
+            return self._call(request, payload, offered, plain)  # no span, no new priority
+        return self._traced(scope, priority, request, payload, offered, plain)
+
+    async def _traced(
+        self,
+        scope: contextlib.AbstractContextManager[Any],
+        priority: float,
+        request: Any,
+        payload: Sequence[Message],
+        offered: Sequence[ToolSpec],
+        plain: bool,
+    ) -> ModelReply:
+        """`_call` under the model call's span and with the turn's rate priority."""
         with (
             scope as span,
             rate_priority(priority) if current_priority() != priority else contextlib.nullcontext(),
@@ -292,10 +308,17 @@ class ThinkStage(
         """
         if self.config.stream:
             return self._stream(request, payload, offered)
+        config = self.config
+        ask: Callable[[], Awaitable[ModelReply]]
+        if config.cache is None and current_injector() is None:  # the model itself, directly
+            model = governing(config.model)
+            ask = functools.partial(
+                model.complete, payload, tools=offered, json_mode=config.ask_json
+            )
+        else:
+            ask = functools.partial(self._ask, payload, offered)
         record = record_plain_call if plain else record_call
-        return record(
-            "model", request, functools.partial(self._ask, payload, offered), returns=ModelReply
-        )
+        return record("model", request, ask, returns=ModelReply)
 
     async def _ask(self, payload: Sequence[Message], offered: Sequence[ToolSpec]) -> ModelReply:
         """The model's reply (or the prompt cache's), under the fault plan if one is installed."""
@@ -363,7 +386,12 @@ class ActStage(
             failures = self.config.tool_failures
             if runner.may_hold:
                 return await act_guarded(view, runner, self.config.max_parallel_tools, failures)
-            call = functools.partial(runner.call, step=view.pending_step, on_exhausted=failures)
+            step = view.pending_step
+            if len(calls) == 1:  # the common case, called directly
+                result = await runner.call(calls[0], step=step, on_exhausted=failures)
+                share_fields_set(result)  # kept in the conversation for the session's life
+                return Patch(pending=(), tool_calls=view.tool_calls + 1).append("messages", result)
+            call = functools.partial(runner.call, step=step, on_exhausted=failures)
         if len(calls) == 1:  # the common case: no task group needed
             result = await call(calls[0])
             share_fields_set(result)  # kept in the conversation for the session's life
