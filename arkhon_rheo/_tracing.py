@@ -51,6 +51,7 @@ except ImportError:  # pragma: no cover - exercised where the extra is absent
 
 __all__ = [
     "ENABLED",
+    "NOTHING",
     "end_session",
     "model_call",
     "model_reply",
@@ -66,6 +67,8 @@ ENABLED: Final = _otel is not None
 #: A proxy until the application sets a provider; then its real tracer.
 _tracer: Any = _otel.get_tracer("arkhon_rheo") if _otel is not None else None
 _NOTHING: AbstractContextManager[None] = contextlib.nullcontext()
+#: What a span's function gives while tracing is off: no span is opened.
+NOTHING: Final = _NOTHING
 
 
 def _active() -> bool:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import json
 import typing
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
@@ -41,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from pydantic_core import PydanticSerializationError
 
 from .._errors import ConfigurationError, UnrecordableCall
-from ._canonical import json_data
+from ._canonical import check_json, json_data
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -56,6 +55,7 @@ __all__ = [
     "check_json",
     "current_step",
     "record_call",
+    "record_plain_call",
     "record_stream",
     "recorded",
 ]
@@ -90,55 +90,16 @@ class Recorder(Protocol):
 #: The recorder of the stage invocation running in this context, if any.
 RECORDER: ContextVar[Recorder | None] = ContextVar("arkhon_rheo_call_recorder", default=None)
 
-#: Turns JSON data into text; NaN and infinities are refused.
-check_json = json.JSONEncoder(allow_nan=False).encode
-
-
-class _NotPlain(Exception):
-    """Raised by `_plain_copy` at a value that is not plain JSON data."""
-
-
-_NOT_PLAIN = _NotPlain()
-
-
-def _plain_copy(value: Any) -> Any:
-    """A copy of ``value`` if it is plain JSON data already, else `_NotPlain`.
-
-    Plain: dicts with string keys, lists and tuples (copied as lists), strings,
-    ints, bools, ``None`` and finite floats, each of exactly that type. What
-    `json_data` makes of such a value, with what ``check_json`` would accept:
-    one walk instead of a copy and a whole encoding.
-    """
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return value
-    if kind is dict:
-        copy: dict[str, Any] = {}
-        for key, item in value.items():
-            if type(key) is not str:
-                raise _NOT_PLAIN
-            inner = type(item)
-            copy[key] = item if inner is str or inner is int or item is None else _plain_copy(item)
-        return copy
-    if kind is list or kind is tuple:
-        return [_plain_copy(item) for item in value]
-    if kind is float and value - value == 0.0:  # NaN and infinities give NaN
-        return value
-    raise _NOT_PLAIN
-
 
 def _jsonable(kind: str, what: str, value: Any) -> Any:
-    """``value`` as plain JSON data (sets sorted), or `UnrecordableCall`."""
+    """``value`` as plain JSON data (sets sorted), or `UnrecordableCall`.
+
+    NaN and infinities are refused here, not at the store.
+    """
     try:
-        return _plain_copy(value)
-    except _NotPlain:
-        pass
-    try:
-        data = json_data(value)
-        check_json(data)  # NaN and infinities are refused here, not at the store
+        return json_data(value, finite=True)
     except (PydanticSerializationError, ValueError, TypeError) as exc:
         raise UnrecordableCall(kind=kind, what=what, reason=str(exc)) from exc
-    return data
 
 
 def current_step() -> int | None:
@@ -209,6 +170,23 @@ async def record_call(
         return await call()
     jsonable = _jsonable(kind, "request", request)
     return cast("T", await recorder.call(kind, jsonable, call, returns))
+
+
+async def record_plain_call(
+    kind: str, request: Any, call: Callable[[], Awaitable[T]], *, returns: Any = Any
+) -> T:
+    """`record_call` for a request its caller made as plain JSON data, for this call only.
+
+    Plain as `plain_copy` takes it (dicts with string keys, lists, strings,
+    ints, bools, ``None``, finite floats), new, and never changed after: it is
+    recorded as it is, not copied. The library's own callers use it (the
+    ReAct engine's model turns); a request from elsewhere goes through
+    `record_call`.
+    """
+    recorder = RECORDER.get()
+    if recorder is None or recorder.closed:
+        return await call()
+    return cast("T", await recorder.call(kind, request, call, returns))
 
 
 async def record_stream(

@@ -45,8 +45,15 @@ _SERIALIZERS = {
 }
 
 
-def tail(messages: Sequence[Message]) -> list[Any]:
-    """The messages after the last assistant message: what is new to the model this turn."""
+def tail(messages: Sequence[Message]) -> tuple[list[Any], bool]:
+    """The messages after the last assistant message (what is new to the model this turn), dumped.
+
+    Returns:
+        The dumps, and whether they are plain JSON data for certain: each of
+        the four message types themselves (strings, bools, ``None`` and tool
+        calls of strings) dumped by its own serializer. A subclass is dumped
+        as the union dumps it, and its dump is not vouched for.
+    """
     start = 0
     for index in range(len(messages) - 1, -1, -1):
         if isinstance(messages[index], AssistantMessage):
@@ -56,14 +63,18 @@ def tail(messages: Sequence[Message]) -> list[Any]:
     for message in messages[start:]:
         serializer = _SERIALIZERS.get(type(message))
         if serializer is None:  # a subclass: dumped as the union dumps it
-            return list(_MESSAGES.dump_python(tuple(messages[start:]), mode="json"))
+            return list(_MESSAGES.dump_python(tuple(messages[start:]), mode="json")), False
         new.append(serializer.to_python(message, mode="json"))
-    return new
+    return new, True
+
+
+#: Parses a call's arguments as ``json.loads`` does, without its wrapper's frame.
+_decode = json.JSONDecoder().decode
 
 
 def bad_arguments(call: ToolCall) -> str | None:
     try:
-        value = json.loads(call.arguments or "{}")
+        value = _decode(call.arguments or "{}")
     except json.JSONDecodeError as exc:
         return f"the arguments of tool call {call.name!r} are not valid JSON ({exc.msg})"
     if not isinstance(value, dict):

@@ -50,7 +50,13 @@ from ..protocols import (
     record_call,
     record_stream,
 )
-from ..protocols._seams import current_injector, current_session, current_step, share_fields_set
+from ..protocols._seams import (
+    current_injector,
+    current_session,
+    current_step,
+    record_plain_call,
+    share_fields_set,
+)
 from ..tools import Toolbox
 from ._budget import Used
 from ._calls import answer_data, check_reply, tail, unwrap
@@ -119,7 +125,17 @@ class StartStage(ReactStage, name="start", reads={"task", "messages"}, writes={"
 class ThinkStage(
     ReactStage,
     name="think",
-    reads={"messages", "turns", "tool_calls", "usage", "cost", "started_at", "wrapup", "stop"},
+    reads={
+        "messages",
+        "turns",
+        "tool_calls",
+        "usage",
+        "cost",
+        "started_at",
+        "elapsed",
+        "wrapup",
+        "stop",
+    },
     writes={
         "messages",
         "pending",
@@ -146,16 +162,19 @@ class ThinkStage(
         config = self.config
         if view.stop:
             return Patch(exit=StopReason.STOPPED)
-        if view.turns >= config.max_steps:
-            _log.warning("react_max_steps", turns=view.turns, max_steps=config.max_steps)
+        # Each field read once (a read through the view is a lookup in Python).
+        turns, usage, cost, started_at = view.turns, view.usage, view.cost, view.started_at
+        if turns >= config.max_steps:
+            _log.warning("react_max_steps", turns=turns, max_steps=config.max_steps)
             return Patch(exit=StopReason.MAX_STEPS)
-        started, elapsed = view.started_at, 0.0
+        before = (usage, cost, started_at, view.elapsed)
+        started, elapsed = started_at, 0.0
         if config.timed:  # the clock is read (and recorded, for replay) only when time is limited
-            now = await record_call("clock", {"turn": view.turns}, _now, returns=float)
+            now = await record_call("clock", {"turn": turns}, _now, returns=float)
             started = now if started is None else started
             elapsed = max(0.0, now - started)
-        turns, usage, cost = view.turns, view.usage, view.cost
         wrapup, new = self._budget_check(view, elapsed)
+        new_wrapup = bool(new)  # the notice is sent when (and only when) the turn becomes it
         offered, lines = checked_turn(config.checks, config.runner.specs, view, wrapup)
         problem = ""
         limited = config.limited
@@ -179,9 +198,10 @@ class ThinkStage(
             new.extend(feedback)
         else:
             raise MalformedModelOutput(problem, retries=config.max_format_retries)
-        patch = Patch(
-            turns=turns, usage=usage, cost=cost, started_at=started, elapsed=elapsed, wrapup=wrapup
-        ).append("messages", *new)
+        patch = Patch(turns=turns, **_changed(before, (usage, cost, started, elapsed)))
+        if new_wrapup:
+            patch = patch.set(wrapup=True)
+        patch = patch.append("messages", *new)
         if reply.tool_calls:  # their idempotency keys are made from this step's number
             return patch.set(pending=reply.tool_calls, pending_step=current_step())
         exit_reason = StopReason.BUDGET_EXHAUSTED if wrapup else StopReason.ANSWERED
@@ -213,7 +233,7 @@ class ThinkStage(
         )
         return True, [UserMessage(content=notice)]
 
-    async def _turn(
+    def _turn(
         self,
         messages: Sequence[Message],
         new: Sequence[Message],
@@ -223,8 +243,12 @@ class ThinkStage(
         offered: Sequence[ToolSpec],
         attempt: int,
         lines: Sequence[str] = (),
-    ) -> ModelReply:
-        """Ask the model once, under its span: the conversation trimmed, with the budget line."""
+    ) -> Awaitable[ModelReply]:
+        """Ask the model once, under its span: the conversation trimmed, with the budget line.
+
+        Returns the call to await (no coroutine of its own around it: a frame
+        less per turn when no span is opened and the priority stays).
+        """
         config = self.config
         conversation: tuple[Message, ...] = (*messages, *new)
         budget = config.limits.render(used, wrapup=wrapup) if used is not None else ""
@@ -236,28 +260,36 @@ class ThinkStage(
             payload = self.window.trim(conversation, config.max_context_tokens)
         if line:
             payload = (*payload, SystemMessage(content=line))
+        dumped, plain = tail(conversation)
         request = {
             "turn": turns,
             "attempt": attempt,
-            "new": tail(conversation),
+            "new": dumped,
             "tools": [spec.name for spec in offered],
             "budget": line,
         }
         # Its place when a rate governor queues it: the budget left (the whole of it: 1.0).
         priority = config.limits.left(used) if used is not None else DEFAULT_PRIORITY
+        scope = _tracing.model_call(config.trace_system, config.trace_model)
+        if scope is _tracing.NOTHING and current_priority() == priority:
+            return self._call(request, payload, offered, plain)  # no span, no new priority
+        return self._traced(scope, priority, request, payload, offered, plain)
+
+    async def _traced(
+        self,
+        scope: contextlib.AbstractContextManager[Any],
+        priority: float,
+        request: Any,
+        payload: Sequence[Message],
+        offered: Sequence[ToolSpec],
+        plain: bool,
+    ) -> ModelReply:
+        """`_call` under the model call's span and with the turn's rate priority."""
         with (
-            _tracing.model_call(config.trace_system, config.trace_model) as span,
+            scope as span,
             rate_priority(priority) if current_priority() != priority else contextlib.nullcontext(),
         ):
-            if config.stream:
-                reply = await self._stream(request, payload, offered)
-            else:
-                reply = await record_call(
-                    "model",
-                    request,
-                    functools.partial(self._ask, payload, offered),
-                    returns=ModelReply,
-                )
+            reply = await self._call(request, payload, offered, plain)
             _tracing.model_reply(
                 span,
                 reply.model,
@@ -266,6 +298,27 @@ class ThinkStage(
                 reply.finish_reason,
             )
         return reply
+
+    def _call(
+        self, request: Any, payload: Sequence[Message], offered: Sequence[ToolSpec], plain: bool
+    ) -> Awaitable[ModelReply]:
+        """The model's reply, recorded (a request made here of plain data as it is, not copied).
+
+        The awaitable itself, not a coroutine around it: one frame less per turn.
+        """
+        if self.config.stream:
+            return self._stream(request, payload, offered)
+        config = self.config
+        ask: Callable[[], Awaitable[ModelReply]]
+        if config.cache is None and current_injector() is None:  # the model itself, directly
+            model = governing(config.model)
+            ask = functools.partial(
+                model.complete, payload, tools=offered, json_mode=config.ask_json
+            )
+        else:
+            ask = functools.partial(self._ask, payload, offered)
+        record = record_plain_call if plain else record_call
+        return record("model", request, ask, returns=ModelReply)
 
     async def _ask(self, payload: Sequence[Message], offered: Sequence[ToolSpec]) -> ModelReply:
         """The model's reply (or the prompt cache's), under the fault plan if one is installed."""
@@ -333,7 +386,12 @@ class ActStage(
             failures = self.config.tool_failures
             if runner.may_hold:
                 return await act_guarded(view, runner, self.config.max_parallel_tools, failures)
-            call = functools.partial(runner.call, step=view.pending_step, on_exhausted=failures)
+            step = view.pending_step
+            if len(calls) == 1:  # the common case, called directly
+                result = await runner.call(calls[0], step=step, on_exhausted=failures)
+                share_fields_set(result)  # kept in the conversation for the session's life
+                return Patch(pending=(), tool_calls=view.tool_calls + 1).append("messages", result)
+            call = functools.partial(runner.call, step=step, on_exhausted=failures)
         if len(calls) == 1:  # the common case: no task group needed
             result = await call(calls[0])
             share_fields_set(result)  # kept in the conversation for the session's life
@@ -359,6 +417,25 @@ class ActStage(
     def next(self, state: ReactState) -> enum.Enum:
         """Think again; with a call held for a human, act again (after the gate)."""
         return L.THINKING if state.held is None else L.ACTING
+
+
+def _changed(before: tuple[Any, ...], after: tuple[Any, ...]) -> dict[str, Any]:
+    """The turn's counters that changed: a patch writes only those (the state is the same).
+
+    ``before`` and ``after`` are ``(usage, cost, started_at, elapsed)``. A model
+    that reports no usage, an agent without prices or a time limit, leave them
+    as they were; each field left out is one less value validated, recorded
+    and copied into the next state at every turn.
+    """
+    return {
+        name: new
+        for name, old, new in zip(_COUNTERS, before, after, strict=True)
+        if new is not old and new != old
+    }
+
+
+#: The counters a turn may change, in `_changed`'s order.
+_COUNTERS = ("usage", "cost", "started_at", "elapsed")
 
 
 def _added(usage: Usage, more: Usage) -> Usage:

@@ -231,8 +231,7 @@ class CallRecorder:
                 finally:
                     RECORDER.reset(token)
                 try:
-                    dumped = scrub_data(json_data(adapter.dump_python(chunk)))
-                    check_json(dumped)
+                    dumped = scrub_data(json_data(adapter.dump_python(chunk), finite=True))
                 except (PydanticSerializationError, ValueError, TypeError) as exc:
                     raise UnrecordableCall(
                         kind=kind, what="response", reason=scrub_secrets(str(exc))
@@ -278,8 +277,7 @@ def _error(exc: Exception) -> dict[str, Any]:
     scrub_exception(exc)
     message = scrub_secrets(str(exc))
     try:
-        args = scrub_data(json_data(exc.args))
-        check_json(args)
+        args = scrub_data(json_data(exc.args, finite=True))
     except (PydanticSerializationError, ValueError, TypeError):
         args = [message]
     if scrub_secrets(repr(args)) != repr(args):  # a secret the args hold some other way

@@ -83,6 +83,11 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+#: Parses a call's arguments (NaN and infinities refused): made once, not per call
+#: (``json.loads`` with an option makes a decoder, and its scanner, each time).
+_decode = json.JSONDecoder(parse_constant=_reject_constant).decode
+
+
 def _compact(exc: ValidationError) -> str:
     """Pydantic's errors, one short clause each: ``where: what (got ...)``."""
     parts = []
@@ -438,7 +443,7 @@ def _request(call: ToolCall, approved: bool, rerun: int) -> tuple[str, Any, dict
     text = call.arguments.strip() or "{}"
     arguments: Any
     try:
-        arguments = json.loads(text, parse_constant=_reject_constant)
+        arguments = _decode(text)
     except ValueError:
         arguments = call.arguments
     request: dict[str, Any] = {"name": call.name, "arguments": arguments}
