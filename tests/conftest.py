@@ -5,10 +5,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import structlog
 import trio.testing
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+# Property tests without a count of their own draw 50 examples in the default run;
+# ``pytest --hypothesis-profile=thorough`` draws 200 (a profile named on the command
+# line is loaded after this file).
+settings.register_profile("default-run", max_examples=50, deadline=None)
+settings.register_profile("thorough", max_examples=200, deadline=None)
+settings.load_profile("default-run")
 
 #: The `anyio_backend` value of a test on trio's virtual clock (see `helpers.on_virtual_clock`).
 VIRTUAL_CLOCK = "trio-autojump"

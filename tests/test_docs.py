@@ -1,8 +1,9 @@
 """The README and the documentation site as a newcomer meets them.
 
 Every ``python`` block of README.md and of every page under docs/ runs as a complete
-program; every class the prose names is exported by a public namespace; every dotted
-path it names resolves; the README stays short; every page of the site's navigation
+program (a page's blocks in one process, in order, each in a fresh ``__main__``);
+every class the prose names is exported by a public namespace; every dotted path it
+names resolves; the README stays short; every page of the site's navigation
 exists and says more than its title.
 
 A block whose first line is ``# name.py`` is a module: it must import, and the blocks
@@ -14,19 +15,20 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .test_exports import PUBLIC_NAMESPACES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -79,28 +81,75 @@ def test_the_readme_and_the_site_have_snippets() -> None:
     assert sum(len(_blocks(page)) for page in PAGES) >= 30
 
 
+#: Runs a page's blocks in one process (`tests.support.snippet_runner`), fed to ``python -c``.
+RUNNER = (ROOT / "tests" / "support" / "snippet_runner.py").read_text()
+
+
+class PageRun:
+    """What one process running all of a page's blocks in order made of each."""
+
+    def __init__(self, page: Path, directory: Path) -> None:
+        blocks = _blocks(page)
+        programs = []
+        for index, block in enumerate(blocks):
+            if (match := _MODULE.match(block)) is not None:
+                # A module: the blocks after it may import it, and it must import.
+                (directory / f"{match.group(1)}.py").write_text(block)
+                block = f"import {match.group(1)}"
+            programs.append({"name": f"{_name(page)}#{index}", "code": block})
+        self.programs = programs
+        (directory / "programs.json").write_text(json.dumps(programs))
+        results_path = directory / "results.json"
+        self.process = subprocess.run(
+            [sys.executable, "-c", RUNNER, "programs.json", str(results_path)],
+            # The page's modules, then the tree under test (not whatever is installed).
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(directory), str(ROOT)])},
+            capture_output=True,
+            text=True,
+            timeout=120 * len(blocks),
+            check=False,
+            cwd=directory,
+        )
+        self.results: list[dict[str, Any]] = (
+            json.loads(results_path.read_text()) if results_path.exists() else []
+        )
+
+    def failure(self, index: int) -> str | None:
+        """Why block ``index`` did not run to its end, or None if it did."""
+        code = self.programs[index]["code"]
+        if index >= len(self.results):
+            return (
+                f"{self.programs[index]['name']} never ran: the page's process ended with "
+                f"{self.process.returncode}:\n{code}\n--- stderr:\n{self.process.stderr}"
+            )
+        result = self.results[index]
+        if result["ok"]:
+            return None
+        return f"{code}\n--- error:\n{result['error']}\n--- stderr:\n{self.process.stderr}"
+
+
+@pytest.fixture(scope="module")
+def page_runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], PageRun]:
+    """Each page's blocks run once, in one process of their own, when a test first asks."""
+    runs: dict[Path, PageRun] = {}
+
+    def run(page: Path) -> PageRun:
+        if page not in runs:
+            runs[page] = PageRun(page, tmp_path_factory.mktemp("page"))
+        return runs[page]
+
+    return run
+
+
 @pytest.mark.parametrize(("page", "index"), list(_snippets()))
-def test_each_snippet_imports_what_it_uses_and_runs(page: Path, index: int, tmp_path: Path) -> None:
-    blocks = _blocks(page)
-    code = blocks[index]
+def test_each_snippet_imports_what_it_uses_and_runs(
+    page: Path, index: int, page_runs: Callable[[Path], PageRun]
+) -> None:
+    code = _blocks(page)[index]
     tree = ast.parse(code)  # a snippet is complete Python, not a fragment
     assert any(isinstance(node, ast.Import | ast.ImportFrom) for node in tree.body), code
-    for block in blocks:  # the page's modules, for the blocks that import them
-        if (match := _MODULE.match(block)) is not None:
-            (tmp_path / f"{match.group(1)}.py").write_text(block)
-    if (match := _MODULE.match(code)) is not None:
-        code = f"import {match.group(1)}"  # a module: it must import
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        # The snippet's modules, then the tree under test (not whatever is installed).
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, f"{_name(page)}:\n{code}\n--- stderr:\n{result.stderr}"
+    failure = page_runs(page).failure(index)
+    assert failure is None, f"{_name(page)}:\n{failure}"
 
 
 def _named_in_prose(page: Path) -> set[str]:

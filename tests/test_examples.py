@@ -1,4 +1,8 @@
-"""Every script in examples/ runs to completion on both backends."""
+"""Every script in examples/ runs to completion on both backends.
+
+Each command line runs once (`Runs`): the test that a script runs and the test of
+what it prints read the same process's output.
+"""
 
 from __future__ import annotations
 
@@ -17,17 +21,51 @@ def test_there_are_examples() -> None:
     assert EXAMPLES
 
 
+class Runs:
+    """Each example run once per command line, in a folder of its own, offline.
+
+    The test that an example runs and the test of what it prints share the run:
+    the same command, so one process.
+    """
+
+    def __init__(self, folders: pytest.TempPathFactory) -> None:
+        self.folders = folders
+        self.done: dict[tuple[str, ...], tuple[subprocess.CompletedProcess[str], Path]] = {}
+
+    def run(self, stem: str, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+        """The finished process of ``python examples/STEM.py ARGS`` and its working folder."""
+        key = (stem, *args)
+        if key not in self.done:
+            script = next(path for path in EXAMPLES if path.stem == stem)
+            cwd = self.folders.mktemp(stem)
+            result = subprocess.run(
+                [sys.executable, str(script), *args],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+                cwd=cwd,
+                env=_offline(script),
+            )
+            self.done[key] = (result, cwd)
+        return self.done[key]
+
+    def lines(self, stem: str, *args: str) -> list[str]:
+        """What the example printed, after checking that it ran to completion."""
+        result, _ = self.run(stem, *args)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return Runs(tmp_path_factory)
+
+
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda path: path.stem)
-def test_example_runs(script: Path, backend: str) -> None:
-    result = subprocess.run(
-        [sys.executable, str(script), backend],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=_offline(script),
-    )
+def test_example_runs(script: Path, backend: str, runs: Runs) -> None:
+    result, _ = runs.run(script.stem, backend)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip(), "an example should show what it did"
 
@@ -38,43 +76,31 @@ def _offline(script: Path) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(script.parents[1])}
 
 
-def _run(stem: str, *args: str) -> list[str]:
-    script = next(path for path in EXAMPLES if path.stem == stem)
-    result = subprocess.run(
-        [sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=_offline(script),
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines()
-
-
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_the_phase_example_shows_each_stuck_policy(backend: str) -> None:
-    hard = _run("phase_agent", backend, "hard")
+def test_the_phase_example_shows_each_stuck_policy(backend: str, runs: Runs) -> None:
+    hard = runs.lines("phase_agent", backend)  # its default policy: hard
     assert "stuck_search (hard): init->searching -> searching->stuck_search -> " in " ".join(hard)
     assert (
         "  exit: answered, stuck: repeated_tool; answer: No quantum module is documented." in hard
     )
-    soft = _run("phase_agent", backend, "soft")
+    soft = runs.lines("phase_agent", backend, "soft")
     assert (
         "  calculator: not run: this moves the agent from searching to deciding, which is not "
         "allowed. From searching you may: analyzing (analyze); finishing (answer in text); "
         "searching (context_fts_search)."
     ) in soft
     assert "  exit: answered; answer: 4" in soft
-    auto = _run("phase_agent", backend, "auto_finish")
+    auto = runs.lines("phase_agent", backend, "auto_finish")
     assert "  context_fts_search: not run: the agent was stuck" in auto
     for lines in (hard, soft, auto):
         assert lines.count("  replay without the model: ok") == 4
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_the_validate_example_retries_then_ends_on_a_terminal_rule(backend: str) -> None:
-    lines = _run("thought_validate_agent", backend)
+def test_the_validate_example_retries_then_ends_on_a_terminal_rule(
+    backend: str, runs: Runs
+) -> None:
+    lines = runs.lines("thought_validate_agent", backend)
     assert (
         "  wikipedia: rejected by rule known_tool: unknown tool 'wikipedia'; use one of "
         "['search', 'calculator']. Revise your step."
@@ -88,8 +114,8 @@ def test_the_validate_example_retries_then_ends_on_a_terminal_rule(backend: str)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_the_budget_example_shows_the_overdraft_and_the_wrapup(backend: str) -> None:
-    lines = _run("budgeted_decision_agent", backend)
+def test_the_budget_example_shows_the_overdraft_and_the_wrapup(backend: str, runs: Runs) -> None:
+    lines = runs.lines("budgeted_decision_agent", backend)
     overdraft = [line for line in lines if line.endswith("exploit_overdraft 0/1")]
     assert len(overdraft) == 2  # the round the overdraft opened, in each scenario
     assert sum(line.endswith(", wrapup active") for line in lines) == 2
@@ -101,39 +127,21 @@ def test_the_budget_example_shows_the_overdraft_and_the_wrapup(backend: str) -> 
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_the_main_job_stores_its_history_and_replays_it(tmp_path: Path, backend: str) -> None:
-    script = next(path for path in EXAMPLES if path.stem == "lifecycle_agent")
-    result = subprocess.run(
-        [sys.executable, str(script), backend],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+def test_the_main_job_stores_its_history_and_replays_it(backend: str, runs: Runs) -> None:
+    lines = runs.lines("lifecycle_agent", backend)
+    _, folder = runs.run("lifecycle_agent", backend)
     assert "exit: finished, iteration 2, answer 42" in lines
     assert "  #5 act: ACTING -> OBSERVING (recorded calls: tool:calculator)" in lines
     assert (
         "replay: ok; 6 events folded, 6 stages re-executed on their recorded calls, "
         "without the model" in lines
     )
-    assert (tmp_path / "arkhon-rheo.db").exists()  # the embedded SQLite default
+    assert (folder / "arkhon-rheo.db").exists()  # the embedded SQLite default
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_the_subgraph_example_links_the_child_to_its_parent_step(backend: str) -> None:
-    script = next(path for path in EXAMPLES if path.stem == "subgraph_agent")
-    result = subprocess.run(
-        [sys.executable, str(script), backend],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+def test_the_subgraph_example_links_the_child_to_its_parent_step(backend: str, runs: Runs) -> None:
+    lines = runs.lines("subgraph_agent", backend)
     assert "s1: finished in DONE: alice is in with tok-alice" in lines
     child = [line for line in lines if line.startswith("    s1/auth_subgraph/2 ")]
     assert child == [
@@ -146,22 +154,8 @@ def test_the_subgraph_example_links_the_child_to_its_parent_step(backend: str) -
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_the_react_example_answers_with_both_tools_and_replays(
-    tmp_path: Path, backend: str
-) -> None:
-    script = next(path for path in EXAMPLES if path.stem == "react_agent")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
-    result = subprocess.run(
-        [sys.executable, str(script), backend],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+def test_the_react_example_answers_with_both_tools_and_replays(backend: str, runs: Runs) -> None:
+    lines = runs.lines("react_agent", backend)
     # The two calls run concurrently: trio may start either first.
     act = "  #3 act: ACTING -> THINKING (recorded calls: {})"
     assert any(
@@ -174,19 +168,10 @@ def test_the_react_example_answers_with_both_tools_and_replays(
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_the_mcp_example_calls_its_servers_tools_and_replays_without_it(backend: str) -> None:
-    script = next(path for path in EXAMPLES if path.stem == "mcp_agent")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    result = subprocess.run(
-        [sys.executable, str(script), backend],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+def test_the_mcp_example_calls_its_servers_tools_and_replays_without_it(
+    backend: str, runs: Runs
+) -> None:
+    lines = runs.lines("mcp_agent", backend)
     assert lines[lines.index("tools:") + 1 :][:4] == [
         "  thousands(number)",
         "  population(city)",

@@ -37,8 +37,19 @@ HAVE_LANGGRAPH = _have_langgraph()
 
 @pytest.fixture(scope="module")
 def backends() -> dict[str, str]:
-    """One quick run of the bench on both backends, shared by this module's tests."""
-    return run_bench_quick("store.py", timeout=180)
+    """One quick run of the bench on both backends, shared by this module's tests.
+
+    The bench's code on sizes smaller than its ``--quick`` ones: the same code, under
+    half the work (crowds of 10 and 30 sessions, 50 cycles on disk).
+    """
+    return run_bench_quick(
+        "store.py",
+        timeout=180,
+        smaller={
+            "QUICK": "Sizes(cycles=20, sessions=(10, 30), disk=(10, 50), repeat=1, "
+            "reference_crowd=30, gil_transactions=2)"
+        },
+    )
 
 
 def test_store_bench_quick_run_prints_every_figure_on_both_backends(
@@ -54,11 +65,11 @@ def test_store_bench_quick_run_prints_every_figure_on_both_backends(
             "ours sync/floor",
             "ours, no store (runtime alone)",
             "(2) sessions N=10,",
-            "(2) sessions N=100,",
+            "(2) sessions N=30,",
             "ours sync ",
             "ours batched ",
             "ours batched, tuned GC",
-            "(5) where a durable commit's time goes, N=100",
+            "(5) where a durable commit's time goes, N=30",
             "no store (runtime alone)",
             "MemoryStore",
             "other threads",
@@ -77,7 +88,7 @@ def test_store_bench_quick_run_prints_every_figure_on_both_backends(
         "ours/(a)",
         "(3) bytes on disk",
         "after    10 cycles: ours",
-        "after   200 cycles: ours",
+        "after    50 cycles: ours",
         "(4) the interpreter lock: a 500-row update in a thread",
         "with the main thread idle",
         "with it running Python",

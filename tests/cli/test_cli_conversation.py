@@ -1,9 +1,10 @@
 """A conversation over the command line: ``run --text``, then ``send`` from other processes.
 
-Each command is a process of its own (``python -m arkhon_rheo``) driving a
-real-model conversational agent (`tests.support.real_agent`) against a loopback
-OpenAI-compatible server: the session parks in the store between turns, and
-each process wakes it, applies the user's message and prints the reply.
+Each command drives a real-model conversational agent (`tests.support.real_agent`)
+against a loopback OpenAI-compatible server: the session parks in the store between
+turns, and each command wakes it, applies the user's message and prints the reply.
+In the three-turn test each ``send`` is a process of its own (``python -m
+arkhon_rheo``); the other commands run ``main(argv)`` in this process (`cli`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ async def test_three_turns_from_three_processes_keep_one_conversation(
             server.add(*replies)
             code, sent, err = await cli(
                 server, anyio_backend, "send", "c1", "--machine", CHAT, "--text", text,
-                "--store", db,
+                "--store", db, process=True,
             )  # fmt: skip
             assert code == 0, err
             assert sent["exit_reason"] == "waiting"

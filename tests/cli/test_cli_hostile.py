@@ -314,19 +314,31 @@ def test_a_fifo_or_a_directory_as_the_store_is_a_usage_error(tmp_path: Path) -> 
 def test_run_and_demo_on_a_fifo_are_refused_without_reading_it(
     tmp_path: Path, backend: str
 ) -> None:
-    # In a child process: before the fix, reading the FIFO's header blocked forever.
+    # In a child process (one for both commands): before the fix, reading the FIFO's
+    # header blocked forever, and a hung child can be killed where a thread cannot.
     fifo = tmp_path / "pipe.db"
     os.mkfifo(fifo)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    for argv in (["run", MACHINE, "--input", '{"text": "hi"}'], ["demo", "--sessions", "1"]):
-        command = [sys.executable, "-m", "arkhon_rheo", *argv, "--backend", backend]
-        done = subprocess.run(
-            [*command, "--store", str(fifo)],
-            capture_output=True, text=True, env=env, check=False, timeout=60,
-        )  # fmt: skip
-        assert done.returncode == 2, done.stderr
-        assert "is a FIFO, not a regular file" in done.stderr
-        assert "Traceback" not in done.stderr
+    commands = [
+        [*argv, "--backend", backend, "--store", str(fifo)]
+        for argv in (["run", MACHINE, "--input", '{"text": "hi"}'], ["demo", "--sessions", "1"])
+    ]
+    child = (
+        "import json, sys\n"
+        "from arkhon_rheo.cli import main\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    print(main(argv), flush=True)\n"
+        "    print('--- done', file=sys.stderr, flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, json.dumps(commands)],
+        capture_output=True, text=True, env=env, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "2"], done.stderr
+    for err in done.stderr.split("--- done")[:2]:
+        assert "is a FIFO, not a regular file" in err
+        assert "Traceback" not in err
 
 
 # -- 8b: an edit may not forge what the supervisor recorded -------------------------------

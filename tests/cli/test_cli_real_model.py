@@ -2,12 +2,16 @@
 
 `tests.support.real_agent` makes ``react_agent(OpenAIChatClient(...), ...)`` at
 import and never opens the client; the agent system each command opens does.
-Each command runs as its own process (``python -m arkhon_rheo``) against a
-loopback OpenAI-compatible server this test serves (`tests.support.chat_server`).
+Each command runs through ``main(argv)`` on a thread of its own, the agent's module
+imported afresh, against a loopback OpenAI-compatible server this test serves
+(`tests.support.chat_server`); `tests/cli/test_cli_conversation.py` runs commands as
+processes of their own (``python -m arkhon_rheo``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
@@ -17,6 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
+from arkhon_rheo.cli import main
 from arkhon_rheo.store import SQLiteStore
 from tests.support.anthropic_server import message
 from tests.support.chat_server import Canned, ChatServer, open_chat_server
@@ -27,26 +32,53 @@ pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "tests.support.real_agent:agent"
 GATED = "tests.support.real_agent:gated_agent"
+REAL_AGENT = "tests.support.real_agent"
 
 
 async def cli(
-    server: ChatServer, backend: str, *argv: str, provider: str = "openai"
+    server: ChatServer, backend: str, *argv: str, provider: str = "openai", process: bool = False
 ) -> tuple[int, Any, str]:
-    """Run ``arkhon-rheo ARGV --json`` in a process of its own; its status, JSON output, stderr."""
+    """Run ``arkhon-rheo ARGV --json``; its status, JSON output, stderr.
+
+    In this process by default: ``main(argv)`` on a thread of its own (so its own event
+    loop, beside the test's that serves the model), with the agent's module imported
+    afresh under the server's environment, as a new process would. With ``process``, as
+    a process of its own (``python -m arkhon_rheo``), for what only processes show.
+    """
     url = server.root if provider == "anthropic" else server.url
-    env = {**os.environ, URL_VARIABLE: url, PROVIDER_VARIABLE: provider, "PYTHONPATH": str(ROOT)}
-    env.pop("OPENAI_API_KEY", None)
-    env.pop("ANTHROPIC_API_KEY", None)
+    variables = {URL_VARIABLE: url, PROVIDER_VARIABLE: provider}
+    command = [*argv, "--backend", backend, "--json"]
     with anyio.fail_after(120):  # a hung command, not a timing threshold
-        done = await anyio.run_process(
-            [sys.executable, "-m", "arkhon_rheo", *argv, "--backend", backend, "--json"],
-            cwd=ROOT,
-            env=env,
-            check=False,
-        )
-    out, err = done.stdout.decode(), done.stderr.decode()
+        if process:
+            env = {**os.environ, **variables, "PYTHONPATH": str(ROOT)}
+            env.pop("OPENAI_API_KEY", None)
+            env.pop("ANTHROPIC_API_KEY", None)
+            done = await anyio.run_process(
+                [sys.executable, "-m", "arkhon_rheo", *command], cwd=ROOT, env=env, check=False
+            )
+            code, out, err = done.returncode, done.stdout.decode(), done.stderr.decode()
+        else:
+            code, out, err = await anyio.to_thread.run_sync(in_process, command, variables)
     assert "Traceback" not in err, err
-    return done.returncode, (json.loads(out) if out.strip() else None), err
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def in_process(command: list[str], variables: dict[str, str]) -> tuple[int, str, str]:
+    """``main(command)`` under ``variables`` (no API key), the agent's module imported afresh."""
+    saved = dict(os.environ)
+    os.environ.update(variables)
+    os.environ.pop("OPENAI_API_KEY", None)
+    os.environ.pop("ANTHROPIC_API_KEY", None)
+    sys.modules.pop(REAL_AGENT, None)  # its agents are made at import, from the environment
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(command)
+    finally:
+        sys.modules.pop(REAL_AGENT, None)
+        os.environ.clear()
+        os.environ.update(saved)
+    return code, out.getvalue(), err.getvalue()
 
 
 def tool_result(state: dict[str, Any]) -> dict[str, Any]:

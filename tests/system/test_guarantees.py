@@ -279,7 +279,7 @@ def try_to_mutate(value: Any, done: list[str]) -> None:
         try_to_mutate(child, done)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)  # examples: the profile's (tests/conftest.py)
 @given(tree=type_trees())
 def test_machine_refuses_every_mutable_type_and_immutable_ones_cannot_be_mutated(
     tree: Node,
