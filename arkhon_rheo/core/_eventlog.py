@@ -37,6 +37,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from ..protocols import Patch, TransitionEvent
+from ._packed import pack, unpack
 from ._pointers import MESSAGES, Ref, point, restore
 
 if TYPE_CHECKING:
@@ -47,8 +48,9 @@ __all__ = ["EventLog", "Interner"]
 #: The most objects one machine's interner numbers; past it, rows keep the objects.
 _INTERNED_MAX = 4096
 
-#: A row's flags: the event's error follows the row; its ``info`` follows its values.
-_ERROR, _INFO = 1, 2
+#: A row's flags: the event's error follows the row; its ``info`` follows its values;
+#: its ``info`` is packed (`pack`: its dicts' keys numbered).
+_ERROR, _INFO, _PACKED = 1, 2, 4
 
 
 class Interner:
@@ -167,8 +169,16 @@ class EventLog(Sequence[TransitionEvent]):
                     messages.append((len(data) - start, item))
                 data.append(item)
         refs: tuple[Ref, ...] = ()
-        if messages is not None and type(info) is dict:
-            info, refs = point(info, messages)
+        flags = 0 if error is None else _ERROR
+        written: Any = info
+        if type(info) is dict:
+            if messages is not None:
+                info, refs = point(info, messages)
+            written = pack(info, interner.number)
+            if written is None:
+                written = info
+            else:
+                flags |= _PACKED
         row: tuple[Any, ...] = (
             seq,
             stage,
@@ -178,8 +188,8 @@ class EventLog(Sequence[TransitionEvent]):
             attempt,
             started_at,
             finished_at,
-            _ERROR if error is not None else 0,
-            info,
+            flags,
+            written,
             refs,
         )
         try:
@@ -194,7 +204,8 @@ class EventLog(Sequence[TransitionEvent]):
         data = self._data
         data.append(event.info)
         try:
-            data[start] = marshal.dumps((*row[:_AT_FLAGS], row[_AT_FLAGS] | _INFO, None, ()))
+            flags = (row[_AT_FLAGS] & ~_PACKED) | _INFO
+            data[start] = marshal.dumps((*row[:_AT_FLAGS], flags, None, ()))
         except ValueError:  # a field of a type a row does not hold (a str subclass)
             del data[start:]
             self._keep(event)
@@ -263,8 +274,11 @@ class EventLog(Sequence[TransitionEvent]):
                 at += count
         if flags & _INFO:
             info = data[at]
-        elif refs:
-            restore(info, refs, data, start)
+        else:
+            if flags & _PACKED:
+                info = unpack(info, objects)
+            if refs:
+                restore(info, refs, data, start)
         return TransitionEvent(
             self.session_id,
             seq,
