@@ -168,17 +168,7 @@ class EventLog(Sequence[TransitionEvent]):
                         messages = []
                     messages.append((len(data) - start, item))
                 data.append(item)
-        refs: tuple[Ref, ...] = ()
-        flags = 0 if error is None else _ERROR
-        written: Any = info
-        if type(info) is dict:
-            if messages is not None:
-                info, refs = point(info, messages)
-            written = pack(info, interner.number)
-            if written is None:
-                written = info
-            else:
-                flags |= _PACKED
+        written, refs, flags = self._written(info, messages)
         row: tuple[Any, ...] = (
             seq,
             stage,
@@ -188,7 +178,7 @@ class EventLog(Sequence[TransitionEvent]):
             attempt,
             started_at,
             finished_at,
-            flags,
+            flags if error is None else flags | _ERROR,
             written,
             refs,
         )
@@ -198,6 +188,21 @@ class EventLog(Sequence[TransitionEvent]):
             self._info_after(event, start, row)
             return
         self._ends.append(len(data))
+
+    def _written(
+        self, info: Any, messages: list[tuple[int, Any]] | None
+    ) -> tuple[Any, tuple[Ref, ...], int]:
+        """What a row writes of ``info``, the `Ref` s of the messages it points at, its flags."""
+        if type(info) is not dict:
+            return info, (), 0
+        refs: tuple[Ref, ...] = ()
+        if messages is not None:
+            info, refs = point(info, messages)
+        interner = self._interner
+        packed = pack(info, (interner._index, interner.number))
+        if packed is None:
+            return info, refs, 0
+        return packed, refs, _PACKED
 
     def _info_after(self, event: TransitionEvent, start: int, row: tuple[Any, ...]) -> None:
         """Write ``row`` with the event's ``info`` after its values; else keep ``event`` whole."""

@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    #: An interner's table (a tuple of keys to its number) and its numbering function.
+    Interner = tuple[dict[object, int], Callable[[Any], Any]]
+
 __all__ = ["pack", "unpack"]
 
 #: The types written as they are.
@@ -30,36 +33,56 @@ class _Unpackable(Exception):
     """Raised inside `pack` by a value it does not write (the info is written as it is)."""
 
 
-def pack(info: dict[str, Any], number: Callable[[Any], Any]) -> tuple[Any, ...] | None:
+def pack(info: dict[str, Any], interner: Interner) -> tuple[Any, ...] | None:
     """``info`` with each dict a tuple of its keys' number and its values; None if not JSON-shaped.
 
     Args:
         info: An event's ``info``.
-        number: The interner's `Interner.number` (a tuple of keys gets a number by value).
+        interner: The machine's interner's table and its ``number`` (a tuple of keys
+            gets a number by value).
     """
     try:
-        return _dict(info, number)
+        return _dict(info, interner)
     except (_Unpackable, RecursionError):
         return None
 
 
-def _dict(data: dict[Any, Any], number: Callable[[Any], Any]) -> tuple[Any, ...]:
+def _dict(data: dict[Any, Any], interner: Interner) -> tuple[Any, ...]:
+    # Loops rather than a call per value: this runs at every commit that records a call.
     keys = tuple(data)
-    for key in keys:
-        if type(key) is not str:
+    found = interner[0].get(keys)
+    if found is None:
+        for key in keys:
+            if type(key) is not str:
+                raise _Unpackable
+        found = interner[1](keys)
+    out = [found]
+    for value in data.values():
+        kind = type(value)
+        if kind in _PLAIN:
+            out.append(value)
+        elif kind is dict:
+            out.append(_dict(value, interner))
+        elif kind is list:
+            out.append(_list(value, interner))
+        else:
             raise _Unpackable
-    return (number(keys), *[_value(value, number) for value in data.values()])
+    return tuple(out)
 
 
-def _value(value: Any, number: Callable[[Any], Any]) -> Any:
-    kind = type(value)
-    if kind in _PLAIN:
-        return value
-    if kind is dict:
-        return _dict(value, number)
-    if kind is list:
-        return [_value(item, number) for item in value]
-    raise _Unpackable
+def _list(items: list[Any], interner: Interner) -> list[Any]:
+    out = []
+    for value in items:
+        kind = type(value)
+        if kind in _PLAIN:
+            out.append(value)
+        elif kind is dict:
+            out.append(_dict(value, interner))
+        elif kind is list:
+            out.append(_list(value, interner))
+        else:
+            raise _Unpackable
+    return out
 
 
 def unpack(packed: tuple[Any, ...], objects: list[Any]) -> dict[str, Any]:
