@@ -36,6 +36,7 @@ Figures are for comparison within one run; nothing here fails on a timing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -65,7 +66,7 @@ from arkhon_rheo.testing import FaultPlan, ScriptedModel
 from arkhon_rheo.tools import tool
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import AsyncIterator, Sequence
 
     from arkhon_rheo import SessionResult
     from arkhon_rheo.protocols import Message, ToolSpec, TransitionEvent
@@ -215,109 +216,148 @@ def rss_now() -> int:
         return int(statm.read().split()[1]) * resource.getpagesize()
 
 
+def run_options(faults: bool) -> dict[str, Any]:
+    """The `AgentSystem` options of a faulted run (quick retries, room for its restarts)."""
+    if not faults:
+        return {}
+    return {
+        "backoff": Backoff(base=0.001, cap=0.005, max_attempts=5),
+        "restart_intensity": RestartIntensity(max_restarts=20, within=1.0),
+    }
+
+
+class Run:
+    """One run's sessions and what they leave: results, latencies, progress, the clocks."""
+
+    def __init__(self, sessions: int) -> None:
+        self.sessions = sessions
+        self.models = PerSession()
+        self.agent = react_agent(self.models, [lookup], system_prompt="Use the tool, then answer.")
+        self.progress = Progress(sessions)
+        self.latencies: list[float] = []
+        self.results: list[SessionResult[ReactState]] = []
+        self.clock = GcClock()
+        self.wall = self.cpu = 0.0
+        self.before = self.peak = 0
+
+    async def one(self, system: AgentSystem, index: int) -> None:
+        """Start session ``index``, wait for its result, and forget it (its log goes)."""
+        task = f"task {index}"
+        self.models.add(task)
+        started = time.perf_counter()
+        handle = await system.start(self.agent, ReactState(task=task), session_id=f"s{index}")
+        self.results.append(await handle.result())
+        self.latencies.append(time.perf_counter() - started)
+        system.forget(handle.session_id)
+
+    async def all_at_once(self, system: AgentSystem) -> None:
+        """Start every session at once; time them (wall, CPU, GC) and read the peak RSS."""
+        gc.collect()
+        self.before = rss_now()
+        gc.callbacks.append(self.clock)
+        start = time.perf_counter()
+        start_cpu = time.process_time()
+        try:
+            with anyio.move_on_after(HANG_BOUND):
+                async with anyio.create_task_group() as tg:
+                    for index in range(self.sessions):
+                        tg.start_soon(self.one, system, index)
+        finally:
+            self.wall = time.perf_counter() - start
+            self.cpu = time.process_time() - start_cpu
+            gc.callbacks.remove(self.clock)
+        self.peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def figures(self) -> dict[str, Any]:
+        """The run's figures as JSON data."""
+        sessions, results, clock, wall, cpu = (
+            self.sessions,
+            self.results,
+            self.clock,
+            self.wall,
+            self.cpu,
+        )
+        latencies = self.latencies
+        quantiles = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [0.0] * 99
+        half = self.progress.at_half or self.progress.done
+        return {
+            "sessions": sessions,
+            "ended": len(results),
+            "hung": sessions - len(results),
+            "wall": wall,
+            "cpu": cpu,
+            "cycles": sum(self.progress.done),
+            "rss_per_session": max(0, self.peak - self.before) / sessions,
+            "p50": quantiles[49],
+            "p99": quantiles[98],
+            "gc_share": clock.seconds / wall,
+            "gc_cpu_share": clock.cpu / cpu if cpu else 0.0,
+            "gc_collections": clock.collections,
+            "gc_full": clock.full,
+            "half": [min(half), statistics.median(half), max(half), half.count(0)],
+            "finished": sum(r.exit_reason is ExitReason.FINISHED for r in results),
+        }
+
+
+def fault_figures(plan: FaultPlan, results: Sequence[SessionResult[ReactState]]) -> dict[str, Any]:
+    """What the fault plan injected, and whether each session ended as its faults call for."""
+    by_session = injected_by_session(plan)
+    kinds: Counter[str] = Counter()
+    for met in by_session.values():
+        kinds.update(met)
+    mismatches = [
+        f"{result.session_id}: {why}"
+        for result in results
+        if (why := mismatch(result, by_session.get(result.session_id, Counter()))) is not None
+    ]
+    return {
+        "outcomes": dict(Counter(r.exit_reason.value for r in results)),
+        "injected": dict(kinds),
+        "stage_calls": sum(
+            plan.calls(f"stage:{name}", result.session_id)
+            for result in results
+            for name in ("start", "think", "act")
+        ),
+        "retries": sum(r.retries for r in results),
+        "restarts": sum(r.restarts for r in results),
+        "mismatches": mismatches[:10],
+        "mismatch_count": len(mismatches),
+    }
+
+
+@contextlib.asynccontextmanager
+async def opened_store(store_kind: str) -> AsyncIterator[SQLiteStore | None]:
+    """The run's store: None in memory; a SQLite `batched` store in a scratch directory."""
+    if store_kind != "sqlite-batched":
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="arkhon-scale-") as directory:
+        async with SQLiteStore(
+            Path(directory) / "scale.db", durability=Durability.BATCHED
+        ) as store:
+            yield store
+
+
 async def run_once(sessions: int, store_kind: str, faults: bool, seed: int) -> dict[str, Any]:
     """Run ``sessions`` agents at once; return the figures as JSON data."""
-    models = PerSession()
-    agent = react_agent(models, [lookup], system_prompt="Use the tool, then answer.")
+    run = Run(sessions)
     plan = fault_plan(seed) if faults else None
-    progress = Progress(sessions)
-    latencies: list[float] = []
-    results: list[SessionResult[ReactState]] = []
-    options: dict[str, Any] = {}
-    if faults:
-        options = {
-            "backoff": Backoff(base=0.001, cap=0.005, max_attempts=5),
-            "restart_intensity": RestartIntensity(max_restarts=20, within=1.0),
-        }
-    with tempfile.TemporaryDirectory(prefix="arkhon-scale-") as directory:
-        store = None
-        if store_kind == "sqlite-batched":
-            store = SQLiteStore(Path(directory) / "scale.db", durability=Durability.BATCHED)
-            await store.__aenter__()
-        try:
-            async with AgentSystem(
-                store=store,
-                path=None,
-                listeners=[progress],
-                fault_plan=plan,
-                max_steps=4 * CYCLES + 20,
-                seed=seed,
-                **options,
-            ) as system:
-
-                async def one(index: int) -> None:
-                    task = f"task {index}"
-                    models.add(task)
-                    started = time.perf_counter()
-                    handle = await system.start(
-                        agent, ReactState(task=task), session_id=f"s{index}"
-                    )
-                    results.append(await handle.result())
-                    latencies.append(time.perf_counter() - started)
-                    system.forget(handle.session_id)
-
-                clock = GcClock()
-                gc.collect()
-                before = rss_now()
-                gc.callbacks.append(clock)
-                start = time.perf_counter()
-                start_cpu = time.process_time()
-                try:
-                    with anyio.move_on_after(HANG_BOUND):
-                        async with anyio.create_task_group() as tg:
-                            for index in range(sessions):
-                                tg.start_soon(one, index)
-                finally:
-                    wall = time.perf_counter() - start
-                    cpu = time.process_time() - start_cpu
-                    gc.callbacks.remove(clock)
-                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        finally:
-            if store is not None:
-                await store.__aexit__(None, None, None)
-    cycles = sum(progress.done)
-    quantiles = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [0.0] * 99
-    half = progress.at_half or progress.done
-    figures: dict[str, Any] = {
-        "sessions": sessions,
-        "ended": len(results),
-        "hung": sessions - len(results),
-        "wall": wall,
-        "cpu": cpu,
-        "cycles": cycles,
-        "rss_per_session": max(0, peak - before) / sessions,
-        "p50": quantiles[49],
-        "p99": quantiles[98],
-        "gc_share": clock.seconds / wall,
-        "gc_cpu_share": clock.cpu / cpu if cpu else 0.0,
-        "gc_collections": clock.collections,
-        "gc_full": clock.full,
-        "half": [min(half), statistics.median(half), max(half), half.count(0)],
-        "finished": sum(r.exit_reason is ExitReason.FINISHED for r in results),
-    }
+    async with (
+        opened_store(store_kind) as store,
+        AgentSystem(
+            store=store,
+            path=None,
+            listeners=[run.progress],
+            fault_plan=plan,
+            max_steps=4 * CYCLES + 20,
+            seed=seed,
+            **run_options(faults),
+        ) as system,
+    ):
+        await run.all_at_once(system)
+    figures = run.figures()
     if plan is not None:
-        by_session = injected_by_session(plan)
-        kinds: Counter[str] = Counter()
-        for met in by_session.values():
-            kinds.update(met)
-        mismatches = [
-            f"{result.session_id}: {why}"
-            for result in results
-            if (why := mismatch(result, by_session.get(result.session_id, Counter()))) is not None
-        ]
-        figures |= {
-            "outcomes": dict(Counter(r.exit_reason.value for r in results)),
-            "injected": dict(kinds),
-            "stage_calls": sum(
-                plan.calls(f"stage:{name}", result.session_id)
-                for result in results
-                for name in ("start", "think", "act")
-            ),
-            "retries": sum(r.retries for r in results),
-            "restarts": sum(r.restarts for r in results),
-            "mismatches": mismatches[:10],
-            "mismatch_count": len(mismatches),
-        }
+        figures |= fault_figures(plan, run.results)
     return figures
 
 

@@ -37,6 +37,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from ..protocols import Patch, TransitionEvent
+from ._packed import pack, unpack
 from ._pointers import MESSAGES, Ref, point, restore
 
 if TYPE_CHECKING:
@@ -47,8 +48,9 @@ __all__ = ["EventLog", "Interner"]
 #: The most objects one machine's interner numbers; past it, rows keep the objects.
 _INTERNED_MAX = 4096
 
-#: A row's flags: the event's error follows the row; its ``info`` follows its values.
-_ERROR, _INFO = 1, 2
+#: A row's flags: the event's error follows the row; its ``info`` follows its values;
+#: its ``info`` is packed (`pack`: its dicts' keys numbered).
+_ERROR, _INFO, _PACKED = 1, 2, 4
 
 
 class Interner:
@@ -166,9 +168,7 @@ class EventLog(Sequence[TransitionEvent]):
                         messages = []
                     messages.append((len(data) - start, item))
                 data.append(item)
-        refs: tuple[Ref, ...] = ()
-        if messages is not None and type(info) is dict:
-            info, refs = point(info, messages)
+        written, refs, flags = self._written(info, messages)
         row: tuple[Any, ...] = (
             seq,
             stage,
@@ -178,8 +178,8 @@ class EventLog(Sequence[TransitionEvent]):
             attempt,
             started_at,
             finished_at,
-            _ERROR if error is not None else 0,
-            info,
+            flags if error is None else flags | _ERROR,
+            written,
             refs,
         )
         try:
@@ -189,12 +189,28 @@ class EventLog(Sequence[TransitionEvent]):
             return
         self._ends.append(len(data))
 
+    def _written(
+        self, info: Any, messages: list[tuple[int, Any]] | None
+    ) -> tuple[Any, tuple[Ref, ...], int]:
+        """What a row writes of ``info``, the `Ref` s of the messages it points at, its flags."""
+        if type(info) is not dict:
+            return info, (), 0
+        refs: tuple[Ref, ...] = ()
+        if messages is not None:
+            info, refs = point(info, messages)
+        interner = self._interner
+        packed = pack(info, (interner._index, interner.number))
+        if packed is None:
+            return info, refs, 0
+        return packed, refs, _PACKED
+
     def _info_after(self, event: TransitionEvent, start: int, row: tuple[Any, ...]) -> None:
         """Write ``row`` with the event's ``info`` after its values; else keep ``event`` whole."""
         data = self._data
         data.append(event.info)
         try:
-            data[start] = marshal.dumps((*row[:_AT_FLAGS], row[_AT_FLAGS] | _INFO, None, ()))
+            flags = (row[_AT_FLAGS] & ~_PACKED) | _INFO
+            data[start] = marshal.dumps((*row[:_AT_FLAGS], flags, None, ()))
         except ValueError:  # a field of a type a row does not hold (a str subclass)
             del data[start:]
             self._keep(event)
@@ -263,8 +279,11 @@ class EventLog(Sequence[TransitionEvent]):
                 at += count
         if flags & _INFO:
             info = data[at]
-        elif refs:
-            restore(info, refs, data, start)
+        else:
+            if flags & _PACKED:
+                info = unpack(info, objects)
+            if refs:
+                restore(info, refs, data, start)
         return TransitionEvent(
             self.session_id,
             seq,

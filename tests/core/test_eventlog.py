@@ -418,3 +418,62 @@ def test_many_values_errors_and_info_that_follows_the_row_read_back_in_place() -
     assert log[2].patch.appends["steps"][69] is steps[69]
     assert [type(v) for v in log[2].patch.appends["floats"]] == [float, float, type(None), bool]
     assert log[2].patch.values["f3"] is values["f3"]  # a string follows the row: shared
+
+
+def test_recorded_calls_are_written_with_their_keys_numbered_and_read_back_in_order() -> None:
+    calls = {
+        "io": [
+            {
+                "kind": "model",
+                "request": {"turn": 1, "new": [{"role": "tool", "content": "2"}], "tools": []},
+                "response": {"usage": {"prompt_tokens": 3}, "model": "m", "empty": {}},
+            }
+        ]
+    }
+    interner = Interner()
+    log = EventLog("s1", interner)
+    for seq in (1, 2):
+        log.append(event(seq, Patch(), info=calls))
+    first, second = log._data
+    for key in (b"kind", b"request", b"turn", b"prompt_tokens", b"usage"):
+        assert key not in first  # the keys are numbers in the row
+    assert b"model" in first  # the values are not
+    assert len(second) == len(first)  # the same shapes of keys, the same numbers
+    assert ("kind", "request", "response") in interner.objects
+    for read in log:
+        assert read.info == calls
+        assert read.info is not None
+        assert list(read.info["io"][0]) == ["kind", "request", "response"]  # in order
+        assert list(read.info["io"][0]["request"]) == ["turn", "new", "tools"]
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        {"io": [{"shape": (1, 2)}]},  # a tuple would read back as a dict: written as it is
+        {"io": [{1: "a", 2.5: "b"}]},  # keys that are no strings
+        {"io": [{"n": L.THINKING.value, "s": {"x"}}]},  # a set
+    ],
+    ids=["tuple", "keys", "set"],
+)
+def test_info_that_is_not_json_shaped_is_written_unpacked_and_reads_back_the_same(
+    info: dict[str, Any],
+) -> None:
+    log = EventLog("s1", Interner())
+    log.append(event(1, Patch(), info=info))
+    assert isinstance(log._data[0], bytes)
+    read = log[0].info
+    assert read == info
+    assert read is not None
+    assert type(next(iter(read["io"][0].values()))) is type(next(iter(info["io"][0].values())))
+
+
+def test_a_full_interner_leaves_the_keys_in_the_row() -> None:
+    interner = Interner()
+    for index in range(5000):
+        interner.number(frozenset({f"f{index}"}))
+    calls = {"io": [{"kind": "tool:x", "request": {"a": 1}}]}
+    log = EventLog("s1", interner)
+    log.append(event(1, Patch(), info=calls))
+    assert log[0].info == calls
+    assert len(interner.objects) == 4096
