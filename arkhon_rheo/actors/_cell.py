@@ -15,12 +15,15 @@ import anyio
 
 from .._errors import ActorStopped, ConfigurationError, MailboxClosed
 from .._log import get_logger
+from ._event import LazyEvent
 from ._mailbox import MailboxReceiveStream, MailboxSendStream, open_mailbox
 from ._records import ActorState, Directive, FailurePolicy, TerminationKind
 from ._ref import ActorRef, Ask, Termination
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from anyio import TaskHandle
 
 
 __all__ = ["Behaviour", "Cell", "CellHost", "Starting"]
@@ -105,26 +108,28 @@ class Cell(Generic[M, R]):
     A subclass says how the actor is made (`new_actor`).
 
     Attributes:
-        scope: The cancel scope of the actor's task, once it runs.
+        task: The handle of the actor's task while it runs (its cancel scope is
+            the actor's: `cancel` cancels it).
+        cancelled: Whether `cancel` has cancelled the actor's task.
     """
 
     __slots__ = (
         "_done",
-        "_ended",
         "_host",
         "_on_failure",
         "_starting",
         "_watchers",
         "_watching",
         "ask_timeout",
+        "cancelled",
         "escalated",
         "name",
         "new_event",
         "ref",
         "restarts",
         "rx",
-        "scope",
         "state",
+        "task",
         "termination",
         "tx",
     )
@@ -144,7 +149,10 @@ class Cell(Generic[M, R]):
     ) -> None:
         self._host = host
         self._on_failure = on_failure
-        self.scope: anyio.CancelScope | None = None
+        # The task's own handle: anyio gives each task a cancel scope of its own,
+        # so the actor needs none besides (~0.6 KB on asyncio, kept for its life).
+        self.task: TaskHandle[None] | None = None
+        self.cancelled = False
         self._watchers: dict[Cell[Any, Any], None] = {}
         self._watching: dict[Cell[Any, Any], None] = {}
         self.name = name
@@ -154,9 +162,8 @@ class Cell(Generic[M, R]):
         # still starting (or before its task runs) has something to close.
         self.tx, self.rx = open_mailbox(capacity, name=name)
         self.new_event: Callable[[], anyio.Event] = self.tx._state.new_event
-        self._done: anyio.Event | None = None  # made only when somebody waits
+        self._done = LazyEvent()  # set once the actor has ended
         self._starting: Starting | None = None  # the spawner's wait, until the actor runs
-        self._ended = False
         self.termination: Termination | None = None
         self.restarts = 0
         self.escalated: BaseException | None = None  # see ActorContext.escalate
@@ -170,8 +177,10 @@ class Cell(Generic[M, R]):
             self.tx.close()
 
     def cancel(self) -> None:
-        if self.scope is not None:
-            self.scope.cancel()
+        task = self.task
+        if task is not None:
+            self.cancelled = True
+            task.cancel()
 
     def add_watcher(self, watcher: Cell[Any, Any]) -> None:
         if self.termination is not None:
@@ -194,10 +203,9 @@ class Cell(Generic[M, R]):
 
     async def wait_done(self) -> None:
         """Wait until the actor has ended."""
-        if not self._ended:
-            if self._done is None:
-                self._done = self.new_event()
-            await self._done.wait()
+        done = self._done
+        if not done.is_set():
+            await done.wait(self.new_event)
 
     def dead_letter(self, message: object) -> None:
         self.rx._count_dead_letter()
@@ -216,6 +224,11 @@ class Cell(Generic[M, R]):
         starting = self._starting = Starting(self.new_event())
         return starting
 
+    def attach(self, task: TaskHandle[None]) -> None:
+        """Keep the handle of the task `run` runs in (call it as the task starts)."""
+        if self.termination is None:  # an eager task may have ended already
+            self.task = task
+
     async def run(self) -> None:
         """The actor's task: start it, then handle its messages until it ends.
 
@@ -224,45 +237,47 @@ class Cell(Generic[M, R]):
         trio, for the actor's whole life). What ``on_start`` raises goes to the
         spawner, not to the task group. The message loop is written out here
         rather than awaited as a coroutine of its own: an actor parked in its
-        mailbox (or in a handler) keeps one frame less alive.
+        mailbox (or in a handler) keeps one frame less alive. The actor is
+        cancelled through its task's own cancel scope (`cancel`): that
+        cancellation propagates out of here, after the actor's end is settled,
+        and ends at the task's scope.
         """
         kind = TerminationKind.CANCELLED
         error: BaseException | None = None
         actor: Behaviour[M, R] | None = None
         started = False
         try:
-            with anyio.CancelScope() as self.scope:
-                actor = self.new_actor()
-                await self._start(actor)
-                started = True
-                rx = self.rx
-                while True:
-                    try:
-                        item = await rx.receive()
-                    except anyio.EndOfStream:
-                        kind = TerminationKind.NORMAL
+            actor = self.new_actor()
+            await self._start(actor)
+            started = True
+            rx = self.rx
+            while True:
+                try:
+                    item = await rx.receive()
+                except anyio.EndOfStream:
+                    kind = TerminationKind.NORMAL
+                    break
+                request: Ask[M, R] | None = None
+                try:
+                    if type(item) is Ask:
+                        request = item
+                        if request.abandoned:
+                            continue
+                        request.set_value(await actor.receive(request.message))
+                    elif type(item) is _Notice:
+                        await actor.on_terminated(item.termination)
+                    else:
+                        await actor.receive(item)
+                except Exception as exc:
+                    ended = self._failed(exc, request)
+                    if ended is not None:
+                        kind, error = ended
                         break
-                    request: Ask[M, R] | None = None
-                    try:
-                        if type(item) is Ask:
-                            request = item
-                            if request.abandoned:
-                                continue
-                            request.set_value(await actor.receive(request.message))
-                        elif type(item) is _Notice:
-                            await actor.on_terminated(item.termination)
-                        else:
-                            await actor.receive(item)
-                    except Exception as exc:
-                        ended = self._failed(exc, request)
-                        if ended is not None:
-                            kind, error = ended
-                            break
-                        actor = self.new_actor()
-                        await actor.on_restart(exc)
-                    except BaseException:
-                        self._abandon(request)
-                        raise
+                    actor = self.new_actor()
+                    await actor.on_restart(exc)
+                except BaseException:
+                    self._abandon(request)
+                    raise
         except Exception as exc:
             kind, error = TerminationKind.CRASHED, exc
             if not started:
@@ -382,11 +397,8 @@ class Cell(Generic[M, R]):
             _logger.error("actor_on_stop_failed", actor=self.name, error=repr(exc))
         finally:
             self._host.cells.pop(self, None)
-            self._ended = True
-            self.scope = None  # an ended actor has nothing to cancel: not kept for its ref
-
-            if self._done is not None:
-                self._done.set()
+            self.task = None  # an ended actor has nothing to cancel: not kept for its ref
+            self._done.set()
             watchers, self._watchers = self._watchers, {}
             for watcher in watchers:
                 watcher._watching.pop(self, None)

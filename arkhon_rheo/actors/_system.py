@@ -117,8 +117,7 @@ class ActorContext(Generic[M, R]):
         group (the system's block left, an escalated error); a scope around the
         system's block is seen at the actor's next checkpoint only.
         """
-        scope = self._cell.scope
-        if scope is not None and scope.cancel_called:
+        if self._cell.cancelled:
             return True
         group = self.system._task_group
         return group is not None and group.cancel_scope.cancel_called
@@ -374,7 +373,7 @@ class ActorSystem:
         self._spawned += 1
         starting = cell.starting()
         try:
-            self._task_group.start_soon(cell.run, name=f"actor:{name}")
+            cell.attach(self._task_group.start_soon(cell.run, name=f"actor:{name}"))
             await starting.event.wait()
         except BaseException:
             # Cancelled while the actor starts: as with a task group's ``start``,

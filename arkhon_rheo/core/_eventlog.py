@@ -8,9 +8,11 @@ step) many more; at thousands of sessions those objects are what its
 collections walk, again and again, as the logs grow.
 
 Here an event is one row: its fields, the plain values of its patch and its
-``info`` written by `marshal` into one ``bytes`` (an object the collector never
-tracks), with the enum members and field-name sets it names replaced by their
-numbers in the machine's `Interner` and its session id left out (the log's).
+``info`` written by `marshal`, appended to the log's one ``bytearray`` of rows
+(an object the collector never tracks; one buffer rather than a ``bytes`` per
+event saves each row's object header, ~35 bytes an event), with the enum
+members and field-name sets it names replaced by their numbers in the
+machine's `Interner` and its session id left out (the log's).
 The values that are objects already (a model appended to a `History`, a
 string, a tuple) are not copied into the row: they follow it, in the log's one
 flat list, so the log shares them with the state that holds them. A row is
@@ -98,7 +100,7 @@ class EventLog(Sequence[TransitionEvent]):
         interner: The machine's interner.
     """
 
-    __slots__ = ("_data", "_ends", "_interner", "session_id")
+    __slots__ = ("_data", "_ends", "_interner", "_row_ends", "_rows", "session_id")
 
     def __init__(self, session_id: str, interner: Interner) -> None:
         self.session_id = session_id
@@ -107,11 +109,16 @@ class EventLog(Sequence[TransitionEvent]):
         self._data: list[Any] = []
         #: Where each event's slots end; negated for an event kept whole, in one slot.
         self._ends = array("q")
+        #: The events' rows, one after the other (an event kept whole has an empty one).
+        self._rows = bytearray()
+        #: Where each event's row ends in ``_rows``.
+        self._row_ends = array("q")
 
     def _keep(self, event: TransitionEvent) -> None:
         """Keep ``event`` as it is (not this log's shape), in one slot."""
         self._data.append(event)
         self._ends.append(-len(self._data))
+        self._row_ends.append(len(self._rows))
 
     def append(self, event: TransitionEvent) -> None:
         """Keep ``event`` at the end."""
@@ -155,7 +162,7 @@ class EventLog(Sequence[TransitionEvent]):
         values, appends = patch._parts()
         data = self._data
         start = len(data)
-        data.append(None)  # the row's slot
+        data.append(None)  # the row's slot (the row itself is in ``_rows``)
         if error is not None:
             data.append(error)
         # The patch's values follow the row: the assigned ones, then the appended.
@@ -183,11 +190,12 @@ class EventLog(Sequence[TransitionEvent]):
             refs,
         )
         try:
-            data[start] = marshal.dumps(row)
+            self._rows += marshal.dumps(row)
         except ValueError:  # an object marshal does not write; nested too deep
             self._info_after(event, start, row)
             return
         self._ends.append(len(data))
+        self._row_ends.append(len(self._rows))
 
     def _written(
         self, info: Any, messages: list[tuple[int, Any]] | None
@@ -210,12 +218,13 @@ class EventLog(Sequence[TransitionEvent]):
         data.append(event.info)
         try:
             flags = (row[_AT_FLAGS] & ~_PACKED) | _INFO
-            data[start] = marshal.dumps((*row[:_AT_FLAGS], flags, None, ()))
+            self._rows += marshal.dumps((*row[:_AT_FLAGS], flags, None, ()))
         except ValueError:  # a field of a type a row does not hold (a str subclass)
             del data[start:]
             self._keep(event)
             return
         self._ends.append(len(data))
+        self._row_ends.append(len(self._rows))
 
     def extend(self, events: Iterable[TransitionEvent]) -> None:
         """Keep ``events`` at the end, in order."""
@@ -228,6 +237,9 @@ class EventLog(Sequence[TransitionEvent]):
             base = len(self._data)
             self._data += events._data
             self._ends.extend(end + base if end > 0 else end - base for end in events._ends)
+            rows = len(self._rows)
+            self._rows += events._rows
+            self._row_ends.extend(end + rows for end in events._row_ends)
             return
         for event in events:
             self.append(event)
@@ -236,12 +248,16 @@ class EventLog(Sequence[TransitionEvent]):
         """Forget every event."""
         self._data.clear()
         del self._ends[:]
+        self._rows.clear()
+        del self._row_ends[:]
 
-    def _event(self, start: int, end: int) -> TransitionEvent:
+    def _event(self, index: int, start: int, end: int) -> TransitionEvent:
         data = self._data
         if end < 0:
             kept: TransitionEvent = data[start]
             return kept
+        row_ends = self._row_ends
+        row = self._rows[row_ends[index - 1] if index else 0 : row_ends[index]]
         objects = self._interner.objects
         (
             seq,
@@ -259,7 +275,7 @@ class EventLog(Sequence[TransitionEvent]):
             flags,
             info,
             refs,
-        ) = marshal.loads(data[start])
+        ) = marshal.loads(row)
         at = start + 1
         error = None
         if flags & _ERROR:
@@ -303,7 +319,7 @@ class EventLog(Sequence[TransitionEvent]):
 
     def _at(self, index: int) -> TransitionEvent:
         ends = self._ends
-        return self._event(abs(ends[index - 1]) if index else 0, ends[index])
+        return self._event(index, abs(ends[index - 1]) if index else 0, ends[index])
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -326,8 +342,8 @@ class EventLog(Sequence[TransitionEvent]):
 
     def __iter__(self) -> Iterator[TransitionEvent]:
         start = 0
-        for end in self._ends:
-            yield self._event(start, end)
+        for index, end in enumerate(self._ends):
+            yield self._event(index, start, end)
             start = abs(end)
 
     def __repr__(self) -> str:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.lowlevel
 
 from .._log import get_logger
 from .._redact import scrub_secrets
+from ..actors._seams import LazyEvent
 from ..core._seams import EventLog, compiled, state_label
 from ..protocols import Clock, ErrorClass, FailureRecord, TransitionEvent, WallClock
 from ..protocols._seams import PartialHub
@@ -141,39 +141,6 @@ class SessionConfig:
     stage_mode: StageMode = StageMode.INLINE
 
 
-class Done:
-    """A session's end as a flag, with an event made only when somebody waits.
-
-    Most sessions end without anybody awaiting them (their handle reads the
-    flag), so the ~0.8 KB event of an `anyio.Event` is not kept per session.
-    """
-
-    __slots__ = ("_event", "_set")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._event: anyio.Event | None = None
-
-    def is_set(self) -> bool:
-        """Whether the session has ended."""
-        return self._set
-
-    def set(self) -> None:
-        """Mark the session ended and wake whoever waits."""
-        self._set = True
-        if self._event is not None:
-            self._event.set()
-
-    async def wait(self) -> None:
-        """Wait until the session has ended (at once if it has)."""
-        if self._set:
-            await anyio.lowlevel.checkpoint()  # a checkpoint either way, as anyio's own
-            return
-        if self._event is None:
-            self._event = anyio.Event()
-        await self._event.wait()
-
-
 class Session:
     """The record of one session, shared by its supervisor and its handle."""
 
@@ -256,7 +223,9 @@ class Session:
         self.steps = 0
         self.retries = 0
         self.restarts = 0
-        self.done = Done()
+        #: Set once the session has ended; its event is made only when somebody waits
+        #: (most sessions end with nobody awaiting them: their handle reads the flag).
+        self.done = LazyEvent()
         self.exit_reason: ExitReason | None = None
         #: Set to hand the session over (a worker draining): it stops before its next
         #: step (a commit boundary), its stored status left as it is ("running") and

@@ -95,8 +95,11 @@ def test_an_event_adds_no_object_the_collector_tracks_but_the_models_it_holds() 
     assert len(gc.get_objects()) - before <= 2 + 2
     tracked = [slot for slot in log._data if gc.is_tracked(slot)]
     assert tracked == steps  # the models it holds, in order, and nothing else
-    rows = [slot for slot in log._data if type(slot) is bytes]
-    assert len(rows) == 200  # one row per event
+    # One row per event, all in one untracked buffer (no object per row).
+    assert len(log._row_ends) == 200
+    assert type(log._rows) is bytearray
+    assert not gc.is_tracked(log._rows)
+    assert not [slot for slot in log._data if type(slot) is bytes]
     names = [item for item in log._interner.objects if type(item) is tuple]
     assert sorted(names) == [("steps", 1), ("thought", "observation")]  # one per shape
     assert log[0] == event(1, Patch(thought="use the calculator", observation=None))
@@ -117,8 +120,9 @@ def test_recorded_calls_are_kept_as_one_untracked_object_and_read_back_equal() -
     }
     log = EventLog("s1", Interner())
     log.append(event(1, Patch(), info=calls))
-    [packed] = log._data  # the event's row, its info in it
-    assert isinstance(packed, bytes)
+    assert log._data == [None]  # the event's slot: its row, its info in it, is in _rows
+    packed = log._rows
+    assert isinstance(packed, bytearray)
     assert not gc.is_tracked(packed)
     info = log[0].info
     assert info == calls
@@ -344,7 +348,7 @@ def test_a_recorded_response_that_is_an_appended_message_is_kept_once_and_read_b
     assert log[1].info == model_io
     assert log[2].info == tool_io
     # The rows hold neither the reply nor the tool's answer (the request is as recorded).
-    rows = b"".join(slot for slot in log._data if type(slot) is bytes)
+    rows = bytes(log._rows)
     assert b"be brief" in rows
     assert b'{"key": 1}' not in rows
     assert b"tool_call_id" not in rows
@@ -381,7 +385,7 @@ def test_a_response_that_differs_from_the_message_in_any_way_is_kept_as_recorded
     assert read == info
     assert read is not None
     assert type(read["io"][0]["response"]) is type(response)
-    assert marshal.loads(log._data[0])[14] == ()  # nothing pointed at
+    assert marshal.loads(log._rows)[14] == ()  # nothing pointed at
 
 
 def test_a_message_built_around_validation_is_not_pointed_at() -> None:
@@ -392,7 +396,7 @@ def test_a_message_built_around_validation_is_not_pointed_at() -> None:
     log = EventLog("s1", Interner())
     log.append(_turn(1, Patch().append("messages", odd), info))
     assert log[0].info == info
-    assert marshal.loads(log._data[0])[14] == ()
+    assert marshal.loads(log._rows)[14] == ()
 
 
 def test_many_values_errors_and_info_that_follows_the_row_read_back_in_place() -> None:
@@ -434,7 +438,8 @@ def test_recorded_calls_are_written_with_their_keys_numbered_and_read_back_in_or
     log = EventLog("s1", interner)
     for seq in (1, 2):
         log.append(event(seq, Patch(), info=calls))
-    first, second = log._data
+    ends = log._row_ends
+    first, second = bytes(log._rows[: ends[0]]), bytes(log._rows[ends[0] : ends[1]])
     for key in (b"kind", b"request", b"turn", b"prompt_tokens", b"usage"):
         assert key not in first  # the keys are numbers in the row
     assert b"model" in first  # the values are not
@@ -461,7 +466,7 @@ def test_info_that_is_not_json_shaped_is_written_unpacked_and_reads_back_the_sam
 ) -> None:
     log = EventLog("s1", Interner())
     log.append(event(1, Patch(), info=info))
-    assert isinstance(log._data[0], bytes)
+    assert log._ends[0] > 0  # written as a row, not kept whole
     read = log[0].info
     assert read == info
     assert read is not None
