@@ -5,8 +5,8 @@ asyncio, `BatchWait`: one object per batch that every waiting task parks on
 itself, as it would on a future, so a waiting commit holds no future, future
 iterator or coroutine of its own (each would be created, resumed and, while
 hundreds of sessions wait for one transaction, walked by the cyclic GC at every
-collection). Elsewhere (trio), ``anyio.Event`` (a parking lot: one entry per
-waiting task).
+collection). On trio, `TrioBatchWait`: the waiting tasks in one dict, each
+parked by trio's lowest-level wait.
 
 Either way a caller that is cancelled while waiting only stops waiting: the
 batch is not cancelled, and the other callers are woken all the same.
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from contextvars import Context
 
-__all__ = ["BatchWait", "Done", "done_maker", "running_library"]
+__all__ = ["BatchWait", "Done", "TrioBatchWait", "done_maker", "running_library"]
 
 
 class Done(Protocol):
@@ -168,10 +168,62 @@ class BatchWait:
         self._waiters = kept
 
 
+class TrioBatchWait:
+    """`Done` on trio: the waiting tasks of a batch in one dict, each parked by trio's own wait.
+
+    A waiter costs one coroutine and trio's lowest-level wait (``anyio.Event``
+    adds its own coroutine, trio's ``Event.wait`` and its parking lot's). A
+    cancelled waiter is taken off the dict and raises trio's ``Cancelled``; the
+    others wait on, and `set` reschedules each once.
+
+    Args:
+        lowlevel: The ``trio.lowlevel`` module.
+    """
+
+    __slots__ = ("_lowlevel", "_set", "_tasks")
+
+    def __init__(self, lowlevel: Any) -> None:
+        self._lowlevel = lowlevel
+        self._tasks: dict[Any, None] = {}
+        self._set = False
+
+    def set(self) -> None:
+        """The batch is resolved: wake every task waiting on it (once)."""
+        if self._set:
+            return
+        self._set = True
+        tasks, self._tasks = self._tasks, {}
+        reschedule = self._lowlevel.reschedule
+        for task in tasks:
+            reschedule(task)
+
+    def wait(self) -> Awaitable[object]:
+        """What to await until the batch is resolved (a checkpoint if it is already)."""
+        if self._set:
+            return anyio.lowlevel.checkpoint()
+        return self._park()
+
+    async def _park(self) -> None:
+        lowlevel = self._lowlevel
+        task = lowlevel.current_task()
+        tasks = self._tasks
+        tasks[task] = None
+
+        def abort(_: object) -> object:
+            del tasks[task]  # cancelled: it stops waiting, the batch goes on
+            return lowlevel.Abort.SUCCEEDED
+
+        await lowlevel.wait_task_rescheduled(abort)
+
+
 def done_maker(library: str) -> Callable[[], Done]:
     """What makes a fresh `Done` on the running loop of ``library`` (call it on that loop)."""
     if library == "asyncio":
         return functools.partial(BatchWait, asyncio.get_running_loop())
+    if library == "trio":
+        import trio.lowlevel  # only where trio runs the loop (trio is optional)
+
+        return functools.partial(TrioBatchWait, trio.lowlevel)
     return anyio.Event
 
 

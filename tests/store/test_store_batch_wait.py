@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 import pytest
+import trio
+import trio.lowlevel
+import trio.testing
 
 from arkhon_rheo.errors import StoreError
 from arkhon_rheo.protocols import Durability
 from arkhon_rheo.store import SQLiteStore
-from arkhon_rheo.store._done import BatchWait
+from arkhon_rheo.store._done import BatchWait, TrioBatchWait
 from tests.store.test_store import event
 
 if TYPE_CHECKING:
@@ -162,4 +165,34 @@ async def test_batch_wait_wakes_every_waiter_once_and_a_cancelled_one_alone(
     await asyncio.gather(*tasks, return_exceptions=True)
     assert sorted(woken) == [0, 2, 3]
     assert [task.cancelled() for task in tasks] == [False, True, False, False]
+    await batch.wait()  # set already: a checkpoint
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_batch_wait_wakes_every_waiter_once_and_a_cancelled_one_alone(
+    anyio_backend: Any,
+) -> None:
+    batch = TrioBatchWait(trio.lowlevel)
+    woken: list[int] = []
+    cancelled: list[int] = []
+
+    async def waiter(index: int, scope: trio.CancelScope) -> None:
+        with scope:
+            await batch.wait()
+            woken.append(index)
+        if scope.cancelled_caught:
+            cancelled.append(index)
+
+    scopes = [trio.CancelScope() for _ in range(4)]
+    async with trio.open_nursery() as nursery:
+        for index, scope in enumerate(scopes):
+            nursery.start_soon(waiter, index, scope)
+        await trio.testing.wait_all_tasks_blocked()
+        scopes[1].cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert (woken, cancelled) == ([], [1])  # the others still wait
+        batch.set()
+        batch.set()  # once
+    assert sorted(woken) == [0, 2, 3]
+    assert cancelled == [1]
     await batch.wait()  # set already: a checkpoint
