@@ -51,11 +51,12 @@ In one process and one run, against files in a temporary directory, it measures:
     handed to a store, the session suspended until it is stored, but no SQL and
     no thread) and with ours ``batched``; for each, cycles/s, the event loop's
     own CPU time per commit (``time.thread_time``), the other threads' (the
-    SQLite writer's: SQL, commit) and the cyclic GC's share of the loop's. The
+    SQLite writer's: SQL, commit) and the cyclic GC's share of the loop's (with
+    its collections of generations 0/1/2 on the loop's thread). The
     CPU times are the figures to compare on a busy machine: the gap between no
     store and `MemoryStore` is the runtime's persistence path (encoding, digest,
     suspension, the GC walking what a waiting commit keeps alive), the gap from
-    `MemoryStore` to SQLite is the SQLite store's own.
+    `MemoryStore` to SQLite is the SQLite store's own. ``--only-cpu`` runs (5) alone.
 
 The same lines of ours run under trio too (``--backend both``, the default; the
 store uses its thread driver there); (a) and (b) run on asyncio only, as LangGraph
@@ -77,6 +78,7 @@ Run it from the repository root::
     python bench/store.py --backend asyncio   # one backend only
     python bench/store.py --quick             # smaller sizes (seconds)
     python bench/store.py --profile           # also profile ours under cProfile
+    python bench/store.py --only-cpu          # (5) alone
 """
 
 from __future__ import annotations
@@ -716,6 +718,8 @@ class CpuMeter:
 
     def __init__(self) -> None:
         self.gc = 0.0
+        #: Collections of each generation on the loop thread.
+        self.collections = [0, 0, 0]
         self._gc_started = 0.0
         self._loop = threading.get_ident()
 
@@ -726,12 +730,14 @@ class CpuMeter:
             self._gc_started = time.thread_time()
         else:
             self.gc += time.thread_time() - self._gc_started
+            self.collections[info["generation"]] += 1
 
     async def measure(
         self, run: Callable[[], Coroutine[Any, Any, Run]]
     ) -> tuple[Run, float, float, float]:
         """``run()``, and the seconds of CPU of its loop thread, other threads and the GC."""
         self.gc = 0.0
+        self.collections = [0, 0, 0]
         gc.callbacks.append(self._collecting)
         try:
             loop, process = time.thread_time(), time.process_time()
@@ -776,14 +782,18 @@ async def report_cpu(sizes: Sizes) -> None:
             base_rate, base_cpu = result.rate, total
         print(
             f"      {label:<26} {result.rate:8,.0f} cycles/s ({result.rate / base_rate:6.1%})   "
-            f"loop {loop / commits * 1e6:6.1f} us (GC {collecting / commits * 1e6:5.1f})  "
+            f"loop {loop / commits * 1e6:6.1f} us (GC {collecting / commits * 1e6:5.1f}, "
+            f"collections {'/'.join(map(str, meter.collections))})  "
             f"other threads {other / commits * 1e6:5.1f} us per commit   "
             f"no store / this, CPU {base_cpu / total:6.1%}",
             flush=True,
         )
 
 
-async def run_backend(sizes: Sizes, backend: str) -> None:
+async def run_backend(sizes: Sizes, backend: str, only_cpu: bool = False) -> None:
+    if only_cpu:
+        await report_cpu(sizes)
+        return
     modules = langgraph_modules() if backend == "asyncio" else None
     await report_one(sizes, backend, modules)
     await report_crowds(sizes, backend, modules)
@@ -876,6 +886,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--profile", action="store_true", help="also profile ours (one session sync, crowd batched)"
     )
+    parser.add_argument(
+        "--only-cpu",
+        action="store_true",
+        help="run only (5), where a durable commit's time goes (CPU per commit)",
+    )
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     sizes = QUICK if args.quick else FULL
@@ -899,7 +914,7 @@ def main(argv: list[str] | None = None) -> None:
     for backend in backends:
         print(f"backend: {backend}", flush=True)
         started = time.perf_counter()
-        anyio.run(run_backend, sizes, backend, backend=backend)
+        anyio.run(run_backend, sizes, backend, args.only_cpu, backend=backend)
         print(f"  ({time.perf_counter() - started:.1f} s)", flush=True)
     if args.profile:
         for backend in backends:

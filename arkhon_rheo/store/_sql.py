@@ -74,6 +74,12 @@ UPDATE_SESSION_GUARDED = (
     "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? "
     "WHERE id = ? AND last_seq = ? AND status = ?"
 )
+#: The same, for a session whose status does not change (most commits): a row whose
+#: status is not set keeps its status indexes as they are (half the row's cost).
+UPDATE_SEQ = "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE id = ?"
+UPDATE_SEQ_GUARDED = (
+    "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE id = ? AND last_seq = ? AND status = ?"
+)
 UPSERT_LEASE = (
     "INSERT INTO leases VALUES (?, ?, ?) ON CONFLICT (session_id) DO UPDATE "
     "SET owner = excluded.owner, expires_at = excluded.expires_at"
@@ -153,21 +159,7 @@ def write_batch(
     if result.created:
         yield _rows(INSERT_SESSION, result.created)
     if result.updated:
-        if cache is None:
-            updates = [(last, status, now, sid) for sid, (last, status) in result.updated.items()]
-            yield _rows(UPDATE_SESSION, updates)
-        else:
-            # Created in this batch: inserted above with ``(0, status)``.
-            created = {row[0]: (0, row[2]) for row in result.created}
-            guarded = [
-                (last, status, now, sid, *(known.get(sid) or created[sid]))
-                for sid, (last, status) in result.updated.items()
-            ]
-            changed = yield _rows(UPDATE_SESSION_GUARDED, guarded, count=True)
-            if changed[0][0] != len(guarded):
-                raise StaleCache(
-                    f"a session in {location} was written by another process", location=location
-                )
+        yield from _update_sessions(result, known, now, location, guarded=cache is not None)
     if result.events:
         shapes = {row[2] for row in result.events}
         yield _rows(INSERT_SHAPE, [(shape,) for shape in shapes])
@@ -186,6 +178,44 @@ def write_batch(
         if dropped:
             yield _rows(DELETE_LEASE, dropped)
     return result
+
+
+def _update_sessions(
+    result: Plan, known: dict[str, tuple[int, str]], now: float, location: str, *, guarded: bool
+) -> Script[None]:
+    """Update the rows of the sessions ``result`` moved on; set a status only where it changes.
+
+    ``guarded``: ``known`` comes from the writer's cache, so each update matches
+    the values it expects, and raises `StaleCache` if any row does not.
+    """
+    # Created in this batch: inserted above with ``(0, status)``.
+    created = {row[0]: (0, row[2]) for row in result.created}
+    moved: list[tuple[Any, ...]] = []
+    changed: list[tuple[Any, ...]] = []
+    for sid, (last, status) in result.updated.items():
+        before = known.get(sid) or created.get(sid)
+        if before is not None and status == before[1]:
+            moved.append((last, now, sid, *before) if guarded else (last, now, sid))
+        elif guarded:
+            assert before is not None  # the cache, or this batch, knows every session it moves
+            changed.append((last, status, now, sid, *before))
+        else:
+            changed.append((last, status, now, sid))
+    if not guarded:
+        if moved:
+            yield _rows(UPDATE_SEQ, moved)
+        if changed:
+            yield _rows(UPDATE_SESSION, changed)
+        return
+    matched = 0
+    if moved:
+        matched += (yield _rows(UPDATE_SEQ_GUARDED, moved, count=True))[0][0]
+    if changed:
+        matched += (yield _rows(UPDATE_SESSION_GUARDED, changed, count=True))[0][0]
+    if matched != len(moved) + len(changed):
+        raise StaleCache(
+            f"a session in {location} was written by another process", location=location
+        )
 
 
 def _current(

@@ -3,6 +3,7 @@ and what happens to a write whose caller stopped waiting."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from arkhon_rheo.errors import DuplicateEvent
 from arkhon_rheo.protocols import Durability
 from arkhon_rheo.store import SQLiteStore
 from tests.store.test_store import event, events
+from tests.store.test_store_batch_wait import WriterGate
 from tests.support.store_rows import WriterBegins
 
 if TYPE_CHECKING:
@@ -98,3 +100,32 @@ async def test_reads_run_behind_the_writes_queued_before_them(tmp_path: Path) ->
         for seq in range(1, 51):
             await store.append("s", [event("s", seq)])  # acknowledged once queued
         assert [e.seq for e in await store.history("s")] == list(range(1, 51))
+
+
+async def test_a_batch_updates_a_status_that_changes_and_one_that_does_not(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "statuses.db"
+    async with SQLiteStore(path, durability=Durability.BATCHED) as store:
+        for sid in "abc":
+            await store.create_session(sid, machine="m", snapshot={})
+            await store.append(sid, [event(sid, 1)])  # the writer now caches each session
+        gate = WriterGate(store)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.append, "c", [event("c", 2)])
+            await gate.held()  # the next three writes form one batch
+            tg.start_soon(functools.partial(store.append, "a", [event("a", 2)], status="paused"))
+            tg.start_soon(store.append, "b", [event("b", 2)])
+            tg.start_soon(store.set_status, "c", "finished")
+            while store._writer.queued < 4:  # type: ignore[union-attr]  # tickets, not events
+                await anyio.lowlevel.checkpoint()
+            gate.open()
+        records = {sid: await store.record(sid) for sid in "abc"}
+        assert {sid: (r.last_seq, r.status) for sid, r in records.items()} == {
+            "a": (2, "paused"),
+            "b": (2, "running"),
+            "c": (2, "finished"),
+        }
+    with sqlite3.connect(path) as db:  # the file's rows, not the writer's cache
+        rows = db.execute("SELECT id, last_seq, status FROM sessions ORDER BY id").fetchall()
+    assert rows == [("a", 2, "paused"), ("b", 2, "running"), ("c", 2, "finished")]
