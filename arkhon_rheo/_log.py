@@ -27,11 +27,10 @@ Events of the hot path (a commit) are built only when their level is enabled:
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from typing import TYPE_CHECKING, Any, Literal
-
-import structlog
 
 from ._errors import ConfigurationError
 from ._redact import redact_secrets
@@ -44,13 +43,33 @@ __all__ = ["LibraryLogger", "configure_logging", "get_logger"]
 _ROOT = "arkhon_rheo"
 logging.getLogger(_ROOT).addHandler(logging.NullHandler())
 
-_PROCESSORS: list[Any] = [
-    structlog.stdlib.filter_by_level,
-    structlog.contextvars.merge_contextvars,
-    structlog.stdlib.add_log_level,
-    redact_secrets,
-    structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
-]
+
+
+@functools.cache
+def _processors() -> list[Any]:
+    """The chain of a library logger when structlog is not configured (imported on first use)."""
+    import structlog
+
+    return [
+        structlog.stdlib.filter_by_level,
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        redact_secrets,
+        structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+    ]
+
+
+def _configured_structlog() -> Any:
+    """structlog, if the application configured it; None otherwise.
+
+    An application that called ``structlog.configure`` imported structlog: one
+    that did not have it in `sys.modules` has not configured it, and the library
+    does not import it (with rich) before a log line is written.
+    """
+    module = sys.modules.get("structlog")
+    if module is None or not module.is_configured():
+        return None
+    return module
 
 
 #: The least level each structlog wrapper class lets through (`_ASK_LOGGING`: its
@@ -60,6 +79,8 @@ _ASK_LOGGING = -1
 
 
 def _least_level(wrapper: Any) -> int:
+    import structlog
+
     try:
         if isinstance(wrapper, type) and issubclass(wrapper, structlog.stdlib.BoundLogger):
             return _ASK_LOGGING
@@ -76,12 +97,25 @@ class LibraryLogger:
 
     def __init__(self, name: str) -> None:
         self._logger = logging.getLogger(name)
-        self._stdlib: Any = structlog.wrap_logger(
-            self._logger,
-            processors=_PROCESSORS,
-            wrapper_class=structlog.stdlib.BoundLogger,
-        )
-        self._configured: Any = structlog.get_logger(name)
+        # structlog's loggers, made when the first line is written.
+        self._stdlib: Any = None
+        self._configured: Any = None
+
+    def _target(self) -> Any:
+        """The structlog logger a line goes through: the application's, else the library's."""
+        import structlog
+
+        if structlog.is_configured():
+            if self._configured is None:
+                self._configured = structlog.get_logger(self._logger.name)
+            return self._configured
+        if self._stdlib is None:
+            self._stdlib = structlog.wrap_logger(
+                self._logger,
+                processors=_processors(),
+                wrapper_class=structlog.stdlib.BoundLogger,
+            )
+        return self._stdlib
 
     def is_enabled(self, level: int) -> bool:
         """Whether an event at ``level`` (``logging.INFO``...) would be logged at all.
@@ -89,7 +123,8 @@ class LibraryLogger:
         Cheap enough for a hot path: call it before building an event's fields.
         When it cannot tell (a structlog wrapper it does not know), it says yes.
         """
-        if not structlog.is_configured():
+        structlog = _configured_structlog()
+        if structlog is None:
             return self._logger.isEnabledFor(level)
         wrapper = structlog.get_config()["wrapper_class"]
         least = _least_levels.get(wrapper)
@@ -101,8 +136,7 @@ class LibraryLogger:
         try:
             fields = dict(redact_secrets(None, level, {"event": event, **fields}))
             event = fields.pop("event")
-            target = self._configured if structlog.is_configured() else self._stdlib
-            getattr(target, level)(event, **fields)
+            getattr(self._target(), level)(event, **fields)
         except Exception:  # a broken log pipeline must not break the runtime
             pass
 
@@ -162,6 +196,8 @@ def configure_logging(
     Raises:
         ConfigurationError: If ``format`` or ``level`` is not one of these.
     """
+    import structlog
+
     if format == "json":
         renderer: Any = structlog.processors.JSONRenderer(default=repr)
     elif format == "console":

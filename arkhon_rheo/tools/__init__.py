@@ -23,25 +23,29 @@ with Python tools beside them.
 
 from __future__ import annotations
 
+import typing as _typing
+
 from .._errors import AmbiguousEffect as AmbiguousEffect
 from .._errors import IsolationUnavailable as IsolationUnavailable
 from .._errors import ToolCallHeld as ToolCallHeld
 from .._errors import ToolError as ToolError
 from .._errors import ToolTimeout as ToolTimeout
-from .._exports import publish
+from .._exports import publish as _publish
 from ._config import Sandbox as Sandbox
 from ._context import ToolContext as ToolContext
 from ._effects import Effect as Effect
 from ._effects import RunPolicy as RunPolicy
 from ._effects import idempotency_key as idempotency_key
 from ._isolation import Enforcement as Enforcement
-from ._mcp import MCPToolbox as MCPToolbox
 from ._retry import OnExhausted as OnExhausted
 from ._tool import SANDBOX_TIMEOUT as SANDBOX_TIMEOUT
 from ._tool import Tool as Tool
 from ._tool import tool as tool
-from ._toolbox import Toolbox as Toolbox
-from ._toolbox import ToolboxStatistics as ToolboxStatistics
+
+if _typing.TYPE_CHECKING:
+    from ._mcp import MCPToolbox as MCPToolbox
+    from ._toolbox import Toolbox as Toolbox
+    from ._toolbox import ToolboxStatistics as ToolboxStatistics
 
 __all__ = [
     "SANDBOX_TIMEOUT",
@@ -64,5 +68,25 @@ __all__ = [
     "tool",
 ]
 
-publish(__name__, __all__, globals())
-del publish
+#: The names imported on first use, by their module: a sandboxed call's runner
+#: (which imports this package to reach `Tool`) does not load the toolboxes and
+#: the runtime they reach.
+_LAZY = {"._toolbox": ("Toolbox", "ToolboxStatistics"), "._mcp": ("MCPToolbox",)}
+
+_publish(__name__, [name for name in __all__ if name in globals()], globals())
+
+
+def __getattr__(name: str) -> object:
+    """Import the toolboxes on first use of one of their names."""
+    if not any(name in names for names in _LAZY.values()):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    loaded = {
+        each: getattr(importlib.import_module(module_name, __name__), each)
+        for module_name, names in _LAZY.items()
+        for each in names
+    }
+    _publish(__name__, loaded, loaded)
+    globals().update(loaded)
+    return loaded[name]
