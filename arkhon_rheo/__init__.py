@@ -5,10 +5,10 @@ and its stages, the agent system, the stores, the supervision policy, the
 common errors) and has no side effects (no logging set-up, no event loop, no
 threads). It imports the runtime on first use of one of its names: a program
 that needs one corner of the package (a sandboxed tool call's runner imports
-`arkhon_rheo.tools`) does not load the rest. The rest lives in its subpackage: the whole error tree in
-`arkhon_rheo.errors`, actors in `arkhon_rheo.actors`, the agent engine in
-`arkhon_rheo.react`, model clients in `arkhon_rheo.models`, tools in
-`arkhon_rheo.tools`, test doubles in `arkhon_rheo.testing`.
+`arkhon_rheo.tools`) does not load the rest. The rest lives in its subpackage:
+the whole error tree in `arkhon_rheo.errors`, actors in `arkhon_rheo.actors`,
+the agent engine in `arkhon_rheo.react`, model clients in `arkhon_rheo.models`,
+tools in `arkhon_rheo.tools`, test doubles in `arkhon_rheo.testing`.
 """
 
 from __future__ import annotations

@@ -44,7 +44,6 @@ _ROOT = "arkhon_rheo"
 logging.getLogger(_ROOT).addHandler(logging.NullHandler())
 
 
-
 @functools.cache
 def _processors() -> list[Any]:
     """The chain of a library logger when structlog is not configured (imported on first use)."""

@@ -15,7 +15,9 @@ import re
 from tests.support.helpers import run_bench_quick
 
 #: The bench's ``child``, run in its own process: one configuration's figures, through JSON.
-IN_PROCESS = "lambda backend, *run: json.loads(json.dumps(anyio.run(run_once, *run, backend=backend)))"
+IN_PROCESS = (
+    "lambda backend, *run: json.loads(json.dumps(anyio.run(run_once, *run, backend=backend)))"
+)
 
 
 def test_scale_bench_quick_run_reports_every_figure_and_no_hung_session() -> None:
