@@ -156,3 +156,30 @@ def test_every_error_is_in_the_errors_namespace() -> None:
         if isinstance(value, type) and issubclass(value, BaseException):
             assert getattr(errors, name) is value
             assert value.__module__ == "arkhon_rheo.errors"
+
+
+def test_the_facades_import_their_names_on_first_use() -> None:
+    # arkhon_rheo and arkhon_rheo.tools load the runtime and the toolboxes when one
+    # of their names is first used: in a fresh interpreter, nothing of it before.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    code = (
+        "import sys, arkhon_rheo, arkhon_rheo.tools as t;"
+        "assert 'arkhon_rheo.system' not in sys.modules;"
+        "assert 'arkhon_rheo.tools._toolbox' not in sys.modules;"
+        "assert {'AgentSystem', 'MemoryStore'} <= set(dir(arkhon_rheo));"
+        "assert arkhon_rheo.AgentSystem.__module__ == 'arkhon_rheo.system';"
+        "assert arkhon_rheo.store.MemoryStore is arkhon_rheo.MemoryStore;"
+        "assert t.MCPToolbox.__module__ == 'arkhon_rheo.tools';"
+        "assert t.Toolbox.__module__ == 'arkhon_rheo.tools';"
+        "assert arkhon_rheo.configure_logging.__module__ == 'arkhon_rheo';"
+        "assert not hasattr(arkhon_rheo, 'nothing') and not hasattr(t, 'nothing');"
+        "print('ok')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=root
+    )
+    assert done.stdout == "ok\n", done.stderr

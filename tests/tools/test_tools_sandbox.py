@@ -132,3 +132,40 @@ def test_a_sandboxed_tool_must_be_importable_and_limits_positive() -> None:
     with pytest.raises(ConfigurationError, match="max_output must be a positive int"):
         Sandbox(max_output=0)
     assert environment.timeout == 30.0  # SANDBOX_TIMEOUT when none is given
+
+
+def test_the_runner_and_a_tool_module_load_none_of_the_runtime() -> None:
+    # A sandboxed call starts an interpreter that imports the runner and the tool's
+    # module (``from arkhon_rheo.tools import tool``): neither loads the toolboxes,
+    # the stores, the supervisor, the system or structlog (with rich), which it
+    # does not use. What is loaded is read in a fresh interpreter.
+    import subprocess
+
+    root = str(Path(__file__).resolve().parents[2])
+    code = (
+        "import sys, arkhon_rheo.tools._child, tests.support.sandboxed_tools;"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    loaded = set(done.stdout.split())
+    assert "arkhon_rheo.tools._tool" in loaded
+    for heavy in (
+        "structlog",
+        "rich",
+        "arkhon_rheo.tools._toolbox",
+        "arkhon_rheo.tools._mcp",
+        "arkhon_rheo.store",
+        "arkhon_rheo.supervision",
+        "arkhon_rheo.system",
+        "arkhon_rheo.core",
+        "arkhon_rheo.actors",
+    ):
+        assert heavy not in loaded, f"the runner loads {heavy}"
