@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from arkhon_rheo.actors import ActorSystem, Termination, TerminationKind
-from tests.support.helpers import Recorder, Watcher
+from tests.support.helpers import Recorder, Watcher, cyclic_garbage_of_ours
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -73,7 +73,7 @@ async def test_ended_actors_leave_no_cyclic_garbage() -> None:
             ref.stop()
             await ref.wait_terminated()
         del ref
-    assert gc.collect() == 0
+    assert cyclic_garbage_of_ours() == []
 
 
 async def test_an_ended_actors_termination_names_its_reference() -> None:

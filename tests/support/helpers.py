@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING
 
 import pytest
@@ -141,3 +142,20 @@ def run_bench_quick(
     backends = {section.split("\n", 1)[0].strip(): section for section in sections}
     assert list(backends) == ["asyncio", "trio"], out
     return backends
+
+
+def cyclic_garbage_of_ours() -> list[str]:
+    """Collect, and name the types of the library's objects the collector found.
+
+    Only the library's own objects (a session, its cell, its log, its state)
+    count: objects that earlier tests left to the collector (an event loop's
+    parts, a machine's stage classes) may be collected during a test too.
+    """
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        found = [type(obj) for obj in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    return sorted(kind.__qualname__ for kind in found if kind.__module__.startswith("arkhon_rheo"))
