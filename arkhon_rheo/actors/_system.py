@@ -359,8 +359,7 @@ class ActorSystem:
             self.ask_timeout if ask_timeout is None else _check_seconds("ask_timeout", ask_timeout)
         )
         if name is None:
-            label = getattr(factory, "__name__", "actor")
-            name = f"{label}-{next(self._ids)}"
+            name = f"{getattr(factory, '__name__', 'actor')}-{next(self._ids)}"
         cell: Cell[M, R] = _SystemCell(
             self,
             factory,
