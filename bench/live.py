@@ -23,7 +23,7 @@ until every result is in. Printed per N:
   same base, over N: what a live session costs while it waits;
 - the GC's share of the run (``gc.callbacks``) and its collections, with the
   full ones (generation 2) apart: a full collection walks every live object
-  (~78 per parked session), so at N = 20,000 one takes ~1.4 s, and whether
+  (~78 per parked session), so at N = 20,000 one takes 0.8-1.4 s, and whether
   one falls inside the run or just before it decides most of the share (the
   collector starts one once the objects promoted since the last exceed a
   quarter of the old generation; the run's young collections are cheap).
