@@ -17,12 +17,25 @@ import anyio
 import pytest
 
 from arkhon_rheo.actors import ActorSystem, Termination, TerminationKind
-from tests.support.helpers import Recorder, Watcher, cyclic_garbage_of_ours
+from tests.support.helpers import Recorder, Watcher, cyclic_garbage_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 pytestmark = pytest.mark.anyio
+
+#: What an actor is made of: its cell, reference, mailbox, instance and context.
+ACTOR_PARTS = (
+    "_SystemCell",
+    "ActorRef",
+    "Termination",
+    "MailboxSendStream",
+    "MailboxReceiveStream",
+    "_State",
+    "LazyEvent",
+    "Recorder",
+    "ActorContext",
+)
 
 
 @pytest.fixture
@@ -73,7 +86,7 @@ async def test_ended_actors_leave_no_cyclic_garbage() -> None:
             ref.stop()
             await ref.wait_terminated()
         del ref
-    assert cyclic_garbage_of_ours() == []
+    assert cyclic_garbage_of(*ACTOR_PARTS) == []
 
 
 async def test_an_ended_actors_termination_names_its_reference() -> None:

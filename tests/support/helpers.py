@@ -144,18 +144,18 @@ def run_bench_quick(
     return backends
 
 
-def cyclic_garbage_of_ours() -> list[str]:
-    """Collect, and name the types of the library's objects the collector found.
+def cyclic_garbage_of(*kinds: str) -> list[str]:
+    """Collect, and name the objects of ``kinds`` (type names) the collector found.
 
-    Only the library's own objects (a session, its cell, its log, its state)
-    count: objects that earlier tests left to the collector (an event loop's
-    parts, a machine's stage classes) may be collected during a test too.
+    Only the kinds a test's own actors or sessions are made of count: objects
+    that earlier tests left may become garbage during a test too (an LRU cache
+    letting go of an old machine's parts, say) and be collected with them.
     """
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         gc.collect()
-        found = [type(obj) for obj in gc.garbage]
+        found = [type(obj).__qualname__ for obj in gc.garbage]
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
-    return sorted(kind.__qualname__ for kind in found if kind.__module__.startswith("arkhon_rheo"))
+    return sorted(kind for kind in found if kind in kinds)
