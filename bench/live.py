@@ -21,7 +21,12 @@ until every result is in. Printed per N:
   events; ``bench/memory.py`` measures what an ended session keeps);
 - parked RSS per session: the RSS once all N are parked at the gate, less the
   same base, over N: what a live session costs while it waits;
-- the GC's share of the run (``gc.callbacks``) and its collections.
+- the GC's share of the run (``gc.callbacks``) and its collections, with the
+  full ones (generation 2) apart: a full collection walks every live object
+  (~78 per parked session), so at N = 20,000 one takes 0.8-1.4 s, and whether
+  one falls inside the run or just before it decides most of the share (the
+  collector starts one once the objects promoted since the last exceed a
+  quarter of the old generation; the run's young collections are cheap).
 
 Figures are for comparison within one run (the machine's load moves them);
 nothing is asserted. Run it from the repository root::
@@ -65,14 +70,20 @@ class GcClock:
     def __init__(self) -> None:
         self.seconds = 0.0
         self.collections = 0
+        self.full = 0
+        self.full_seconds = 0.0
         self._started = 0.0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
         else:
-            self.seconds += time.perf_counter() - self._started
+            took = time.perf_counter() - self._started
+            self.seconds += took
             self.collections += 1
+            if info["generation"] == 2:
+                self.full += 1
+                self.full_seconds += took
 
 
 def rss_now() -> int:
@@ -134,6 +145,8 @@ async def run_once(sessions: int) -> dict[str, Any]:
         "parked_per_session": max(0, parked - before) / sessions,
         "gc_share": clock.seconds / wall,
         "gc_collections": clock.collections,
+        "gc_full": clock.full,
+        "gc_full_seconds": clock.full_seconds,
     }
 
 
@@ -183,7 +196,8 @@ def main(argv: list[str]) -> None:
                 f"{f['cpu_rate'] / base['cpu_rate']:4.0%})   peak RSS "
                 f"{f['rss_per_session'] / 1024:5.1f} KB per live session (parked "
                 f"{f['parked_per_session'] / 1024:4.1f} KB)   GC {f['gc_share']:4.1%} of the run "
-                f"({f['gc_collections']} collections)",
+                f"({f['gc_collections']} collections, {f['gc_full']} full: "
+                f"{f['gc_full_seconds']:.2f} s)",
                 flush=True,
             )
 

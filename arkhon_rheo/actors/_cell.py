@@ -107,7 +107,17 @@ class Cell(Generic[M, R]):
 
     A subclass says how the actor is made (`new_actor`).
 
+    An ended cell keeps how it ended (`ended`), not a `Termination`, and lets go
+    of its reference (`ref`): a termination names the reference, and the
+    reference its cell, so either kept would make a reference cycle, and an
+    ended actor (with all it holds: a whole session) would wait for the cyclic
+    GC instead of being freed as soon as it is dropped. A reference builds its
+    termination when asked.
+
     Attributes:
+        ref: The actor's reference, until the actor has ended.
+        ended: How the actor ended (its termination's kind and error), or
+            ``None`` while it has not.
         task: The handle of the actor's task while it runs (its cancel scope is
             the actor's: `cancel` cancels it).
         cancelled: Whether `cancel` has cancelled the actor's task.
@@ -122,6 +132,7 @@ class Cell(Generic[M, R]):
         "_watching",
         "ask_timeout",
         "cancelled",
+        "ended",
         "escalated",
         "name",
         "new_event",
@@ -130,7 +141,6 @@ class Cell(Generic[M, R]):
         "rx",
         "state",
         "task",
-        "termination",
         "tx",
     )
 
@@ -164,10 +174,10 @@ class Cell(Generic[M, R]):
         self.new_event: Callable[[], anyio.Event] = self.tx._state.new_event
         self._done = LazyEvent()  # set once the actor has ended
         self._starting: Starting | None = None  # the spawner's wait, until the actor runs
-        self.termination: Termination | None = None
+        self.ended: tuple[TerminationKind, BaseException | None] | None = None
         self.restarts = 0
         self.escalated: BaseException | None = None  # see ActorContext.escalate
-        self.ref: ActorRef[M, R] = ActorRef._of(self)
+        self.ref: ActorRef[M, R] | None = ActorRef._of(self)
 
     # -- called from other tasks -------------------------------------------------
 
@@ -182,9 +192,10 @@ class Cell(Generic[M, R]):
             self.cancelled = True
             task.cancel()
 
-    def add_watcher(self, watcher: Cell[Any, Any]) -> None:
-        if self.termination is not None:
-            watcher.notify(self.termination)
+    def add_watcher(self, watcher: Cell[Any, Any], ref: ActorRef[Any, Any]) -> None:
+        ended = self.ended
+        if ended is not None:
+            watcher.notify(Termination(ref, *ended))
         else:
             self._watchers[watcher] = None
             watcher._watching[self] = None
@@ -226,7 +237,7 @@ class Cell(Generic[M, R]):
 
     def attach(self, task: TaskHandle[None]) -> None:
         """Keep the handle of the task `run` runs in (call it as the task starts)."""
-        if self.termination is None:  # an eager task may have ended already
+        if self.ended is None:  # an eager task may have ended already
             self.task = task
 
     async def run(self) -> None:
@@ -310,7 +321,7 @@ class Cell(Generic[M, R]):
         starting = self._starting
         if starting is not None:
             self._starting = None
-            starting.started = self.termination is None
+            starting.started = self.ended is None
             starting.event.set()
 
     async def _failed_start(self, actor: Behaviour[M, R] | None, error: Exception) -> None:
@@ -324,7 +335,7 @@ class Cell(Generic[M, R]):
         self, actor: Behaviour[M, R] | None, kind: TerminationKind, error: BaseException | None
     ) -> None:
         """`_finish`, shielded, unless the actor's end is recorded already."""
-        if self.termination is None:
+        if self.ended is None:
             with anyio.CancelScope(shield=True):
                 await self._finish(actor, kind, error)
 
@@ -369,7 +380,9 @@ class Cell(Generic[M, R]):
     ) -> None:
         """Record the end, fail pending asks, run ``on_stop``, tell the watchers."""
         self.state = ActorState.STOPPED
-        termination = self.termination = Termination(self.ref, kind, error)
+        assert self.ref is not None  # still ours: it is let go of once the actor has ended
+        self.ended = (kind, error)
+        termination = Termination(self.ref, kind, error)
         self.tx.close()
         for item in self.rx.close():
             if type(item) is _Notice:
@@ -398,6 +411,7 @@ class Cell(Generic[M, R]):
         finally:
             self._host.cells.pop(self, None)
             self.task = None  # an ended actor has nothing to cancel: not kept for its ref
+            self.ref = None  # see the class: no cycle through the reference once ended
             self._done.set()
             watchers, self._watchers = self._watchers, {}
             for watcher in watchers:

@@ -60,8 +60,8 @@ class CellView(Protocol):
         """How often the actor was restarted."""
 
     @property
-    def termination(self) -> Termination | None:
-        """How the actor ended, or ``None`` while it has not."""
+    def ended(self) -> tuple[TerminationKind, BaseException | None] | None:
+        """How the actor ended (its termination's kind and error), or ``None`` while it has not."""
 
     @property
     def ask_timeout(self) -> float:
@@ -87,8 +87,8 @@ class CellView(Protocol):
     async def wait_done(self) -> None:
         """Wait until the actor has ended."""
 
-    def add_watcher(self, watcher: Self) -> None:
-        """Tell ``watcher`` when this actor ends (at once if it has)."""
+    def add_watcher(self, watcher: Self, ref: ActorRef[Any, Any]) -> None:
+        """Tell ``watcher`` when this actor (whose reference is ``ref``) ends, at once if it has."""
 
     def remove_watcher(self, watcher: Self) -> None:
         """Stop telling ``watcher``."""
@@ -162,7 +162,8 @@ class ActorRef(Generic[M, R]):
     @property
     def termination(self) -> Termination | None:
         """How the actor ended, or ``None`` while it has not."""
-        return self._cell.termination
+        ended = self._cell.ended
+        return None if ended is None else Termination(self, *ended)
 
     async def tell(self, message: M) -> None:
         """Send ``message``, waiting for room if the mailbox is full.
@@ -259,8 +260,8 @@ class ActorRef(Generic[M, R]):
         """Wait until the actor has ended and return how it ended."""
         cell = self._cell
         await cell.wait_done()
-        assert cell.termination is not None
-        return cell.termination
+        assert cell.ended is not None
+        return Termination(self, *cell.ended)
 
     def statistics(self) -> MailboxStatistics:
         """Return a snapshot of the actor's mailbox counters."""

@@ -82,8 +82,10 @@ class ActorContext(Generic[M, R]):
     __slots__ = ("_cell", "ref", "system")
 
     def __init__(self, cell: Cell[M, R], system: ActorSystem) -> None:
+        ref = cell.ref
+        assert ref is not None  # a context is made for a live actor, which has its ref
         self._cell = cell
-        self.ref: ActorRef[M, R] = cell.ref
+        self.ref: ActorRef[M, R] = ref
         self.system = system
 
     @property
@@ -96,7 +98,7 @@ class ActorContext(Generic[M, R]):
 
         If ``other`` has already ended, the notice arrives at once.
         """
-        other._cell.add_watcher(self._cell)
+        other._cell.add_watcher(self._cell, other)
 
     def unwatch(self, other: ActorRef[Any, Any]) -> None:
         """Stop watching ``other``; a notice already queued is still delivered."""
@@ -357,8 +359,7 @@ class ActorSystem:
             self.ask_timeout if ask_timeout is None else _check_seconds("ask_timeout", ask_timeout)
         )
         if name is None:
-            label = getattr(factory, "__name__", "actor")
-            name = f"{label}-{next(self._ids)}"
+            name = f"{getattr(factory, '__name__', 'actor')}-{next(self._ids)}"
         cell: Cell[M, R] = _SystemCell(
             self,
             factory,
@@ -368,6 +369,8 @@ class ActorSystem:
             ask_timeout=timeout,
             on_failure=on_failure,
         )
+        ref = cell.ref  # the cell lets go of it once the actor ends, which may be before we return
+        assert ref is not None
         cells = self._host.cells
         cells[cell] = None
         self._spawned += 1
@@ -388,7 +391,7 @@ class ActorSystem:
             if starting.error is not None:
                 raise starting.error
             raise ActorStopped(actor=name, detail="ended before it started")
-        return cell.ref
+        return ref
 
     def statistics(self) -> SystemStatistics:
         """Return a snapshot of the system's counters."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING
 
 import pytest
@@ -141,3 +142,20 @@ def run_bench_quick(
     backends = {section.split("\n", 1)[0].strip(): section for section in sections}
     assert list(backends) == ["asyncio", "trio"], out
     return backends
+
+
+def cyclic_garbage_of(*kinds: str) -> list[str]:
+    """Collect, and name the objects of ``kinds`` (type names) the collector found.
+
+    Only the kinds a test's own actors or sessions are made of count: objects
+    that earlier tests left may become garbage during a test too (an LRU cache
+    letting go of an old machine's parts, say) and be collected with them.
+    """
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        found = [type(obj).__qualname__ for obj in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    return sorted(kind for kind in found if kind in kinds)
