@@ -201,15 +201,19 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         ``abandoned`` (the write is committed all the same; a refusal is logged).
 
         Returns:
-            ``None`` where `append` must do the work: in ``ASYNC`` mode, or with a
-            fault injector installed.
+            ``None`` where `append` must do the work: in ``ASYNC`` mode, with a
+            fault injector installed, or where a subclass overrides `append`.
 
         Raises:
             StoreError: As `append` raises for a write that cannot be queued (a
                 value that is not JSON data, the store not open); nothing is queued.
             ConfigurationError: As `append` raises for ``applied`` or ``owner``.
         """
-        if self._durability is Durability.ASYNC or current_injector() is not None:
+        if (
+            self._durability is Durability.ASYNC
+            or current_injector() is not None
+            or type(self).append is not SQLiteStore.append  # a subclass's own append runs
+        ):
             return None
         return self._queued(
             self._append_request(session_id, events, snapshot, status, applied, posts, owner)
