@@ -81,7 +81,13 @@ class Committing:
     #: A durable commit's write, for the step to await (no coroutine of its own
     #: alive while it waits), and what the commit lands once it is stored.
     _writing: Awaitable[object] | None
-    _landing: tuple[Any, ...] | None
+    #: The candidate state (``None``: no commit waits), its event, plan and records:
+    #: attributes, not a tuple of them for the GC to walk while the commit waits.
+    _landing: AgentState | None
+    _landing_event: TransitionEvent | None
+    _landing_to: StatePlan
+    _landing_verified: AgentState | None
+    _landing_record: FailureRecord | None
 
     def _refusal(self, state: AgentState, plan: StatePlan, name: str) -> ArkhonError | None:
         """Why ``state`` may not run stage ``name`` (an invariant, a precondition), if so."""
@@ -174,7 +180,8 @@ class Committing:
                 self._writing = persistence.write(event, candidate, mail=mail)
             except Exception as exc:
                 return exc
-            self._landing = (candidate, event, to, verified, record)
+            self._landing, self._landing_event, self._landing_to = candidate, event, to
+            self._landing_verified, self._landing_record = verified, record
             return None
         if mail is not None:
             return self.inbox.unstored()  # a timer, without a store to keep it
@@ -183,20 +190,24 @@ class Committing:
 
     def _land(self) -> Exception | None:
         """The durable write `_step` awaited returned: land its commit, or return the refusal."""
-        landing, self._landing = self._landing, None
+        candidate, self._landing = self._landing, None
         persistence = self.session.persistence
-        assert landing is not None
+        assert candidate is not None
         assert persistence is not None
         try:
             persistence.accept()  # the store's refusal, if any, is raised here
         except Exception as exc:
             return exc
-        self._apply(*landing)
+        event, self._landing_event = self._landing_event, None
+        assert event is not None
+        self._apply(
+            candidate, event, self._landing_to, self._landing_verified, self._landing_record
+        )
         return None
 
     def _unwaited(self, exc: BaseException) -> Exception:
         """The durable write's wait raised ``exc``: return it (a refusal) or re-raise it."""
-        self._landing = None
+        self._landing = self._landing_event = None
         persistence = self.session.persistence
         assert persistence is not None
         persistence.abandon()  # cancelled: the write is committed all the same (or logged)

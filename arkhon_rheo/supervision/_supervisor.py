@@ -114,7 +114,9 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         #: A durable commit's write, for `_step` to await (no coroutine of its own
         #: alive while it waits), and what the commit lands once it is stored.
         self._writing: Awaitable[object] | None = None
-        self._landing: tuple[Any, ...] | None = None
+        self._landing = self._landing_event = self._landing_verified = None
+        self._landing_to = self.landed
+        self._landing_record = None
 
     # -- lifecycle ---------------------------------------------------------------
 
