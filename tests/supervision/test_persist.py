@@ -105,6 +105,7 @@ async def test_a_queued_write_whose_wait_is_cancelled_is_committed_all_the_same(
                 persistence.abandon()  # what the supervisor's step does
                 raise
         assert scope.cancelled_caught
+        assert written is not None
         assert written.abandoned  # a refusal would be logged: nobody reads it now
         assert persistence._written is None
         await store.record("s")  # reads queue behind the write
