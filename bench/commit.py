@@ -66,7 +66,7 @@ import tracemalloc
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
@@ -83,7 +83,7 @@ from arkhon_rheo.supervision._supervisor import SessionSupervisor
 from arkhon_rheo.testing import FaultPlan, ReferenceState, ReferenceStep
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Iterator
+    from collections.abc import Callable, Iterator
 
     from arkhon_rheo import SessionHandle
 
@@ -168,20 +168,6 @@ PIECES = ("pieces", "updates", "copy", "check", "full")
 PIECE_LABELS = (("updates", "updates"), ("model_copy", "copy"), ("invariants", "check"))
 
 
-T = TypeVar("T")
-
-
-def run_now(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never waits (an in-memory commit) without an event loop."""
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    coroutine.close()
-    raise RuntimeError("the commit waited for something; it cannot be timed without a loop")
-
-
 def commit_round(length: int) -> Callable[[int], dict[str, float]]:
     """Set up commits of one appended step onto histories of ``length`` (+0..63) items.
 
@@ -214,7 +200,7 @@ def commit_round(length: int) -> Callable[[int], dict[str, float]]:
     )
     supervisor = SessionSupervisor(session)
     # One commit outside the clock, to check that it is accepted at all.
-    failure = run_now(supervisor._commit(bases[0], patch, act, 0.0, 1))
+    failure = supervisor._commit(bases[0], patch, act, 0.0, 1)
     if failure is not None:
         raise RuntimeError(f"bench commit refused: {failure!r}")
     if len(session.state.steps) != length + 1:  # type: ignore[attr-defined]
@@ -252,7 +238,7 @@ def commit_round(length: int) -> Callable[[int], dict[str, float]]:
             commit = supervisor._commit
             start = time.perf_counter()
             for k in range(commits):
-                run_now(commit(bases[k & mask], patch, act, 0.0, 1))
+                commit(bases[k & mask], patch, act, 0.0, 1)
             took["full"] = time.perf_counter() - start
             session.log.clear()
         return took

@@ -10,9 +10,14 @@ into its row as they are. Any other store gets the patch as plain JSON data
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["EncodedJson", "EncodedPatch", "takes_encoded"]
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Sequence
+
+    from ._store import NewMessage
+
+__all__ = ["EncodedJson", "EncodedPatch", "QueueAppend", "Queued", "queue_append", "takes_encoded"]
 
 
 class EncodedPatch:
@@ -84,3 +89,47 @@ def _key(name: str) -> bytes:
 def takes_encoded(store: object) -> bool:
     """Whether ``store`` takes `EncodedPatch` patches and snapshots as JSON bytes."""
     return getattr(store, "takes_encoded", False) is True
+
+
+class Queued(Protocol):
+    """A write a store queued without a coroutine of its own (see `queue_append`)."""
+
+    #: Why the store refused it, once its batch is resolved (``None``: stored).
+    error: Exception | None
+    #: Set by a caller that stopped waiting: a refusal is then logged, not raised.
+    abandoned: bool
+
+
+class QueueAppend(Protocol):
+    """A store's ``append``, queued now: the write and what to await, or ``None``.
+
+    ``None``: the store cannot queue it now; call its ``append`` instead (which
+    then does all the work). Otherwise await the awaitable returned (it returns
+    once the write's batch is resolved, as ``append`` would), then read the
+    write's ``error``; a caller that stops waiting sets ``abandoned``.
+    Arguments as ``append``'s, positionally: session, events, snapshot, status,
+    applied, posts, owner.
+    """
+
+    def __call__(
+        self,
+        session_id: str,
+        events: Sequence[Any],
+        snapshot: tuple[int, Any] | None,
+        status: str | None,
+        applied: int | None,
+        posts: Sequence[NewMessage],
+        owner: str | None,
+        /,
+    ) -> tuple[Queued, Awaitable[object]] | None: ...
+
+
+def queue_append(store: object) -> QueueAppend | None:
+    """``store``'s way to queue an append with no coroutine of its own, if it has one.
+
+    The package's own group-commit stores (SQLite on its writer thread) have
+    it: a commit waiting for its transaction then keeps no coroutine frame of
+    the store's alive (nor walked by the cyclic GC while hundreds wait).
+    """
+    found = getattr(store, "queue_append", None)
+    return found if takes_encoded(store) and callable(found) else None

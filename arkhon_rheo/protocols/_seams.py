@@ -16,6 +16,9 @@ from ._canonical import json_data as json_data
 from ._canonical import may_hold_sets as may_hold_sets
 from ._encoded import EncodedJson as EncodedJson
 from ._encoded import EncodedPatch as EncodedPatch
+from ._encoded import QueueAppend as QueueAppend
+from ._encoded import Queued as Queued
+from ._encoded import queue_append as queue_append
 from ._encoded import takes_encoded as takes_encoded
 from ._faults import FaultInjector as FaultInjector
 from ._faults import current_injector as current_injector

@@ -56,12 +56,14 @@ class BatchWait:
         loop: The event loop whose tasks wait on it.
     """
 
-    __slots__ = ("_asyncio_future_blocking", "_loop", "_set", "_sweeping", "_waiters")
+    __slots__ = ("_asyncio_future_blocking", "_contexts", "_loop", "_set", "_sweeping", "_waiters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        #: The waiting tasks' wake-up callbacks, each with its context.
-        self._waiters: list[tuple[Callable[[Any], object], Context | None]] = []
+        #: The waiting tasks' wake-up callbacks, and each one's context at the same
+        #: index (two lists: no tuple per waiting task for the GC to walk).
+        self._waiters: list[Callable[[Any], object]] = []
+        self._contexts: list[Context | None] = []
         self._set = False
         self._sweeping = False
         #: Read (and reset) by a task when it parks on the object (asyncio's protocol).
@@ -73,20 +75,22 @@ class BatchWait:
             return
         self._set = True
         waiters, self._waiters = self._waiters, []
+        contexts, self._contexts = self._contexts, []
         if waiters:
-            self._loop.call_soon(self._wake, waiters)
+            self._loop.call_soon(self._wake, waiters, contexts)
 
-    def _wake(self, waiters: list[tuple[Callable[[Any], object], Context | None]]) -> None:
+    def _wake(self, waiters: list[Callable[[Any], object]], contexts: list[Context | None]) -> None:
         """One loop callback: resume each waiting task in turn (no handle per task)."""
-        for index, (wakeup, context) in enumerate(waiters):
+        for index, (wakeup, context) in enumerate(zip(waiters, contexts, strict=True)):
             try:
                 if context is None:
                     wakeup(self)
                 else:
                     context.run(wakeup, self)
             except BaseException:  # a task's step let KeyboardInterrupt or SystemExit out
-                for rest, its_context in waiters[index + 1 :]:
-                    self._loop.call_soon(rest, self, context=its_context)
+                rest = zip(waiters[index + 1 :], contexts[index + 1 :], strict=True)
+                for later, its_context in rest:
+                    self._loop.call_soon(later, self, context=its_context)
                 raise
 
     def is_set(self) -> bool:
@@ -127,13 +131,16 @@ class BatchWait:
         if self._set:
             self._loop.call_soon(fn, self, context=context)
         else:
-            self._waiters.append((fn, context))
+            self._waiters.append(fn)
+            self._contexts.append(context)
 
     def remove_done_callback(self, fn: Callable[[Any], object]) -> int:
         """Forget the callbacks that are ``fn``; return how many there were."""
-        kept = [waiter for waiter in self._waiters if waiter[0] != fn]
+        pairs = zip(self._waiters, self._contexts, strict=True)
+        kept = [(waiter, context) for waiter, context in pairs if waiter != fn]
         removed = len(self._waiters) - len(kept)
-        self._waiters = kept
+        self._waiters = [waiter for waiter, _ in kept]
+        self._contexts = [context for _, context in kept]
         return removed
 
     def result(self) -> None:
@@ -157,15 +164,17 @@ class BatchWait:
     def _sweep(self) -> None:
         """Wake, alone, each waiting task that is marked to be cancelled."""
         self._sweeping = False
-        kept = []
+        waiters: list[Callable[[Any], object]] = []
+        contexts: list[Context | None] = []
         call_soon = self._loop.call_soon
-        for waiter in self._waiters:
-            task = getattr(waiter[0], "__self__", None)
+        for waiter, context in zip(self._waiters, self._contexts, strict=True):
+            task = getattr(waiter, "__self__", None)
             if getattr(task, "_must_cancel", False):
-                call_soon(waiter[0], self, context=waiter[1])
+                call_soon(waiter, self, context=context)
             else:
-                kept.append(waiter)
-        self._waiters = kept
+                waiters.append(waiter)
+                contexts.append(context)
+        self._waiters, self._contexts = waiters, contexts
 
 
 class TrioBatchWait:

@@ -21,11 +21,12 @@ from ._work import check_claim
 from ._writer import Ticket
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
+    from collections.abc import Awaitable, Collection, Sequence
 
     from ..protocols import NewMessage, StoredEvent, StoredMessage
     from ._driver import Rows
     from ._effects import BeginEffect, FinishEffect
+    from ._plan import Append
 
 __all__ = ["SQLiteStore"]
 
@@ -148,17 +149,12 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         request = self._append_request(session_id, events, snapshot, status, applied, posts, owner)
         del events, snapshot, posts  # encoded: nothing here keeps them alive while waiting
         if self._durability is not Durability.ASYNC:
-            # `_submit`, inlined: one coroutine less for every commit in flight.
-            ticket = Ticket(request, True)
-            batch = self._enqueue(ticket)
-            if batch is None:
-                await self._submit_slowly(ticket)
-            else:
-                try:
-                    await batch.done.wait()
-                except BaseException:
-                    ticket.abandoned = True  # committed all the same; a refusal is logged
-                    raise
+            ticket, wait = self._queued(request)
+            try:
+                await wait
+            except BaseException:
+                ticket.abandoned = True  # committed all the same; a refusal is logged
+                raise
             if ticket.error is not None:
                 raise ticket.error
             return
@@ -185,6 +181,52 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         except BaseException:
             self._tails.pop(session_id, None)
             raise
+
+    def queue_append(
+        self,
+        session_id: str,
+        events: Sequence[StoredEvent],
+        snapshot: tuple[int, Any] | None,
+        status: str | None,
+        applied: int | None,
+        posts: Sequence[NewMessage],
+        owner: str | None,
+        /,
+    ) -> tuple[Ticket, Awaitable[object]] | None:
+        """`append`, queued now with no coroutine of its own: its ticket and what to await.
+
+        The supervisor's step awaits the write's batch directly this way (see
+        `queue_append` in ``protocols``): await what is returned, then raise the
+        ticket's ``error`` if it has one; a caller that stops waiting sets its
+        ``abandoned`` (the write is committed all the same; a refusal is logged).
+
+        Returns:
+            ``None`` where `append` must do the work: in ``ASYNC`` mode, with a
+            fault injector installed, or where a subclass overrides `append`.
+
+        Raises:
+            StoreError: As `append` raises for a write that cannot be queued (a
+                value that is not JSON data, the store not open); nothing is queued.
+            ConfigurationError: As `append` raises for ``applied`` or ``owner``.
+        """
+        if (
+            self._durability is Durability.ASYNC
+            or current_injector() is not None
+            or type(self).append is not SQLiteStore.append  # a subclass's own append runs
+        ):
+            return None
+        return self._queued(
+            self._append_request(session_id, events, snapshot, status, applied, posts, owner)
+        )
+
+    def _queued(self, request: Append) -> tuple[Ticket, Awaitable[object]]:
+        """Queue ``request`` for a caller that waits: its ticket, and what to await."""
+        ticket = Ticket(request, True)
+        # `_submit`, inlined: no coroutine of its own for every commit in flight.
+        batch = self._enqueue(ticket)
+        if batch is None:
+            return ticket, self._submit_slowly(ticket)
+        return ticket, batch.done.wait()
 
     async def set_status(self, session_id: str, status: str) -> None:
         """Change a session's status, durably.

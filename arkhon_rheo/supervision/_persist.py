@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..protocols._seams import takes_encoded
+from ..protocols._seams import queue_append, takes_encoded
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Mapping
 
     from ..core._seams import EventCodec, StateDigest
     from ..protocols import AgentState, NewMessage, Store, TransitionEvent
+    from ..protocols._seams import Queued
 
 __all__ = ["EVENT_BYTES", "SNAPSHOT_MIN_BYTES", "Mail", "Persistence", "linked"]
 
@@ -74,8 +75,10 @@ class Persistence:
         "_next",
         "_next_since",
         "_next_size",
+        "_queue",
         "_since",
         "_size",
+        "_written",
         "codec",
         "digest",
         "link",
@@ -108,6 +111,10 @@ class Persistence:
         self.snapshot_every = snapshot_every
         #: Whether the store takes encoded patches and snapshots (JSON bytes) as they are.
         self._direct = takes_encoded(store)
+        #: The store's append without a coroutine of its own, if it has one.
+        self._queue = queue_append(store)
+        #: The write `write` queued that way, until `accept` (or `abandon`) reads it.
+        self._written: Queued | None = None
         #: Bytes of the events stored since the last snapshot, and the state's size
         #: then (``None``: not known yet, until this run's first commit).
         self._since = 0
@@ -126,7 +133,11 @@ class Persistence:
             UnserializablePatch: If the event cannot be encoded (nothing was written).
             StoreError: If the store refused or failed.
         """
-        await self.write(event, state, status=status)
+        try:
+            await self.write(event, state, status=status)
+        except BaseException:
+            self.abandon()
+            raise
         self.accept()
 
     def write(
@@ -136,13 +147,16 @@ class Persistence:
         *,
         status: str | None = None,
         mail: Mail | None = None,
-    ) -> Awaitable[None]:
+    ) -> Awaitable[object]:
         """Encode ``event`` and hand it to the store; return the store's write to await.
 
-        Once the returned awaitable has returned, call `accept`; if it raises, the
-        digest and the snapshot policy stay where they were. The supervisor's
-        step awaits the store's ``append`` itself this way, with no coroutine of
-        this class alive (and walked by the cyclic GC) while it waits.
+        Once the returned awaitable has returned, call `accept` (which raises the
+        store's refusal, if any); if either raises, the digest and the snapshot
+        policy stay where they were. If the wait is interrupted (cancelled), call
+        `abandon`. The supervisor's step awaits the store's write itself this
+        way, with no coroutine of this class alive (and walked by the cyclic GC)
+        while it waits, nor of the store's where it queues writes directly
+        (`queue_append`: then the awaitable is its batch's own signal).
 
         ``mail`` is the inbox message the step applied and the timers it set: the
         store records both in the transaction that stores the event.
@@ -191,9 +205,14 @@ class Persistence:
 
     def _append(
         self, events: list[Any], snapshot: Any, status: str | None, mail: Mail | None
-    ) -> Awaitable[None]:
+    ) -> Awaitable[object]:
         """The store's append of ``events``; it names the lease's owner (fencing: `LeaseLost`)."""
         store, sid, owner = self.store, self.session_id, self.owner
+        if (queue := self._queue) is not None:
+            applied, posts = (None, ()) if mail is None else (mail.applied, mail.posts)
+            if (queued := queue(sid, events, snapshot, status, applied, posts, owner)) is not None:
+                self._written, wait = queued
+                return wait
         if mail is None:
             if owner is None:
                 return store.append(sid, events, snapshot=snapshot, status=status)
@@ -218,13 +237,31 @@ class Persistence:
         )
 
     def accept(self) -> None:
-        """The event `write` handed over is stored: move the digest and the snapshot count on."""
+        """The event `write` handed over is stored: move the digest and the snapshot count on.
+
+        Raises:
+            StoreError: The store refused the write (`write` queued it with no
+                coroutine of the store's: its refusal is raised here); nothing moves on.
+        """
         digest = self._next
         if digest is None:  # a bug of the caller's: never move on to a stale digest
             raise RuntimeError("Persistence.accept() without a write() before it")
+        if (written := self._written) is not None:
+            self._written = None
+            if written.error is not None:  # refused: nothing moves on
+                raise written.error
         self._next = None
         self.digest.accept(digest)
         self._since, self._size = self._next_since, self._next_size
+
+    def abandon(self) -> None:
+        """The wait for the event `write` handed over was interrupted: nobody reads its outcome.
+
+        The write is committed all the same, or its refusal logged by the store.
+        """
+        if (written := self._written) is not None:
+            self._written = None
+            written.abandoned = True
 
     async def close(self, status: str | None) -> None:
         """The run has ended: store its ``status`` (unless ``None``) and give its lease up.

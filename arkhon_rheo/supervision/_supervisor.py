@@ -11,7 +11,6 @@ offered to its listeners. What a failed step does is `FailureHandler`'s
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -21,13 +20,13 @@ import structlog
 from anyio.lowlevel import checkpoint
 
 from .. import _tracing
-from .._errors import ArkhonError, IllegalTransition, PreconditionFailed
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
-from ..core._seams import check_edge, check_invariants, state_label, step_moves, with_fields
-from ..protocols import ErrorClass, EventKind, Patch, StateView
+from ..core._seams import state_label
+from ..protocols import ErrorClass, StateView
+from ._committing import Committing
 from ._failures import FailureHandler
-from ._inbox import Inbox
+from ._inbox import Delivery, Inbox
 from ._record import ExitReason, StageMode, failure_record
 from ._recording import CallRecorder
 from ._stages import (
@@ -42,9 +41,11 @@ from ._stages import (
 )
 
 if TYPE_CHECKING:
+    import enum
+    from collections.abc import Awaitable
+
     from ..core._seams import StatePlan
-    from ..protocols import AgentState, FailureRecord, Stage
-    from ._persist import Mail
+    from ..protocols import AgentState, Stage
     from ._record import Session
     from ._stages import StageSlot
 
@@ -77,45 +78,9 @@ _STEP = _Step()
 #: Sixteen trivial steps are a fraction of a millisecond, and a stage that awaits I/O yields there
 #: anyway (``bench/scale.py`` shows the effect at 10,000 sessions).
 _STEPS_PER_YIELD = 16
-_set = object.__setattr__
 
 
-def _illegal_transition(
-    stage: str, lifecycle: enum.Enum, target: object, plan: StatePlan
-) -> IllegalTransition:
-    """The refusal of a move from ``lifecycle`` to ``target`` that ``plan`` does not allow."""
-    return IllegalTransition(
-        stage=stage,
-        from_state=state_label(lifecycle),
-        to_state=state_label(target) if isinstance(target, enum.Enum) else repr(target),
-        allowed=[state_label(s) for s in plan.allowed],
-    )
-
-
-def _info(calls: list[dict[str, Any]] | None, mail: Mail | None) -> dict[str, Any] | None:
-    """A step event's ``info``: the calls it made (``"io"``), the message and timers of its mail."""
-    info = {"io": calls} if calls else None
-    if mail is not None:
-        info = {**(info or {}), **mail.info}
-    return info
-
-
-def _chosen_failure(
-    stage: str, lifecycle: enum.Enum, target: enum.Enum, attempt: int
-) -> FailureRecord:
-    """The record of a stage that moved its session to a failed state itself."""
-    return failure_record(
-        "StageChoseFailure",
-        f"stage {stage!r} moved the session to {state_label(target)!r}",
-        ErrorClass.FATAL,
-        stage=stage,
-        lifecycle=lifecycle,
-        attempt=attempt,
-        reason=ExitReason.FAILED,
-    )
-
-
-class SessionSupervisor(Actor[_Step, None]):
+class SessionSupervisor(Committing, Actor[_Step, None]):
     """The actor that owns one session's state and drives its machine.
 
     A ``BaseException`` other than cancellation raised by a stage (or by any other
@@ -146,6 +111,12 @@ class SessionSupervisor(Actor[_Step, None]):
         self.landed: StatePlan = session.compiled.plan(session.state.lifecycle)
         #: The session's inbox: the messages its waiting states apply, its timers.
         self.inbox = Inbox(session)
+        #: A durable commit's write, for `_step` to await (no coroutine of its own
+        #: alive while it waits), and what the commit lands once it is stored.
+        self._writing: Awaitable[object] | None = None
+        self._landing = self._landing_event = self._landing_verified = None
+        self._landing_to = self.landed
+        self._landing_record = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -282,26 +253,19 @@ class SessionSupervisor(Actor[_Step, None]):
         state = session.state
         lifecycle = state.lifecycle
         plan = session.compiled.plan(lifecycle)
-        if plan.terminal:
-            reason = ExitReason.FAILED if plan.failed else ExitReason.FINISHED
-            session.finish(session.exit_reason or reason)
-            return True
-        stage_type = plan.stage_type
-        if stage_type is None:  # a state the machine does not know
-            stage_type = machine.stages[lifecycle]
+        if (stage_type := self._stage_type(plan, lifecycle)) is None:
+            return True  # a terminal state: the session has ended
         name = stage_type.name
-        if session.steps >= session.config.max_steps:
-            return await self._out_of_steps(name)
-        if machine.gates and await self.inbox.pause_at_gate(state, name):
+        if (session.steps >= session.config.max_steps or machine.gates) and await self._held(
+            state, name
+        ):
             return True
         delivery = None
         if plan.receives:
-            try:
-                delivery = await self.inbox.receive(stage_type, state)
-            except Exception as refused:  # no store, a stored message that no longer fits
-                return await self.failures.failed(refused, name, 1, self._restart)
-            if delivery is None:
-                return True  # parked
+            received = await self._receive(stage_type, state, name)
+            if type(received) is bool:  # parked, or the message was refused
+                return received
+            delivery = received
         started = time.time()
         refusal = self._refusal(state, plan, name)
         if refusal is not None:
@@ -331,19 +295,23 @@ class SessionSupervisor(Actor[_Step, None]):
                 raise outcome.error
             calls = recorder.finished() or None  # no empty list kept while a commit waits
             timers = recorder.timers
-            # Not kept alive while a durable commit waits for its store (the GC would
-            # walk them, and promote them, with every session that waits).
-            del view, recorder, scope
-            mail = (
-                None if delivery is None and timers is None else self.inbox.mail(delivery, timers)
-            )
+            del view, recorder, scope  # not kept alive (and walked by the GC) while a commit waits
             failure = (
                 outcome
                 if isinstance(outcome, Exception)
-                else await self._commit(
-                    state, outcome, slot.stage, started, attempt, calls, plan, mail
+                else self._commit(
+                    state, outcome, slot.stage, started, attempt, calls, plan, delivery, timers
                 )
             )
+            del outcome, calls, timers
+            if (writing := self._writing) is not None:  # durable: awaited here, in this frame
+                self._writing = None
+                try:
+                    await writing
+                except BaseException as exc:
+                    failure = self._unwaited(exc)
+                else:
+                    failure = self._land()
             if failure is None:
                 session.steps += 1
                 return self.landed.terminal and self._ended()
@@ -352,6 +320,38 @@ class SessionSupervisor(Actor[_Step, None]):
                 attempt += 1
                 continue
             return await self.failures.failed(failure, name, attempt, self._restart, error_class)
+
+    def _stage_type(self, plan: StatePlan, lifecycle: enum.Enum) -> type[Stage[Any]] | None:
+        """The stage to run in ``lifecycle``; ``None``: the state is terminal (the session ends)."""
+        if plan.terminal:
+            session = self.session
+            reason = ExitReason.FAILED if plan.failed else ExitReason.FINISHED
+            session.finish(session.exit_reason or reason)
+            return None
+        stage_type = plan.stage_type
+        if stage_type is None:  # a state the machine does not know
+            return self.session.machine.stages[lifecycle]
+        return stage_type
+
+    async def _held(self, state: AgentState, stage: str) -> bool:
+        """Whether the step stops before ``stage``: out of steps (failed), or paused at a gate."""
+        if self.session.steps >= self.session.config.max_steps:
+            return await self._out_of_steps(stage)
+        return bool(self.session.machine.gates) and await self.inbox.pause_at_gate(state, stage)
+
+    async def _receive(
+        self, stage_type: type[Stage[Any]], state: AgentState, stage: str
+    ) -> Delivery | bool:
+        """The inbox message ``stage`` applies, or whether the session ended without one.
+
+        ``True``: it parked (nothing to apply yet); a refused message (no store, a
+        stored message that no longer fits) is a failure of ``stage``.
+        """
+        try:
+            delivery = await self.inbox.receive(stage_type, state)
+        except Exception as refused:  # no store, a stored message that no longer fits
+            return await self.failures.failed(refused, stage, 1, self._restart)
+        return True if delivery is None else delivery
 
     async def _out_of_steps(self, stage: str) -> bool:
         """Fail the session, which used up its step budget before ``stage``; it has ended."""
@@ -366,111 +366,12 @@ class SessionSupervisor(Actor[_Step, None]):
         )
         return True
 
-    def _refusal(self, state: AgentState, plan: StatePlan, name: str) -> ArkhonError | None:
-        """Why ``state`` may not run stage ``name`` (an invariant, a precondition), if so."""
-        try:
-            if plan.invariants and state is not self.verified:
-                check_invariants(plan.invariants, state, state.lifecycle, stage=name)
-            for condition in plan.preconditions:
-                try:
-                    holds = condition.holds(state)
-                except Exception as exc:
-                    raise PreconditionFailed(
-                        stage=name, condition=f"{condition.name} (the check raised {exc!r})"
-                    ) from exc
-                if not holds:
-                    raise PreconditionFailed(stage=name, condition=condition.name)
-        except ArkhonError as refused:
-            return refused
-        return None
-
     def _ended(self) -> bool:
         session = self.session
         lifecycle = session.state.lifecycle
         failed = lifecycle is session.machine.failed
         session.finish(ExitReason.FAILED if failed else ExitReason.FINISHED)
         return True
-
-    async def _commit(
-        self,
-        state: AgentState,
-        patch: Patch,
-        stage: Stage[Any],
-        started: float,
-        attempt: int,
-        calls: list[dict[str, Any]] | None = None,
-        plan: StatePlan | None = None,
-        mail: Mail | None = None,
-    ) -> Exception | None:
-        """Validate and commit one stage's patch; return the refusal instead of raising.
-
-        ``plan`` is the compiled plan of ``state``'s lifecycle, when the caller has it;
-        ``mail`` the message the step applied and the timers it scheduled, if any.
-        """
-        session = self.session
-        machine = session.machine
-        name = stage.name
-        lifecycle = state.lifecycle
-        if plan is None:
-            plan = session.compiled.plan(lifecycle)
-        try:
-            updates, patch, written = session.validator._validated(
-                state, patch, stage=name, writes=stage.writes
-            )
-            written = plan.shared_writes(written)
-            candidate = session.compiled.copy_with(state, updates)
-            target = stage.next(candidate)
-            # Identity, not equality: a str-valued enum's member of another enum, or a
-            # bare string, may compare equal to an allowed state without being one.
-            # The plan's targets are keyed by the identity of the allowed states.
-            to = plan.targets.get(id(target))
-            if to is None:
-                raise _illegal_transition(name, lifecycle, target, plan)
-            # The stage's own decision to fail: still a structured record.
-            record = _chosen_failure(name, lifecycle, target, attempt) if to.failed else None
-            moved = step_moves(machine, state, lifecycle, target, record, updates)
-            # The candidate is still private to this call: set the moves on it
-            # rather than copying the state a second time.
-            candidate.__dict__.update(moved)
-            share = session.compiled.frozen
-            _set(candidate, "__pydantic_fields_set__", with_fields(candidate, moved, share=share))
-            verified = None
-            if record is None:
-                if to.invariants:
-                    check_invariants(to.invariants, candidate, target, stage=name)
-                verified = candidate
-                if (edge := plan.edge_checks.get(id(target))) is not None:
-                    check_edge(edge, state, candidate, stage=name)
-        except Exception as exc:
-            return exc
-        event = session.event(
-            EventKind.STEP,
-            name,
-            lifecycle,
-            target,
-            patch,
-            written,
-            attempt,
-            reads=stage.reads,
-            started_at=started,
-            error=record,
-            info=_info(calls, mail),
-        )
-        if (persistence := session.persistence) is not None:
-            del updates, moved  # not kept alive (and walked by the GC) while the commit waits
-            try:  # write-ahead, awaited here: no coroutine of its own per waiting commit
-                await persistence.write(event, candidate, mail=mail)
-            except Exception as exc:
-                return exc
-            persistence.accept()
-        elif mail is not None:
-            return self.inbox.unstored()  # a timer, without a store to keep it
-        if record is not None:
-            session.failure = record
-        session.commit(candidate, event)
-        self.verified = verified
-        self.landed = to
-        return None
 
     async def _restart(self, failed: str) -> None:
         """Restart the stages the restart strategy names when ``failed`` failed."""
