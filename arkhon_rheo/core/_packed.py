@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     #: An interner's table (a tuple of keys to its number) and its numbering function.
     Interner = tuple[dict[object, int], Callable[[Any], Any]]
@@ -56,21 +56,10 @@ def _dict(data: dict[Any, Any], interner: Interner) -> tuple[Any, ...]:
             if type(key) is not str:
                 raise _Unpackable
         found = interner[1](keys)
-    out = [found]
-    for value in data.values():
-        kind = type(value)
-        if kind in _PLAIN:
-            out.append(value)
-        elif kind is dict:
-            out.append(_dict(value, interner))
-        elif kind is list:
-            out.append(_list(value, interner))
-        else:
-            raise _Unpackable
-    return tuple(out)
+    return (found, *_list(data.values(), interner))
 
 
-def _list(items: list[Any], interner: Interner) -> list[Any]:
+def _list(items: Iterable[Any], interner: Interner) -> list[Any]:
     out = []
     for value in items:
         kind = type(value)
