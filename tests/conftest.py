@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -68,6 +69,16 @@ def _structlog_as_it_was() -> Iterator[None]:
         structlog.configure(**saved)
     else:
         structlog.reset_defaults()
+
+
+@pytest.fixture
+def collector_off() -> Iterator[None]:
+    """The cyclic GC off for the test, on again after it (garbage tests collect first)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @pytest.fixture(scope="session")

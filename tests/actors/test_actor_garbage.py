@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import gc
 import weakref
-from typing import TYPE_CHECKING
 
 import anyio
 import pytest
 
 from arkhon_rheo.actors import ActorSystem, Termination, TerminationKind
 from tests.support.helpers import Recorder, Watcher, cyclic_garbage_of
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 pytestmark = pytest.mark.anyio
 
@@ -36,16 +32,6 @@ ACTOR_PARTS = (
     "Recorder",
     "ActorContext",
 )
-
-
-@pytest.fixture
-def collector_off() -> Iterator[None]:
-    """The cyclic GC off for the test, on again after it."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 class Marker:

@@ -21,7 +21,6 @@ from arkhon_rheo.testing import ReferenceState, reference_machine
 from tests.support.helpers import cyclic_garbage_of
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 pytestmark = pytest.mark.anyio
@@ -45,16 +44,6 @@ SESSION_PARTS = (
 #: One machine for every test: a machine's stage classes are cyclic, as classes are,
 #: so a machine dropped during a test would show in its count.
 MACHINE = reference_machine(name="garbage")
-
-
-@pytest.fixture
-def collector_off() -> Iterator[None]:
-    """The cyclic GC off for the test, on again after it (the test collects first)."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 @pytest.mark.usefixtures("collector_off")
