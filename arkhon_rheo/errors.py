@@ -42,6 +42,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   ├── SessionBusy           it runs in this system, or another call here changes it
     │   ├── SessionNotFound       no session has that id
     │   ├── MessageRefused        a message's kind or payload is not one the session takes
+    │   ├── NoReply               an ask timed out, or the session ended before its message
     │   └── ReplayDiverged        a re-executed stage called out unlike the recorded run
     ├── StoreError                the store failed, or refused what was asked
     │   ├── StoreUnavailable      unreachable, or the connection dropped: the run stops, resumable

@@ -31,6 +31,7 @@ from ._sessions import DuplicateEvent as DuplicateEvent
 from ._sessions import InboxFull as InboxFull
 from ._sessions import LeaseLost as LeaseLost
 from ._sessions import MessageRefused as MessageRefused
+from ._sessions import NoReply as NoReply
 from ._sessions import RecordedCallFailed as RecordedCallFailed
 from ._sessions import ReplayDiverged as ReplayDiverged
 from ._sessions import SessionBusy as SessionBusy
@@ -86,6 +87,7 @@ __all__ = [
     "MailboxFull",
     "MalformedModelOutput",
     "MessageRefused",
+    "NoReply",
     "PreconditionFailed",
     "ReadOnlyState",
     "RecordedCallFailed",

@@ -40,7 +40,10 @@ class SessionBusy(SessionError):
     """The session is in use in this system: running here, or being started or changed.
 
     Wait for the other call (or cancel the running session) and try again. A
-    session another process drives raises `SessionLocked` instead.
+    session another process drives raises `SessionLocked` instead. A message
+    sent with ``on_busy="reject"`` to a session busy with a turn (anywhere)
+    raises it too, having stored nothing; a message is never refused for being
+    busy otherwise (it queues).
     """
 
 
@@ -51,6 +54,25 @@ class MessageRefused(SessionError):
     kind's validation, or the session has ended. Fix the message (or send it to
     a session that takes it) and send it again.
     """
+
+
+class NoReply(SessionError):
+    """An ask got no reply to its message: it timed out, or the session ended first.
+
+    The message stays stored (asking again with the same ``message_id`` waits
+    for the same reply, and stores nothing twice).
+
+    Attributes:
+        session_id: The session.
+        message_id: The message asked.
+        timed_out: Whether the wait ran out of time (else the session ended
+            before it applied the message, which it never will).
+    """
+
+    def __init__(self, message: str, *, session_id: str, message_id: str, timed_out: bool) -> None:
+        super().__init__(message, session_id=session_id)
+        self.message_id = message_id
+        self.timed_out = timed_out
 
 
 class SessionNotFound(SessionError, KeyError):

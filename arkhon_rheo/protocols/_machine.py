@@ -106,6 +106,10 @@ class Machine(Generic[S]):
             oldest still read to ``version - 1``. Compatible changes (a new
             field with a default, a type that accepts more, a new state or
             transition) need none.
+        reply: What a session of the machine answers to a message it was asked
+            (``AgentSystem.ask``): called with the state at the end of the turn
+            the message began; its value is `Reply.value`. ``None``: replies
+            carry the state only (their ``value`` is ``None``).
 
     Raises:
         ConfigurationError: If the machine is inconsistent, as listed above, a
@@ -135,6 +139,7 @@ class Machine(Generic[S]):
         resources: Mapping[str, object] | None = None,
         version: int = 1,
         upgrades: Mapping[int, Upgrade | ValuesFn] | None = None,
+        reply: Callable[[S], Any] | None = None,
     ) -> None:
         if not (isinstance(state_type, type) and issubclass(state_type, AgentState)):
             raise ConfigurationError(
@@ -161,6 +166,12 @@ class Machine(Generic[S]):
         #: The machine's version (sessions it stores carry it), and how sessions of
         #: earlier versions are read, by the version each upgrade reads.
         self.version = version
+        if reply is not None and not callable(reply):
+            raise ConfigurationError(
+                f"machine {name!r}: reply must be a function of the state, got {reply!r}"
+            )
+        #: What a session answers to a message it was asked (see ``reply`` above).
+        self.reply: Callable[[S], Any] | None = reply
         self.upgrades = checked_upgrades(name, version, upgrades, state_type.model_fields)
         self.invariants: dict[enum.Enum | None, tuple[Condition[Any], ...]] = {
             key: tuple(Condition.coerce(c) for c in conditions)

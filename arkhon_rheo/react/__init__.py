@@ -25,6 +25,7 @@ from ._context import PromptCache as PromptCache
 from ._context import estimate_tokens as estimate_tokens
 from ._context import trim_messages as trim_messages
 from ._conversation import Conversation as Conversation
+from ._conversation import Said as Said
 from ._engine import react_agent as react_agent
 from ._listen import Close as Close
 from ._listen import UserInput as UserInput
@@ -62,6 +63,7 @@ __all__ = [
     "Budget",
     "Close",
     "Conversation",
+    "Said",
     "DecisionBudget",
     "GlobalBudget",
     "MalformedModelOutput",

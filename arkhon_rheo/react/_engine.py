@@ -97,8 +97,10 @@ def react_agent(
             about (``@tool(run="approve")``, ``effect="ask"``) adds a ``"tool call"`` gate.
         deadlines: Per-state deadlines in seconds (``{Lifecycle.ACTING: 30}``).
         conversational: After each answer, wait (parked, ``Lifecycle.OBSERVING``) for the
-            user's next `UserInput` (``system.send``, a `Conversation`); `Close` ends it.
-            Budgets count over the whole conversation. Needs a store (``MemoryStore``).
+            user's next `UserInput` (``system.ask``, a `Conversation`); `Close` ends it.
+            Its limits (``max_steps``, ``budget``) bound each turn: every message
+            starts them again. Started without a task, it waits for its first
+            message. Needs a store (``MemoryStore``).
         resources: More resources by name, for its tools (see `ToolContext`); the
             agent declares ``"model"`` and ``"tools"`` (a runner that is an async context
             manager). The `AgentSystem` opens each async context manager not open yet.
@@ -143,6 +145,7 @@ def react_machine(config: ReactConfig) -> Machine[ReactState]:
     if config.conversational:
         transitions[L.THINKING] = {L.ACTING, L.OBSERVING, L.FAILED}
         transitions[L.OBSERVING] = {L.THINKING, L.FINISHED, L.FAILED}
+        transitions[L.INITIALIZED] = {L.THINKING, L.OBSERVING, L.FAILED}  # opened, no task
         stages[L.OBSERVING] = ListenStage.bind(config)
     if config.checks is not None:  # each proposal is checked; one sent back is thought again
         transitions[L.THINKING] |= {L.THINKING}
@@ -173,7 +176,13 @@ def react_machine(config: ReactConfig) -> Machine[ReactState]:
         gates=gates,
         deadlines=config.deadlines,
         resources=config.declared,
+        reply=answer_of,
     )
+
+
+def answer_of(state: ReactState) -> Any:
+    """What a ReAct agent answers: its typed output (with ``answer_type``), else its text."""
+    return state.output if state.output is not None else state.answer
 
 
 def _says_why(state: ReactState) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..protocols import Lifecycle, Patch, Receive, UserMessage
+from ..protocols import Lifecycle, Patch, Receive, Usage, UserMessage
 from ._stages import ReactStage
 from ._state import ReactState, StopReason
 
@@ -24,6 +24,19 @@ if TYPE_CHECKING:
 __all__ = ["Close", "ListenStage", "UserInput"]
 
 L = Lifecycle
+
+#: What a new turn of a conversation starts again from: the counters its limits read.
+_NEW_TURN: dict[str, object] = {
+    "turns": 0,
+    "tool_calls": 0,
+    "usage": Usage(),
+    "cost": 0.0,
+    "started_at": None,
+    "elapsed": 0.0,
+    "wrapup": False,
+    "rule_retries": 0,
+}
+_PER_TURN = frozenset(_NEW_TURN)
 
 
 class UserInput(BaseModel):
@@ -52,16 +65,22 @@ class ListenStage(
     ReactStage,
     name="listen",
     reads={"messages"},
-    writes={"messages", "answer", "output", "exit"},
+    writes={"messages", "answer", "output", "exit", *_PER_TURN},
     accepts=(UserInput, Close),
 ):
-    """Take the user's next message into the conversation, or close it."""
+    """Take the user's next message into the conversation, or close it.
+
+    Each message begins a turn: the counters the agent's limits read (model
+    turns for ``max_steps``, tool calls, tokens, cost, time, the wrap-up flag)
+    start again from zero, so the limits bound the work done for one message,
+    never the conversation's life.
+    """
 
     async def apply(self, view: StateView[ReactState], message: UserInput | Close) -> Patch:
         """The user's message appended (the last answer and its output cleared), or the close."""
         if isinstance(message, Close):
             return Patch(exit=StopReason.CLOSED)
-        cleared = Patch(answer=None, output=None, exit=None)
+        cleared = Patch(answer=None, output=None, exit=None, **_NEW_TURN)
         return cleared.append("messages", UserMessage(content=message.text))
 
     def next(self, state: ReactState) -> enum.Enum:

@@ -109,16 +109,20 @@ class StartStage(ReactStage, name="start", reads={"task", "messages"}, writes={"
         """The opening messages, unless the caller gave a conversation."""
         if len(view.messages):
             return Patch()  # a conversation given by the caller: keep it as it is
-        if not view.task:
+        opening: list[Message] = []
+        if view.task:
+            opening.append(UserMessage(content=view.task))
+        elif not self.config.conversational:
             raise Fatal("nothing to do: start the agent with ReactState(task='...')")
-        opening: list[Message] = [UserMessage(content=view.task)]
         system_prompt = self.config.system_prompt
         if system_prompt is not None:
             opening.insert(0, _system_message(system_prompt))
         return Patch().append("messages", *opening)
 
     def next(self, state: ReactState) -> enum.Enum:
-        """Think next."""
+        """Think next; a conversation opened without a task waits for its first message."""
+        if self.config.conversational and not state.task:
+            return L.OBSERVING
         return L.THINKING
 
 

@@ -123,7 +123,9 @@ class SessionConfig:
 
     Attributes:
         max_steps: The most stage steps before the session is stopped (exit reason
-            ``max_steps``); every session has one, so no loop is unbounded.
+            ``max_steps``); every session has one, so no loop is unbounded. In a
+            session that takes messages it bounds each turn (the steps after a
+            message is applied, until the next one is), never the session's life.
         classifier: Maps failures to transient, recoverable or fatal.
         backoff: Retries of transient failures.
         restart_strategy: Which stage actors restart on a recoverable failure.
@@ -158,6 +160,7 @@ class Session:
         "failure",
         "gates_passed",
         "handoff",
+        "interrupt",
         "keep_log",
         "link",
         "listeners",
@@ -173,6 +176,7 @@ class Session:
         "session_id",
         "state",
         "steps",
+        "turn_start",
         "validator",
     )
 
@@ -220,7 +224,16 @@ class Session:
         self.seq = base_seq
         #: Called once with the session when it has ended (the system releases it).
         self.on_close: Callable[[Session], None] | None = None
+        #: The steps run in this turn: since the last message applied (or the run's
+        #: start); ``config.max_steps`` bounds them, so a living session's limit is per
+        #: turn and a burst of messages never exhausts it.
         self.steps = 0
+        #: The state (and its event number) the session waited in before the message
+        #: that began the turn under way: where an interrupting message cuts it back to.
+        self.turn_start: tuple[AgentState, int] | None = None
+        #: The id of a message that asked to cut the turn under way (``on_busy=
+        #: "interrupt"``): the supervisor cuts it at its next commit boundary.
+        self.interrupt: str | None = None
         self.retries = 0
         self.restarts = 0
         #: Set once the session has ended; its event is made only when somebody waits

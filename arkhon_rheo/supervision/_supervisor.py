@@ -23,7 +23,7 @@ from .. import _tracing
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
 from ..core._seams import state_label
-from ..protocols import ErrorClass, StateView
+from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ._committing import Committing
 from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
@@ -230,7 +230,14 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         session = self.session
         try:
             # Handed over (see `Session.handoff`): stop at this commit boundary.
-            while not (session.handoff and session.stop_here()) and not await self._step():
+            while (
+                not (session.handoff and session.stop_here())
+                and not (
+                    # A message asked to cut the turn under way: this is a commit boundary.
+                    session.interrupt is not None and await self._cut_turn()
+                )
+                and not await self._step()
+            ):
                 if context.pending:
                     context.ref.tell_nowait(_STEP)  # let the waiting messages go first
                     return
@@ -351,7 +358,12 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
             delivery = await self.inbox.receive(stage_type, state)
         except Exception as refused:  # no store, a stored message that no longer fits
             return await self.failures.failed(refused, stage, 1, self._restart)
-        return True if delivery is None else delivery
+        if delivery is None:
+            return True
+        session = self.session
+        session.steps = 0  # a new turn: the step budget bounds each turn
+        session.turn_start = (state, session.seq)
+        return delivery
 
     async def _out_of_steps(self, stage: str) -> bool:
         """Fail the session, which used up its step budget before ``stage``; it has ended."""
@@ -365,6 +377,50 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
             reason=ExitReason.MAX_STEPS,
         )
         return True
+
+    async def _cut_turn(self) -> bool:
+        """Cut the turn under way (a message asked to interrupt it): back to where it began.
+
+        Recorded as a rollback event to the state the session waited in before
+        the turn's message (``info``: ``interrupted_by``, the interrupting
+        message's id): the audit log keeps the cut turn's events, and the
+        session goes on from a state it was valid in, to its next message.
+        With no turn under way (the session waits), nothing is cut. Returns
+        false: the session goes on.
+        """
+        session = self.session
+        by, session.interrupt = session.interrupt, None
+        if session.compiled.plan(session.state.lifecycle).receives or session.turn_start is None:
+            return False  # no turn under way: the message just queues
+        target, target_seq = session.turn_start
+        session.turn_start = None
+        current = session.state
+        fields = {
+            name: getattr(target, name)
+            for name in type(target).model_fields
+            if name != "session_id"
+        }
+        event = session.event(
+            EventKind.ROLLBACK,
+            None,
+            current.lifecycle,
+            target.lifecycle,
+            Patch(**fields),
+            frozenset(fields),
+            0,
+            info={
+                "rolled_back_from": session.seq,
+                "rolled_back_to": target_seq,
+                "interrupted_by": by,
+            },
+        )
+        if session.persistence is not None:
+            await session.persistence.record(event, target)
+        session.commit(target, event)
+        self.landed = session.compiled.plan(target.lifecycle)
+        self.verified = None
+        _logger.info("turn_interrupted", session_id=session.session_id, by=by)
+        return False
 
     def _ended(self) -> bool:
         session = self.session

@@ -13,6 +13,7 @@ something to do for (`AgentSystem.submit` stores them for it).
 from __future__ import annotations
 
 from .._exports import publish
+from ._ask import Reply as Reply
 from ._handle import SessionHandle as SessionHandle
 from ._handle import SessionResult as SessionResult
 from ._mail import Sent as Sent
@@ -28,6 +29,7 @@ __all__ = [
     "AgentSystem",
     "Divergence",
     "ReplayReport",
+    "Reply",
     "Sent",
     "SessionHandle",
     "SessionResult",

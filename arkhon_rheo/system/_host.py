@@ -82,6 +82,7 @@ class SessionHost:
         "_counter",
         "_faults",
         "_listeners",
+        "_on_closed",
         "_on_park",
         "_owner_name",
         "_registry",
@@ -129,6 +130,8 @@ class SessionHost:
         self.clock: Clock = WallClock() if clock is None else clock
         #: Called when a session launched here parks (the system's timer watch looks again).
         self._on_park: Callable[[], None] | None = None
+        #: Called with a session's id whenever a run of it here ends (its asks look again).
+        self._on_closed: Callable[[str], None] | None = None
         self._resources = resources
         check_keyring(secrets)
         #: The keyring sensitive values are sealed with in the store (``None``: none given).
@@ -201,6 +204,14 @@ class SessionHost:
         """Call ``callback`` whenever a session launched here parks."""
         self._on_park = callback
 
+    def on_closed(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback`` with its id whenever a run of a session here ends."""
+        self._on_closed = callback
+
+    def add_listener(self, listener: EventListener) -> None:
+        """Offer ``listener`` every commit of the sessions launched from now on."""
+        self._listeners = (*self._listeners, listener)
+
     def _release(self, held: HeldValues, session: Session) -> None:
         held.release()
         self._closed(session)
@@ -209,6 +220,8 @@ class SessionHost:
         self._registry.closed(session)
         if session.exit_reason is ExitReason.WAITING and self._on_park is not None:
             self._on_park()
+        if self._on_closed is not None:
+            self._on_closed(session.session_id)
 
     def held(self, session_id: str) -> Session:
         """The record of session ``session_id`` held here in memory.

@@ -42,7 +42,7 @@ from ._journal import Journal
 from ._options import check_positive
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from ..protocols import Clock, Store, StoredMessage
     from ._handle import SessionHandle
@@ -70,10 +70,12 @@ class Sent:
         position: Its place in the inbox (from 1, in the order messages were sent).
         duplicate: Whether the inbox had it already (the id was sent before):
             nothing was stored the second time.
-        handle: The run of the session in this system that receives it (woken
-            for it, or running already); ``None`` when another process drives
-            the session, or when it does not wait now (paused at a gate, say):
-            it receives the message when it next waits.
+        handle: The run of the session in this system that applies it (woken
+            for it, or running already, the message pending), or ``None``: another
+            process drives the session, it does not wait now (paused at a gate,
+            say; it receives the message when it next waits), or the message was
+            applied already (a re-sent id). Its result is the run's end, which may
+            come turns later; for the reply to this message, use `AgentSystem.ask`.
     """
 
     session_id: str
@@ -253,11 +255,13 @@ class Postman:
         message_id: str | None,
         *,
         drive: bool = True,
+        before_post: Callable[[], Awaitable[None]] | None = None,
     ) -> Sent:
         """Check, store and deliver ``message`` (see `AgentSystem.send`).
 
         ``drive=False``: store it only (its post brings a parked session's wake
-        time forward, so a worker claims it).
+        time forward, so a worker claims it). ``before_post``: awaited once the
+        message is checked, before it is stored (a refusal there stores nothing).
         """
         host = self.host
         store = host.require_store("send a message")
@@ -278,6 +282,8 @@ class Postman:
                 f"session {session_id!r} has ended ({record.status}); fork it to go on",
                 session_id,
             )
+        if before_post is not None:
+            await before_post()
         posted = NewMessage(message_id or uuid.uuid4().hex, kind, payload, self.clock.now())
         if not drive:
             stored, new = await store.post(session_id, posted, capacity=self.capacity)
@@ -293,6 +299,8 @@ class Postman:
                 del delivering[session_id]
             else:
                 delivering[session_id] -= 1
+        if stored.applied_seq is not None:
+            handle = None  # applied already (a re-sent id): no run applies it now
         return Sent(session_id, stored.message_id, stored.position, not new, handle)
 
     async def wake(self, machine: Machine[Any], session_id: str) -> SessionHandle[Any] | None:
