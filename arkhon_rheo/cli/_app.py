@@ -38,7 +38,7 @@ from ._common import (
 from ._demo_workers import demo_command
 from ._read import graph, list_sessions, show
 from ._steer import decide, fork, replay, resume, rollback, run
-from ._talk import send
+from ._talk import ask, send
 from ._worker import worker
 
 if TYPE_CHECKING:
@@ -243,6 +243,31 @@ def _add_session_commands(add: _Add) -> None:
     sub.add_argument("--text", metavar="TEXT", help="a user message to a conversational agent")
     sub.add_argument("--message-id", metavar="ID", help="its id: a re-send stores nothing")
 
+    sub = add(
+        "ask",
+        ask,
+        "ask a session: store a message, wait for the reply to it (wherever the session "
+        "runs), print it",
+    )
+    _common(sub)
+    sub.add_argument("session", metavar="SESSION")
+    _machine(sub)
+    sub.add_argument(
+        "--message", metavar="JSON", help="the message's fields, its kind's name under 'kind'"
+    )
+    sub.add_argument("--text", metavar="TEXT", help="a user message to a conversational agent")
+    sub.add_argument(
+        "--message-id", metavar="ID", help="its id: asking again returns the same reply"
+    )
+    sub.add_argument(
+        "--timeout", type=_positive_float, metavar="SECONDS", help="the longest wait for the reply"
+    )
+    sub.add_argument(
+        "--no-drive",
+        action="store_true",
+        help="never drive the session here: a worker (or another process) applies the message",
+    )
+
     sub = add("resume", resume, "continue a stored session and wait for its end")
     _common(sub)
     sub.add_argument("session", metavar="SESSION")
@@ -331,6 +356,16 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
 
 

@@ -1,6 +1,9 @@
-"""Commands that talk to a session: ``run --text`` starts a conversation, ``send`` goes on.
+"""Commands that talk to a session: ``run --text`` starts a conversation; ``ask``, ``send`` go on.
 
-``send`` takes the library's one path for a message (`AgentSystem.send`):
+``ask`` asks a session (`AgentSystem.ask`): the message is stored, then the
+command waits for the reply to *that* message, wherever the session runs
+(here, another process, a worker), and prints it. ``send`` takes the
+library's one path for a message (`AgentSystem.send`):
 checked against the kinds the machine accepts (a refusal stores nothing and
 exits 1), stored in the session's inbox, then delivered: the session is
 woken here and driven until it parks or ends, and its reply (a ReAct
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import Keyring
 from ..core._seams import shown_state
+from ..protocols._seams import json_data
 from ..supervision import ExitReason
 from ..system import AgentSystem
 from ._common import (
@@ -30,9 +34,9 @@ if TYPE_CHECKING:
     import argparse
 
     from ..protocols import AgentState, Machine
-    from ..system import SessionResult
+    from ..system import Reply, SessionResult
 
-__all__ = ["first_message", "report_reply", "send"]
+__all__ = ["ask", "first_message", "report_reply", "send"]
 
 #: The runs that went well: one that finished, parked for the next message, or paused.
 _OK = frozenset({ExitReason.FINISHED, ExitReason.WAITING, ExitReason.PAUSED})
@@ -130,3 +134,56 @@ def send(args: argparse.Namespace) -> ExitStatus:
             return None if sent.handle is None else await sent.handle.result()
 
     return report_reply(args, args.run(go))
+
+
+def ask(args: argparse.Namespace) -> ExitStatus:
+    """``arkhon-rheo ask SESSION``: store a message, wait for the reply to it, print it.
+
+    Exit status 0 with the reply; 1 if the message was refused, the turn
+    failed, or no reply came within ``--timeout``; 3 for an unknown session.
+    """
+    machine = load_machine(args.machine)
+    message = _message(args)
+    store = existing_store(args.store)
+
+    async def go() -> Reply[Any]:
+        async with AgentSystem(path=store, secrets=Keyring.from_env()) as system:
+            return await system.ask(
+                machine,
+                args.session,
+                message,
+                message_id=args.message_id,
+                timeout=args.timeout,
+                drive=not args.no_drive,
+            )
+
+    reply = args.run(go)
+    value = reply.value
+    if args.json:
+        print_json(
+            {
+                "session_id": reply.session_id,
+                "message_id": reply.message_id,
+                "status": reply.status,
+                "reply": json_data(value),
+                "applied_seq": reply.applied_seq,
+                "seq": reply.seq,
+                "interrupted": reply.interrupted,
+                "duplicate": reply.duplicate,
+            }
+        )
+        return ExitStatus.OK if reply.ok else ExitStatus.FAILED
+    out = console()
+    if value is not None:
+        out.print(styled((reply.text, "")))
+    colour = "green" if reply.ok else "red"
+    out.print(
+        styled(
+            "session ",
+            (reply.session_id, "bold"),
+            f" (message {reply.message_id}): ",
+            (reply.status, colour),
+        )
+    )
+    return ExitStatus.OK if reply.ok else ExitStatus.FAILED
+
