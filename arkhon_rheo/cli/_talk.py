@@ -186,4 +186,3 @@ def ask(args: argparse.Namespace) -> ExitStatus:
         )
     )
     return ExitStatus.OK if reply.ok else ExitStatus.FAILED
-

@@ -272,8 +272,10 @@ class Conversation:
         for message in state.messages:
             if isinstance(message, UserMessage):
                 said.append(Said("user", message.content))
-            elif isinstance(message, AssistantMessage) and message.content and not (
-                message.tool_calls
+            elif (
+                isinstance(message, AssistantMessage)
+                and message.content
+                and not (message.tool_calls)
             ):
                 said.append(Said("assistant", message.content))
         return said

@@ -54,13 +54,38 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ..core import Keyring
-    from ..protocols import Clock, Partial, SessionRecord, Store
+    from ..protocols import Clock, Partial, SessionRecord, SessionStream, Store
     from ..protocols._seams import FaultInjector
     from ..supervision import Backoff, Classifier, RestartIntensity, RestartStrategy
     from ..supervision._seams import EventListener
     from ._handle import SessionHandle, SessionResult
 
 __all__ = ["AgentSystem"]
+
+
+async def _partial(
+    subscription: SessionStream[Partial], changed: anyio.Event, deadline: float, ended: bool
+) -> Any:
+    """The next partial of an asked turn; ``None`` at a commit; ``END`` after its end.
+
+    Once the turn has ended (``ended``), what the subscription has buffered
+    still comes, without waiting.
+    """
+    if ended:
+        try:
+            return subscription.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            return END
+    with anyio.fail_after(deadline - anyio.current_time()):
+        return await next_partial(subscription, changed)
+
+
+def _of_turn(partial: Partial, watch: Any, message_id: str) -> bool:
+    """Whether ``partial`` is part of the turn message ``message_id`` began."""
+    applied = watch.applied.get(message_id)
+    end = watch.replies.get(message_id)
+    return applied is not None and applied < partial.seq and (end is None or partial.seq <= end.seq)
+
 
 S = TypeVar("S", bound=AgentState)
 
@@ -601,13 +626,12 @@ class AgentSystem:
                 if stream and sent.handle is not None:
                     subscription = sent.handle.partials()
                     try:
-                        while message_id not in watch.replies:
-                            with anyio.fail_after(deadline - anyio.current_time()):
-                                item = await next_partial(subscription, watch.changed)
+                        while True:
+                            ended = message_id in watch.replies
+                            item = await _partial(subscription, watch.changed, deadline, ended)
                             if item is END:
                                 break
-                            applied = watch.applied.get(message_id)
-                            if item is not None and applied is not None and item.seq > applied:
+                            if item is not None and _of_turn(item, watch, message_id):
                                 yield item
                     finally:
                         subscription.close()
