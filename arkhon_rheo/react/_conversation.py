@@ -6,7 +6,15 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from .._errors import ConfigurationError, SessionError, SessionLocked, SessionNotFound
+import anyio
+
+from .._errors import (
+    ConfigurationError,
+    SessionBusy,
+    SessionError,
+    SessionLocked,
+    SessionNotFound,
+)
 from ..protocols import AssistantMessage, Partial, ReplyDelta, UserMessage
 from ._listen import Close, UserInput
 from ._state import StopReason
@@ -162,20 +170,24 @@ class Conversation:
 
     async def _get_or_create(self, state: ReactState | None) -> None:
         stored = self.system.stored(self.agent, self._id())
-        try:
-            await stored.record()
-            return
-        except SessionNotFound:
-            pass
         initial = (state or self.agent.state_type()).model_copy(update={"task": ""})
-        try:
-            await self.system.start(self.agent, initial, session_id=self.session_id)
-        except (SessionError, SessionLocked):
-            try:  # another caller created it meanwhile: it is ours too
+        wait = 0.002
+        while True:
+            try:
                 await stored.record()
+                return
             except SessionNotFound:
-                raise
-            return
+                pass
+            try:
+                await self.system.start(self.agent, initial, session_id=self.session_id)
+                return
+            except (SessionBusy, SessionLocked):
+                pass  # another caller is creating it (here, or in another process)
+            except SessionError as exc:
+                if "exists already" not in str(exc):
+                    raise
+            await anyio.sleep(wait)  # until its record is there
+            wait = min(wait * 2, 0.1)
 
     async def start(self, text: str, *, state: ReactState | None = None) -> str:
         """Start the conversation with the user's first message; return the agent's reply.

@@ -277,6 +277,10 @@ class Postman:
             raise MessageRefused(str(refused), session_id=session_id) from None
         record = await Journal(store, machine, session_id, secrets=self.host.secrets).record()
         if record.status in ENDED:
+            if message_id is not None:  # sent before it ended: a re-send stores nothing
+                known = await Mailbox(store, session_id).known(message_id)
+                if known is not None:
+                    return Sent(session_id, known.message_id, known.position, True, None)
             raise _refused(
                 machine,
                 f"session {session_id!r} has ended ({record.status}); fork it to go on",
