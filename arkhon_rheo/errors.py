@@ -47,6 +47,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     ├── StoreError                the store failed, or refused what was asked
     │   ├── StoreUnavailable      unreachable, or the connection dropped: the run stops, resumable
     │   ├── StoreCorrupt          not our file, another schema version, or damaged
+    │   │   └── SessionsDamaged   some sessions' records are damaged: the rest listed in it
     │   ├── DuplicateEvent        an event number is taken or out of order
     │   ├── UnserializablePatch   a patch value cannot be stored (refused before commit)
     │   ├── UnrecordableCall      a recorded call's request or response cannot be stored

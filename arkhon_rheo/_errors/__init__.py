@@ -38,6 +38,7 @@ from ._sessions import SessionBusy as SessionBusy
 from ._sessions import SessionError as SessionError
 from ._sessions import SessionLocked as SessionLocked
 from ._sessions import SessionNotFound as SessionNotFound
+from ._sessions import SessionsDamaged as SessionsDamaged
 from ._sessions import StoreCorrupt as StoreCorrupt
 from ._sessions import StoreError as StoreError
 from ._sessions import StoreUnavailable as StoreUnavailable
@@ -99,6 +100,7 @@ __all__ = [
     "SessionError",
     "SessionLocked",
     "SessionNotFound",
+    "SessionsDamaged",
     "StageFailure",
     "StageTimeout",
     "StoreCorrupt",

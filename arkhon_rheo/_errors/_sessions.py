@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from typing import Any
 
 from ._base import ArkhonError
 
@@ -16,6 +17,7 @@ __all__ = [
     "SessionError",
     "SessionLocked",
     "SessionNotFound",
+    "SessionsDamaged",
     "StoreCorrupt",
     "StoreError",
     "StoreUnavailable",
@@ -154,8 +156,50 @@ class StoreUnavailable(StoreError):
 class StoreCorrupt(StoreError):
     """The file is not an arkhon-rheo store, has another schema version, or is damaged.
 
-    The file is never overwritten.
+    The file is never overwritten. A damaged row of one session (its record,
+    snapshot or an event, not JSON or not of its shape) names that session; the
+    store's other sessions read as before.
+
+    Attributes:
+        session_id: The session whose stored rows are damaged (``None``: the
+            store as a whole is at fault).
     """
+
+    def __init__(self, message: str, *, location: str = "", session_id: str | None = None) -> None:
+        super().__init__(message, location=location)
+        self.session_id = session_id
+
+
+class SessionsDamaged(StoreCorrupt):
+    """The records of some sessions are damaged; `Store.sessions` lists the others here.
+
+    A listing (``arkhon-rheo sessions``, ``check``) reports each damaged one and
+    goes on with ``records``.
+
+    Attributes:
+        records: Every other session's record (a `SessionRecord`), oldest first.
+        damaged: Each damaged session's id, its machine's name as stored, and
+            what is wrong with its record, oldest first.
+        session_id: The first damaged session.
+    """
+
+    def __init__(
+        self,
+        records: tuple[Any, ...],
+        damaged: tuple[tuple[str, str, str], ...],
+        *,
+        location: str = "",
+    ) -> None:
+        names = ", ".join(repr(session_id) for session_id, _, _ in damaged)
+        super().__init__(
+            f"{len(damaged)} session record(s) of the store do not read ({names}): "
+            f"{damaged[0][2]} (each is named in .damaged; the other {len(records)} "
+            "session(s) are in .records)",
+            location=location,
+            session_id=damaged[0][0],
+        )
+        self.records = records
+        self.damaged = damaged
 
 
 class DuplicateEvent(StoreError):

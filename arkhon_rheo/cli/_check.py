@@ -17,9 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from .._errors import ArkhonError, KeyringError
+from .._errors import ArkhonError, KeyringError, SessionsDamaged
 from ..core import Keyring
-from ..core._seams import compiled, differences, legacy_schema, same_form, version_of
+from ..core._seams import (
+    checked_fingerprint,
+    compiled,
+    differences,
+    legacy_schema,
+    same_form,
+    version_of,
+)
 from ..system import AgentSystem
 from ._common import ExitStatus, console, print_json, read_only_store, shown, styled
 from ._load import load_machine
@@ -33,12 +40,22 @@ __all__ = ["check", "check_sessions"]
 
 
 def _reading(machine: Machine[Any], record: SessionRecord, mine: dict[str, Any]) -> str:
-    """How the machine reads the session (as first stored): as it is, or through what."""
-    stored = record.fingerprint
+    """How the machine reads the session (as first stored): as it is, or through what.
+
+    Raises:
+        StoreCorrupt: If its stored fingerprint is damaged.
+    """
+    stored = checked_fingerprint(record.session_id, record.fingerprint)
     if stored is None or same_form(stored, mine):
         return "as stored"
     old = version_of(stored)
-    if differences(stored, mine, legacy=lambda names: legacy_schema(machine.state_type, names)):
+    try:
+        found = differences(
+            stored, mine, legacy=lambda names: legacy_schema(machine.state_type, names)
+        )
+    except (TypeError, ValueError, AttributeError, KeyError, RecursionError):
+        return "damaged"  # its JSON schemas are not: the replay says how (StoreCorrupt)
+    if found:
         return "changed, not declared"
     if old != mine["version"]:
         return f"upgraded from version {old}"
@@ -50,9 +67,11 @@ async def check_sessions(system: AgentSystem, machine: Machine[Any]) -> list[dic
 
     Each row: ``session_id``, ``status``, ``version`` (the session's, as
     stored), ``reading`` (``"as stored"``, ``"compatible change"``,
-    ``"upgraded from version N"`` or ``"changed, not declared"``), ``events``
-    (folded), ``checked`` (digests verified), ``ok`` and ``reason`` (why it
-    would fail, ``None`` if it would not).
+    ``"upgraded from version N"``, ``"changed, not declared"`` or
+    ``"damaged"``), ``events`` (folded), ``checked`` (digests verified), ``ok``
+    and ``reason`` (why it would fail, ``None`` if it would not). A session
+    whose stored rows are damaged fails with the `StoreCorrupt` that names it;
+    the others are checked all the same.
 
     Raises:
         KeyringError: If the system's keyring does not open a session's
@@ -61,15 +80,20 @@ async def check_sessions(system: AgentSystem, machine: Machine[Any]) -> list[dic
     store = system.store
     assert store is not None
     mine = compiled(machine).fingerprint
+    damaged: tuple[tuple[str, str, str], ...] = ()
+    try:
+        records = await store.sessions()
+    except SessionsDamaged as exc:  # each reported below, the others checked
+        records, damaged = exc.records, exc.damaged
     rows = []
-    for record in await store.sessions():
+    for record in records:
         if record.machine != machine.name:
             continue
         row: dict[str, Any] = {
             "session_id": record.session_id,
             "status": record.status,
             "version": version_of(record.fingerprint),
-            "reading": _reading(machine, record, mine),
+            "reading": "damaged",
             "events": 0,
             "checked": 0,
             "ok": False,
@@ -77,6 +101,7 @@ async def check_sessions(system: AgentSystem, machine: Machine[Any]) -> list[dic
         }
         stored = system.stored(machine, record.session_id)
         try:
+            row["reading"] = _reading(machine, record, mine)
             report = await stored.replay()
             await stored.history()
         except KeyringError:
@@ -89,6 +114,20 @@ async def check_sessions(system: AgentSystem, machine: Machine[Any]) -> list[dic
                 divergence = report.divergence
                 row["reason"] = f"diverges at event {divergence.seq}: {divergence.reason}"
         rows.append(row)
+    rows += [
+        {
+            "session_id": session_id,
+            "status": None,
+            "version": None,
+            "reading": "damaged",
+            "events": 0,
+            "checked": 0,
+            "ok": False,
+            "reason": f"StoreCorrupt: {reason}",
+        }
+        for session_id, name, reason in damaged
+        if name == machine.name
+    ]
     return rows
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from .._errors import SessionsDamaged, StoreCorrupt
 from ..core._seams import differences, fingerprint, masked, waits_for
 from ..protocols import StateGraph
 from ..store._seams import store_at
@@ -105,24 +106,60 @@ def _status(row: dict[str, Any]) -> str:
     return f"{row['status']} (orphaned)" if row["orphaned"] else row["status"]
 
 
+def _damaged_row(session_id: str, machine: str, reason: str) -> dict[str, Any]:
+    """A session whose stored rows do not read, as ``sessions`` lists it: why, and no more."""
+    return {
+        "session_id": session_id,
+        "machine": machine,
+        "status": "damaged",
+        "orphaned": False,
+        "owner_dead": None,
+        "steps": None,
+        "created_at": None,
+        "last_commit": None,
+        "parent": None,
+        "exit_reason": reason,
+        "waiting": None,
+        "wake_at": None,
+        "waits_for": None,
+        "damaged": reason,
+    }
+
+
 async def _sessions(path: str) -> list[dict[str, Any]]:
+    """Every session's row; one whose rows are damaged is listed as such, after the others."""
     async with store_at(path) as store:
-        records = await store.sessions()
+        damaged: tuple[tuple[str, str, str], ...] = ()
+        try:
+            records = await store.sessions()
+        except SessionsDamaged as exc:
+            records, damaged = exc.records, exc.damaged
         owners = {lease.session_id: lease.owner for lease in await store.leases()}
         rows = []
         for record in records:
-            events = await store.history(record.session_id) if record.last_seq else ()
+            try:
+                events = await store.history(record.session_id) if record.last_seq else ()
+                waiting = waits_for(record, events)
+            except StoreCorrupt as exc:
+                rows.append(_damaged_row(record.session_id, record.machine, str(exc)))
+                continue
             row = _row(record, events[-1] if events else None, owners.get(record.session_id))
-            waiting = waits_for(record, events)
             row["waits_for"] = None if waiting is None else waiting.describe()
+            row["damaged"] = None
             rows.append(row)
+        rows += [_damaged_row(*found) for found in damaged]
         return rows
 
 
 def list_sessions(args: argparse.Namespace) -> ExitStatus:
-    """``arkhon-rheo sessions``: every stored session, newest last."""
+    """``arkhon-rheo sessions``: every stored session, newest last.
+
+    A session whose stored rows are damaged is listed with status ``damaged``
+    and why (after the others); the exit status is then 1.
+    """
     with read_only_store(args.store) as path:
         rows = args.run(_sessions, path)
+    status = ExitStatus.FAILED if any(row["damaged"] for row in rows) else ExitStatus.OK
     total = len(rows)
     if args.status:
         rows = [row for row in rows if row["status"] in args.status]
@@ -130,7 +167,7 @@ def list_sessions(args: argparse.Namespace) -> ExitStatus:
         rows = rows[-args.limit :]
     if args.json:
         print_json(masked(rows))
-        return ExitStatus.OK
+        return status
     count = f"{total}" if len(rows) == total else f"{len(rows)} of {total}"
     table = Table(title=shown(f"{count} session{'' if total == 1 else 's'} in {args.store}"))
     # Ids are what a user copies into the next command: never cut; other columns wrap.
@@ -148,13 +185,16 @@ def list_sessions(args: argparse.Namespace) -> ExitStatus:
             shown(row["session_id"]),
             shown(row["machine"]),
             shown(_status(row)),
-            str(row["steps"]),
-            _when(row["last_commit"]),
+            "" if row["steps"] is None else str(row["steps"]),
+            "" if row["last_commit"] is None else _when(row["last_commit"]),
             shown(row["exit_reason"]),
             shown(row["waits_for"] or ""),
         )
     console().print(table)
-    return ExitStatus.OK
+    for row in rows:
+        if row["damaged"]:
+            console(stderr=True).print(shown(f"arkhon-rheo sessions: {row['damaged']}"))
+    return status
 
 
 async def _history(path: str, session_id: str) -> tuple[SessionRecord, tuple[StoredEvent, ...]]:

@@ -24,6 +24,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from .._errors import StoreCorrupt
 from ._schemas import accepts, state_schema, type_name
 from ._validate import _item_type
 
@@ -33,7 +34,14 @@ if TYPE_CHECKING:
 
     from ..protocols import AgentState, Machine
 
-__all__ = ["differences", "fingerprint", "legacy_schema", "same_form", "version_of"]
+__all__ = [
+    "checked_fingerprint",
+    "differences",
+    "fingerprint",
+    "legacy_schema",
+    "same_form",
+    "version_of",
+]
 
 #: JSON-schema keys the digest form of fingerprints left out (everywhere).
 _COSMETIC = frozenset({"title", "description", "examples", "default"})
@@ -168,9 +176,89 @@ def _stored_value(state: enum.Enum) -> Any:
     return value if isinstance(value, (str, int, float, bool)) or value is None else repr(value)
 
 
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _objects(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(item, dict) for item in value.values())
+
+
+#: What each key of a fingerprint holds, checked on a stored one (`checked_fingerprint`).
+_SHAPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "name": ("a string", lambda v: isinstance(v, str)),
+    "state": ("a string", lambda v: isinstance(v, str)),
+    "fields": ("a list of names", _strings),
+    "schema": ("a string", lambda v: isinstance(v, str)),
+    "states": ("a list of names", _strings),
+    "transitions": ("a string", lambda v: isinstance(v, str)),
+    "format": ("a number", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "version": (
+        "a version number (1 or more)",
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+    ),
+    "types": ("an object of JSON schemas", _objects),
+    "defs": ("an object of JSON schemas", _objects),
+    "optional": ("a list of names", _strings),
+    "items": ("a list of names", _strings),
+    "lifecycle": ("an object", lambda v: isinstance(v, dict)),
+    "edges": ("an object", lambda v: isinstance(v, dict)),
+    "loop": ("a name or null", lambda v: v is None or isinstance(v, str)),
+    "form": ("a string", lambda v: isinstance(v, str)),
+    "upgrades": ("an object of upgrades", _objects),
+    "annotations": ("an object", lambda v: isinstance(v, dict)),
+}
+#: How a JSON value that is not an object is named.
+_JSON_KINDS = {
+    list: "a JSON array",
+    str: "a JSON string",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+}
+#: Keys only a fingerprint with a ``form`` has (the digest form had none of them).
+_FORM_ONLY = ("format", "version", "types", "defs", "optional", "items", "lifecycle", "edges")
+
+
+def checked_fingerprint(session_id: str, stored: Any) -> Mapping[str, Any] | None:
+    """``stored``, the fingerprint session ``session_id`` was stored with, checked for damage.
+
+    A fingerprint is a JSON object whose keys hold what `fingerprint` puts
+    there; one with the keys of `FORMAT` 2 names its ``form`` (the digest form
+    had none of them). ``None`` (a session stored before fingerprints) passes.
+
+    Raises:
+        StoreCorrupt: It is not of a fingerprint's shape, naming the session.
+    """
+    if stored is None:
+        return None
+    problem = None
+    if not isinstance(stored, dict):
+        problem = f"is {_JSON_KINDS.get(type(stored), 'a JSON value')}, not an object"
+    else:
+        for key, (what, fits) in _SHAPES.items():
+            if key in stored and not fits(stored[key]):
+                problem = f"has {key!r} of {stored[key]!r:.60}, not {what}"
+                break
+        else:
+            extra = [key for key in _FORM_ONLY if key in stored]
+            if extra and "form" not in stored:
+                has = f"version {stored['version']}" if "version" in stored else _listed(extra)
+                problem = f"names {has} but has no 'form' (which says what it describes)"
+    if problem is None:
+        checked: Mapping[str, Any] = stored
+        return checked
+    raise StoreCorrupt(
+        f"session {session_id!r} is damaged in the store: the machine fingerprint it was "
+        f"stored with {problem}. Restore the store from a backup, or delete the session; "
+        "the store's other sessions read as before",
+        session_id=session_id,
+    )
+
+
 def version_of(stored: Mapping[str, Any] | None) -> int:
     """The machine version a stored fingerprint names (1 for one that names none)."""
-    version = (stored or {}).get("version", 1)
+    version = stored.get("version", 1) if isinstance(stored, dict) else 1
     return version if isinstance(version, int) and not isinstance(version, bool) else 1
 
 

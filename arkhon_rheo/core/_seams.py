@@ -21,6 +21,7 @@ from ._compiled import with_fields as with_fields
 from ._digest import StateDigest as StateDigest
 from ._digest import StateHasher as StateHasher
 from ._eventlog import EventLog as EventLog
+from ._fingerprint import checked_fingerprint as checked_fingerprint
 from ._fingerprint import differences as differences
 from ._fingerprint import fingerprint as fingerprint
 from ._fingerprint import legacy_schema as legacy_schema

@@ -25,12 +25,18 @@ import json
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ConfigurationError, StoreError, UnserializablePatch
+from .._errors import (
+    ConfigurationError,
+    SessionsDamaged,
+    StoreCorrupt,
+    StoreError,
+    UnserializablePatch,
+)
 from ..protocols import SessionRecord, StoredEvent, StoredMessage
 from ..protocols._seams import EncodedJson, EncodedPatch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
     "COMPRESS_OVER",
@@ -38,9 +44,11 @@ __all__ = [
     "MessageRow",
     "SessionRow",
     "Snapshot",
+    "damaged",
     "decode_event",
     "decode_message",
     "decode_record",
+    "decode_records",
     "decode_snapshot",
     "dumps",
     "encode_events",
@@ -166,11 +174,45 @@ def encode_snapshot(state: Any, *, what: str, location: str = "") -> Snapshot:
     return text.decode()
 
 
-def decode_snapshot(value: Snapshot) -> Any:
-    """The state a snapshot row's value holds, as JSON data."""
-    if isinstance(value, bytes):
-        return loads(zlib.decompress(value))
-    return loads(value)
+#: What a damaged row's error says to do about it.
+_DAMAGED = (
+    "Restore the store from a backup, or delete the session; the store's other "
+    "sessions read as before"
+)
+#: What reading a damaged JSON column raises: not JSON (or not text), nested too deep.
+_UNREADABLE = (ValueError, TypeError, RecursionError, zlib.error)
+
+
+def damaged(session_id: str, what: str, exc: BaseException) -> StoreCorrupt:
+    """The error for a row of session ``session_id`` whose ``what`` does not decode.
+
+    Args:
+        session_id: The session the row belongs to.
+        what: What the row's value is ("its machine fingerprint", "its snapshot"...).
+        exc: What reading it raised.
+    """
+    if isinstance(exc, RecursionError):
+        reason = "nested too deep to read"
+    else:
+        reason = f"not JSON ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+    return StoreCorrupt(
+        f"session {session_id!r} is damaged in the store: {what} is {reason}. {_DAMAGED}",
+        session_id=session_id,
+    )
+
+
+def decode_snapshot(value: Snapshot, session_id: str) -> Any:
+    """The state a snapshot row's value holds, as JSON data.
+
+    Raises:
+        StoreCorrupt: The value is not JSON (or nested too deep), naming ``session_id``.
+    """
+    try:
+        if isinstance(value, bytes):
+            return loads(zlib.decompress(value))
+        return loads(value)
+    except _UNREADABLE as exc:
+        raise damaged(session_id, "a snapshot of its state", exc) from exc
 
 
 def _compact(patch: Any) -> tuple[tuple[str, ...], tuple[str, ...], list[Any]] | None:
@@ -342,7 +384,18 @@ def _patch(data: Any, assigned: tuple[str, ...] | None, appended: tuple[str, ...
 
 
 def decode_event(row: Sequence[Any]) -> StoredEvent:
-    """Turn an event row back into a `StoredEvent`."""
+    """Turn an event row back into a `StoredEvent`.
+
+    Raises:
+        StoreCorrupt: A column of it is not JSON (or nested too deep), naming the session.
+    """
+    try:
+        return _event(row)
+    except _UNREADABLE as exc:
+        raise damaged(row[0], f"event #{row[1]}", exc) from exc
+
+
+def _event(row: Sequence[Any]) -> StoredEvent:
     kind, stage, source, target, reads, writes, assigned, appended = _parsed(row[2])
     return StoredEvent(
         session_id=row[0],
@@ -363,8 +416,23 @@ def decode_event(row: Sequence[Any]) -> StoredEvent:
     )
 
 
+def _column(row: Sequence[Any], index: int, what: str) -> Any:
+    text = row[index]
+    if text is None:
+        return None
+    try:
+        return loads(text)
+    except _UNREADABLE as exc:
+        raise damaged(row[0], what, exc) from exc
+
+
 def decode_record(row: Sequence[Any]) -> SessionRecord:
-    """Turn a session row back into a `SessionRecord`."""
+    """Turn a session row back into a `SessionRecord`.
+
+    Raises:
+        StoreCorrupt: Its fingerprint or what it waits for is not JSON (or
+            nested too deep), naming the session.
+    """
     return SessionRecord(
         session_id=row[0],
         machine=row[1],
@@ -373,10 +441,29 @@ def decode_record(row: Sequence[Any]) -> SessionRecord:
         created_at=row[4],
         updated_at=row[5],
         parent=row[6],
-        fingerprint=None if row[7] is None else loads(row[7]),
-        waiting=None if row[8] is None else loads(row[8]),
+        fingerprint=_column(row, 7, "its machine fingerprint"),
+        waiting=_column(row, 8, "what it waits for"),
         wake_at=row[9],
     )
+
+
+def decode_records(rows: Iterable[Sequence[Any]], location: str = "") -> tuple[SessionRecord, ...]:
+    """Turn session rows back into `SessionRecord` s, every one that decodes.
+
+    Raises:
+        SessionsDamaged: Some do not (see `decode_record`): it names each, and
+            holds the records of the others.
+    """
+    records: list[SessionRecord] = []
+    found: list[tuple[str, str, str]] = []
+    for row in rows:
+        try:
+            records.append(decode_record(row))
+        except StoreCorrupt as exc:
+            found.append((row[0], str(row[1]), str(exc)))
+    if found:
+        raise SessionsDamaged(tuple(records), tuple(found), location=location)
+    return tuple(records)
 
 
 def decode_message(row: Sequence[Any]) -> StoredMessage:
@@ -386,7 +473,7 @@ def decode_message(row: Sequence[Any]) -> StoredMessage:
         message_id=row[1],
         position=row[2],
         kind=row[3],
-        payload=loads(row[4]),
+        payload=_column(row, 4, f"inbox message {row[1]!r}"),
         posted_at=row[5],
         due_at=row[6],
         applied_seq=row[7],

@@ -18,6 +18,7 @@ from ._codec import (
     decode_event,
     decode_message,
     decode_record,
+    decode_records,
     decode_snapshot,
     loads,
 )
@@ -283,7 +284,7 @@ class MemoryStore(StoreBase, EffectLedger):
         row = self._row(session_id)
         seq, state = self._snapshot(session_id, row[3])
         events = tuple(decode_event(e) for e in self._events[session_id][seq:])
-        return LoadedSession(decode_record(row), seq, decode_snapshot(state), events)
+        return LoadedSession(decode_record(row), seq, decode_snapshot(state, session_id), events)
 
     async def history(self, session_id: str) -> tuple[StoredEvent, ...]:
         """Every event of the session, in order.
@@ -304,13 +305,13 @@ class MemoryStore(StoreBase, EffectLedger):
         await anyio.lowlevel.checkpoint()
         self._row(session_id)
         found, state = self._snapshot(session_id, seq)
-        return found, decode_snapshot(state)
+        return found, decode_snapshot(state, session_id)
 
     async def sessions(self) -> tuple[SessionRecord, ...]:
         """Every session's record, oldest first."""
         await anyio.lowlevel.checkpoint()
         self._check_open()
-        return tuple(decode_record(row) for row in self._sessions.values())
+        return decode_records(self._sessions.values(), self.location)
 
     async def set_status(self, session_id: str, status: str) -> None:
         """Change a session's status.

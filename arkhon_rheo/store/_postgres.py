@@ -311,7 +311,10 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
             functools.partial(self._load, session_id), transaction=False
         )
         return LoadedSession(
-            decode_record(row), seq, decode_snapshot(state), tuple(map(decode_event, events))
+            decode_record(row),
+            seq,
+            decode_snapshot(state, session_id),
+            tuple(map(decode_event, events)),
         )
 
     # -- leases ------------------------------------------------------------------------

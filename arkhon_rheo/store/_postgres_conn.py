@@ -105,7 +105,7 @@ def import_psycopg() -> Any:
 
 
 def translate(exc: BaseException, location: str, *, what: str = "PostgreSQL failed") -> StoreError:
-    """A `StoreError` for a psycopg error: its text scrubbed, with no chained cause.
+    """A `StoreError` for a psycopg error: its text scrubbed, on one line, with no chained cause.
 
     The original error is not chained (``__cause__`` stays empty and
     ``__suppress_context__`` is set): its arguments may hold the connection string.
@@ -116,6 +116,8 @@ def translate(exc: BaseException, location: str, *, what: str = "PostgreSQL fail
     """
     psycopg = import_psycopg()
     text = scrub(str(exc).strip() or type(exc).__name__)
+    # One line (libpq adds its hint, "Is the server running...", on a line of its own).
+    text = "; ".join(line.strip() for line in text.splitlines() if line.strip())
     kind = type(exc).__name__
     if isinstance(exc, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected):
         kind = "a conflict with another transaction"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import SessionNotFound
-from ._codec import decode_event, decode_message, decode_record
+from ._codec import decode_event, decode_message, decode_record, decode_records
 from ._postgres_sql import NOW, SESSION_COLUMNS, consistent, number, sql
 
 if TYPE_CHECKING:
@@ -76,6 +76,10 @@ class ReadsMixin:
         async def _read(self, make: Callable[[], Script[Any]], *, transaction: bool = True) -> Any:
             raise NotImplementedError  # pragma: no cover (PostgresStore's)
 
+        @property
+        def location(self) -> str:
+            raise NotImplementedError  # pragma: no cover (StoreBase's)
+
     # -- scripts -----------------------------------------------------------------------
 
     @staticmethod
@@ -133,7 +137,7 @@ class ReadsMixin:
             return rows[0][0], _state(rows[0][1:])
 
         found, state = await self._read(script, transaction=False)
-        return found, decode_snapshot(state)
+        return found, decode_snapshot(state, session_id)
 
     async def sessions(self) -> tuple[SessionRecord, ...]:
         """Every session's record, oldest first."""
@@ -142,7 +146,7 @@ class ReadsMixin:
             rows: Rows = yield sql(f"SELECT {SESSION_COLUMNS} FROM sessions ORDER BY n")
             return rows
 
-        return tuple(map(decode_record, await self._read(script, transaction=False)))
+        return decode_records(await self._read(script, transaction=False), self.location)
 
     async def _messages(self, session_id: str, where: str, order: str) -> Any:
         def script() -> Script[Rows]:

@@ -117,7 +117,15 @@ def _verify(schema: str, location: str) -> Script[None]:
             "left untouched",
             location=location,
         )
-    version = int(meta.get("schema_version", "0"))
+    text = meta.get("schema_version", "0")
+    if not text.isdigit():
+        raise StoreCorrupt(
+            f"{location} holds an arkhon-rheo store whose metadata names schema version "
+            f"{text!r}, not a number; it is damaged and was left untouched: restore it from a "
+            "backup",
+            location=location,
+        )
+    version = int(text)
     while version in _UPGRADES:
         for statement in _UPGRADES[version]:
             yield _sql(statement)

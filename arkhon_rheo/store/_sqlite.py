@@ -13,7 +13,13 @@ from . import _inbox_sql as inbox_sql
 from . import _sql as sql
 from . import _work_sql as work_sql
 from ._base import inject_store_fault
-from ._codec import decode_event, decode_message, decode_record, decode_snapshot
+from ._codec import (
+    decode_event,
+    decode_message,
+    decode_record,
+    decode_records,
+    decode_snapshot,
+)
 from ._effects import EffectLedger
 from ._plan import Acquire, Release, SetStatus, plan
 from ._sqlite_base import SQLiteBase
@@ -262,7 +268,10 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         script = sql.transaction(sql.load(session_id), write=False)
         row, seq, state, events = await writer.run_script(script)
         return LoadedSession(
-            decode_record(row), seq, decode_snapshot(state), tuple(map(decode_event, events))
+            decode_record(row),
+            seq,
+            decode_snapshot(state, session_id),
+            tuple(map(decode_event, events)),
         )
 
     async def history(self, session_id: str) -> tuple[StoredEvent, ...]:
@@ -285,12 +294,12 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         writer = await self._reading()
         script = sql.transaction(sql.snapshot_at(session_id, seq), write=False)
         found, state = await writer.run_script(script)
-        return found, decode_snapshot(state)
+        return found, decode_snapshot(state, session_id)
 
     async def sessions(self) -> tuple[SessionRecord, ...]:
         """Every session's record, oldest first."""
         writer = await self._reading()
-        return tuple(map(decode_record, await writer.run_script(sql.sessions())))
+        return decode_records(await writer.run_script(sql.sessions()), self.location)
 
     # -- leases ----------------------------------------------------------------
 

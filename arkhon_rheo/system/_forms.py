@@ -20,6 +20,7 @@ from .._errors import ConfigurationError, StoreCorrupt
 from ..core._seams import (
     UPGRADE,
     Upgrader,
+    checked_fingerprint,
     differences,
     legacy_schema,
     mark_of,
@@ -41,6 +42,7 @@ __all__ = [
     "check_form",
     "decode_error",
     "form_of",
+    "named",
     "upgrade_info",
     "upgraded",
 ]
@@ -70,7 +72,12 @@ def check_form(
 
     A session stored before fingerprints (schema version 3) is checked by name
     only; one of an unnamed machine then still has the old default name.
+
+    Raises:
+        ConfigurationError: If the machine does not read it, naming what differs.
+        StoreCorrupt: If ``stored`` is damaged: not of a fingerprint's shape.
     """
+    stored = checked_fingerprint(session_id, stored)
     if stored is None:
         legacy = record_machine == "machine" and machine.name == mine["state"]
         if record_machine == machine.name or legacy:
@@ -79,14 +86,24 @@ def check_form(
     elif stored.get("name", record_machine) != machine.name:
         found = [f"the session's machine is {stored.get('name')!r}"]
     else:
-        found = differences(
-            stored, mine, legacy=functools.partial(legacy_schema, machine.state_type)
-        )
+        try:
+            found = differences(
+                stored, mine, legacy=functools.partial(legacy_schema, machine.state_type)
+            )
+            hint = upgrade_hint(stored, mine) if found else ""
+        except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
+            # A fingerprint of the right keys whose JSON schemas are not of their shape.
+            raise StoreCorrupt(
+                f"session {session_id!r} is damaged in the store: the machine fingerprint it "
+                f"was stored with does not read ({type(exc).__name__}: {exc}). Restore the "
+                "store from a backup, or delete the session",
+                session_id=session_id,
+            ) from exc
         if found:
             raise ConfigurationError(
                 f"session {session_id!r} was stored by version {version_of(stored)} of machine "
                 f"{machine.name!r}, which this machine (version {machine.version}) does not "
-                f"read: {'; '.join(found)}. {upgrade_hint(stored, mine)}"
+                f"read: {'; '.join(found)}. {hint}"
             )
         return
     raise ConfigurationError(
@@ -173,3 +190,17 @@ def decode_error(
         f"{exc}. Fix the machine's upgrades (or give the fields defaults), then run "
         "`arkhon-rheo check --machine MODULE:ATTR --store PATH`"
     )
+
+
+def named(session_id: str, exc: StoreCorrupt) -> StoreCorrupt:
+    """``exc``, naming session ``session_id`` if it names none (a stored value not decoding)."""
+    if exc.session_id is not None:
+        return exc
+    error = StoreCorrupt(
+        f"session {session_id!r} is damaged in the store: {exc}. Restore the store from a "
+        "backup, or delete the session",
+        location=exc.location,
+        session_id=session_id,
+    )
+    error.__cause__ = exc
+    return error

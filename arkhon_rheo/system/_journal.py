@@ -23,11 +23,20 @@ from ..core._seams import (
     form_mark,
     opener,
     read_events,
+    same_form,
     session_codec,
 )
 from ..protocols import EventKind
 from ..supervision._seams import Persistence
-from ._forms import SessionForm, check_form, decode_error, form_of, upgrade_info, upgraded
+from ._forms import (
+    SessionForm,
+    check_form,
+    decode_error,
+    form_of,
+    named,
+    upgrade_info,
+    upgraded,
+)
 from ._ledger import PausedAt, gate_of, not_paused, out_of_band_event
 
 if TYPE_CHECKING:
@@ -171,7 +180,7 @@ class Journal:
             )
         except StoreCorrupt as exc:
             if form is None or form.same:
-                raise
+                raise named(self.session_id, exc)  # noqa: B904 (its cause is set)
             raise decode_error(self.session_id, form, self.machine, exc) from exc
 
     async def state(self, seq: int | None = None) -> tuple[AgentState, SessionRecord]:
@@ -204,12 +213,50 @@ class Journal:
         return self._fold(form, at), loaded.record
 
     async def history(self, *, after: int = 0) -> list[TransitionEvent]:
-        """The session's events after event ``after``, decoded (in the current form), in order."""
-        codec, mine = self.codec, self._compiled.fingerprint
+        """The session's events after event ``after``, decoded (in the current form), in order.
+
+        The session is checked as `load` checks it: in the form its last
+        ``upgrade`` event names, if it has one (a session a later version
+        upgraded is not read by an earlier one).
+
+        Raises:
+            ConfigurationError: If the machine does not read the session (see
+                `check`), or an event, stored in an earlier form, does not
+                validate once upgraded (naming the session and its version).
+            StoreCorrupt: If an event does not decode, naming the session.
+        """
+        codec, mine, machine = self.codec, self._compiled.fingerprint, self.machine
         record = await self.store.record(self.session_id)
+        self.check(record)
         stored = await self.store.history(self.session_id)
-        read = read_events(self.machine, mine, record.fingerprint, stored, self._opener)
-        return [codec.decode_event(event) for event in read if event.seq > after]
+        forms: list[Mapping[str, Any] | None] = []
+        form = record.fingerprint
+        for event in stored:
+            if event.kind == UPGRADE:
+                form = (event.io or {}).get("fingerprint")
+                if not isinstance(form, dict):
+                    raise StoreCorrupt(
+                        f"session {self.session_id!r} is damaged in the store: its upgrade "
+                        f"event #{event.seq} names no fingerprint. Restore the store from a "
+                        "backup, or delete the session",
+                        session_id=self.session_id,
+                    )
+            forms.append(form)
+        if form is not record.fingerprint:  # its last upgrade's form: read as load reads it
+            check_form(self.session_id, record.machine, machine, mine, form)
+        read = read_events(machine, mine, record.fingerprint, stored, self._opener)
+        found = []
+        for event, stored_form in zip(read, forms, strict=True):
+            if event.seq <= after:
+                continue
+            try:
+                found.append(codec.decode_event(event))
+            except StoreCorrupt as exc:
+                if stored_form is None or same_form(stored_form, mine):
+                    raise named(self.session_id, exc)  # noqa: B904 (its cause is set)
+                upgraded_from = SessionForm(stored_form, same=False, marked=False)
+                raise decode_error(self.session_id, upgraded_from, machine, exc) from exc
+        return found
 
     async def last_seq(self, *, excluding: EventKind, loaded: LoadedSession | None = None) -> int:
         """The number of the session's last event of another kind than ``excluding`` (0: none).

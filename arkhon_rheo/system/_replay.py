@@ -33,6 +33,7 @@ from ..core._seams import (
     same_form,
     unmarked,
 )
+from ._forms import named
 from ._secrets import held_values
 from ._verify import Divergence, ReplayReport, digest_differs, verify
 
@@ -69,9 +70,13 @@ async def verify_stored(journal: Journal, *, reexecute: bool = False) -> ReplayR
         e.kind == UPGRADE for e in stored_events
     ):
         return await verify_forms(journal, loaded, stored_events, first, reexecute=reexecute)
+    try:
+        initial = codec.decode_state(first)
+    except StoreCorrupt as exc:
+        raise named(session_id, exc)  # noqa: B904 (its cause is set)
     return await _verify_held(
         journal,
-        codec.decode_state(first),
+        initial,
         _decoded(journal, stored_events),
         (last, _current(journal, loaded)),
         reexecute=reexecute,

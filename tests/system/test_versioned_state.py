@@ -13,6 +13,7 @@ written; fingerprints of the older digest form still load.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import sqlite3
@@ -233,6 +234,12 @@ async def test_an_upgrade_that_leaves_the_state_invalid_is_named(old_store: Path
             ConfigurationError, match="does not load as version 2 after its upgrades"
         ):
             await system.resume(invalid, "running")
+        # Its history upgrades each patch the same way: the same error, naming the session.
+        with pytest.raises(ConfigurationError) as info:
+            await system.stored(invalid, "running").history()
+        message = str(info.value)
+        assert "session 'running' (version 1 of machine 'notes')" in message
+        assert "does not load as version 2 after its upgrades" in message
         assert await _store(system).history("running") == before
 
 
@@ -274,8 +281,14 @@ async def test_sessions_upgrade_version_by_version(old_store: Path) -> None:
 async def test_a_session_is_not_read_by_an_earlier_version(old_store: Path) -> None:
     async with AgentSystem(path=old_store) as system:
         await (await system.resume(later("renamed"), "running")).result()
-        with pytest.raises(ConfigurationError, match="never read by an earlier version"):
-            await system.stored(V.v1(), "running").state()
+        old = system.stored(V.v1(), "running")
+        # Its record still names version 1's fingerprint: its history is refused all the same.
+        for read in (old.state, old.history, functools.partial(old.history, children=True)):
+            with pytest.raises(ConfigurationError) as info:
+                await read()
+            message = str(info.value)
+            assert "session 'running' was stored by version 2 of machine 'notes'" in message
+            assert "never read by an earlier version" in message
 
 
 async def test_a_parked_session_woken_by_a_message_is_upgraded_before_its_run(
