@@ -66,13 +66,21 @@ class Repeater:
     """A model that repeats the user's last message (streamed word by word): offline replies."""
 
     async def complete(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] = (), json_mode: bool = False
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        json_mode: bool = False,
     ) -> ModelReply:
         last = [m.content for m in messages if isinstance(m, UserMessage)][-1]
         return ModelReply(message=AssistantMessage(content=f"You said: {last}"))
 
     async def stream(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] = (), json_mode: bool = False
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        json_mode: bool = False,
     ) -> AsyncIterator[ReplyDelta | ModelReply]:
         reply = await self.complete(messages, tools=tools, json_mode=json_mode)
         for index, word in enumerate((reply.message.content or "").split(" ")):
