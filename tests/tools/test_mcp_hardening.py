@@ -9,11 +9,13 @@ Every test runs on asyncio and trio.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 
 from arkhon_rheo import AgentSystem, ConfigurationError
@@ -28,6 +30,7 @@ from .test_mcp import _env, call, shared_url, toolbox
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 __all__ = ["shared_url"]  # the fixture, shared with test_mcp
 
@@ -40,9 +43,9 @@ ODD_SERVER = [sys.executable, "-m", "tests.support.mcp_odd_server"]
 NUMBER = {"type": "object", "properties": {"n": {"type": "integer"}}}
 
 
-def odd_toolbox(tools: list[dict[str, Any]], **options: Any) -> MCPToolbox:
-    """A toolbox of the odd server, listing ``tools`` as given."""
-    config = json.dumps({"tools": tools})
+def odd_toolbox(tools: list[dict[str, Any]], spawn: str = "", **options: Any) -> MCPToolbox:
+    """A toolbox of the odd server, listing ``tools`` as given (``spawn``: see the server)."""
+    config = json.dumps({"tools": tools, "spawn": spawn})
     return MCPToolbox.stdio(ODD_SERVER[0], [*ODD_SERVER[1:], config], env=_env(), **options)
 
 
@@ -201,3 +204,32 @@ async def test_a_hung_call_of_a_tool_with_side_effects_escalates(shared_url: str
             await read.call(call("hang"))
     assert answer.is_error
     assert "did not finish within 0.3 s" in answer.content
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            stat = file.read()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the reaper is Linux's (a child subreaper)")
+async def test_a_process_the_server_started_in_a_session_of_its_own_is_stopped_with_it(
+    tmp_path: Path,
+) -> None:
+    pidfile = tmp_path / "child.pid"
+    async with odd_toolbox([{"name": "add", "inputSchema": NUMBER}], spawn=str(pidfile)) as tools:
+        assert (await tools.call(call("add", {"n": 1}))).content == "ok"
+        child = int(pidfile.read_text())
+        assert _alive(child)
+        assert os.getsid(child) == child  # setsid: out of the server's session and group
+    for _ in range(250):  # the toolbox is closed: it goes within 5 s
+        if not _alive(child):
+            break
+        await anyio.sleep(0.02)
+    else:
+        os.kill(child, 9)
+        pytest.fail(f"the server's child {child} (setsid) outlived the toolbox")
