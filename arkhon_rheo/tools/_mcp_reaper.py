@@ -23,6 +23,8 @@ import time
 _PR_SET_CHILD_SUBREAPER = 36
 #: Seconds to wait for the processes killed to be reaped, each round.
 _GRACE = 2.0
+#: Rounds of killing (a process may start another while it is killed); then it gives up.
+_ROUNDS = 5
 
 
 def _descendants(root: int) -> list[int]:
@@ -48,13 +50,13 @@ def _descendants(root: int) -> list[int]:
 
 
 def _kill_all() -> None:
-    """Kill every process left under this one, and reap them, until none is."""
-    while True:
+    """Kill every process left under this one, and reap them, until none is (a few rounds)."""
+    for _ in range(_ROUNDS):
         left = _descendants(os.getpid())
         if not left:
             return
         for pid in left:
-            with contextlib.suppress(ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + _GRACE
         while time.monotonic() < deadline:
