@@ -15,20 +15,21 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ConfigurationError, Fatal
+from .._errors import ConfigurationError, Fatal, ToolTimeout
 from .._redact import scrub, scrub_secrets
 from ..protocols import ToolMessage, ToolSpec
 from ..protocols._seams import current_injector
 from ._effects import Effect, Ledger, effect_of, idempotency_key, run_once
 from ._mcp_link import Connection, Server, observation
 from ._mcp_results import (
-    ArgumentCheck,
     model_name,
     register_credentials,
     result_text,
     shown_url,
     spec_of,
 )
+from ._mcp_schema import ArgumentCheck, unfollowable
+from ._retry import observes
 from ._toolbox import Toolbox, _inject
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["MCPToolbox"]
 
 _INSTALL = 'pip install "arkhon-rheo[mcp]"'
+#: The most names an error suggests for ``include=`` (a server may list hundreds).
+_MAX_NAMES_SHOWN = 12
 
 
 def _require_sdk() -> None:
@@ -87,11 +90,22 @@ class MCPToolbox(Toolbox):
 
     What the model gets as an error message (``is_error=True``): arguments that
     are not JSON or do not fit the tool's schema (checked here, and by the
-    server), and a result the server marks ``isError``. What is raised: the
-    server gone (exited, connection refused or dropped) as `Transient`, so the
-    supervisor retries the stage, and the call after it connects again; a call
-    past ``timeout`` as `ToolTimeout`; a server that cannot be started or does
-    not speak the protocol as `Fatal`, saying what to fix.
+    server), a result the server marks ``isError``, and a call past
+    ``timeout`` when the call's ``on_exhausted`` is ``"observe"`` (a
+    `react_agent`'s default), as a Python tool's: ``"Error after 1 attempt:
+    ..."``. What is raised: the server gone (exited, connection refused or
+    dropped) as `Transient`, so the supervisor retries the stage, and the call
+    after it connects again; a call past ``timeout`` as `ToolTimeout` when it
+    escalates, and always for a tool with side effects (``effects``: it may
+    have happened; the effect ledger decides on the next attempt); a server
+    that cannot be started or does not speak the protocol as `Fatal`, saying
+    what to fix.
+
+    When it opens, every tool it offers is checked: a tool with an empty name,
+    or whose ``inputSchema`` cannot be followed (a ``$ref`` to another document:
+    remote references are never fetched; one that points nowhere; references
+    that loop, ``{"$ref": "#"}``), is refused with a `ConfigurationError`
+    naming the server and the tool (``include=`` leaves it out).
 
     Credentials are registered for scrubbing: the values of ``headers`` and
     ``env`` named like one (``Authorization``, ``X-API-Key``, ``GITHUB_TOKEN``...)
@@ -254,8 +268,9 @@ class MCPToolbox(Toolbox):
         """Connect to the server and list its tools.
 
         Raises:
-            ConfigurationError: It is open already, or the server's tools clash
-                with the Python tools' names.
+            ConfigurationError: It is open already, the server's tools clash
+                with the Python tools' names, or a tool it offers has an empty
+                name or an input schema that cannot be followed.
             Transient: The server could not be reached.
             Fatal: It could not be started, or does not speak MCP as expected.
         """
@@ -286,6 +301,7 @@ class MCPToolbox(Toolbox):
             )
         remote: dict[str, str] = {}
         for one in offered:
+            self._refuse_unfit(one, offered)
             name = model_name(self.prefix, one.name)
             if name in remote or name in self:
                 raise ConfigurationError(
@@ -302,6 +318,28 @@ class MCPToolbox(Toolbox):
             spec_of(one, name) for name, one in zip(remote, offered, strict=True)
         )
         self._remote = remote
+
+    def _refuse_unfit(self, one: MCPTool, offered: list[MCPTool]) -> None:
+        """Refuse a tool the model cannot be offered: no name, or a schema that cannot be followed.
+
+        Raises:
+            ConfigurationError: Naming the server, the tool, and how to leave it out.
+        """
+        others = [other.name for other in offered if other is not one and other.name]
+        shown = repr(others) if len(others) <= _MAX_NAMES_SHOWN else "[the others' names]"
+        leave_out = f"or leave it out with include={shown}"
+        if not one.name:
+            raise ConfigurationError(
+                f"the MCP server {self.server.label} lists a tool with an empty name, which a "
+                f"model cannot call; fix the server, {leave_out}"
+            )
+        problem = unfollowable(one.input_schema or {})
+        if problem is not None:
+            raise ConfigurationError(
+                f"the MCP server {self.server.label}'s tool {one.name!r} has an input schema "
+                f"that cannot be followed: {problem}; a schema may reference only itself "
+                f"('#/$defs/...'); fix the tool's schema on the server, {leave_out}"
+            )
 
     async def _answer(self, site: _Site, text: str, arguments: Any) -> ToolMessage:
         """A Python tool's call as `Toolbox` answers it; a server's tool's, by the server."""
@@ -331,6 +369,20 @@ class MCPToolbox(Toolbox):
                 "arguments that match its parameters",
             )
         effect = self.effects.get(self._remote[call.name], Effect.READ)
+        try:
+            return await self._run_effect(site, effect, arguments)
+        except ToolTimeout as exc:
+            # As a Python tool's: observed (by the call's on_exhausted), unless the
+            # tool has side effects: then it escalates, and the effect ledger decides.
+            if not observes(site.on_exhausted, effect, exc):
+                raise
+            return self._exhausted_answer(call, 1, exc)
+
+    async def _run_effect(
+        self, site: _Site, effect: Effect, arguments: dict[str, Any]
+    ) -> ToolMessage:
+        """Call the server, through the session's effect ledger for a tool with side effects."""
+        call = site.call
         sid, step, store = site.session_id, site.step, site.store
         key = idempotency_key(sid, step, call.id) if sid and step is not None and call.id else None
         if effect is Effect.READ or store is None or key is None:

@@ -19,8 +19,11 @@ with what to fix.
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -40,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["Connection", "Server", "classify", "observation"]
 
 _logger = get_logger("arkhon_rheo.tools")
+#: The script a stdio server runs under (see `_reaped`).
+_REAPER = str(Path(__file__).with_name("_mcp_reaper.py"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +75,10 @@ class Server:
         if self.command:
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
+            command, args = _reaped(self.command, list(self.args), self.env)
             parameters = StdioServerParameters(
-                command=self.command,
-                args=list(self.args),
+                command=command,
+                args=args,
                 env=dict(self.env) if self.env is not None else None,
                 cwd=self.cwd,
             )
@@ -87,6 +93,20 @@ class Server:
         client = create_mcp_http_client(headers=dict(self.headers), timeout=timeout)
         async with client, streamable_http_client(self.url, http_client=client) as streams:
             yield streams
+
+
+def _reaped(command: str, args: list[str], env: Mapping[str, str] | None) -> tuple[str, list[str]]:
+    """The command that runs a stdio server under ``_mcp_reaper`` (Linux), else the server's.
+
+    The SDK stops the server's process group, and only when it does not exit
+    once its stdin is closed; the reaper stops every process the server
+    started, a ``setsid`` one too, whenever the server stops. A command that
+    cannot be found is left to the SDK, which says so.
+    """
+    path = (env or {}).get("PATH", os.environ.get("PATH", os.defpath))
+    if sys.platform != "linux" or not sys.executable or shutil.which(command, path=path) is None:
+        return command, args
+    return sys.executable, ["-I", "-S", _REAPER, command, *args]
 
 
 class Link:

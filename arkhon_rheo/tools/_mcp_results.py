@@ -1,8 +1,8 @@
 """What an MCP server's tools look like to the model, and their results as a `ToolMessage`'s text.
 
 A server's tool becomes a `ToolSpec` (its name made one that model APIs
-accept, its description, its ``inputSchema``); the arguments the model sends
-are checked against that schema before the call (`ArgumentCheck`); a
+accept, its description, its ``inputSchema``; the arguments the model sends
+are checked against that schema before the call, by ``._mcp_schema``); a
 ``CallToolResult`` becomes text (`result_text`): its structured content as
 JSON, else its text blocks, with images, audio and resources described. The
 credentials given for a server (headers, environment variables, a password
@@ -11,7 +11,6 @@ in its URL) are registered for scrubbing (`register_credentials`).
 
 from __future__ import annotations
 
-import importlib
 import re
 import urllib.parse
 from typing import TYPE_CHECKING, Any
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
     from mcp.types import Tool as MCPTool
 
 __all__ = [
-    "ArgumentCheck",
     "model_name",
     "register_credentials",
     "result_text",
@@ -38,7 +36,6 @@ __all__ = [
 
 _UNFIT = re.compile(r"[^A-Za-z0-9_-]")
 _SCHEMES = ("bearer ", "basic ", "token ")
-_MAX_ERRORS = 5
 
 
 def model_name(prefix: str, name: str) -> str:
@@ -54,40 +51,6 @@ def spec_of(tool: MCPTool, name: str) -> ToolSpec:
     parameters.setdefault("properties", {})
     description = tool.description or tool.title or ""
     return ToolSpec(name=name, description=description, parameters=parameters)
-
-
-class ArgumentCheck:
-    """A tool's arguments checked against its input schema, with jsonschema.
-
-    A schema jsonschema cannot read is not checked here (the server checks).
-    """
-
-    __slots__ = ("_validator",)
-
-    def __init__(self, schema: Mapping[str, Any]) -> None:
-        # jsonschema (the MCP SDK's dependency) has no type hints of its own.
-        validators: Any = importlib.import_module("jsonschema.validators")
-        errors: Any = importlib.import_module("jsonschema.exceptions")
-        self._validator: Any = None
-        try:
-            cls = validators.validator_for(dict(schema))
-            cls.check_schema(dict(schema))
-            self._validator = cls(dict(schema))
-        except (errors.SchemaError, TypeError, ValueError):
-            self._validator = None
-
-    def problems(self, arguments: Mapping[str, Any]) -> str:
-        """What is wrong with ``arguments``, one clause per error (``""``: nothing)."""
-        if self._validator is None:
-            return ""
-        errors = sorted(self._validator.iter_errors(dict(arguments)), key=lambda e: list(e.path))
-        clauses = []
-        for error in errors[:_MAX_ERRORS]:
-            where = ".".join(str(part) for part in error.path) or "(arguments)"
-            clauses.append(f"{where}: {error.message}")
-        if len(errors) > _MAX_ERRORS:
-            clauses.append(f"and {len(errors) - _MAX_ERRORS} more")
-        return "; ".join(clauses)
 
 
 def result_text(result: CallToolResult) -> str:

@@ -32,9 +32,18 @@ import math
 import random
 from typing import Literal
 
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, ToolTimeout, Transient
+from ._effects import Effect
 
-__all__ = ["ESCALATE", "OBSERVE", "OnExhausted", "backoff_delay", "on_exhausted_of", "retries_of"]
+__all__ = [
+    "ESCALATE",
+    "OBSERVE",
+    "OnExhausted",
+    "backoff_delay",
+    "observes",
+    "on_exhausted_of",
+    "retries_of",
+]
 
 #: What a tool call that keeps failing transiently gets after its retries.
 OnExhausted = Literal["observe", "escalate"]
@@ -65,6 +74,18 @@ def on_exhausted_of(value: object, *, tool: str | None) -> OnExhausted:
         f"{where}on_exhausted must be 'observe' (the model hears the error) or 'escalate' "
         f"(the supervisor retries the step, then fails the session), got {value!r}"
     )
+
+
+def observes(on_exhausted: OnExhausted, effect: Effect, failure: Transient) -> bool:
+    """Whether a transient failure is observed (else it escalates), by the once-only rule.
+
+    By ``on_exhausted``, except a timeout of a tool with side effects: it
+    escalates whatever ``on_exhausted`` says (see the module's docstring).
+    `Toolbox` decides so for a Python tool, `MCPToolbox` for a server's tool.
+    """
+    if on_exhausted == ESCALATE:
+        return False
+    return not (isinstance(failure, ToolTimeout) and effect is not Effect.READ)
 
 
 def retries_of(value: object, *, tool: str) -> int:

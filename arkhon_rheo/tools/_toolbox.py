@@ -31,7 +31,6 @@ from .._errors import (
     ConfigurationError,
     ToolCallHeld,
     ToolError,
-    ToolTimeout,
     Transient,
 )
 from .._log import get_logger
@@ -40,7 +39,7 @@ from ..protocols import ToolCall, ToolMessage, ToolSpec, record_call
 from ..protocols._seams import call_site, current_injector, current_session
 from ._context import tool_context
 from ._effects import Effect, Ledger, RunPolicy, idempotency_key, policy_of, run_once
-from ._retry import ESCALATE, OnExhausted, backoff_delay, on_exhausted_of
+from ._retry import ESCALATE, OnExhausted, backoff_delay, observes, on_exhausted_of
 from ._tool import Tool
 
 if TYPE_CHECKING:
@@ -378,11 +377,15 @@ class Toolbox:
                 if not _observed(tool, site, exc):
                     raise
                 failure = exc
+        return self._exhausted_answer(site.call, attempts, failure)
+
+    def _exhausted_answer(self, call: ToolCall, attempts: int, failure: Transient) -> ToolMessage:
+        """The error result of a call that failed transiently ``attempts`` times, to be observed."""
         self._exhausted += 1
         message = scrub(str(failure) or type(failure).__name__)
-        _log.warning("tool_exhausted", tool=tool.name, attempts=attempts, error=message)
+        _log.warning("tool_exhausted", tool=call.name, attempts=attempts, error=message)
         plural = "s" if attempts != 1 else ""
-        return self._error(site.call, f"Error after {attempts} attempt{plural}: {message}")
+        return self._error(call, f"Error after {attempts} attempt{plural}: {message}")
 
     async def _run(
         self,
@@ -462,9 +465,7 @@ def _observed(tool: Tool[..., Any], site: _Site, failure: Transient) -> bool:
     turned into an error result (the model could call again, under a new key);
     the effect ledger decides on the next attempt (see ``_retry``).
     """
-    if (tool.on_exhausted or site.on_exhausted) == ESCALATE:
-        return False
-    return not (isinstance(failure, ToolTimeout) and tool.effect is not Effect.READ)
+    return observes(tool.on_exhausted or site.on_exhausted, tool.effect, failure)
 
 
 class _Site(NamedTuple):
