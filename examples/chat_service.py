@@ -37,10 +37,9 @@ import os
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from fastapi import FastAPI, HTTPException, Request
@@ -60,6 +59,9 @@ from arkhon_rheo.protocols import (
     UserMessage,
 )
 from arkhon_rheo.react import Conversation, react_agent
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
 
 
 class Repeater:

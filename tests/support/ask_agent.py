@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 
 from arkhon_rheo.protocols import AssistantMessage, Message, ModelReply, ToolSpec, UserMessage
 from arkhon_rheo.react import react_agent
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 class Repeat:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -26,6 +25,7 @@ from arkhon_rheo.system import Reply
 from arkhon_rheo.tools import tool
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from arkhon_rheo import StateView
@@ -102,7 +102,8 @@ async def test_asking_again_with_the_same_id_returns_the_same_reply_and_applies_
         first = await system.ask(agent, "t", UserInput(text="one"), message_id="m1")
         await system.ask(agent, "t", UserInput(text="two"))
         again = await system.ask(agent, "t", UserInput(text="one"), message_id="m1")
-        assert again.duplicate and not first.duplicate
+        assert again.duplicate
+        assert not first.duplicate
         assert (again.seq, again.applied_seq, again.value) == (
             first.seq,
             first.applied_seq,
@@ -121,10 +122,12 @@ async def test_a_timed_out_ask_leaves_its_message_and_asking_again_gets_the_repl
         await Conversation.open(system, agent, "t")
         with pytest.raises(NoReply, match="ask again with message_id='s1'") as caught:
             await system.ask(agent, "t", UserInput(text="slow"), message_id="s1", timeout=0.05)
-        assert caught.value.timed_out and caught.value.message_id == "s1"
+        assert caught.value.timed_out
+        assert caught.value.message_id == "s1"
         model.release.set()
         reply = await system.ask(agent, "t", UserInput(text="slow"), message_id="s1")
-        assert reply.value == "echo: slow" and reply.duplicate
+        assert reply.value == "echo: slow"
+        assert reply.duplicate
         assert len(await store.messages("t")) == 1
 
 
@@ -163,9 +166,12 @@ async def test_interrupt_cuts_the_turn_under_way_and_applies_the_new_message() -
             await model.inside.wait()
             await anyio.sleep(0.05)  # a few tool calls in
             reply = await system.ask(agent, "t", UserInput(text="stop"), on_busy="interrupt")
-        assert reply.value == "echo: stop" and not reply.interrupted
+        assert reply.value == "echo: stop"
+        assert not reply.interrupted
         (looped,) = cut
-        assert looped.interrupted and not looped.ok and looped.status == "waiting"
+        assert looped.interrupted
+        assert not looped.ok
+        assert looped.status == "waiting"
         assert looped.state.answer == "echo: hello"  # where the turn began
         with pytest.raises(SessionError, match="interrupted by a later message"):
             await talk.say("loop", message_id=looped.message_id)
@@ -227,10 +233,11 @@ async def test_a_burst_of_a_thousand_messages_is_applied_whole_and_never_ends_th
             for i in range(1000):
                 group.start_soon(system.send, TALLY, "b", Add(n=i))
         reply = await system.ask(TALLY, "b", Add(n=-1))
-        assert reply.value == 1001 and reply.status == "waiting"
+        assert reply.value == 1001
+        assert reply.status == "waiting"
         assert not await system.store.pending("b")  # type: ignore[union-attr]
         with anyio.fail_after(10):  # the reply comes at its turn's end; the park just after
-            while (await system.stored(TALLY, "b").record()).status != "waiting":
+            while (await system.stored(TALLY, "b").record()).status != "waiting":  # noqa: ASYNC110
                 await anyio.sleep(0.01)
 
 
@@ -241,7 +248,8 @@ async def test_a_conversation_goes_on_past_max_steps_turns(tmp_path: Path) -> No
         for turn in range(60):
             assert await talk.say(f"turn {turn}") == f"echo: turn {turn}"
         reply = await talk.ask("one more")
-        assert reply.status == "waiting" and reply.state.turns == 1
+        assert reply.status == "waiting"
+        assert reply.state.turns == 1
         assert len(await talk.transcript()) == 122
 
 
@@ -250,7 +258,8 @@ async def test_a_turn_out_of_model_turns_ends_with_a_typed_reason_and_the_sessio
     async with MemoryStore() as store, AgentSystem(store=store) as system:
         talk = await Conversation.open(system, agent, "t")
         reply = await talk.ask("loop")
-        assert reply.status == "waiting" and reply.state.exit is StopReason.MAX_STEPS
+        assert reply.status == "waiting"
+        assert reply.state.exit is StopReason.MAX_STEPS
         with pytest.raises(SessionError, match="without an answer \\(max_steps\\)"):
             await talk.say("loop")
         assert await talk.say("hello") == "echo: hello"
@@ -279,7 +288,8 @@ async def test_close_ends_the_thread_and_later_asks_are_refused() -> None:
         assert await talk.say("hi") == "echo: hi"
         closed = await system.ask(agent, "t", Close(), message_id="bye")
         again = await system.ask(agent, "t", Close(), message_id="bye")
-        assert closed.status == again.status == "finished" and again.duplicate
+        assert closed.status == again.status == "finished"
+        assert again.duplicate
         assert again.seq == closed.seq
         with pytest.raises(MessageRefused, match="has ended"):
             await talk.say("are you there?")
@@ -313,5 +323,6 @@ async def test_a_stream_yields_the_turns_deltas_then_the_reply() -> None:
 
 def test_a_reply_reads_as_text() -> None:
     reply = Reply("s", "m", 1, 2, 3, Tally(), "waiting", 7)
-    assert reply.text == "7" and reply.ok
+    assert reply.text == "7"
+    assert reply.ok
     assert Reply("s", "m", 1, 2, 3, Tally(), "failed", None).text == ""

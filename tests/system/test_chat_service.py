@@ -15,9 +15,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
@@ -27,6 +26,9 @@ from arkhon_rheo import AgentSystem
 from arkhon_rheo.react import UserInput
 from arkhon_rheo.store import SQLiteStore
 from tests.support.ask_agent import agent as ask_agent
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = pytest.mark.anyio
 
@@ -53,15 +55,14 @@ def processes(commands: list[list[str]], store: str) -> Iterator[list[subprocess
     started: list[subprocess.Popen[bytes]] = []
     try:
         for command in commands:
-            started.append(
-                subprocess.Popen(
-                    command,
-                    cwd=ROOT,
-                    env=_env(store),
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                )
+            process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=_env(store),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
             )
+            started.append(process)
         yield started
     finally:
         for process in started:
@@ -195,7 +196,7 @@ async def test_an_ask_gets_its_reply_after_the_driving_process_is_killed(
     backend = anyio_backend if isinstance(anyio_backend, str) else anyio_backend[0]
     store = str(tmp_path / "kill.db")
     env = {**_env(store), "ASK_HOLD": "1"}
-    child = subprocess.Popen(
+    child = subprocess.Popen(  # noqa: ASYNC220 - started before anything runs
         [sys.executable, "-m", "tests.support.ask_agent", store, backend],
         cwd=ROOT,
         env=env,
@@ -226,7 +227,8 @@ async def test_an_ask_gets_its_reply_after_the_driving_process_is_killed(
                     assert time.monotonic() - started < 30
                     await anyio.sleep(0.05)
             (reply,) = got
-            assert reply.value == "You said: slow" and reply.duplicate
+            assert reply.value == "You said: slow"
+            assert reply.duplicate
             again = await system.ask(ask_agent, "k", UserInput(text="slow"), message_id="k1")
             assert (again.seq, again.value) == (reply.seq, reply.value)
             assert [m.message_id for m in await system.store.messages("k")] == ["k1"]  # type: ignore[union-attr]
