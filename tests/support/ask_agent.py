@@ -13,11 +13,18 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from arkhon_rheo.protocols import AssistantMessage, Message, ModelReply, ToolSpec, UserMessage
+from arkhon_rheo.protocols import (
+    AssistantMessage,
+    Message,
+    ModelReply,
+    ReplyDelta,
+    ToolSpec,
+    UserMessage,
+)
 from arkhon_rheo.react import react_agent
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import AsyncIterator, Sequence
 
 
 class Repeat:
@@ -34,6 +41,19 @@ class Repeat:
             sys.stdout.flush()
             await anyio.sleep_forever()
         return ModelReply(message=AssistantMessage(content=f"You said: {last}"))
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        json_mode: bool = False,
+    ) -> AsyncIterator[ReplyDelta | ModelReply]:
+        """The reply word by word, then whole."""
+        reply = await self.complete(messages, tools=tools, json_mode=json_mode)
+        for index, word in enumerate((reply.message.content or "").split(" ")):
+            yield ReplyDelta(text=word if index == 0 else f" {word}", index=index)
+        yield reply
 
 
 agent = react_agent(Repeat(), conversational=True, name="ask-agent")

@@ -311,9 +311,9 @@ async def test_ask_refuses_bad_arguments_before_storing_anything() -> None:
 
 
 async def test_a_stream_yields_the_turns_deltas_then_the_reply() -> None:
-    from examples.chat_service import Repeater
+    from tests.support.ask_agent import Repeat
 
-    agent = react_agent(Repeater(), conversational=True, stream=True, name="streamed")
+    agent = react_agent(Repeat(), conversational=True, stream=True, name="streamed")
     async with MemoryStore() as store, AgentSystem(store=store) as system:
         talk = await Conversation.open(system, agent, "t")
         pieces = [piece async for piece in talk.stream("one two three")]
