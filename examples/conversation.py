@@ -5,7 +5,9 @@ store (status ``waiting``, no memory held) until the user's next message.
 Offline it runs on a scripted model that answers by its place in the
 conversation, so any process can go on with it; with ``OPENAI_BASE_URL`` set
 (and ``OPENAI_API_KEY``, ``ARKHON_MODEL`` as your server needs) it talks to
-that OpenAI-compatible server, opened by whoever drives the session.
+that OpenAI-compatible server through one module-level client, opened by
+each system that drives the session (the two systems below share it, one
+after the other).
 
 From the command line, the same agent::
 
@@ -47,7 +49,7 @@ def multiply(a: int, b: int) -> int:
 
 def _model() -> ModelClient:
     if os.environ.get("OPENAI_BASE_URL"):
-        return OpenAIChatClient()  # opened by the system that drives the session
+        return OpenAIChatClient()  # opened by each system that drives the session
     return ScriptedModel(
         [
             "Hello! Ask me anything.",

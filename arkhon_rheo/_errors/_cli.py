@@ -1,10 +1,27 @@
-"""The command line's error: what it prints, and the exit status it ends with."""
+"""The command line's error: what it prints, and the exit status it ends with.
+
+And the command line's way of running a command on the event loop its
+``--backend`` names (`run_on`), which says what to install when that loop's
+library is missing (the ``arkhon-rheo`` command and the inspector's).
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeVar
+
+import anyio
+
 from ._base import ArkhonError
 
-__all__ = ["CommandError"]
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+__all__ = ["CommandError", "run_on"]
+
+T = TypeVar("T")
+
+#: The exit status of a usage error (``Exit.USAGE`` of the command line).
+_USAGE = 2
 
 
 class CommandError(ArkhonError):
@@ -17,3 +34,31 @@ class CommandError(ArkhonError):
     def __init__(self, message: str, *, code: int) -> None:
         super().__init__(message)
         self.code = code
+
+
+def run_on(backend: str, fn: Callable[[], Awaitable[T]]) -> T:
+    """``anyio.run(fn, backend=backend)``; a backend whose library is missing said plainly.
+
+    Raises:
+        CommandError: The event loop ``backend`` names is not installed (exit
+            status 2), with the extra that brings it: ``arkhon-rheo[trio]``
+            (anyio's own message names ``anyio[trio]``, which is not how this
+            package is installed).
+    """
+    started = False
+
+    async def command() -> T:
+        nonlocal started
+        started = True
+        return await fn()
+
+    try:
+        return anyio.run(command, backend=backend)
+    except LookupError as exc:
+        if started or not isinstance(exc.__cause__, ImportError):
+            raise  # the command's own, or not a missing library
+        raise CommandError(
+            f"--backend {backend} needs {backend}, which is not installed: "
+            f"pip install 'arkhon-rheo[{backend}]' (or choose --backend asyncio)",
+            code=_USAGE,
+        ) from exc

@@ -313,11 +313,19 @@ class StageTimeout(ArkhonError, TimeoutError):
 class RestartIntensityExceeded(ArkhonError):
     """More restarts happened within the window than the policy allows.
 
+    The session's failure record keeps the error that tipped the balance (its
+    type and message), its message followed by `NOTE` and this error's
+    message; its class is fatal.
+
     Attributes:
         stage: The stage whose failure tipped the balance.
         restarts: The limit.
         window: The window, in seconds.
     """
+
+    #: What a failure record's message says after its error's own when the
+    #: restart intensity ran out (``"... [the restart intensity ran out: ...]"``).
+    NOTE = "the restart intensity ran out"
 
     def __init__(self, *, stage: str, restarts: int, window: float) -> None:
         super().__init__(

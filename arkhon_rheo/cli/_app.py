@@ -17,8 +17,6 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from .._errors import (
     ArkhonError,
     ConfigurationError,
@@ -26,6 +24,7 @@ from .._errors import (
     SessionLocked,
     SessionNotFound,
 )
+from .._errors._cli import run_on
 from ._check import check
 from ._common import (
     DEFAULT_STORE,
@@ -407,7 +406,7 @@ def _exit_code(exc: ArkhonError) -> ExitStatus:
 
 def _runner(backend: str) -> Callable[..., Any]:
     def run(fn: Callable[..., Any], *args: Any) -> Any:
-        return anyio.run(functools.partial(fn, *args), backend=backend)
+        return run_on(backend, functools.partial(fn, *args))
 
     return run
 

@@ -15,9 +15,8 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import anyio
-
 from .._errors import ArkhonError, CommandError, ConfigurationError
+from .._errors._cli import run_on
 from ..core import Keyring
 from ..protocols._seams import load_user_machine as load_machine
 from ._serve import serve
@@ -133,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 secrets=keyring,
             )
 
-        anyio.run(run, backend=args.backend)
+        run_on(args.backend, run)
     except ArkhonError as exc:
         if args.debug:
             traceback.print_exception(exc, file=sys.stderr)

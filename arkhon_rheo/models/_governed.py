@@ -61,7 +61,8 @@ class GovernedClient:
     """A model client whose calls each take a slot of its key on a `RateGovernor`.
 
     Made by `governed`; it answers as the client it wraps (its ``system``,
-    ``model``, ``base_url``, ``async with`` and ``is_open`` are the client's).
+    ``model``, ``base_url``, ``async with``, ``is_open`` and ``counts_opens``
+    are the client's).
 
     Attributes:
         client: The wrapped client.
@@ -107,6 +108,11 @@ class GovernedClient:
         if not hasattr(type(self.client), "__aenter__"):
             return True
         return getattr(self.client, "is_open", False) is True
+
+    @property
+    def counts_opens(self) -> bool:
+        """Whether the wrapped client counts its opens (so every system enters it)."""
+        return getattr(self.client, "counts_opens", False) is True
 
     async def __aenter__(self) -> Self:
         enter = getattr(self.client, "__aenter__", None)

@@ -1,7 +1,9 @@
 """What the HTTP model clients share: their life, their limiter, and one way to send.
 
 `HTTPModelClient` owns (or is given) an ``httpx.AsyncClient``, checks and
-registers its secrets, and sends a JSON body either for one reply (`_post`)
+registers its secrets, counts its opens (so that any number of agent systems
+may open one client, one after another or at once, in one event loop or
+several), and sends a JSON body either for one reply (`_post`)
 or as a stream of server-sent events read through ``httpx-sse`` (`_events`:
 multi-line ``data:``, ``event:``, ``id:`` and ``retry:`` fields). Every
 failure comes out classified (``_failures``) and scrubbed of secrets, chained
@@ -17,6 +19,7 @@ import enum
 import time
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+import anyio.lowlevel
 import httpx
 from httpx_sse import ServerSentEvent, aconnect_sse
 
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Mapping
     from types import TracebackType
 
-    import anyio
+    from anyio.lowlevel import EventLoopToken
 
 __all__ = ["ClientState", "HTTPModelClient"]
 
@@ -43,10 +46,20 @@ class ClientState(enum.Enum):
 
     #: Made, not entered: calls are refused until ``async with client``.
     UNOPENED = "unopened"
-    #: Inside its ``async with`` (or given an ``httpx.AsyncClient`` it does not own).
+    #: Inside an ``async with`` (or given an ``httpx.AsyncClient`` it does not own).
     OPEN = "open"
-    #: Left its ``async with``; it cannot be reopened.
+    #: Every ``async with`` it was in has been left; entering it again reopens it.
     CLOSED = "closed"
+
+
+class _Opened:
+    """A client's opens in one event loop: the ``httpx.AsyncClient`` they share, and their count."""
+
+    __slots__ = ("count", "http")
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+        self.count = 0
 
 
 class HTTPModelClient(abc.ABC):
@@ -63,6 +76,12 @@ class HTTPModelClient(abc.ABC):
         read_timeout: Seconds to wait for each read (between streamed events too).
         limiter: Bounds the calls in flight through this client.
         options: Further body fields sent with every request.
+
+    Opens are counted, per event loop: the first ``async with`` in a loop makes
+    the ``httpx.AsyncClient`` that loop's calls share (unless one was given),
+    and the last one left in it closes it. So one client (a module-level
+    `react_agent`'s) serves any number of agent systems, one after another or
+    at once, on asyncio and trio alike, and is open while any of them is.
 
     Raises:
         ConfigurationError: A timeout is not a positive number, or a key or a
@@ -108,9 +127,9 @@ class HTTPModelClient(abc.ABC):
         #: The endpoint, as it may be shown; requests go to the real one.
         self.url = f"{self.base_url}{path}"
         self._url = f"{root}{path}"
-        self._owns_http = http_client is None
-        self._http = http_client
-        self.state = ClientState.UNOPENED if http_client is None else ClientState.OPEN
+        self._given = http_client
+        self._loops: dict[EventLoopToken, _Opened] = {}
+        self._left = False  # every open has been left (and there was one)
 
     def __repr__(self) -> str:
         key = "set" if self._api_key else "none"
@@ -120,22 +139,40 @@ class HTTPModelClient(abc.ABC):
         )
 
     @property
-    def is_open(self) -> bool:
-        """Whether calls may be made now: inside its ``async with``, or given an ``http_client``.
+    def state(self) -> ClientState:
+        """Where the client is in its life (open while any event loop has it open)."""
+        if self._loops:
+            return ClientState.OPEN
+        if self._left:
+            return ClientState.CLOSED
+        return ClientState.UNOPENED if self._given is None else ClientState.OPEN
 
-        An `AgentSystem` whose machine declares this client as a resource (as
-        `react_agent` does) enters it only when it is not open already.
-        """
+    @property
+    def is_open(self) -> bool:
+        """Whether calls may be made now: inside an ``async with``, or given an ``http_client``."""
         return self.state is ClientState.OPEN
 
+    @property
+    def counts_opens(self) -> bool:
+        """Always true: each ``async with`` is counted, so every agent system enters it.
+
+        An `AgentSystem` whose machine declares this client as a resource (as
+        `react_agent` does) enters it even when it is open already (by its
+        user, or by another system) and leaves it when it stops: the client
+        stays open until the last of them has left it.
+        """
+        return True
+
     async def __aenter__(self) -> Self:
-        if self.state is ClientState.CLOSED:
-            raise ConfigurationError(
-                f"cannot reopen an {type(self).__name__} once it has been closed; make a new one"
-            )
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=self.timeout)
-        self.state = ClientState.OPEN
+        loop = anyio.lowlevel.current_token()
+        opened = self._loops.get(loop)
+        if opened is None:
+            http = self._given
+            if http is None:
+                http = httpx.AsyncClient(timeout=self.timeout)
+            opened = self._loops[loop] = _Opened(http)
+        opened.count += 1
+        self._left = False
         return self
 
     async def __aexit__(
@@ -144,9 +181,17 @@ class HTTPModelClient(abc.ABC):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.state = ClientState.CLOSED
-        if self._owns_http and self._http is not None:
-            await self._http.aclose()
+        loop = anyio.lowlevel.current_token()
+        opened = self._loops.get(loop)
+        if opened is None:  # left more often than entered: nothing is open here
+            return
+        opened.count -= 1
+        if opened.count > 0:
+            return
+        del self._loops[loop]  # an open from now on makes a new one
+        self._left = not self._loops
+        if self._given is None:
+            await opened.http.aclose()
 
     @abc.abstractmethod
     def _headers(self) -> dict[str, str]:
@@ -218,12 +263,20 @@ class HTTPModelClient(abc.ABC):
         )
 
     def _open_http(self) -> httpx.AsyncClient:
-        if self.state is not ClientState.OPEN or self._http is None:
+        opened = self._loops.get(anyio.lowlevel.current_token()) if self._loops else None
+        if opened is not None:
+            return opened.http
+        if self._given is not None and not self._left:
+            return self._given  # its owner's: usable wherever they use it
+        if self._loops:
             raise Fatal(
-                f"the model client is {self.state.value}: use it inside "
-                f"`async with {type(self).__name__}(...) as client:`"
+                f"the {type(self).__name__} is open in another event loop only: enter it "
+                "in this one too (`async with client:`) to call it here"
             )
-        return self._http
+        raise Fatal(
+            f"the model client is {self.state.value}: use it inside "
+            f"`async with {type(self).__name__}(...) as client:`"
+        )
 
     def _slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
         return self.limiter if self.limiter is not None else contextlib.nullcontext()

@@ -47,9 +47,11 @@ class OpenAIChatClient(HTTPModelClient):
             reply = await client.complete([UserMessage(content="Hi")])
 
     An agent needs no ``async with``: `react_agent` declares its client as a
-    resource of the machine, which the `AgentSystem` driving it opens (once,
-    unless it `is_open` already) and closes when it stops. A client cannot be
-    reopened once closed: make a new one for a new system.
+    resource of the machine, which each `AgentSystem` driving it enters (once)
+    and leaves when it stops. Opens are counted: one client serves any number
+    of systems, one after another or at once, and is closed when the last one
+    that opened it leaves it (a client you opened yourself stays open until you
+    leave it).
 
     Each argument left out is read from the environment when the client is made:
 

@@ -56,14 +56,17 @@ _SESSION: ContextVar[str | None] = ContextVar("arkhon_rheo_fault_session", defau
 
 #: The installed injector (``None`` almost always): ``current_injector()``.
 current_injector = _INJECTOR.get
-#: The session whose stage runs in this task, as the stage seam noted it.
+#: The session whose stage runs in this task, as its supervisor or the stage seam noted it.
 current_session = _SESSION.get
 
 
 def enter_session(session_id: str) -> None:
-    """Note the session whose stage runs in this task (only while an injector is installed).
+    """Note the session whose stage runs in this task.
 
-    The stage seam calls it; tool and model seams deeper in the same task read it.
+    A session's supervisor calls it as it starts (its stages' tasks inherit
+    it), and so does the stage seam while an injector is installed; tool and
+    model seams deeper in the same task read it, and so does `ScriptedModel`
+    (which answers each session by its own place in the script).
     """
     if _SESSION.get() != session_id:
         _SESSION.set(session_id)

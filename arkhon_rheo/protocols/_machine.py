@@ -95,7 +95,9 @@ class Machine(Generic[S]):
             a session enters each one that is an async context manager once,
             before the session is stored or resumed, shares it with every
             session, and leaves it when the system stops; one that reports
-            itself open (``is_open`` is true) is left as it is. A tool reads
+            itself open (``is_open`` is true) is left as it is, unless it
+            counts its opens (``counts_opens`` is true, as the model clients
+            do): that one is entered by every system that uses it. A tool reads
             them from its `ToolContext`.
         version: The version of the machine's state type and states (from 1).
             Stored sessions carry it; raise it when a change needs an upgrade.

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_RESOURCES",
     "checked_resources",
+    "counts_opens",
     "current_resources",
     "is_async_context_manager",
     "reports_open",
@@ -76,6 +77,17 @@ def reports_open(resource: object) -> bool:
     resources that do not report themselves open.
     """
     return getattr(resource, "is_open", False) is True
+
+
+def counts_opens(resource: object) -> bool:
+    """Whether ``resource`` counts its opens (its ``counts_opens`` is ``True``).
+
+    Such a resource (like `OpenAIChatClient`) may be entered by any number of
+    users at once and stays open until the last of them leaves it, so the
+    system enters it even when it reports itself open: a client opened by its
+    user or by another system stays open while this system needs it.
+    """
+    return getattr(resource, "counts_opens", False) is True
 
 
 @contextlib.contextmanager

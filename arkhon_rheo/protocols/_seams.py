@@ -40,6 +40,7 @@ from ._io import current_step as current_step
 from ._io import record_plain_call as record_plain_call
 from ._load import load_user_machine as load_user_machine
 from ._resources import NO_RESOURCES as NO_RESOURCES
+from ._resources import counts_opens as counts_opens
 from ._resources import current_resources as current_resources
 from ._resources import is_async_context_manager as is_async_context_manager
 from ._resources import reports_open as reports_open

@@ -4,7 +4,8 @@ The session's classifier sorts each failure of a step (a stage's error, a
 refused patch, a precondition that does not hold) into transient, recoverable
 or fatal. A transient failure is retried after a backoff, up to the backoff's
 attempts, then counts as recoverable. A recoverable one restarts the stages
-the restart strategy names (beyond the restart intensity it is fatal) and is
+the restart strategy names (beyond the restart intensity it is fatal: its
+record keeps its type and message and says the intensity ran out) and is
 recorded in the state's ``last_error``, following the machine's error route
 from the current state if there is one. A fatal one moves the session to its
 failed state. Each recorded failure is committed as a `FAILURE` event.
@@ -164,12 +165,15 @@ class FailureHandler:
             return self.store_unavailable(error, stage, attempt)
         if error_class is None:
             error_class = session.config.classifier.classify(error)
+        message = str(error)
         if error_class is ErrorClass.RECOVERABLE:
             if not self.window.allow(anyio.current_time()):
+                # Escalated: the record keeps the error (type, message), and says why it ended.
                 intensity = session.config.restart_intensity
-                error = RestartIntensityExceeded(
+                ran_out = RestartIntensityExceeded(
                     stage=stage, restarts=intensity.max_restarts, window=intensity.within
                 )
+                message = f"{message} [{ran_out.NOTE}: {ran_out}]"
                 error_class = ErrorClass.FATAL
             else:
                 await restart(stage)
@@ -177,7 +181,7 @@ class FailureHandler:
                 return False
         await self.fail(
             type(error).__name__,
-            str(error),
+            message,
             stage=stage,
             attempt=attempt,
             error_class=error_class,

@@ -24,6 +24,7 @@ from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
 from ..core._seams import state_label
 from ..protocols import ErrorClass, EventKind, Patch, StateView
+from ..protocols._seams import enter_session
 from ._committing import Committing
 from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
@@ -123,6 +124,7 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
     async def on_start(self) -> None:
         session = self.session
         structlog.contextvars.bind_contextvars(session_id=session.session_id)
+        enter_session(session.session_id)  # its stages' calls find it (`current_session`)
         self.started = time.monotonic()
         self.span = _tracing.start_session(session.session_id, session.machine.name)
         if _logger.is_enabled(logging.INFO):

@@ -4,8 +4,10 @@ A machine declares named resources (``Machine(resources=...)``; `react_agent`
 declares its model client). Before the system stores, resumes or launches a
 session it opens every resource of the machine (and of the machines its
 subgraph stages run) that is an async context manager, does not report itself
-open (``is_open``), and is not open here already: each object once, by
-identity, however many machines or sessions share it.
+open (``is_open``) unless it counts its opens (``counts_opens``: a model
+client, which other systems may hold open at the same time), and is not open
+here already: each object once, by identity, however many machines or sessions
+share it.
 
 Each resource is entered and left by a keeper task of its own in the system's
 task group, not by the caller's task: a resource whose ``async with`` opens a
@@ -27,7 +29,7 @@ from .._errors import ResourceUnavailable, SystemNotRunning
 from .._log import get_logger
 from .._redact import scrub
 from ..graphs import SubgraphStage
-from ..protocols._seams import is_async_context_manager, reports_open
+from ..protocols._seams import counts_opens, is_async_context_manager, reports_open
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -145,7 +147,9 @@ class Resources:
                     await self._open(machine, name, resource)
 
     def _wanted(self, resource: object) -> bool:
-        return id(resource) not in self._held and not reports_open(resource)
+        if id(resource) in self._held:
+            return False
+        return counts_opens(resource) or not reports_open(resource)
 
     async def _open(self, machine: Machine[Any], name: str, resource: object) -> None:
         group = self._group

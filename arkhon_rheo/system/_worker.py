@@ -26,6 +26,7 @@ import anyio
 
 from .._errors import ArkhonError, ConfigurationError, StoreError, StoreUnavailable
 from .._log import get_logger
+from .._redact import scrub
 from ..protocols import Machine, WorkQueue
 from ._handle import session_of
 from ._options import check_positive
@@ -68,19 +69,30 @@ class _Kick:
         self._event = None
 
 
+def _described(place: int, machine: Machine[Any]) -> str:
+    """Machine number ``place`` (from 1) of a worker's, as its refusal shows it."""
+    model = machine.resources.get("model")
+    what = f"#{place} {machine!r} on {machine.state_type.__qualname__}"
+    return scrub(f"{what}, model {model!r}") if model is not None else what
+
+
 def _machines(machines: Iterable[Machine[Any]]) -> dict[str, Machine[Any]]:
-    found: dict[str, Machine[Any]] = {}
-    for machine in machines:
+    found: dict[str, tuple[int, Machine[Any]]] = {}
+    for place, machine in enumerate(machines, start=1):
         if not isinstance(machine, Machine):
             raise ConfigurationError(f"a worker drives Machine objects, got {machine!r}")
-        if found.setdefault(machine.name, machine) is not machine:
+        first, other = found.setdefault(machine.name, (place, machine))
+        if other is not machine:
             raise ConfigurationError(
-                f"two machines are named {machine.name!r}: a worker tells sessions' machines "
-                "apart by name; give each its own"
+                f"two machines are named {machine.name!r} ({_described(first, other)}; "
+                f"{_described(place, machine)}): a worker tells sessions' machines apart by "
+                "name, so give each its own: pass name=... to react_agent for an agent it "
+                "makes (every one is named 'react-agent' unless told), or to Machine; "
+                "for instance react_agent(model, tools, name='triage')"
             )
     if not found:
         raise ConfigurationError("a worker needs at least one machine to drive")
-    return found
+    return {name: machine for name, (_, machine) in found.items()}
 
 
 class Worker:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, RestartIntensityExceeded
 from ..protocols import AgentState, Machine
 from ..supervision import ExitReason
 from ..system import AgentSystem
@@ -277,7 +277,8 @@ async def _run(
         retries=sum(result.retries for result in results),
         restarts=sum(result.restarts for result in results),
         escalations=sum(
-            result.failure is not None and result.failure.error_type == "RestartIntensityExceeded"
+            result.failure is not None
+            and f"[{RestartIntensityExceeded.NOTE}: " in result.failure.message
             for result in results
         ),
         hung=tuple(sorted(hung)),

@@ -2,7 +2,9 @@
 
 It implements `StreamingModelClient` like the real clients, so the code under
 test cannot tell the difference; it answers each call with the step for where
-the conversation it is sent stands (resume-safe) and records what it was asked.
+the conversation it is sent stands (resume-safe), each session from its own
+place in the script (sessions may share one model, at once or one after
+another), and records what it was asked.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import anyio.lowlevel
 
 from .._errors import Fatal
 from ..protocols import AssistantMessage, ModelReply, ReplyDelta, ToolCall, Usage
+from ..protocols._seams import current_session
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Sequence
@@ -81,6 +84,20 @@ class ScriptedRequest:
 _Answer: TypeAlias = "ModelReply | str | ToolCall | Sequence[ToolCall] | Chunks"
 
 
+class _Place:
+    """Where one session (or the calls made outside any) stands in the script."""
+
+    __slots__ = ("answered", "calls", "script")
+
+    def __init__(self, script: list[Step]) -> None:
+        #: The steps it has not taken (nor skipped) yet.
+        self.script = script
+        #: How many answers it has given or skipped: the next one's position.
+        self.answered = 0
+        #: How many calls it has received.
+        self.calls = 0
+
+
 def _reply(message: AssistantMessage, model: str) -> ModelReply:
     reason: FinishReason = "tool_calls" if message.tool_calls else "stop"
     return ModelReply(message=message, finish_reason=reason, usage=Usage(), model=model)
@@ -115,9 +132,18 @@ class ScriptedModel:
     conversation (the same prompt each time, a conversation whose replies were
     dropped, a trimmed one) take the steps one after the other, as before.
 
+    Each session answers from its own place in the script (the session whose
+    stage makes the call, as its supervisor noted it): one model shared by
+    sessions, at once or one after another, gives each of them the script from
+    its start, its ``n``-th answer to its ``n``-th turn. Calls made outside any
+    session (a test calling `complete` itself) share one place of their own.
+
     Attributes:
-        script: The steps not taken (nor skipped) yet.
-        requests: Every call received, in order (for assertions).
+        script: The steps not taken (nor skipped) yet by the first session (or
+            caller outside any) that called it; each one after it answers from
+            its own copy of the script as it stood at that first call.
+        requests: Every call received, in order, whatever session made it (for
+            assertions).
         model: The model name the replies carry.
         system: The provider name of its model-call spans: its class's name.
     """
@@ -126,8 +152,10 @@ class ScriptedModel:
         self.script: list[Step] = list(script)
         self.model = model
         self.requests: list[ScriptedRequest] = []
-        #: How many answers it has given or skipped: the next one's position.
-        self._answered = 0
+        #: Each session's place in the script, by session id ("" outside any session).
+        self._places: dict[str, _Place] = {}
+        #: The script as it stood at the first call: where each later session starts.
+        self._given: tuple[Step, ...] = ()
 
     @property
     def system(self) -> str:
@@ -189,38 +217,56 @@ class ScriptedModel:
             yield ReplyDelta(text=reply.text, index=0)
         yield reply
 
+    def _place(self) -> tuple[str, _Place]:
+        """The calling session's id and place; the first to call takes `script` itself."""
+        key = current_session() or ""
+        place = self._places.get(key)
+        if place is None:
+            if self._places:
+                place = _Place(list(self._given))
+            else:
+                self._given = tuple(self.script)
+                place = _Place(self.script)
+            self._places[key] = place
+        return key, place
+
     async def _next(
         self, request: ScriptedRequest
     ) -> ModelReply | str | ToolCall | Sequence[ToolCall] | Chunks:
         self.requests.append(request)
+        key, place = self._place()
+        place.calls += 1
         await anyio.lowlevel.checkpoint()
         position = sum(isinstance(m, AssistantMessage) for m in request.messages)
-        wanted = max(position, self._answered) + 1
-        self._skip_to(position)
+        wanted = max(position, place.answered) + 1
+        self._skip_to(place, position)
+        script = place.script
         while True:
-            if not self.script:
+            if not script:
                 asked = request.messages[-1] if request.messages else "nothing"
+                whose = f" of session {key!r}" if key else ""
                 raise Fatal(
-                    f"the ScriptedModel's script is exhausted: call #{len(self.requests)} "
+                    f"the ScriptedModel's script is exhausted: call #{place.calls}{whose} "
                     f"asks for answer #{wanted} (its conversation holds {position} assistant "
-                    f"turns), past the script's {self._answered} answer(s) "
+                    f"turns), past the script's {place.answered} answer(s) "
                     f"(last message {asked!r}); add replies to the script"
                 )
-            step = self.script.pop(0)
+            step = script.pop(0)
             if isinstance(step, Delay):
                 await anyio.sleep(step.seconds)
                 continue
             if isinstance(step, Exception):
                 raise step
-            self._answered += 1
+            place.answered += 1
             return step
 
-    def _skip_to(self, position: int) -> None:
+    @staticmethod
+    def _skip_to(place: _Place, position: int) -> None:
         """Drop the steps of the answers before ``position`` not given yet (a resumed run)."""
-        script = self.script
-        while self._answered < position and script:
+        script = place.script
+        while place.answered < position and script:
             if not isinstance(script.pop(0), Delay | Exception):
-                self._answered += 1
+                place.answered += 1
 
     def _as_reply(self, step: ModelReply | str | ToolCall | Sequence[ToolCall]) -> ModelReply:
         if isinstance(step, ModelReply):

@@ -536,6 +536,36 @@ def test_usage_errors_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--sessions", "0"]) == 2
 
 
+#: Runs the command line, or the inspector's, in a process where trio cannot be imported.
+WITHOUT_TRIO = """
+import sys
+sys.modules["trio"] = None  # not installed, as far as imports go
+from arkhon_rheo.cli import main
+from arkhon_rheo.inspector.__main__ import main as inspector
+sys.exit((inspector if sys.argv[1] == "inspect" else main)(sys.argv[2:]))
+"""
+
+
+def test_a_backend_that_is_not_installed_names_the_extra_to_install(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for argv in (
+        ["cli", "demo", "--backend", "trio", "--store", str(store)],
+        ["inspect", "--store", str(store.parent / "inspected.db"), "--backend", "trio"],
+    ):
+        (store.parent / "inspected.db").touch()  # the inspector looks for it before its loop
+        done = subprocess.run(
+            [sys.executable, "-c", WITHOUT_TRIO, *argv],
+            capture_output=True, text=True, env=env, check=False, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "--backend trio needs trio, which is not installed" in done.stderr
+        assert "pip install 'arkhon-rheo[trio]'" in done.stderr
+        assert "anyio[trio]" not in done.stderr
+        assert "Traceback" not in done.stderr
+    assert not store.exists()  # refused before anything was stored
+
+
 def test_the_console_script_runs_in_a_subprocess(demo_file: Path) -> None:
     script = Path(sys.executable).parent / "arkhon-rheo"
     if not script.exists():

@@ -672,7 +672,8 @@ async def test_invalid_value_every_time_escalates_to_fatal() -> None:
     )
     assert result.exit_reason is ExitReason.FAILED
     assert result.failure is not None
-    assert result.failure.error_type == "RestartIntensityExceeded"
+    assert result.failure.error_type == "InvalidPatch"  # the cause, kept
+    assert "[the restart intensity ran out: " in result.failure.message
     assert result.failure.stage == "think"
     assert result.restarts == 0
     assert len(calls) == 1
@@ -700,7 +701,8 @@ async def test_restart_intensity_counts_restarts_within_the_window(
     result, _ = await run_session(build_machine(bodies={"think": think}), max_steps=50)
     assert result.exit_reason is ExitReason.FAILED
     assert result.failure is not None
-    assert result.failure.error_type == "RestartIntensityExceeded"
+    assert result.failure.error_type == "InvalidPatch"  # the cause, kept
+    assert "[the restart intensity ran out: " in result.failure.message
     assert result.restarts == 3
     assert len(times) == 4
     assert times[-1] - times[0] == pytest.approx(3.0)

@@ -414,9 +414,11 @@ async def test_a_client_is_used_inside_its_async_with_only() -> None:
         await client.complete(HELLO)
     async with client:
         pass
-    with pytest.raises(ConfigurationError, match="cannot reopen an AnthropicClient"):
-        async with client:
-            pass
+    with pytest.raises(Fatal, match="closed"):
+        await client.complete(HELLO)
+    async with client:  # entered again: open again
+        assert client.is_open
+    assert not client.is_open
 
 
 async def test_a_refused_connection_is_transient() -> None:

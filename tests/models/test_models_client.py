@@ -328,9 +328,9 @@ async def test_a_client_is_used_inside_its_async_with_only() -> None:
         pass
     with pytest.raises(Fatal, match="closed"):
         await client.complete(HELLO)
-    with pytest.raises(ConfigurationError, match="cannot reopen"):
-        async with client:
-            pass
+    async with client:  # entered again: open again
+        assert client.is_open
+    assert not client.is_open
 
 
 async def test_a_shared_limiter_bounds_the_calls_in_flight() -> None:

@@ -178,7 +178,8 @@ async def test_format_retries_run_out_as_a_classified_failure() -> None:
         failures = [e.error for e in (await handle.history()) if e.error is not None]
     assert not result.ok  # restarted until the restart intensity escalated
     assert result.failure is not None
-    assert result.failure.error_type == "RestartIntensityExceeded"
+    assert result.failure.error_type == MalformedModelOutput.__name__
+    assert "[the restart intensity ran out: " in result.failure.message
     assert failures[0].error_type == MalformedModelOutput.__name__
     assert failures[0].error_class.value == "recoverable"
     assert "after 1 format retries" in failures[0].message

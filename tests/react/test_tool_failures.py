@@ -133,7 +133,8 @@ async def test_a_tool_that_says_escalate_fails_the_session_as_before() -> None:
         result = await system.run(agent, ReactState(task="look"))
     assert not result.ok
     assert result.failure is not None
-    assert result.failure.error_type == "RestartIntensityExceeded"
+    assert result.failure.error_type == "Transient"  # the tool's, its retries spent
+    assert "[the restart intensity ran out: " in result.failure.message
     assert result.retries > 0  # the supervisor retried the act stage: one attempt per try
     assert service.calls == result.retries + result.restarts + 1
     assert len(model.requests) == 1

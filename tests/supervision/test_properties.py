@@ -252,14 +252,13 @@ def predict(outcomes: list[Outcome], max_steps: int, max_restarts: int) -> Predi
                     retries += 1
                     continue
                 error_class = ErrorClass.RECOVERABLE
-            if error_class is ErrorClass.RECOVERABLE:
-                if restarts < max_restarts:
-                    restarts += 1
-                    target = cast("Lifecycle", ROUTES.get(phase, phase))
-                    events.append((EventKind.FAILURE, phase, target, error, attempt))
-                    phase, steps = target, steps + 1
-                    break
-                error = "RestartIntensityExceeded"
+            if error_class is ErrorClass.RECOVERABLE and restarts < max_restarts:
+                restarts += 1
+                target = cast("Lifecycle", ROUTES.get(phase, phase))
+                events.append((EventKind.FAILURE, phase, target, error, attempt))
+                phase, steps = target, steps + 1
+                break
+            # Failed (escalated past the restart intensity too): the error keeps its own type.
             events.append((EventKind.FAILURE, phase, L.FAILED, error, attempt))
             return end(ExitReason.FAILED)
 

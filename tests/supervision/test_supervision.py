@@ -346,8 +346,14 @@ async def test_restart_intensity_escalates_to_fatal() -> None:
     assert result.exit_reason is ExitReason.FAILED
     assert result.restarts == 2
     assert result.failure is not None
-    assert result.failure.error_type == "RestartIntensityExceeded"
+    # The record keeps the error that tipped the balance, and says the intensity ran out.
+    assert result.failure.error_type == "Recoverable"
+    assert result.failure.message == (
+        "c [the restart intensity ran out: more than 2 restarts within 60 s (last: stage "
+        "'think'); escalating to fatal. Fix the failing stage or relax the restart intensity]"
+    )
     assert result.failure.error_class is ErrorClass.FATAL
+    assert (result.failure.stage, result.failure.exit_reason) == ("think", "failed")
 
 
 async def test_the_step_budget_bounds_every_session() -> None:

@@ -213,17 +213,17 @@ async def test_a_client_its_user_opened_stays_theirs() -> None:
         assert not client.is_open
 
 
-async def test_a_client_the_system_opened_is_closed_with_it_and_cannot_reopen() -> None:
+async def test_a_client_the_system_opened_is_closed_with_it_and_reopened_by_the_next() -> None:
     async with open_chat_server() as server:
-        server.add(Canned.completion("one"))
+        server.add(Canned.completion("one"), Canned.completion("two"))
         agent = react_agent(OpenAIChatClient("m", base_url=server.url, api_key="k"))
         async with AgentSystem(path=None) as system:
             assert (await system.run(agent, ReactState(task="a"))).state.answer == "one"
             assert agent.resources["model"].is_open  # type: ignore[attr-defined]
         assert not agent.resources["model"].is_open  # type: ignore[attr-defined]
         async with AgentSystem(path=None) as system:
-            with pytest.raises(ResourceUnavailable, match="cannot reopen an OpenAIChatClient"):
-                await system.start(agent, ReactState(task="b"))
+            assert (await system.run(agent, ReactState(task="b"))).state.answer == "two"
+        assert not agent.resources["model"].is_open  # type: ignore[attr-defined]
 
 
 async def test_a_resource_that_cannot_open_stores_no_session(tmp_path: Path) -> None:

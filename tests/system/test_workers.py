@@ -16,9 +16,10 @@ import structlog
 
 from arkhon_rheo import AgentSystem, ConfigurationError, ExitReason, MemoryStore, SQLiteStore
 from arkhon_rheo.errors import StoreUnavailable
+from arkhon_rheo.react import react_agent
 from arkhon_rheo.store import PostgresStore
 from arkhon_rheo.system import Worker
-from arkhon_rheo.testing import VirtualClock
+from arkhon_rheo.testing import ScriptedModel, VirtualClock
 from tests.support.work_machine import (
     COUNTER,
     Counting,
@@ -286,6 +287,21 @@ async def test_a_worker_refuses_bad_options(
 ) -> None:
     with pytest.raises(ConfigurationError, match=match):
         Worker(MemoryStore(), machines, **options)
+
+
+async def test_a_worker_serving_two_unnamed_react_agents_says_to_name_them() -> None:
+    triage = react_agent(ScriptedModel(["a"], model="triage-model"))
+    billing = react_agent(ScriptedModel(["b"], model="billing-model"))
+    with pytest.raises(ConfigurationError) as refused:
+        Worker(MemoryStore(), [COUNTER, triage, billing])
+    message = str(refused.value)
+    assert message.startswith("two machines are named 'react-agent' (#2 <Machine 'react-agent'")
+    assert "on ReactState, model ScriptedModel(model='triage-model'" in message
+    assert "; #3 <Machine 'react-agent'" in message
+    assert "model ScriptedModel(model='billing-model'" in message
+    assert "pass name=... to react_agent" in message
+    assert "react_agent(model, tools, name='triage')" in message
+    Worker(MemoryStore(), [triage, react_agent(ScriptedModel(["b"]), name="billing")])
 
 
 async def test_a_worker_refuses_a_store_that_is_no_work_queue() -> None:

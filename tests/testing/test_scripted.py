@@ -215,3 +215,48 @@ async def test_a_resumed_agent_with_a_fresh_model_does_not_run_its_tool_again(
     assert len(fresh.requests) == 1
     assert fresh.script == []
     assert [e.kind for e in events].count(EventKind.RESUME) == 1
+
+
+@tool
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@pytest.mark.anyio
+async def test_sessions_sharing_one_model_at_once_each_answer_from_the_start() -> None:
+    call = ToolCall(id="1", name="add", arguments='{"a": 20, "b": 22}')
+    model = ScriptedModel([call, "42"])
+    agent = react_agent(model, [add])
+    async with AgentSystem(path=None) as system:
+        handles = [
+            await system.start(agent, ReactState(task=f"task {n}"), session_id=f"s{n}")
+            for n in range(20)
+        ]
+        results = [await handle.result() for handle in handles]
+    assert [result.failure for result in results if not result.ok] == []
+    assert {result.state.answer for result in results} == {"42"}
+    assert {(result.state.turns, result.state.tool_calls) for result in results} == {(2, 1)}
+    assert len(model.requests) == 40
+
+
+@pytest.mark.anyio
+async def test_sessions_one_after_another_each_answer_from_the_start() -> None:
+    model = ScriptedModel(["first"])
+    agent = react_agent(model)
+    async with AgentSystem(path=None) as system:
+        for n in range(3):
+            result = await system.run(agent, ReactState(task="t"), session_id=f"s{n}")
+            assert result.state.answer == "first"
+        assert model.script == []  # the first session's
+
+
+@pytest.mark.anyio
+async def test_a_session_past_the_script_is_named_with_its_own_calls() -> None:
+    model = ScriptedModel([ToolCall(id="1", name="add", arguments='{"a": 1, "b": 2}')])
+    agent = react_agent(model, [add])
+    async with AgentSystem(path=None) as system:
+        failed = [await system.run(agent, ReactState(task="t"), session_id=n) for n in "ab"]
+    for name, result in zip("ab", failed, strict=True):
+        assert not result.ok
+        assert f"call #2 of session {name!r} asks for answer #2" in str(result.failure)
