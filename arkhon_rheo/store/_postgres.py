@@ -150,6 +150,8 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         #: The fencing token this store was given for each session it took: ``(owner, token)``.
         self._tokens: dict[str, tuple[str, int]] = {}
         self._listener: Any = None
+        #: The connection that listens for the sessions' changes (see `changed_sessions`).
+        self._changes: Any = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._location!r}, schema={self._schema!r})"
@@ -247,6 +249,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         with anyio.CancelScope(shield=True):
             await self._writer.aclose()
             await self._close_listener()
+            await self._close_changes()
             pool, self._pool = self._pool, None
             await anyio.to_thread.run_sync(pool.close)
 

@@ -25,7 +25,7 @@ from .._log import get_logger
 from ._base import StoreState
 from ._codec import decode_record
 from ._postgres_conn import connect, import_psycopg
-from ._postgres_sql import NOW, SESSION_COLUMNS, sql
+from ._postgres_sql import NOW, SESSION_COLUMNS, sessions_channel, sql
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
@@ -74,6 +74,7 @@ class WorkQueueMixin:
     _schema: str
     _tokens: dict[str, tuple[str, int]]
     _listener: Any
+    _changes: _Changes | None
     _state: StoreState
 
     if TYPE_CHECKING:  # PostgresStore's (and StoreBase's)
@@ -183,6 +184,85 @@ class WorkQueueMixin:
             if woke:
                 listener.pending = False  # taken by this call
                 return
+
+    # -- the sessions' changes, for asks ---------------------------------------------------
+
+    async def changed_sessions(self, timeout: float) -> list[str] | None:  # noqa: ASYNC109
+        """The ids of sessions whose log or status changed, once some did; ``[]`` after ``timeout``.
+
+        Every batch that appends to a session, sets its status or parks it
+        notifies its id (``LISTEN/NOTIFY``, delivered at the batch's commit),
+        from any process; the first call starts listening. An ask waiting on a
+        session another process drives is woken by them. ``None``: the
+        listening connection failed (the next call listens anew; poll meanwhile).
+
+        Raises:
+            StoreError: The store is not open.
+        """
+        self._check_open()
+        if self._changes is None:
+            try:
+                connection = await anyio.to_thread.run_sync(self._listen_changes)
+            except StoreError as exc:
+                logger.warning("store.listen_failed", location=self._location, error=str(exc))
+                return None
+            if self._changes is None and self._state is StoreState.OPEN:
+                self._changes = _Changes(connection)
+            else:
+                await anyio.to_thread.run_sync(connection.close)
+        changes = self._changes
+        if changes is None:  # closed meanwhile
+            return None
+        got: list[str] | None = await anyio.to_thread.run_sync(
+            changes.wait, timeout, abandon_on_cancel=True
+        )
+        if got is None:
+            await self._close_changes()
+        return got
+
+    def _listen_changes(self) -> Any:
+        connection = connect(self._url, self._location)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(f'LISTEN "{sessions_channel(channel_of(self._schema))}"')
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    async def _close_changes(self) -> None:
+        changes, self._changes = self._changes, None
+        if changes is not None:
+            await anyio.to_thread.run_sync(changes.close)
+
+
+class _Changes:
+    """A connection that listens for the sessions' changes; it collects their ids."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+        self._lock = threading.Lock()
+
+    def wait(self, timeout: float) -> list[str] | None:
+        """The ids notified, once some are (all that arrived by then), or ``[]`` at ``timeout``.
+
+        ``None``: the connection failed.
+        """
+        psycopg = import_psycopg()
+        with self._lock:
+            try:
+                payloads = [
+                    n.payload for n in self._connection.notifies(timeout=timeout, stop_after=1)
+                ]
+                if payloads:
+                    payloads += [n.payload for n in self._connection.notifies(timeout=0.0)]
+            except psycopg.Error:
+                return None
+        return [each for payload in payloads for each in payload.split("\n") if each]
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()
 
 
 class _Listener:

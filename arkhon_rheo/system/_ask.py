@@ -17,7 +17,9 @@ How a waiting ask learns that its reply is there:
 * it runs elsewhere (another process on the same SQLite file, a worker on
   PostgreSQL): the ask reads the session's record, cheaply, at an interval
   that starts at ``_FIRST_POLL`` and grows to ``poll`` while nothing changes,
-  and reads the log only when the record moved.
+  and reads the log only when the record moved. On PostgreSQL, each commit
+  batch also notifies the ids of the sessions it changed (``LISTEN/NOTIFY``,
+  `Replies.follow`): the ask reads the store as soon as its session moved.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ._mail import ENDED
 
 if TYPE_CHECKING:
     import enum
+    from collections.abc import Awaitable, Callable
 
     from ..protocols import Machine, Partial, SessionRecord, SessionStream, TransitionEvent
     from ._host import SessionHost
@@ -195,12 +198,34 @@ class Replies:
             session another process drives, in seconds.
     """
 
-    __slots__ = ("_watches", "host", "poll")
+    __slots__ = ("_wanted", "_watches", "host", "poll")
 
     def __init__(self, host: SessionHost, poll: float) -> None:
         self.host = host
         self.poll = poll
         self._watches: dict[str, _Watch] = {}
+        #: Set once an ask waits: the store's change notifications are followed from then on.
+        self._wanted = anyio.Event()
+
+    async def follow(self, changes: Callable[[float], Awaitable[list[str] | None]]) -> None:
+        """Wake the asks on the sessions the store says changed, until cancelled.
+
+        ``changes`` is the store's ``changed_sessions`` (PostgreSQL's
+        ``LISTEN/NOTIFY``). It is first called once an ask waits, then without
+        pause (its notifications are read as they come, never left to pile up
+        on the server); should it fail, the asks' polling goes on meanwhile.
+        """
+        await self._wanted.wait()
+        while True:
+            ids = await changes(1.0)
+            if ids is None:
+                await anyio.sleep(self.poll)
+                continue
+            for session_id in ids:
+                watch = self._watches.get(session_id)
+                if watch is not None:
+                    watch.closes += 1  # it changed elsewhere: the asks read the store
+                    watch.wake()
 
     # -- what the sessions run here tell ----------------------------------------------
 
@@ -227,6 +252,7 @@ class Replies:
         if watch is None:
             watch = self._watches[session_id] = _Watch(machine)
         watch.asks[message_id] = watch.asks.get(message_id, 0) + 1
+        self._wanted.set()
         return watch
 
     def unwatch(self, session_id: str, message_id: str) -> None:
@@ -295,7 +321,11 @@ class Replies:
         """
         host = self.host
         seen: tuple[int, str] | None = None
-        check, closes, interval = True, watch.closes, _FIRST_POLL
+        # A message new to the inbox is applied after this watch began: seen here, if this
+        # process drives the session, or found in the store once it moves elsewhere. One
+        # sent before may be applied already: the store says.
+        check = duplicate or host.running(session_id) is None
+        closes, interval = watch.closes, _FIRST_POLL
         while True:
             changed = watch.changed
             end = watch.replies.get(message_id)

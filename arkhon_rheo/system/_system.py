@@ -253,6 +253,11 @@ class AgentSystem:
                 await stack.enter_async_context(
                     self._claims.renewing(self._registry, self._postman.watch)
                 )
+            changes = getattr(self._store, "changed_sessions", None)
+            if changes is not None:  # PostgreSQL: asks woken by its notifications
+                group = await stack.enter_async_context(anyio.create_task_group())
+                group.start_soon(self._replies.follow, changes)
+                stack.callback(group.cancel_scope.cancel)
             # Leaving the block cancels the sessions still running first.
             stack.callback(self._registry.cancel_running)
             self._exit = stack.pop_all()
