@@ -333,7 +333,7 @@ def _tokens(
             isinstance(request, Release | Park)
             and owner == request.owner
             and (isinstance(request, Release) or result.results[index])
-        ):
+        ) or (type(request) is Append and request.waiting is not None and owner == request.owner):
             current[sid] = (None, token)
     return current
 
@@ -346,6 +346,8 @@ def _accepts(requests: list[Request], result: Plan) -> dict[str, list[str] | Non
             continue
         if isinstance(request, Park) and result.results[index]:
             accepts[request.session_id] = sorted(request.accepts)
+        elif type(request) is Append and request.status and request.waiting is not None:
+            accepts[request.session_id] = sorted(request.accepts)  # parked as it appends
         elif isinstance(request, SetStatus | Create) or (
             type(request) is Append and request.status
         ):
