@@ -24,6 +24,7 @@ from ._codec import (
 )
 from ._effects import BeginEffect, EffectLedger, EffectRow, FinishEffect
 from ._fence import renewal_refused
+from ._inbox import reads_pending
 from ._memory_inbox import Messages as _Messages
 from ._memory_inbox import apply_inbox
 from ._plan import (
@@ -117,7 +118,7 @@ class MemoryStore(StoreBase, EffectLedger):
             leases = {sid: held}
         inboxes = None
         if touches_inbox(request) and (box := self._inboxes.get(sid)) is not None:
-            inboxes = {sid: box.known(posted_ids(request))}
+            inboxes = {sid: box.known(posted_ids(request), rows_needed=reads_pending(request))}
         effects = None
         if isinstance(request, BeginEffect | FinishEffect):
             entry = self._effects.get(sid, {}).get(request.key)

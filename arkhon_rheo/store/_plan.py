@@ -261,6 +261,8 @@ def _add(box: Inbox, session_id: str, message: NewRow, out: Plan) -> MessageRow:
     message_id, kind, payload, posted_at, due_at = message
     row: MessageRow = (session_id, message_id, position, kind, payload, posted_at, due_at, None)
     box.pending[position] = box.ids[message_id] = row
+    if box.count is not None:
+        box.count += 1
     out.inbox.append(row)
     return row
 
@@ -277,7 +279,7 @@ def _post(
     if found is not None:
         out.results[-1] = (found, False)
         return None
-    if len(box.pending) >= request.capacity:
+    if box.pending_count() >= request.capacity:
         return InboxFull(session_id=sid, capacity=request.capacity, location=location)
     row = _add(box, sid, request.message, out)
     # If the session is waiting when the batch is written (its status as the batch
