@@ -48,6 +48,7 @@ __all__ = [
     "existing_store",
     "parse_json",
     "print_json",
+    "quoted",
     "read_only_store",
     "shown",
     "store_file",
@@ -126,6 +127,14 @@ def print_json(data: Any) -> None:
 _QUOTED = 60
 
 
+def quoted(text: str) -> str:
+    """``text`` as an error message quotes an argument: its first characters only, if long.
+
+    A long argument (a pasted document, a token in it) is never echoed whole.
+    """
+    return repr(text) if len(text) <= _QUOTED else f"{text[:_QUOTED]!r}... ({len(text)} chars)"
+
+
 def parse_json(text: str, *, what: str) -> Any:
     """``text`` parsed as JSON (with `read_json`: deep nesting and huge integers refused).
 
@@ -136,12 +145,9 @@ def parse_json(text: str, *, what: str) -> Any:
     try:
         return read_json(text)
     except ValueError as exc:
-        quoted = (
-            repr(text) if len(text) <= _QUOTED else f"{text[:_QUOTED]!r}... ({len(text)} chars)"
-        )
         hint = "; quote strings, e.g. '\"text\"'" if isinstance(exc, JsonSyntaxError) else ""
         raise CommandError(
-            f"{what} is not valid JSON ({exc}): {quoted}{hint}", code=ExitStatus.USAGE
+            f"{what} is not valid JSON ({exc}): {quoted(text)}{hint}", code=ExitStatus.USAGE
         ) from None
 
 

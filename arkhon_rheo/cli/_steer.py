@@ -30,6 +30,7 @@ from ._common import (
     existing_store,
     parse_json,
     print_json,
+    quoted,
     read_only_store,
     shown,
     store_file,
@@ -132,7 +133,7 @@ def _initial_state(machine: Machine[Any], text: str | None) -> AgentState:
     if not isinstance(data, dict):
         raise CommandError(
             f"--input must be a JSON object of {machine.state_type.__name__}'s fields, "
-            f"got {text!r}",
+            f"got {quoted(str(text))}",
             code=ExitStatus.USAGE,
         )
     try:

@@ -26,6 +26,7 @@ from ._common import (
     existing_store,
     parse_json,
     print_json,
+    quoted,
     styled,
 )
 from ._load import load_machine
@@ -116,7 +117,7 @@ def _message(args: argparse.Namespace) -> object:
     if not isinstance(data, dict):
         raise CommandError(
             f"--message must be a JSON object (the message's fields, its kind under 'kind'), "
-            f"got {args.message!r}",
+            f"got {quoted(args.message)}",
             code=ExitStatus.USAGE,
         )
     return data

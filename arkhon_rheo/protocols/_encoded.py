@@ -9,6 +9,7 @@ into its row as they are. Any other store gets the patch as plain JSON data
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,7 +18,15 @@ if TYPE_CHECKING:
 
     from ._store import NewMessage
 
-__all__ = ["EncodedJson", "EncodedPatch", "QueueAppend", "Queued", "queue_append", "takes_encoded"]
+__all__ = [
+    "EncodedJson",
+    "EncodedPatch",
+    "QueueAppend",
+    "Queued",
+    "parks_on_append",
+    "queue_append",
+    "takes_encoded",
+]
 
 
 class EncodedPatch:
@@ -133,3 +142,20 @@ def queue_append(store: object) -> QueueAppend | None:
     """
     found = getattr(store, "queue_append", None)
     return found if takes_encoded(store) and callable(found) else None
+
+
+def parks_on_append(store: object) -> bool:
+    """Whether ``store``'s ``append`` takes ``waiting=`` (parks the session in the same write).
+
+    The package's stores do; a store written before `Store.append` took it (or a
+    wrapper that names its arguments) does not: a pause then takes two writes,
+    its append and a `Store.park`.
+    """
+    append = getattr(store, "append", None)
+    try:
+        parameters = inspect.signature(append).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return "waiting" in parameters or any(
+        parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values()
+    )

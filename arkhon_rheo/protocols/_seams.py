@@ -18,6 +18,7 @@ from ._encoded import EncodedJson as EncodedJson
 from ._encoded import EncodedPatch as EncodedPatch
 from ._encoded import QueueAppend as QueueAppend
 from ._encoded import Queued as Queued
+from ._encoded import parks_on_append as parks_on_append
 from ._encoded import queue_append as queue_append
 from ._encoded import takes_encoded as takes_encoded
 from ._faults import FaultInjector as FaultInjector

@@ -311,6 +311,8 @@ class Store(Protocol):
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
         owner: str | None = None,
+        waiting: Json = None,
+        accepts: Collection[str] = (),
     ) -> None:
         """Append events (with numbers following the last one), durably per the store's mode.
 
@@ -329,6 +331,13 @@ class Store(Protocol):
         lease), checked in the same transaction as the insert: then nothing is
         written. A lease that ran out but that no other owner took still lets its
         owner commit.
+
+        Parking with it: with ``waiting`` (JSON data; ``status`` must be given too,
+        ``"paused"`` or ``"waiting"``), the same transaction records what the session
+        waits for (``accepts``: the message kinds that wake it; no wake time) and,
+        with ``owner``, gives that owner's lease up, as `park` does; unlike `park`, it
+        never refuses for a message already pending. A session paused at a gate is
+        recorded so, its question with its pause event, in one write.
         """
         ...
 

@@ -135,6 +135,8 @@ class StoreBase:
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
         owner: str | None = None,
+        waiting: Any = None,
+        accepts: Collection[str] = (),
         token: int | None = None,
     ) -> Append:
         self._check_open()
@@ -148,7 +150,21 @@ class StoreBase:
             raise ConfigurationError(
                 f"owner must be the lease's owner (a non-empty str) or None, not {owner!r}"
             )
+        parked = None
+        if waiting is not None:
+            parked = self._waiting_text(session_id, status, waiting, accepts)
         if applied is None and not posts:
+            if parked is not None:
+                return Append(
+                    session_id,
+                    rows,
+                    encoded,
+                    status,
+                    owner=owner,
+                    token=token,
+                    waiting=parked,
+                    accepts=frozenset(accepts),
+                )
             return Append(session_id, rows, encoded, status, owner=owner, token=token)
         if applied is not None and (
             type(applied) is not int or applied < 1 or not rows  # bool is no position
@@ -160,7 +176,34 @@ class StoreBase:
             )
         now = self._clock()
         new = [self._new_row(session_id, message, now) for message in posts]
-        return Append(session_id, rows, encoded, status, applied, new, owner, token)
+        return Append(
+            session_id,
+            rows,
+            encoded,
+            status,
+            applied,
+            new,
+            owner,
+            token,
+            parked,
+            frozenset(accepts) if parked is not None else frozenset(),
+        )
+
+    def _waiting_text(
+        self, session_id: str, status: str | None, waiting: Any, accepts: Collection[str]
+    ) -> str:
+        """What an append that parks the session records it waits for, as JSON text; checked."""
+        if not status:
+            raise ConfigurationError(
+                f"an append that parks session {session_id!r} (waiting=...) sets its status "
+                'too: pass status= ("paused", "waiting")'
+            )
+        if isinstance(accepts, str) or not all(isinstance(kind, str) for kind in accepts):
+            raise ConfigurationError(
+                f"accepts must be a collection of message kinds' names, not {accepts!r}"
+            )
+        what = f"what session {session_id!r} waits for"
+        return dumps(waiting, what=what, location=self._location)
 
     def _new_row(self, session_id: str, message: NewMessage, now: float) -> NewRow:
         """A message to post, checked and encoded (its payload as JSON text)."""

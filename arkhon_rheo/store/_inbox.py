@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._codec import MessageRow
 
-__all__ = ["Inbox", "NewRow", "Park", "Post"]
+__all__ = ["Inbox", "NewRow", "Park", "Post", "reads_pending"]
 
 #: A message an append posts: ``(message_id, kind, payload, posted_at, due_at)``,
 #: the payload as JSON text.
@@ -67,12 +67,29 @@ class Inbox:
         pending: The rows of the messages not applied yet, by position.
         ids: The rows of the message ids the batch posts, for those the inbox
             has already (pending or applied), by message id.
+        count: How many messages are pending, where only that is known (a batch
+            that only posts to the inbox: its rows, payloads and all, are not
+            read); ``None``: ``pending`` holds them all.
     """
 
     last_position: int
     pending: dict[int, MessageRow]
     ids: dict[str, MessageRow]
+    count: int | None = None
 
     def copy(self) -> Inbox:
         """A copy the batch may change, leaving this one as it is."""
-        return Inbox(self.last_position, dict(self.pending), dict(self.ids))
+        return Inbox(self.last_position, dict(self.pending), dict(self.ids), self.count)
+
+    def pending_count(self) -> int:
+        """How many messages are pending (what a post's capacity check counts)."""
+        return len(self.pending) if self.count is None else self.count
+
+
+def reads_pending(request: object) -> bool:
+    """Whether planning ``request`` needs its session's pending messages, not just their count.
+
+    A park looks at their kinds and due times, an append at the one it applies;
+    a post, or an append that only posts timers, needs their count only.
+    """
+    return isinstance(request, Park) or getattr(request, "applied", None) is not None

@@ -24,6 +24,7 @@ from ._codec import (
 )
 from ._effects import BeginEffect, EffectLedger, EffectRow, FinishEffect
 from ._fence import renewal_refused
+from ._inbox import reads_pending
 from ._memory_inbox import Messages as _Messages
 from ._memory_inbox import apply_inbox
 from ._plan import (
@@ -117,7 +118,7 @@ class MemoryStore(StoreBase, EffectLedger):
             leases = {sid: held}
         inboxes = None
         if touches_inbox(request) and (box := self._inboxes.get(sid)) is not None:
-            inboxes = {sid: box.known(posted_ids(request))}
+            inboxes = {sid: box.known(posted_ids(request), rows_needed=reads_pending(request))}
         effects = None
         if isinstance(request, BeginEffect | FinishEffect):
             entry = self._effects.get(sid, {}).get(request.key)
@@ -171,16 +172,8 @@ class MemoryStore(StoreBase, EffectLedger):
                     self._accepts.pop(session_id, None)
                 else:
                     self._accepts[session_id] = frozenset(loads(kinds))
-                sessions[session_id] = (
-                    *old[:2],
-                    status,
-                    last_seq,
-                    old[4],
-                    now,
-                    *old[6:8],
-                    waiting,
-                    wake_at,
-                )
+                head = (*old[:2], status, last_seq, old[4], now, *old[6:8])
+                sessions[session_id] = (*head, waiting, wake_at)
             else:
                 sessions[session_id] = (*old[:2], status, last_seq, old[4], now, *old[6:])
         if not (waits or result.nudges):
@@ -242,11 +235,14 @@ class MemoryStore(StoreBase, EffectLedger):
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
         owner: str | None = None,
+        waiting: Any = None,
+        accepts: Collection[str] = (),
     ) -> None:
         """Append events whose numbers follow the session's last one.
 
         With ``applied`` and ``posts``, the same write marks that inbox message
-        applied by the last event and posts the messages (see `Store.append`).
+        applied by the last event and posts the messages; with ``waiting``, it
+        parks the session (see `Store.append`).
 
         Raises:
             DuplicateEvent: A number is taken or is not the next one; nothing is appended.
@@ -256,13 +252,16 @@ class MemoryStore(StoreBase, EffectLedger):
                 data, or the store is not open; nothing is appended.
             LeaseLost: ``owner`` is given and no longer holds the session's lease
                 (another owner took it); nothing is appended.
-            ConfigurationError: ``applied`` is not a position, or comes with no events.
+            ConfigurationError: ``applied`` is not a position, or comes with no events;
+                ``waiting`` comes without a ``status``, or ``accepts`` is malformed.
         """
         if current_injector() is not None:
             await inject_store_fault(session_id, "append")
         await anyio.lowlevel.checkpoint()
         self._write(
-            self._append_request(session_id, events, snapshot, status, applied, posts, owner)
+            self._append_request(
+                session_id, events, snapshot, status, applied, posts, owner, waiting, accepts
+            )
         )
 
     async def record(self, session_id: str) -> SessionRecord:

@@ -25,11 +25,16 @@ class Messages:
         #: The positions of the pending messages (an ordered set).
         self.pending: dict[int, None] = {}
 
-    def known(self, message_ids: list[str]) -> Inbox:
-        """What a plan needs to know of it, for a request posting ``message_ids``."""
+    def known(self, message_ids: list[str], *, rows_needed: bool = True) -> Inbox:
+        """What a plan needs to know of it, for a request posting ``message_ids``.
+
+        ``rows_needed``: the pending rows, not only their count (see `reads_pending`).
+        """
         rows = self.rows
-        pending = {position: rows[position - 1] for position in self.pending}
         ids = {mid: rows[self.ids[mid] - 1] for mid in message_ids if mid in self.ids}
+        if not rows_needed:
+            return Inbox(len(rows), {}, ids, len(self.pending))
+        pending = {position: rows[position - 1] for position in self.pending}
         return Inbox(len(rows), pending, ids)
 
 

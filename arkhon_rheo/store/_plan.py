@@ -74,7 +74,11 @@ class Append:
     """Append encoded events, with an optional snapshot and status change.
 
     In the same transaction: mark inbox message ``applied`` (a position) applied
-    by the last event, and post ``posts`` to the session's inbox.
+    by the last event, and post ``posts`` to the session's inbox. With
+    ``waiting`` (JSON text; ``status`` is then set too), park the session as
+    the append leaves it: its record says what it waits for (the message kinds
+    ``accepts``; no wake time) and ``owner`` gives its lease up, so a pause is
+    one transaction, never a status without what it waits for.
     """
 
     session_id: str
@@ -86,6 +90,8 @@ class Append:
     #: Fencing (see `._fence`): refused unless ``owner`` holds the lease (under ``token``).
     owner: str | None = None
     token: int | None = None
+    waiting: str | None = None
+    accepts: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -255,6 +261,8 @@ def _add(box: Inbox, session_id: str, message: NewRow, out: Plan) -> MessageRow:
     message_id, kind, payload, posted_at, due_at = message
     row: MessageRow = (session_id, message_id, position, kind, payload, posted_at, due_at, None)
     box.pending[position] = box.ids[message_id] = row
+    if box.count is not None:
+        box.count += 1
     out.inbox.append(row)
     return row
 
@@ -271,7 +279,7 @@ def _post(
     if found is not None:
         out.results[-1] = (found, False)
         return None
-    if len(box.pending) >= request.capacity:
+    if box.pending_count() >= request.capacity:
         return InboxFull(session_id=sid, capacity=request.capacity, location=location)
     row = _add(box, sid, request.message, out)
     # If the session is waiting when the batch is written (its status as the batch
@@ -358,6 +366,7 @@ def _append(
     current: tuple[int, str],
     state: dict[str, tuple[int, str]],
     inboxes: tuple[dict[str, Inbox], dict[str, Inbox]],
+    held: dict[str, Lease],
     out: Plan,
     location: str,
 ) -> StoreError | None:
@@ -378,9 +387,22 @@ def _append(
         out.snapshots.append((sid, *request.snapshot))
     if request.status:
         _set_status(sid, new_last, request.status, state, out)
+        if request.waiting is not None:
+            _park_appended(request, held, out)
     else:
         state[sid] = out.updated[sid] = (new_last, current[1])
     return None
+
+
+def _park_appended(request: Append, held: dict[str, Lease], out: Plan) -> None:
+    """Park the session an append leaves: what it waits for, and its owner's lease given up."""
+    sid = request.session_id
+    kinds = json.dumps(sorted(request.accepts), separators=(",", ":"))
+    out.waits[sid] = (request.waiting, None, kinds)
+    lease = held.get(sid)
+    if request.owner is not None and lease is not None and lease[0] == request.owner:
+        del held[sid]
+        out.leases[sid] = None
 
 
 def plan(
@@ -429,7 +451,7 @@ def plan(
             elif request.owner and (fenced := fence(request, held, tokens, location)):
                 error = fenced
             else:
-                error = _append(request, current, state, boxes, out, location)
+                error = _append(request, current, state, boxes, held, out, location)
         elif isinstance(request, Flush):
             pass
         elif isinstance(request, Acquire):

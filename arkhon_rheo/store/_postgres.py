@@ -369,8 +369,8 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         rows = await self._read(self._leases, transaction=False)
         return tuple(LeaseRecord(*row) for row in rows)
 
-    def _append_request(self, session_id: str, events: Any, *args: Any) -> Any:
-        return self._fenced(super()._append_request(session_id, events, *args))
+    def _append_request(self, session_id: str, events: Any, *args: Any, **options: Any) -> Any:
+        return self._fenced(super()._append_request(session_id, events, *args, **options))
 
     def _park_request(self, session_id: str, *args: Any) -> Any:
         return self._fenced(super()._park_request(session_id, *args))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import SessionNotFound, StoreError
 from ._effects import effect_keys
-from ._inbox import Inbox
+from ._inbox import Inbox, reads_pending
 from ._plan import (
     Acquire,
     Append,
@@ -269,18 +269,28 @@ def _current(
 
 def _inboxes(requests: list[Request], numbers: dict[str, int]) -> Script[dict[str, Inbox]]:
     asked: dict[str, list[str]] = {}
+    full: set[str] = set()  # the sessions whose pending rows the batch needs, not a count
     for request in requests:
         if touches_inbox(request):
             asked.setdefault(request.session_id, []).extend(posted_ids(request))
+            if reads_pending(request):
+                full.add(request.session_id)
     found: dict[str, Inbox] = {}
     for sid in sorted(asked):
         if (number := numbers.get(sid)) is None:
             continue
-        pending: Rows = yield sql(
-            f"SELECT %s, {_MESSAGE_COLUMNS} FROM inbox WHERE session = %s AND applied_seq IS NULL",
-            (sid, number),
-        )
-        box = Inbox(0, {row[2]: tuple(row) for row in pending}, {})
+        if sid in full:
+            pending: Rows = yield sql(
+                f"SELECT %s, {_MESSAGE_COLUMNS} FROM inbox "
+                "WHERE session = %s AND applied_seq IS NULL",
+                (sid, number),
+            )
+            box = Inbox(0, {row[2]: tuple(row) for row in pending}, {})
+        else:  # posts only: the capacity check counts, reading no payload
+            count = yield sql(
+                "SELECT count(*) FROM inbox WHERE session = %s AND applied_seq IS NULL", (number,)
+            )
+            box = Inbox(0, {}, {}, count[0][0])
         if wanted := sorted(set(asked[sid])):
             top = yield sql(
                 "SELECT coalesce(max(position), 0) FROM inbox WHERE session = %s", (number,)
@@ -333,7 +343,7 @@ def _tokens(
             isinstance(request, Release | Park)
             and owner == request.owner
             and (isinstance(request, Release) or result.results[index])
-        ):
+        ) or (type(request) is Append and request.waiting is not None and owner == request.owner):
             current[sid] = (None, token)
     return current
 
@@ -346,6 +356,8 @@ def _accepts(requests: list[Request], result: Plan) -> dict[str, list[str] | Non
             continue
         if isinstance(request, Park) and result.results[index]:
             accepts[request.session_id] = sorted(request.accepts)
+        elif type(request) is Append and request.status and request.waiting is not None:
+            accepts[request.session_id] = sorted(request.accepts)  # parked as it appends
         elif isinstance(request, SetStatus | Create) or (
             type(request) is Append and request.status
         ):

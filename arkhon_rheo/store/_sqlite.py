@@ -129,6 +129,8 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
         owner: str | None = None,
+        waiting: Any = None,
+        accepts: Collection[str] = (),
     ) -> None:
         """Append events whose numbers follow the session's last one.
 
@@ -136,8 +138,9 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         call is cancelled while waiting, the write may or may not be committed:
         load the session to know. With ``applied`` and ``posts``, the same
         transaction marks that inbox message applied by the last event and posts
-        the messages (see `Store.append`); such an append is acknowledged once
-        committed, in every mode.
+        the messages, and with ``waiting`` it parks the session (see
+        `Store.append`); such an append is acknowledged once committed, in every
+        mode.
 
         Raises:
             DuplicateEvent: A number is taken or is not the next one; nothing is appended.
@@ -148,11 +151,14 @@ class SQLiteStore(SQLiteBase, EffectLedger):
                 appended.
             LeaseLost: ``owner`` is given and no longer holds the session's lease
                 (another owner took it); nothing is appended.
-            ConfigurationError: ``applied`` is not a position, or comes with no events.
+            ConfigurationError: ``applied`` is not a position, or comes with no events;
+                ``waiting`` comes without a ``status``, or ``accepts`` is malformed.
         """
         if current_injector() is not None:
             await inject_store_fault(session_id, "append")
-        request = self._append_request(session_id, events, snapshot, status, applied, posts, owner)
+        request = self._append_request(
+            session_id, events, snapshot, status, applied, posts, owner, waiting, accepts
+        )
         del events, snapshot, posts  # encoded: nothing here keeps them alive while waiting
         if self._durability is not Durability.ASYNC:
             ticket, wait = self._queued(request)
@@ -165,8 +171,9 @@ class SQLiteStore(SQLiteBase, EffectLedger):
                 raise ticket.error
             return
         self._raise_deferred(session_id)
-        if request.applied is not None or request.posts:
-            # Applied exactly once: known only once committed (and so is the tail).
+        if request.applied is not None or request.posts or request.waiting is not None:
+            # Applied exactly once, or parked (its lease given up): known only once
+            # committed (and so is the tail).
             self._tails.pop(session_id, None)
             await self._submit(request, wait=True)
             if request.rows:

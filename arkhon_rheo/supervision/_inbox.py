@@ -128,8 +128,9 @@ class Inbox:
     async def pause_at_gate(self, state: AgentState, stage: str) -> bool:
         """Pause, durably, if a gate guards this step; return true if it did.
 
-        The pause is an event; with a store, the session then parks as
-        ``"paused"``, waiting for a decision (`Approve`, `Abort`, `Edit`).
+        The pause is an event; with a store, the same write parks the session
+        as ``"paused"``, waiting for a decision (`Approve`, `Abort`, `Edit`), and
+        gives its lease up.
         """
         session = self.session
         if session.gates_passed:
@@ -150,8 +151,15 @@ class Inbox:
                 EventKind.PAUSE, stage, lifecycle, lifecycle, Patch(), frozenset(), 0, info=info
             )
             if session.persistence is not None:
-                await session.persistence.record(event, state, status="paused")
-                await self.park_paused(gate, state, info)
+                # One write: the pause event, the "paused" status and what it waits
+                # for (its question), its lease given up; never one without another.
+                await session.persistence.record(
+                    event,
+                    state,
+                    status=ExitReason.PAUSED.value,
+                    waiting=self.paused_waiting(gate, state, info),
+                    accepts=sorted(DECISIONS),
+                )
             session.commit(state, event)
             session.finish(ExitReason.PAUSED)
             _logger.info(
@@ -172,26 +180,15 @@ class Inbox:
             info["question"] = scrub_data(json_data(question))
         return info
 
-    async def park_paused(self, gate: Gate, state: AgentState, info: dict[str, Any]) -> None:
-        """Record what the session paused at ``gate`` waits for: a decision, of what answer."""
-        session = self.session
-        persistence = session.persistence
-        assert persistence is not None
-        waiting = {
+    def paused_waiting(self, gate: Gate, state: AgentState, info: dict[str, Any]) -> dict[str, Any]:
+        """What the session paused at ``gate`` waits for: a decision, of what answer."""
+        return {
             **info,
             "state": state.lifecycle.name,
             "field": gate.field,
             "answer": gate.answer_schema(),
             "accepts": sorted(DECISIONS),
         }
-        await persistence.store.park(
-            session.session_id,
-            persistence.owner,
-            status=ExitReason.PAUSED.value,
-            waiting=waiting,
-            accepts=sorted(DECISIONS),
-            now=session.clock.now(),
-        )
 
     def unstored(self) -> Exception:
         """The failure of a step that scheduled a timer in a session kept without a store."""

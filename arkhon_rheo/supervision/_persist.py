@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..protocols._seams import queue_append, takes_encoded
+from ..protocols._seams import parks_on_append, queue_append, takes_encoded
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Mapping
+    from collections.abc import Awaitable, Collection, Mapping
 
     from ..core._seams import EventCodec, StateDigest
     from ..protocols import AgentState, NewMessage, Store, TransitionEvent
@@ -125,20 +125,42 @@ class Persistence:
         self._next_size: int | None = None
 
     async def record(
-        self, event: TransitionEvent, state: AgentState, *, status: str | None = None
+        self,
+        event: TransitionEvent,
+        state: AgentState,
+        *,
+        status: str | None = None,
+        waiting: Any = None,
+        accepts: Collection[str] = (),
     ) -> None:
         """Store ``event`` (and ``state`` as a snapshot when one is due): `write`, then `accept`.
+
+        With ``waiting`` (and ``status``), the same write parks the session: its
+        record says what it waits for (message kinds ``accepts``) and its owner's
+        lease is given up (see `Store.append`); a store whose ``append`` takes no
+        ``waiting`` parks it in a second write (`Store.park`).
 
         Raises:
             UnserializablePatch: If the event cannot be encoded (nothing was written).
             StoreError: If the store refused or failed.
         """
+        split = waiting is not None and not parks_on_append(self.store)
         try:
-            await self.write(event, state, status=status)
+            parked = (None, ()) if split else (waiting, accepts)
+            await self.write(event, state, status=status, parked=parked)
         except BaseException:
             self.abandon()
             raise
         self.accept()
+        if split:  # a store whose append cannot park: a second write
+            await self.store.park(
+                self.session_id,
+                self.owner,
+                status=status or "waiting",
+                waiting=waiting,
+                accepts=accepts,
+                now=event.finished_at,
+            )
 
     def write(
         self,
@@ -147,6 +169,7 @@ class Persistence:
         *,
         status: str | None = None,
         mail: Mail | None = None,
+        parked: tuple[Any, Collection[str]] = (None, ()),
     ) -> Awaitable[object]:
         """Encode ``event`` and hand it to the store; return the store's write to await.
 
@@ -159,7 +182,9 @@ class Persistence:
         (`queue_append`: then the awaitable is its batch's own signal).
 
         ``mail`` is the inbox message the step applied and the timers it set: the
-        store records both in the transaction that stores the event.
+        store records both in the transaction that stores the event. ``parked``:
+        what the session waits for once the event is stored, and the message
+        kinds it accepts (see `record`); ``(None, ())``: it does not park.
 
         Raises:
             UnserializablePatch: If the event cannot be encoded (nothing was written).
@@ -201,7 +226,27 @@ class Persistence:
         # The store may drop the encoded event (and its patch) once it has its
         # rows, rather than hold it until the write is durable.
         events = [self.codec.encode_event(event, digest.value, patch=patch)]
+        if parked[0] is not None:
+            return self._park(events, snapshot, status, mail, parked)
         return self._append(events, snapshot, status, mail)
+
+    def _park(
+        self,
+        events: list[Any],
+        snapshot: Any,
+        status: str | None,
+        mail: Mail | None,
+        parked: tuple[Any, Collection[str]],
+    ) -> Awaitable[object]:
+        """The store's append of ``events`` that parks the session in the same transaction."""
+        options: dict[str, Any] = {"waiting": parked[0], "accepts": parked[1]}
+        if self.owner is not None:
+            options["owner"] = self.owner
+        if mail is not None:
+            options.update(applied=mail.applied, posts=mail.posts)
+        return self.store.append(
+            self.session_id, events, snapshot=snapshot, status=status, **options
+        )
 
     def _append(
         self, events: list[Any], snapshot: Any, status: str | None, mail: Mail | None

@@ -159,6 +159,7 @@ class Session:
         "exit_reason",
         "failure",
         "gates_passed",
+        "hand_over_on_cancel",
         "handoff",
         "interrupt",
         "keep_log",
@@ -244,6 +245,11 @@ class Session:
         #: step (a commit boundary), its stored status left as it is ("running") and
         #: its lease given up, for another driver to go on from its last commit.
         self.handoff = False
+        #: Set for a worker's runs: a cancellation (the worker's own, or its task
+        #: group's, when another run raised a BaseException) hands the session over
+        #: as ``handoff`` does, its record left ``"running"`` (from its last commit)
+        #: and its lease given up, instead of storing it ``"cancelled"``.
+        self.hand_over_on_cancel = False
         self.failure: FailureRecord | None = None
         self._changed: anyio.Event | None = None
         #: Subscribers of the partial output its stages `emit` (see `SessionStream`).

@@ -188,6 +188,8 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
     def _conclude(self, termination: Termination) -> None:
         session = self.session
         if termination.kind is TerminationKind.CANCELLED:
+            if session.hand_over_on_cancel:
+                session.handoff = True  # a worker's run: handed over, never ended
             session.finish(ExitReason.CANCELLED)
         elif termination.kind is TerminationKind.CRASHED:
             error = termination.error

@@ -91,6 +91,7 @@ class SessionHost:
         "_snapshot_every",
         "clock",
         "config",
+        "hand_over_on_cancel",
         "owner",
         "secrets",
         "store",
@@ -136,6 +137,8 @@ class SessionHost:
         check_keyring(secrets)
         #: The keyring sensitive values are sealed with in the store (``None``: none given).
         self.secrets = secrets
+        #: A worker's system: a run cancelled is handed over, not ended (see `Session`).
+        self.hand_over_on_cancel = False
 
     def journal(self, machine: Machine[Any], session_id: str) -> Journal:
         """The store's record of session ``session_id`` of ``machine`` (a store is needed)."""
@@ -266,6 +269,7 @@ class SessionHost:
             machine, state, config, session_id, base_seq, anchor_seq, held, journal
         )
         session.gates_passed = gates_passed
+        session.hand_over_on_cancel = self.hand_over_on_cancel
         session.log.extend(history)
         session.seq += len(history)
         session.on_close = self._closed if held is None else functools.partial(self._release, held)

@@ -27,6 +27,7 @@ from ..core._seams import (
     session_codec,
 )
 from ..protocols import EventKind
+from ..protocols._seams import DECISIONS, parks_on_append
 from ..supervision._seams import Persistence
 from ._forms import (
     SessionForm,
@@ -380,13 +381,15 @@ class Journal:
         *,
         status: str,
         applied: int | None = None,
+        waiting: Any = None,
     ) -> None:
         """Store ``event``, made outside any stage, with a snapshot of ``state`` and ``status``.
 
         The event must follow the session's last one (`next_seq`); all three go
         in one write, with inbox message ``applied`` (a decision) marked applied
-        by it, if given, and the session's ``upgrade`` event before it, if it has
-        one to record.
+        by it, if given, what the session (still paused) waits for, if
+        ``waiting`` is given, and the session's ``upgrade`` event before it, if
+        it has one to record.
         """
         codec = self._codec()
         hasher = self._compiled.hasher
@@ -396,7 +399,30 @@ class Journal:
             upgrade = self._upgrade_event(event.seq - 1, before)
             events.insert(0, codec.encode_event(upgrade, hasher.of(before)))
         snapshot = (event.seq, codec.encode_state(state))
-        if applied is None:
+        if waiting is not None and not parks_on_append(self.store):
+            # A store whose append cannot park: a second write (`Store.park`).
+            await self.store.append(
+                self.session_id, events, snapshot=snapshot, status=status, applied=applied
+            )
+            await self.store.park(
+                self.session_id,
+                None,
+                status=status,
+                waiting=waiting,
+                accepts=sorted(DECISIONS),
+                now=event.finished_at,
+            )
+        elif waiting is not None:
+            await self.store.append(
+                self.session_id,
+                events,
+                snapshot=snapshot,
+                status=status,
+                applied=applied,
+                waiting=waiting,
+                accepts=sorted(DECISIONS),
+            )
+        elif applied is None:
             await self.store.append(self.session_id, events, snapshot=snapshot, status=status)
         else:
             await self.store.append(

@@ -66,10 +66,12 @@ class Ledger(Protocol):
         *,
         status: str,
         applied: int | None = None,
+        waiting: Any = None,
     ) -> None:
         """Commit ``event``, which leads to ``state``; ``status`` is the session's from now on.
 
-        ``applied`` is the inbox position of the decision message it applies (stored only).
+        ``applied`` is the inbox position of the decision message it applies (stored only);
+        ``waiting``, what the session, still paused, waits for (stored only, in the same write).
         """
         ...
 
@@ -119,6 +121,7 @@ class MemoryJournal:
         *,
         status: str,
         applied: int | None = None,
+        waiting: Any = None,
     ) -> None:
         """Commit ``event`` through the session (`Session.commit_out_of_band`).
 

@@ -18,6 +18,7 @@ to, and those it was given.
 
 from __future__ import annotations
 
+import json
 import uuid
 import weakref
 from collections.abc import Mapping
@@ -48,7 +49,20 @@ if TYPE_CHECKING:
     from ._handle import SessionHandle
     from ._host import SessionHost
 
-__all__ = ["ENDED", "Mailbox", "Postman", "Sent", "decision_of", "encode_message", "message_record"]
+__all__ = [
+    "ENDED",
+    "MAX_MESSAGE_BYTES",
+    "Mailbox",
+    "Postman",
+    "Sent",
+    "decision_of",
+    "encode_message",
+    "message_record",
+]
+
+#: The largest payload a message sent to a session may have by default: 1 MiB of
+#: JSON (compact, UTF-8); `AgentSystem`'s ``max_message_bytes`` changes it.
+MAX_MESSAGE_BYTES = 1 << 20
 
 _logger = get_logger("arkhon_rheo.system")
 
@@ -85,17 +99,56 @@ class Sent:
     handle: SessionHandle[Any] | None
 
 
-def encode_message(machine: Machine[Any], message: object) -> tuple[str, Any]:
+def encode_message(
+    machine: Machine[Any], message: object, max_bytes: int = MAX_MESSAGE_BYTES
+) -> tuple[str, Any]:
     """``message`` as a kind name and JSON payload, checked against what ``machine`` accepts.
 
     ``message`` is a model of a kind the machine accepts, or a mapping of its
     fields with the kind's name under ``"kind"`` (which may be left out when
-    the machine accepts one kind only).
+    the machine accepts one kind only). Its payload must be storable JSON of
+    at most ``max_bytes`` bytes (compact, UTF-8).
 
     Raises:
-        MessageRefused: If the kind is not one the machine accepts, or the
-            fields fail its validation.
+        MessageRefused: If the kind is not one the machine accepts, the fields
+            fail its validation, or the payload cannot be stored (nested too
+            deep, a string that is not valid Unicode, a value that is not JSON
+            data) or is larger than ``max_bytes``.
     """
+    try:
+        name, payload = _encoded(machine, message)
+        size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+    except MessageRefused:
+        raise
+    except RecursionError:
+        raise _refused(machine, "it is nested too deep to store; send flatter data") from None
+    except UnicodeError as exc:
+        raise _refused(
+            machine,
+            f"a string in it is not valid Unicode ({getattr(exc, 'reason', exc)}: invalid "
+            "UTF-8 bytes, or a lone surrogate); send text as str, valid UTF-8",
+        ) from None
+    except (TypeError, ValueError) as exc:  # PydanticSerializationError is a ValueError
+        why = str(exc).splitlines()[0][:200]
+        if "depth" in why or "recursion" in why.lower():
+            raise _refused(machine, f"it is nested too deep to store ({why})") from None
+        if "utf-8" in why.lower() or "unicode" in why.lower():
+            raise _refused(
+                machine, f"a string in it is not valid Unicode ({why}); send valid UTF-8"
+            ) from None
+        raise _refused(machine, f"it holds a value that is not JSON data ({why})") from None
+    if size > max_bytes:
+        raise _refused(
+            machine,
+            f"its payload is {size:,} bytes of JSON, more than the {max_bytes:,} a message "
+            "may hold (AgentSystem(max_message_bytes=...)); store large data elsewhere and "
+            "send a reference to it",
+        )
+    return name, payload
+
+
+def _encoded(machine: Machine[Any], message: object) -> tuple[str, Any]:
+    """``message`` as a kind name and JSON payload (see `encode_message`)."""
     kinds = machine.messages
     accepted = ", ".join(sorted(kinds)) or "none"
     if isinstance(message, BaseModel):
@@ -203,18 +256,36 @@ class Postman:
         capacity: The most pending messages an inbox holds.
         poll: The longest the timer watch sleeps, in seconds.
         machines: The machines to serve from the start (held for good).
+        max_bytes: The largest payload a message sent may have, in bytes of JSON.
 
     Raises:
-        ConfigurationError: If ``capacity`` or ``poll`` is not positive, or a
-            machine is not a `Machine`.
+        ConfigurationError: If ``capacity``, ``poll`` or ``max_bytes`` is not
+            positive, or a machine is not a `Machine`.
     """
 
-    __slots__ = ("_delivering", "_kick", "capacity", "clock", "given", "host", "poll", "served")
+    __slots__ = (
+        "_delivering",
+        "_kick",
+        "capacity",
+        "clock",
+        "given",
+        "host",
+        "max_bytes",
+        "poll",
+        "served",
+    )
 
     def __init__(
-        self, host: SessionHost, capacity: int, poll: float, machines: Iterable[Machine[Any]]
+        self,
+        host: SessionHost,
+        capacity: int,
+        poll: float,
+        machines: Iterable[Machine[Any]],
+        max_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         check_positive("inbox_capacity", capacity, integer=True)
+        check_positive("max_message_bytes", max_bytes, integer=True)
+        self.max_bytes = max_bytes
         check_positive("poll_interval", poll)
         self.host = host
         self.clock: Clock = host.clock
@@ -272,7 +343,7 @@ class Postman:
                 "fresh one"
             )
         try:
-            kind, payload = encode_message(machine, message)
+            kind, payload = encode_message(machine, message, self.max_bytes)
         except MessageRefused as refused:
             raise MessageRefused(str(refused), session_id=session_id) from None
         record = await Journal(store, machine, session_id, secrets=self.host.secrets).record()

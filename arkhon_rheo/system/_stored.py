@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from .._construct import internal_only, make
 from .._errors import ConfigurationError, MessageRefused, SessionError
 from ..protocols import Abort, AgentState, Approve, Edit, EventKind, Machine
-from ..protocols._seams import DECISIONS
 from ._children import linked_history
 from ._decision import decision_updates, recorded_decision
 from ._journal import Journal
@@ -422,19 +421,15 @@ class StoredSession(Generic[S]):
                 stored, new = await inbox.post(recorded, message_id, host.clock.now())
                 position = stored.position
                 event = event._replace(info={**info, "message": message_record(stored)})
+            # An edit leaves it paused: its record goes on saying what for, in the
+            # same write as the edit's event.
             await ledger.commit(
-                event, decided, status=_STATUS.get(name, "paused"), applied=position or None
+                event,
+                decided,
+                status=_STATUS.get(name, "paused"),
+                applied=position or None,
+                waiting=paused.waiting if name == "edit" else None,
             )
-            if name == "edit" and paused.waiting is not None and host.store is not None:
-                # Still paused: its record goes on saying what for (the commit cleared it).
-                await host.store.park(
-                    session_id,
-                    None,
-                    status="paused",
-                    waiting=paused.waiting,
-                    accepts=sorted(DECISIONS),
-                    now=host.clock.now(),
-                )
             handle = None
             if name == "approve":
                 handle = await host.launch(

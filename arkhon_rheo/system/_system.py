@@ -34,7 +34,7 @@ from ._claims import Claims
 from ._client import checked_start, submit
 from ._default_store import DEFAULT_PATH, announce_default_store
 from ._host import SessionHost
-from ._mail import Postman, Sent, decision_of
+from ._mail import MAX_MESSAGE_BYTES, Postman, Sent, decision_of
 from ._options import (
     check_lease_ttl,
     check_positive,
@@ -159,6 +159,9 @@ class AgentSystem:
             tests pass an ``arkhon_rheo.testing.VirtualClock``.
         inbox_capacity: The most messages a session's inbox holds waiting to
             be applied; one more is refused (`InboxFull`), nothing stored.
+        max_message_bytes: The largest payload a message sent to a session may
+            have, in bytes of compact UTF-8 JSON (1 MiB by default); a larger one
+            is refused (`MessageRefused`), nothing stored.
         poll_interval: The longest the timer watch sleeps before it looks in
             the store again (for timers other processes set), in seconds.
         secrets: The `Keyring` `Sensitive` state values are sealed with in the
@@ -194,6 +197,7 @@ class AgentSystem:
         poll_interval: float = 1.0,
         secrets: Keyring | None = None,
         reply_poll: float = 0.05,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         config = session_config(
             max_steps,
@@ -234,7 +238,9 @@ class AgentSystem:
             resources=self._resources,
             secrets=secrets,
         )
-        self._postman = Postman(self._host, inbox_capacity, poll_interval, machines)
+        self._postman = Postman(
+            self._host, inbox_capacity, poll_interval, machines, max_message_bytes
+        )
         #: The asks waiting here, woken by the commits of the sessions they ask.
         check_positive("reply_poll", reply_poll)
         self._replies = Replies(self._host, reply_poll)

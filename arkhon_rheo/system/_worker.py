@@ -14,6 +14,12 @@ way finishes and commits, then the run stops with the session's record left
 ``"running"`` and its lease given up, so another worker claims it and goes on
 from that commit; nothing committed runs again. A worker that dies instead
 leaves its leases to run out; then other workers claim its sessions.
+
+A worker cancelled (``with anyio.move_on_after(...): await worker.run()``, or its
+task group taken down by a run's ``BaseException``) hands over too, at once: the
+steps under way stop uncommitted, each session's record stays ``"running"`` at
+its last commit and its lease is given up, so another worker claims it and runs
+that step again; no session is ever stored ``"cancelled"`` by a worker.
 """
 
 from __future__ import annotations
@@ -170,6 +176,9 @@ class Worker:
             seed=seed,
             poll_interval=poll_interval,
         )
+        # Cancelled (the worker's run, or a run's BaseException taking the others
+        # down), a run is handed over at its last commit, never ended "cancelled".
+        self._system._host.hand_over_on_cancel = True
         self._running: dict[str, SessionHandle[Any]] = {}
         #: Claimed sessions whose runs are being started; set when the last one is.
         self._starting: set[str] = set()

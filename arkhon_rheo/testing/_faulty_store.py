@@ -260,6 +260,8 @@ class FaultyStore:
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
         owner: str | None = None,
+        waiting: Any = None,
+        accepts: Collection[str] = (),
     ) -> None:
         """`Store.append`, unless a rule fails it (then nothing of it is stored)."""
         await self._check("append", session_id)
@@ -271,6 +273,8 @@ class FaultyStore:
             applied=applied,
             posts=posts,
             owner=owner,
+            waiting=waiting,
+            accepts=accepts,
         )
 
     async def record(self, session_id: str) -> SessionRecord:

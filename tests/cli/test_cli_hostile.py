@@ -361,3 +361,21 @@ def test_decide_edit_of_a_supervisor_field_is_refused_and_writes_nothing(
         assert "the supervisor owns" in err
         assert "Traceback" not in err
     assert run_json("show", "g", "--store", store) == before
+
+
+def test_a_long_argument_that_is_json_of_the_wrong_shape_is_not_echoed(tmp_path: Path) -> None:
+    # 208 KB of valid JSON that is no object (a token pasted in it, say): the error
+    # quotes its first characters only, never the whole argument.
+    store = str(tmp_path / "s.db")
+    start(store, "g", "hi")
+    text = "[" + ",".join(["1"] * 104_000) + ',"secret-token-at-the-end"]'
+    for argv in (
+        ["send", "g", "--machine", MACHINE, "--message", text],
+        ["run", MACHINE, "--input", text],
+    ):
+        code, _, err = run(*argv, "--store", store)
+        assert code == 2, (argv[0], err[-300:])
+        assert "must be a JSON object" in err
+        assert "secret-token-at-the-end" not in err
+        assert f"({len(text)} chars)" in err
+        assert len(err) < 400, err[:500]

@@ -113,3 +113,21 @@ def test_a_release_after_its_acquire_in_one_batch_drops_the_row() -> None:
     )
     assert result.errors == [None, None]
     assert result.leases == {"s": None}
+
+
+def test_a_post_checks_capacity_on_a_count_of_pending_messages() -> None:
+    # A batch that only posts knows how many messages are pending, not their rows
+    # (payloads and all): the capacity check counts, and each post adds one.
+    from arkhon_rheo.errors import InboxFull
+    from arkhon_rheo.store._inbox import Inbox, Post
+
+    def post(message_id: str) -> Post:
+        return Post("s", (message_id, "Ask", "{}", 0.0, 0.0), capacity=3)
+
+    known = {"s": (0, "waiting")}
+    counted = {"s": Inbox(7, {}, {}, count=2)}
+    result = plan([post("a"), post("b")], known, now=1.0, inboxes=counted)
+    assert result.errors[0] is None
+    assert isinstance(result.errors[1], InboxFull)
+    assert [row[2] for row in result.inbox] == [8]  # positions go on from the last one
+    assert counted["s"].count == 2  # what was known is left as it was
