@@ -168,12 +168,8 @@ class Machine(Generic[S]):
         #: The machine's version (sessions it stores carry it), and how sessions of
         #: earlier versions are read, by the version each upgrade reads.
         self.version = version
-        if reply is not None and not callable(reply):
-            raise ConfigurationError(
-                f"machine {name!r}: reply must be a function of the state, got {reply!r}"
-            )
         #: What a session answers to a message it was asked (see ``reply`` above).
-        self.reply: Callable[[S], Any] | None = reply
+        self.reply: Callable[[S], Any] | None = _checked_reply(name, reply)
         self.upgrades = checked_upgrades(name, version, upgrades, state_type.model_fields)
         self.invariants: dict[enum.Enum | None, tuple[Condition[Any], ...]] = {
             key: tuple(Condition.coerce(c) for c in conditions)
@@ -451,3 +447,12 @@ class Machine(Generic[S]):
     def __repr__(self) -> str:
         version = f" version {self.version}" if self.version != 1 else ""
         return f"<Machine {self.name!r}{version}: {len(self.states)} states>"
+
+
+def _checked_reply(name: str, reply: Any) -> Any:
+    """``reply`` (a machine's), checked: ``None`` or a function of the state."""
+    if reply is not None and not callable(reply):
+        raise ConfigurationError(
+            f"machine {name!r}: reply must be a function of the state, got {reply!r}"
+        )
+    return reply

@@ -97,10 +97,8 @@ def react_agent(
             about (``@tool(run="approve")``, ``effect="ask"``) adds a ``"tool call"`` gate.
         deadlines: Per-state deadlines in seconds (``{Lifecycle.ACTING: 30}``).
         conversational: After each answer, wait (parked, ``Lifecycle.OBSERVING``) for the
-            user's next `UserInput` (``system.ask``, a `Conversation`); `Close` ends it.
-            Its limits (``max_steps``, ``budget``) bound each turn: every message
-            starts them again. Started without a task, it waits for its first
-            message. Needs a store (``MemoryStore``).
+            next `UserInput` (``system.ask``, a `Conversation`; `Close` ends it). Limits
+            bound each turn; with no task it waits for its first message. Needs a store.
         resources: More resources by name, for its tools (see `ToolContext`); the
             agent declares ``"model"`` and ``"tools"`` (a runner that is an async context
             manager). The `AgentSystem` opens each async context manager not open yet.

@@ -36,9 +36,11 @@ __all__ = [
     "connect",
     "import_psycopg",
     "is_postgres_url",
+    "notify_payloads",
     "pipeline",
     "redacted_url",
     "run_now",
+    "sessions_channel",
     "translate",
 ]
 
@@ -217,3 +219,27 @@ def run_now(connection: Connection, script: Script[T], location: str) -> T:
         result: T = stop.value
         return result
     return step(script, first, lambda statement: _execute(connection, statement, location))
+
+
+def sessions_channel(channel: str) -> str:
+    """The channel of the session changes beside work queue ``channel`` (63 characters at most)."""
+    return f"{channel[:55]}_changes"
+
+
+def notify_payloads(ids: list[str], limit: int = 7900) -> list[str]:
+    """``ids`` as newline-separated payloads of at most ``limit`` bytes (PostgreSQL's cap: 8000)."""
+    payloads: list[str] = []
+    current: list[str] = []
+    size = 0
+    for each in ids:
+        length = len(each.encode()) + 1
+        if length > limit:
+            continue  # an id that long is left to the asks' polling
+        if size + length > limit:
+            payloads.append("\n".join(current))
+            current, size = [], 0
+        current.append(each)
+        size += length
+    if current:
+        payloads.append("\n".join(current))
+    return payloads

@@ -24,8 +24,8 @@ from .._errors import ConfigurationError, StoreError
 from .._log import get_logger
 from ._base import StoreState
 from ._codec import decode_record
-from ._postgres_conn import connect, import_psycopg
-from ._postgres_sql import NOW, SESSION_COLUMNS, sessions_channel, sql
+from ._postgres_conn import connect, import_psycopg, sessions_channel
+from ._postgres_sql import NOW, SESSION_COLUMNS, sql
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection

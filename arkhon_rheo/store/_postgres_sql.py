@@ -38,7 +38,7 @@ from ._plan import (
     posted_ids,
     touches_inbox,
 )
-from ._postgres_conn import pipeline
+from ._postgres_conn import notify_payloads, pipeline, sessions_channel
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -401,37 +401,13 @@ def write_batch(
     if _news(requests, result):
         yield later("SELECT pg_notify(%s, '')", (channel,))
     changed = sorted({r.session_id for r in requests if type(r) in _CHANGES})
-    for payload in _payloads(changed):  # for the asks waiting on these sessions' replies
+    for payload in notify_payloads(changed):  # for the asks waiting on these sessions' replies
         yield later("SELECT pg_notify(%s, %s)", (sessions_channel(channel), payload))
     return result
 
 
 #: The requests that change what an ask reads (a session's log, status or park).
 _CHANGES = (Append, SetStatus, Park)
-
-
-def sessions_channel(channel: str) -> str:
-    """The channel of the session changes beside work queue ``channel`` (63 characters at most)."""
-    return f"{channel[:55]}_changes"
-
-
-def _payloads(ids: list[str], limit: int = 7900) -> list[str]:
-    """``ids`` as newline-separated payloads of at most ``limit`` bytes (PostgreSQL's cap: 8000)."""
-    payloads: list[str] = []
-    current: list[str] = []
-    size = 0
-    for each in ids:
-        length = len(each.encode()) + 1
-        if length > limit:
-            continue  # an id that long is left to the asks' polling
-        if size + length > limit:
-            payloads.append("\n".join(current))
-            current, size = [], 0
-        current.append(each)
-        size += length
-    if current:
-        payloads.append("\n".join(current))
-    return payloads
 
 
 def _news(requests: list[Request], result: Plan) -> bool:

@@ -35,7 +35,7 @@ from arkhon_rheo.protocols._encoded import EncodedPatch
 from arkhon_rheo.store import MemoryStore
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
 
     from arkhon_rheo.protocols import NewMessage, StoredEvent
 
@@ -242,6 +242,8 @@ class SpyStore(MemoryStore):
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
         owner: str | None = None,
+        waiting: Any = None,
+        accepts: Collection[str] = (),
     ) -> None:
         self.given.append((list(events), snapshot))
         await super().append(
@@ -252,6 +254,8 @@ class SpyStore(MemoryStore):
             applied=applied,
             posts=posts,
             owner=owner,
+            waiting=waiting,
+            accepts=accepts,
         )
 
 

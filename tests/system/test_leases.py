@@ -187,6 +187,8 @@ class CountingStore:
         applied: int | None = None,
         posts: Sequence[NewMessage] = (),
         owner: str | None = None,
+        waiting: Any = None,
+        accepts: Collection[str] = (),
     ) -> None:
         await self._call(
             lambda: self.inner.append(
@@ -197,6 +199,8 @@ class CountingStore:
                 applied=applied,
                 posts=posts,
                 owner=owner,
+                waiting=waiting,
+                accepts=accepts,
             )
         )
 
