@@ -104,6 +104,7 @@ agent = react_agent(_model(), conversational=True, stream=True, name="chat")
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     store = os.environ.get("ARKHON_RHEO_STORE", "./arkhon-rheo.db")
     async with AgentSystem(store=store, machines=[agent]) as system:
+        await system.recover(agent)  # the threads a crashed process was driving go on here
         app.state.system = system
         yield
 

@@ -272,6 +272,7 @@ class Postman:
         "host",
         "max_bytes",
         "poll",
+        "resume",
         "served",
     )
 
@@ -301,6 +302,8 @@ class Postman:
         #: wake-up time forward, for a sender that dies before it wakes it).
         self._delivering: dict[str, int] = {}
         self._kick = anyio.Event()
+        #: How a cancelled session a message reaches is resumed here (set by the system).
+        self.resume: Callable[[Machine[Any], str], Awaitable[SessionHandle[Any]]] | None = None
         host.on_park(self.kick)
         for machine in machines:
             if not isinstance(machine, Machine):
@@ -395,6 +398,16 @@ class Postman:
                     return live  # it runs here, and receives the message when it next waits
                 await live.result()  # it parked just now: its run is ending
                 continue
+            if record.status == "cancelled" and self.resume is not None:
+                # Stopped with its process's system (a deploy, a restart) between two
+                # commits: a message goes on with it here, unless a live owner holds it.
+                try:
+                    return await self.resume(machine, session_id)
+                except SessionLocked:
+                    return None
+                except SessionBusy:
+                    await anyio.sleep(_BUSY_RETRY)
+                    continue
             if record.status != "waiting":
                 return None  # driven elsewhere, paused at a gate, or not running at all
             try:

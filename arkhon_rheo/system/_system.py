@@ -214,6 +214,7 @@ class AgentSystem(Messaging):
         self._postman = Postman(
             self._host, inbox_capacity, poll_interval, machines, max_message_bytes
         )
+        self._postman.resume = self._resume_for_message
         #: The asks waiting here, woken by the commits of the sessions they ask.
         check_positive("reply_poll", reply_poll)
         self._replies = Replies(self._host, reply_poll)
@@ -354,6 +355,11 @@ class AgentSystem(Messaging):
         if self._store is not None:
             self._postman.serve(machine)
         return await self.stored(machine, session_id).resume(max_steps=max_steps)
+
+    async def _resume_for_message(
+        self, machine: Machine[Any], session_id: str
+    ) -> SessionHandle[Any]:
+        return await self.stored(machine, session_id).resume()
 
     async def orphans(self, machine: Machine[Any] | None = None) -> list[SessionRecord]:
         """The stored sessions left "running" by a driver that is gone, oldest first.

@@ -326,3 +326,26 @@ def test_a_reply_reads_as_text() -> None:
     assert reply.text == "7"
     assert reply.ok
     assert Reply("s", "m", 1, 2, 3, Tally(), "failed", None).text == ""
+
+
+async def test_an_ask_goes_on_with_a_session_its_last_system_stopped(tmp_path: Path) -> None:
+    model = Echo()
+    model.hold = True
+    agent = chat(model)
+    path = tmp_path / "s.db"
+    async with AgentSystem(path=path) as system:
+        await Conversation.open(system, agent, "t")
+        async with anyio.create_task_group() as group:
+            group.start_soon(system.send, agent, "t", UserInput(text="slow"))
+            await model.inside.wait()
+            handle = system.session("t")
+            handle.cancel()  # as a deploy's shutdown stops it mid-turn
+            await handle.result()
+        record = await system.stored(agent, "t").record()
+        assert record.status == "cancelled"
+    model.hold = False
+    async with AgentSystem(path=path) as system:  # a later process: no recover() called
+        reply = await system.ask(agent, "t", UserInput(text="back"), timeout=30)
+        assert reply.value == "echo: back"
+        said = [s.text for s in await Conversation(system, agent, session_id="t").transcript()]
+        assert said == ["slow", "echo: slow", "back", "echo: back"]
