@@ -17,6 +17,7 @@ step, and the store keeps it with the step's commit, in one transaction.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
@@ -48,9 +49,34 @@ S = TypeVar("S", bound="AgentState")
 
 
 def message_kind(kind: type[BaseModel]) -> str:
-    """The name of message kind ``kind``: its ``kind`` class variable, or its class name."""
+    """The name of message kind ``kind``: its ``kind`` class variable, or its snake_case class name.
+
+    One rule for every kind, the library's (``user_input``, ``close``,
+    ``approve``) and yours (``class PaymentReceived`` is ``payment_received``):
+    the name ``{"kind": ...}`` payloads, the command line and errors use.
+    """
     named = getattr(kind, "kind", None)
-    return named if isinstance(named, str) and named else kind.__name__
+    return named if isinstance(named, str) and named else snake_case(kind.__name__)
+
+
+def snake_case(name: str) -> str:
+    """``name`` (a class's) in snake_case: ``PaymentReceived`` -> ``payment_received``."""
+    return _WORD_START.sub("_", name).lower()
+
+
+_WORD_START = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def legacy_kind(kind: type[BaseModel]) -> str | None:
+    """The name ``kind`` had before names were snake_case (its class name), if it differs.
+
+    Still read: in ``{"kind": ...}`` payloads, and in the inboxes of sessions
+    stored before (their pending messages carry it).
+    """
+    named = getattr(kind, "kind", None)
+    if isinstance(named, str) and named:
+        return None
+    return kind.__name__ if kind.__name__ != message_kind(kind) else None
 
 
 class Receive(Stage[S], Generic[S]):
@@ -108,6 +134,20 @@ class Receive(Stage[S], Generic[S]):
     def kinds(cls) -> dict[str, type[BaseModel]]:
         """The kinds the stage accepts, by name."""
         return {message_kind(kind): kind for kind in cls.accepts}
+
+    @classmethod
+    def received(cls) -> dict[str, type[BaseModel]]:
+        """The kinds the stage applies from its inbox, by every name a stored message may carry.
+
+        Each kind's name, and its class name where that differs (messages stored
+        before kind names were snake_case).
+        """
+        names = cls.kinds()
+        for kind in cls.accepts:
+            legacy = legacy_kind(kind)
+            if legacy is not None:
+                names.setdefault(legacy, kind)
+        return names
 
     async def execute(self, view: StateView[S]) -> Patch:
         """Apply the message the supervisor delivered (see `apply`)."""

@@ -10,7 +10,7 @@ from .._errors import ConfigurationError
 from ._frozen import mutable_part
 from ._gates import Gate
 from ._graph import StateGraph, build_graph
-from ._inbox import Receive
+from ._inbox import Receive, legacy_kind
 from ._resources import checked_resources
 from ._sensitive import sensitive_problem
 from ._stage import Condition, Stage, TransitionCondition
@@ -183,6 +183,13 @@ class Machine(Generic[S]):
         self._check()
         #: Every message kind a `Receive` stage of the machine accepts, by name.
         self.messages: dict[str, type[Any]] = self._message_kinds()
+        #: The names messages had before kind names were snake_case (class names), by
+        #: the name each has now: still read in ``{"kind": ...}`` payloads.
+        self.message_aliases: dict[str, str] = {
+            legacy: name
+            for name, kind in self.messages.items()
+            if (legacy := legacy_kind(kind)) is not None and legacy not in self.messages
+        }
         # Precomputed for the supervisor's hot path.
         self._allowed: dict[enum.Enum, frozenset[enum.Enum]] = {
             state: self.transitions.get(state, frozenset())

@@ -85,8 +85,10 @@ class Inbox:
                 "store=MemoryStore() (or a file) to the AgentSystem"
             )
         store = persistence.store
-        kinds: dict[str, type[BaseModel]] = stage_type.kinds()
+        # Stored messages may carry a kind's older name (its class name): read by both.
+        kinds: dict[str, type[BaseModel]] = stage_type.received()
         accepts = sorted(kinds)
+        named = sorted(stage_type.kinds())
         while True:
             now = session.clock.now()
             pending = sorted(await store.pending(session.session_id), key=_position)
@@ -97,7 +99,7 @@ class Inbox:
                 session.session_id,
                 persistence.owner,
                 status=ExitReason.WAITING.value,
-                waiting=waiting_for(state, stage_type.name, accepts),
+                waiting=waiting_for(state, stage_type.name, named),
                 accepts=accepts,
                 now=now,
             )

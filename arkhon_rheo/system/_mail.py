@@ -168,6 +168,8 @@ def _encoded(machine: Machine[Any], message: object) -> tuple[str, Any]:
     name = fields.pop("kind", None)
     if name is None and len(kinds) == 1:
         name = next(iter(kinds))
+    if isinstance(name, str):
+        name = machine.message_aliases.get(name, name)  # a class name, as kinds were once named
     if not isinstance(name, str) or name not in kinds:
         raise _refused(
             machine, f"its kind {name!r} is not one it accepts ({accepted}); say which in 'kind'"

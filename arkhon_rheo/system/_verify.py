@@ -279,7 +279,7 @@ def _deliver(instance: Any, message: Any) -> str | None:
     """Hand a receiving stage the message its recorded step applied; say what is wrong, if any."""
     if not isinstance(message, dict):
         return "the recorded step applied no message"
-    kind = instance.kinds().get(message.get("kind"))
+    kind = instance.received().get(message.get("kind"))  # a kind's older name too
     if kind is None:
         return f"it does not accept the recorded message's kind {message.get('kind')!r}"
     try:

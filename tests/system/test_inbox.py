@@ -86,7 +86,7 @@ async def test_a_session_parks_then_a_message_wakes_it_and_is_applied(store: Sto
         assert record.waiting == {
             "state": "OPEN",
             "stage": "Triage".lower(),
-            "accepts": ["CloseTicket", "Hold", "Note", "remind"],
+            "accepts": ["close_ticket", "hold", "note", "remind"],
         }
         assert record.wake_at is not None  # the reminder the opening step scheduled
         assert system.sessions() == []  # parked: nothing held here
@@ -126,7 +126,7 @@ async def test_a_refused_message_stores_nothing(store: Store) -> None:
 
         with pytest.raises(MessageRefused, match="not one it accepts"):
             await system.send(TICKETS, "t1", Stranger(x=1))
-        with pytest.raises(MessageRefused, match="Note message is invalid: text"):
+        with pytest.raises(MessageRefused, match="note message is invalid: text"):
             await system.send(TICKETS, "t1", {"kind": "Note", "text": 3})
         with pytest.raises(MessageRefused, match="say which in 'kind'"):
             await system.send(TICKETS, "t1", {"text": "no kind"})
@@ -280,9 +280,9 @@ async def test_receiving_needs_a_store() -> None:
 
 def test_two_kinds_of_one_name_are_refused() -> None:
     class Other(BaseModel):
-        kind: ClassVar[str] = "Note"
+        kind: ClassVar[str] = "note"
 
-    with pytest.raises(ConfigurationError, match="two different message kinds named 'Note'"):
+    with pytest.raises(ConfigurationError, match="two different message kinds named 'note'"):
 
         class Confused(Receive[Ticket], accepts=(Note, Other), writes={"notes"}):
             pass
@@ -295,7 +295,7 @@ def test_two_kinds_of_one_name_are_refused() -> None:
         def next(self, state: Ticket) -> Phase:
             return Phase.REVIEW
 
-    with pytest.raises(ConfigurationError, match="two different message kinds are named 'Note'"):
+    with pytest.raises(ConfigurationError, match="two different message kinds are named 'note'"):
         Machine(
             name="confused",
             state_type=Ticket,
@@ -334,12 +334,12 @@ def test_show_and_sessions_say_what_a_parked_session_waits_for(
     anyio.run(park)
     assert main(["show", "t1", "--store", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "waits for a message (CloseTicket, Hold, Note, remind) for stage 'triage'" in out
+    assert "waits for a message (close_ticket, hold, note, remind) for stage 'triage'" in out
     assert "a timer wakes it at" in out
     assert main(["sessions", "--status", "waiting", "--json", "--store", str(db)]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["session_id"] == "t1"
-    assert row["waiting"]["accepts"] == ["CloseTicket", "Hold", "Note", "remind"]
+    assert row["waiting"]["accepts"] == ["close_ticket", "hold", "note", "remind"]
     assert row["wake_at"] is not None
     assert main(["show", "t1", "--json", "--store", str(db)]) == 0
     shown = json.loads(capsys.readouterr().out)
