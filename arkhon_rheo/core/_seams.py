@@ -36,6 +36,8 @@ from ._sealed import masked as masked
 from ._sealed import opener as opener
 from ._sealed import session_codec as session_codec
 from ._sealed import shown_state as shown_state
+from ._sealed_mail import open_message as open_message
+from ._sealed_mail import seal_message as seal_message
 from ._stored_form import StoredForm as StoredForm
 from ._upgrade import UPGRADE as UPGRADE
 from ._upgrade import MarkedCodec as MarkedCodec

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from .._errors import ConfigurationError, Fatal
 from .._log import get_logger
 from .._redact import scrub_data
-from ..core._seams import state_label
+from ..core._seams import open_message, state_label
 from ..protocols import EventKind, NewMessage, Patch
 from ..protocols._seams import DECISIONS, check_json, json_data
 from ._persist import Mail
@@ -33,6 +33,7 @@ from ._record import ExitReason
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from ..core import Keyring
     from ..protocols import AgentState, Gate, StoredMessage
     from ..protocols._seams import ScheduledMessage
     from ._record import Session
@@ -94,7 +95,8 @@ class Inbox:
             pending = sorted(await store.pending(session.session_id), key=_position)
             for stored in pending:
                 if stored.kind in kinds and stored.due_at <= now:
-                    return Delivery(stored, _decoded(kinds[stored.kind], stored))
+                    message = _decoded(kinds[stored.kind], stored, persistence.keyring)
+                    return Delivery(stored, message)
             parked = await store.park(
                 session.session_id,
                 persistence.owner,
@@ -204,10 +206,16 @@ def _position(message: StoredMessage) -> int:
     return message.position
 
 
-def _decoded(kind: type[BaseModel], stored: StoredMessage) -> BaseModel:
-    """The message ``stored`` holds, as its kind (checked when it was sent)."""
+def _decoded(kind: type[BaseModel], stored: StoredMessage, keyring: Keyring | None) -> BaseModel:
+    """The message ``stored`` holds, as its kind (checked when sent), its sealed fields opened.
+
+    Raises:
+        KeyringError: If a field is sealed and the keyring cannot open it.
+        Fatal: If it no longer fits its kind.
+    """
+    payload = open_message(kind, stored.kind, stored.payload, keyring, stored.session_id)
     try:
-        return kind.model_validate(stored.payload)
+        return kind.model_validate(payload)
     except ValidationError as exc:
         raise Fatal(
             f"message {stored.message_id!r} of session {stored.session_id!r} no longer fits "

@@ -19,6 +19,7 @@ from ..protocols._seams import parks_on_append, queue_append, takes_encoded
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Collection, Mapping
 
+    from ..core import Keyring
     from ..core._seams import EventCodec, StateDigest
     from ..protocols import AgentState, NewMessage, Store, TransitionEvent
     from ..protocols._seams import Queued
@@ -68,6 +69,7 @@ class Persistence:
             carries the digest of the state it leads to.
         link: A child session's link to its parent step, stored in each event's
             ``info["parent"]``.
+        keyring: What opens the sealed fields of the messages the session receives.
     """
 
     __slots__ = (
@@ -81,6 +83,7 @@ class Persistence:
         "_written",
         "codec",
         "digest",
+        "keyring",
         "link",
         "lost",
         "owner",
@@ -99,8 +102,10 @@ class Persistence:
         owner: str | None = None,
         digest: StateDigest,
         link: Mapping[str, Any] | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         self.link = link
+        self.keyring = keyring
         self.store = store
         self.digest = digest
         self.owner = owner

@@ -466,6 +466,7 @@ class Journal:
             owner=owner,
             digest=self._compiled.hasher.start(state),
             link=link,
+            keyring=self.secrets,
         )
 
     def check(self, record: SessionRecord) -> None:

@@ -2,7 +2,8 @@
 
 `send` takes one path for every message: it checks the message against the
 kinds the session's machine accepts (a refusal stores nothing), stores it in
-the session's inbox (acknowledged = as durable as a commit), then delivers it:
+the session's inbox (acknowledged = as durable as a commit; the fields its kind
+marks `Sensitive` sealed with the system's keyring), then delivers it:
 a session that runs here, or in another live process, receives it when it
 next waits; a parked one is woken here (leased, loaded and launched). A
 session's park and a message's post are each one store transaction, and the
@@ -36,6 +37,7 @@ from .._errors import (
     SessionLocked,
 )
 from .._log import get_logger
+from ..core._seams import seal_message
 from ..protocols import Machine, NewMessage, message_kind
 from ..protocols._seams import DECISIONS
 from ..supervision._seams import message_record
@@ -351,6 +353,8 @@ class Postman:
             kind, payload = encode_message(machine, message, self.max_bytes)
         except MessageRefused as refused:
             raise MessageRefused(str(refused), session_id=session_id) from None
+        # Its Sensitive fields are sealed before it is stored (a KeyringError without keys).
+        payload = seal_message(machine.messages[kind], kind, payload, host.secrets, session_id)
         record = await Journal(store, machine, session_id, secrets=self.host.secrets).record()
         if record.status in ENDED:
             if message_id is not None:  # sent before it ended: a re-send stores nothing

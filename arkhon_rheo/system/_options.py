@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
+from .._redact import register_secret
 from ..supervision import StageMode
 from ..supervision._seams import SessionConfig
 
@@ -21,6 +23,7 @@ __all__ = [
     "check_positive",
     "check_snapshot_every",
     "kept",
+    "register_redacted",
     "session_config",
 ]
 
@@ -115,3 +118,36 @@ def check_keyring(secrets: object) -> None:
         raise ConfigurationError(
             f"secrets must be a Keyring (Keyring(key)), got {type(secrets).__name__}"
         )
+
+
+def register_redacted(values: object) -> None:
+    """Register each of ``AgentSystem(redact=[...])``'s values for scrubbing (see ``_redact``).
+
+    From then on, in this process, each is masked as ``[REDACTED]`` wherever the
+    library writes or shows it: a tool's error before the model sees it, log
+    lines, failure records and what the store keeps of them.
+
+    Raises:
+        ConfigurationError: If ``values`` is a single string or not an iterable of
+            strings, or one of them is shorter than four characters (masking it
+            would mangle ordinary text). No value is shown in the message.
+    """
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise ConfigurationError(
+            f"redact takes a list of secret strings (redact=[token, ...]), got a "
+            f"{type(values).__name__}"
+        )
+    checked: list[str] = []
+    for number, value in enumerate(values, start=1):
+        if not isinstance(value, str):
+            raise ConfigurationError(
+                f"redact's value {number} is a {type(value).__name__}; each is a secret string"
+            )
+        if len(value) < 4:
+            raise ConfigurationError(
+                f"redact's value {number} is shorter than four characters: too short to mask "
+                "without mangling ordinary text (no real key is that short)"
+            )
+        checked.append(value)
+    for value in checked:
+        register_secret(value)

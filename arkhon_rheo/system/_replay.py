@@ -110,6 +110,7 @@ async def _verify_held(
             held=held,
             start_seq=start_seq,
             checked=checked,
+            keyring=journal.secrets,
         )
     finally:
         if held is not None:

@@ -38,6 +38,7 @@ from ._options import (
     check_positive,
     check_snapshot_every,
     kept,
+    register_redacted,
     session_config,
 )
 from ._owner import Owner
@@ -139,6 +140,10 @@ class AgentSystem(Messaging):
             the store again (for timers other processes set), in seconds.
         secrets: The `Keyring` `Sensitive` state values are sealed with in the
             store; a machine with such fields needs it (`KeyringError` otherwise).
+        redact: Secrets of your own (a payment key, a token your tools use) to
+            mask as ``[REDACTED]`` wherever the library writes or shows them: a
+            tool's error before the model sees it, log lines, failure records,
+            the store. Registered for the life of the process, as model keys are.
 
     Raises:
         ConfigurationError: If a bound is out of range.
@@ -169,6 +174,7 @@ class AgentSystem(Messaging):
         inbox_capacity: int = 1000,
         poll_interval: float = 1.0,
         secrets: Keyring | None = None,
+        redact: Iterable[str] = (),
         reply_poll: float = 0.05,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
@@ -182,6 +188,7 @@ class AgentSystem(Messaging):
             restart_intensity=restart_intensity,
         )
         check_snapshot_every(snapshot_every)
+        register_redacted(redact)
         lease_ttl = check_lease_ttl(lease_ttl)
         identity = Owner.current()
         announce_default_store(store, path)

@@ -25,12 +25,14 @@ from pydantic import ValidationError
 
 from .._redact import scrub_secrets
 from ..core import apply_event
+from ..core._seams import open_message
 from ..protocols import AgentState, EventKind, StateView, TransitionEvent
 from ..supervision._seams import CallPlayback, run_stage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ..core import Keyring
     from ..core._seams import EventCodec, PatchValidator, StateHasher
     from ..protocols import Machine, Stage
     from ._secrets import HeldValues
@@ -84,11 +86,17 @@ class ReplayReport(Generic[S]):
 
 
 class _Verifier:
-    __slots__ = ("codec", "machine", "session_id", "validator")
+    __slots__ = ("codec", "keyring", "machine", "session_id", "validator")
 
     def __init__(
-        self, machine: Machine[Any], codec: EventCodec, validator: PatchValidator, session_id: str
+        self,
+        machine: Machine[Any],
+        codec: EventCodec,
+        validator: PatchValidator,
+        session_id: str,
+        keyring: Keyring | None = None,
     ) -> None:
+        self.keyring = keyring
         self.machine = machine
         self.codec = codec
         self.validator = validator
@@ -109,7 +117,7 @@ class _Verifier:
         info = event.info or {}
         records = info.get("io", [])
         if machine.waits_in(state.lifecycle):
-            problem = _deliver(instance, info.get("message"))
+            problem = _deliver(instance, info.get("message"), self.keyring, self.session_id)
             if problem is not None:
                 return f"stage {name!r}: {problem}"
         playback = CallPlayback(records, self.session_id)
@@ -164,6 +172,7 @@ async def verify(
     held: HeldValues | None = None,
     start_seq: int = 0,
     checked: int = 0,
+    keyring: Keyring | None = None,
 ) -> ReplayReport[Any]:
     """Replay ``events`` on ``initial`` and check them against what was committed.
 
@@ -176,19 +185,19 @@ async def verify(
         initial: Its first snapshot.
         events: Each event with its stored digest; an event that did not decode
             is given as the reason it did not.
-        stored: The event number and state a resume would run from (or why it
-            did not decode).
+        stored: The event number and state a resume would run from (or why not).
         reexecute: Run each step's stage again against its recorded calls.
         held: The session's sensitive values held for scrubbing, as its run held
-            them: those of ``initial`` already, each event's added once it folds.
+            them (``initial``'s already, each event's once it folds).
         start_seq: The event ``initial`` is the state after (0: the start).
         checked: Digests already checked before it (by `verify_forms`).
+        keyring: Opens the sealed fields of the messages its steps applied.
 
     Returns:
         The report. Its digests are given as stored (keyed, for a machine with
         sensitive fields), and a divergence's reason is scrubbed of the values held.
     """
-    verifier = _Verifier(machine, codec, validator, session_id)
+    verifier = _Verifier(machine, codec, validator, session_id, keyring)
     state = initial
     digest = hasher.start(state)
     folded, reexecuted = start_seq, 0
@@ -275,15 +284,20 @@ def stored_differs(
     return None
 
 
-def _deliver(instance: Any, message: Any) -> str | None:
-    """Hand a receiving stage the message its recorded step applied; say what is wrong, if any."""
+def _deliver(instance: Any, message: Any, keyring: Keyring | None, session_id: str) -> str | None:
+    """Hand a receiving stage the message its recorded step applied; say what is wrong, if any.
+
+    Its sealed fields are opened with ``keyring`` (see ``core._sealed_mail``).
+    """
     if not isinstance(message, dict):
         return "the recorded step applied no message"
-    kind = instance.received().get(message.get("kind"))  # a kind's older name too
+    name = message.get("kind")
+    kind = instance.received().get(name)  # a kind's older name too
     if kind is None:
-        return f"it does not accept the recorded message's kind {message.get('kind')!r}"
+        return f"it does not accept the recorded message's kind {name!r}"
+    payload = open_message(kind, str(name), message.get("payload"), keyring, session_id)
     try:
-        instance.delivered = kind.model_validate(message.get("payload"))
+        instance.delivered = kind.model_validate(payload)
     except ValidationError as exc:
         return f"the recorded message does not fit its kind now: {exc.errors(include_url=False)}"
     return None

@@ -87,6 +87,12 @@ _GRACE = 5.0
 _RAISED = {"Transient": Transient, "Recoverable": Recoverable, "Fatal": Fatal}
 _logger = get_logger("arkhon_rheo.tools")
 _warned: set[str] = set()
+#: What a sandbox with ``isolation="auto"`` does without bubblewrap, as its warning says.
+_NOT_ISOLATED = (
+    "isolation is off: the sandbox's tools run as plain subprocesses, with process limits "
+    "only, able to read and write what this user may and to reach the network; "
+    "Sandbox(isolation='require') refuses to run them instead"
+)
 
 
 def envelope_cap(max_output: int) -> int:
@@ -156,7 +162,11 @@ async def run_sandboxed(
     found = await anyio.to_thread.run_sync(_isolation.backend, sandbox)
     if found.bwrap is None and sandbox.isolation == "auto" and found.note not in _warned:
         _warned.add(found.note)
-        _logger.warning("sandbox_not_isolated", reason=found.note)
+        _logger.warning(
+            "sandbox_not_isolated",
+            reason=found.note,
+            effect=_NOT_ISOLATED,
+        )
     workdir = await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "arkhon-tool-")
     try:
         command = await anyio.to_thread.run_sync(_command, found, sandbox, target, workdir)

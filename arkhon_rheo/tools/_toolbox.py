@@ -34,7 +34,7 @@ from .._errors import (
     Transient,
 )
 from .._log import get_logger
-from .._redact import scrub
+from .._redact import scrub, scrub_secrets
 from ..protocols import ToolCall, ToolMessage, ToolSpec, record_call
 from ..protocols._seams import call_site, current_injector, current_session
 from ._context import tool_context
@@ -438,6 +438,13 @@ class Toolbox:
 
     @staticmethod
     def _error(call: ToolCall, content: str) -> ToolMessage:
+        """The error result of ``call``, its text scrubbed of the registered secrets.
+
+        A tool's error may quote its own key (registered with
+        ``AgentSystem(redact=...)``): masked before the model, the session's
+        state or the store gets it.
+        """
+        content = scrub_secrets(content)
         return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=True)
 
 

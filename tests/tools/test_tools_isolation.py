@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 import pytest
+from structlog.testing import capture_logs
 
 from arkhon_rheo import ConfigurationError
 from arkhon_rheo.errors import ToolTimeout
@@ -339,6 +340,26 @@ async def test_auto_mode_runs_without_bubblewrap_and_says_what_it_lacks(tmp_path
     assert "was not found" in found.note
     box = Toolbox(sandboxed(write_file, bwrap=degraded.bwrap))
     assert (await box.call(call("write_file", {"size": 3}))).content == "3"
+
+
+async def test_auto_mode_without_bubblewrap_warns_once_that_isolation_is_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH, nor at the path given
+    missing = str(tmp_path / "no-such-bwrap")
+    box = Toolbox(sandboxed(write_file, bwrap=missing))
+    with capture_logs() as logs:
+        for size in (1, 2):
+            assert (await box.call(call("write_file", {"size": size}))).content == str(size)
+    (warned,) = [entry for entry in logs if entry["event"] == "sandbox_not_isolated"]
+    assert warned["log_level"] == "warning"
+    assert f"bubblewrap (bwrap) was not found at {missing}" in warned["reason"]
+    assert "apt-get install bubblewrap" in warned["reason"]
+    assert warned["effect"].startswith("isolation is off")
+    assert "Sandbox(isolation='require') refuses" in warned["effect"]
+    strict = Toolbox(sandboxed(write_file, isolation="require", bwrap=missing))
+    with pytest.raises(IsolationUnavailable, match="apt-get install bubblewrap"):
+        await strict.call(call("write_file", {"size": 1}))
 
 
 def test_enforcement_with_bubblewrap_lists_every_promise() -> None:
