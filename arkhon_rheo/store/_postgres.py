@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Self
 
@@ -11,6 +12,7 @@ import anyio
 import anyio.to_thread
 
 from .._errors import ConfigurationError, StoreError, StoreUnavailable
+from .._log import get_logger
 from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord
 from . import _postgres_sql as pg
 from ._base import StoreBase, StoreState
@@ -20,6 +22,7 @@ from ._postgres_conn import connect, import_psycopg, is_postgres_url, redacted_u
 from ._postgres_queue import WorkQueueMixin, channel_of
 from ._postgres_reads import ReadsMixin
 from ._postgres_schema import check_schema_name, prepare
+from ._postgres_watch import Watchdog, connection_options
 from ._postgres_writer import PostgresWriter
 from ._sqlite import SQLiteStore
 
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
     from ._writer import Ticket
 
 __all__ = ["PostgresStore"]
+
+logger = get_logger("arkhon_rheo.store")
 
 
 class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
@@ -77,6 +82,24 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
     ``transaction_idle_timeout`` seconds (``idle_in_transaction_session_timeout``),
     and the paused process finds its connection gone when it wakes.
 
+    Every wait on the server is bounded and cancellable. A connection is given
+    up after ``connect_timeout`` (`StoreUnavailable`); each statement runs with
+    PostgreSQL's ``statement_timeout``, and one the server does not answer
+    within one and a half times it (a frozen server, a partition) has its
+    connection cut by the client and fails with `StoreUnavailable`; TCP
+    keepalives and ``tcp_user_timeout`` find a silent peer in about as long
+    (the URL's query parameters, ``?connect_timeout=3`` say, override these
+    connection options). A cancelled wait is delivered at once (its thread is
+    abandoned); leaving the store waits for what is queued to commit, at most
+    ``connect_timeout`` plus the statement limit, then gives up on it.
+
+    A connection PostgreSQL dropped (a restart, ``pg_terminate_backend``) fails
+    only the writes under way on it, with `StoreUnavailable` (a run then stops,
+    resumable); an idle one is checked before it is used again, and replaced.
+    An append whose commit landed but whose acknowledgement was lost is
+    recognised when its batch is retried (its events are stored, the same),
+    and counted as committed.
+
     The store is also a work queue (`WorkQueue`): `claim` leases sessions that
     have something to do with ``FOR UPDATE SKIP LOCKED``, and `wait_for_work`
     wakes on ``LISTEN/NOTIFY``.
@@ -97,6 +120,10 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         transaction_idle_timeout: How long PostgreSQL lets a transaction of this
             store wait on it (its process paused or hung) before ending it, in
             seconds; keep it under the workers' lease.
+        connect_timeout: How long to wait for a new connection, in seconds
+            (libpq counts whole seconds, two at least).
+        statement_timeout: How long PostgreSQL lets one statement run, in
+            seconds; the client gives up on one after one and a half times it.
 
     Raises:
         ConfigurationError: An argument is out of range, or psycopg is not
@@ -114,6 +141,8 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         pool_size: int = 4,
         clock: Callable[[], float] = time.time,
         transaction_idle_timeout: float = 5.0,
+        connect_timeout: float = 10.0,
+        statement_timeout: float = 30.0,
     ) -> None:
         if not is_postgres_url(url):
             raise ConfigurationError(
@@ -135,7 +164,22 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
                 "transaction_idle_timeout must be a number of seconds from 0.001, not "
                 f"{transaction_idle_timeout!r}"
             )
+        for name, value in (
+            ("connect_timeout", connect_timeout),
+            ("statement_timeout", statement_timeout),
+        ):
+            if not 0.001 <= value < math.inf:
+                raise ConfigurationError(
+                    f"{name} must be a number of seconds from 0.001, not {value!r}"
+                )
         self._idle_ms = round(transaction_idle_timeout * 1000)
+        self._statement_ms = max(1, round(statement_timeout * 1000))
+        self._connect_timeout = connect_timeout
+        self._watchdog = Watchdog(statement_timeout * 1.5)
+        #: psycopg's options for every connection (a connect timeout, keepalives).
+        self._options = connection_options(
+            url, connect_timeout=connect_timeout, statement_limit=self._watchdog.limit
+        )
         self._url = url
         self._schema = check_schema_name(schema)
         self._durability = durability
@@ -165,9 +209,10 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         with connection.cursor() as cursor:
             cursor.execute(f'SET search_path TO "{self._schema}"')
             cursor.execute(f"SET idle_in_transaction_session_timeout = {self._idle_ms}")
+            cursor.execute(f"SET statement_timeout = {self._statement_ms}")
 
     def _connect(self, *, writer: bool) -> Any:
-        connection = connect(self._url, self._location)
+        connection = connect(self._url, self._location, options=self._options)
         try:
             self._configure(connection)
             if writer and self._durability is Durability.ASYNC:
@@ -178,12 +223,16 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
             raise
         return connection
 
-    def _open_sync(self) -> tuple[Any, Any]:
-        """Blocking: prepare the schema, open the writer's connection and the pool."""
+    def _open_sync(self, opening: _Opening) -> tuple[Any, Any]:
+        """Blocking: prepare the schema, open the writer's connection and the pool.
+
+        Should the caller have stopped waiting (``opening`` abandoned), what it
+        opened is closed again.
+        """
         psycopg = import_psycopg()
         import psycopg_pool
 
-        first = connect(self._url, self._location)
+        first = connect(self._url, self._location, options=self._options)
         try:
             run_now(first, prepare(self._schema, self._location), self._location)
         finally:
@@ -193,19 +242,24 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
             self._url,
             min_size=1,
             max_size=self._pool_size,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, **self._options},
             configure=self._configure,
+            # A pooled connection PostgreSQL dropped while idle is replaced before use.
+            check=psycopg_pool.ConnectionPool.check_connection,
+            timeout=self._connect_timeout + self._watchdog.limit,
             open=False,
             name="arkhon-rheo",
         )
         try:
-            pool.open(wait=True, timeout=30.0)
+            pool.open(wait=True, timeout=self._connect_timeout * 2)
         except (psycopg.Error, psycopg_pool.PoolTimeout):
             pool.close()
             connection.close()
-            raise StoreError(
+            raise StoreUnavailable(
                 f"cannot open a connection pool to {self._location}", location=self._location
             ) from None
+        if not opening.opened(connection, pool):
+            raise StoreUnavailable(f"opening {self._location} was abandoned")
         return connection, pool
 
     async def __aenter__(self) -> Self:
@@ -214,25 +268,33 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         Raises:
             StoreCorrupt: The schema holds another application's tables, or a
                 store of another version; it is left untouched.
-            StoreError: PostgreSQL cannot be reached, or the store was open already.
+            StoreUnavailable: PostgreSQL cannot be reached, or did not answer
+                within ``connect_timeout`` (an open that is cancelled stops at once).
+            StoreError: PostgreSQL refused the connection, or the store was open already.
         """
         self._begin_enter()
-        with anyio.CancelScope(shield=True):
-            try:
-                connection, self._pool = await anyio.to_thread.run_sync(self._open_sync)
-            except BaseException:
-                self._state = StoreState.CLOSED
-                raise
-            self._writer = PostgresWriter(
-                connection,
-                location=self._location,
-                clock=self._clock,
-                batch_max=self._batch_max,
-                max_pending=self._max_pending,
-                on_unacknowledged_error=self._defer,
-                channel=channel_of(self._schema),
-                reconnect=functools.partial(self._connect, writer=True),
+        self._watchdog = Watchdog(self._watchdog.limit)  # a store may be opened again
+        opening = _Opening()
+        try:
+            # Cancellable: a cancelled open abandons its thread, which closes what it opened.
+            connection, self._pool = await anyio.to_thread.run_sync(
+                self._open_sync, opening, abandon_on_cancel=True
             )
+        except BaseException:
+            opening.abandon()
+            self._state = StoreState.CLOSED
+            raise
+        self._writer = PostgresWriter(
+            connection,
+            location=self._location,
+            clock=self._clock,
+            batch_max=self._batch_max,
+            max_pending=self._max_pending,
+            on_unacknowledged_error=self._defer,
+            channel=channel_of(self._schema),
+            reconnect=functools.partial(self._connect, writer=True),
+            watchdog=self._watchdog,
+        )
         self._state = StoreState.OPEN
         return self
 
@@ -242,16 +304,27 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Commit everything queued, stop the writer and close the connections."""
+        """Commit everything queued, stop the writer and close the connections.
+
+        Even when cancelled, and at most ``connect_timeout`` plus the statement
+        limit (a frozen server): past it, what is still queued is given up on
+        (logged), the connections cut.
+        """
         if self._state is not StoreState.OPEN:
             return
         self._state = StoreState.CLOSED
-        with anyio.CancelScope(shield=True):
-            await self._writer.aclose()
+        bound = self._connect_timeout + self._watchdog.limit
+        with anyio.move_on_after(bound, shield=True) as scope:
+            if not await self._writer.aclose(timeout=bound):
+                logger.warning("store.close_abandoned", location=self._location, seconds=bound)
+                self._watchdog.cut_all()
             await self._close_listener()
             await self._close_changes()
             pool, self._pool = self._pool, None
-            await anyio.to_thread.run_sync(pool.close)
+            await anyio.to_thread.run_sync(pool.close, 1.0, abandon_on_cancel=True)
+        if scope.cancelled_caught:
+            self._watchdog.cut_all()
+        self._watchdog.stop()
 
     def _enqueue(self, ticket: Ticket) -> Batch | None:
         """The writer's fast path (see `SQLiteBase._enqueue`)."""
@@ -267,7 +340,9 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         self._check_open()
         if self._durability is Durability.ASYNC:
             await self._flush()
-        return await anyio.to_thread.run_sync(self._run_pooled, make, transaction)
+        return await anyio.to_thread.run_sync(
+            self._run_pooled, make, transaction, abandon_on_cancel=True
+        )
 
     def _run_pooled(self, make: Callable[[], Script[Any]], transaction: bool) -> Any:
         """Run a read on a pooled connection; on one PostgreSQL dropped, again on another.
@@ -282,7 +357,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
             try:
                 with self._pool.connection() as connection:
                     try:
-                        return run_now(connection, script, self._location)
+                        return run_now(connection, script, self._location, self._watchdog)
                     except StoreError:
                         if attempt == last or not connection.broken:
                             raise
@@ -382,3 +457,34 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
             if held is not None and held[0] == request.owner:
                 request.token = held[1]
         return request
+
+
+class _Opening:
+    """An open under way: what it opened is closed by whichever side finishes last."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._opened: tuple[Any, Any] | None = None
+
+    def opened(self, connection: Any, pool: Any) -> bool:
+        """The opening thread's: whether its caller still waits (else both are closed)."""
+        with self._lock:
+            if not self._abandoned:
+                self._opened = (connection, pool)
+                return True
+        _close(connection, pool)
+        return False
+
+    def abandon(self) -> None:
+        """The caller's, when it stops waiting: close what was opened, on a thread of its own."""
+        with self._lock:
+            self._abandoned = True
+            opened, self._opened = self._opened, None
+        if opened is not None:
+            threading.Thread(target=_close, args=opened, daemon=True).start()
+
+
+def _close(connection: Any, pool: Any) -> None:
+    connection.close()
+    pool.close(timeout=1.0)

@@ -24,9 +24,10 @@ from .._redact import REDACTED, register_secret, scrub
 from ._driver import step
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from ._driver import Rows, Script, Statement
+    from ._postgres_watch import Watchdog
 
 __all__ = [
     "PIPELINE",
@@ -129,15 +130,25 @@ def translate(exc: BaseException, location: str, *, what: str = "PostgreSQL fail
     return error
 
 
-def connect(url: str, location: str, *, autocommit: bool = True) -> Connection:
+def connect(
+    url: str,
+    location: str,
+    *,
+    autocommit: bool = True,
+    options: Mapping[str, Any] | None = None,
+) -> Connection:
     """A new synchronous connection to ``url`` (blocking; run it in a worker thread).
 
+    ``options``: psycopg's connection options (a connect timeout, keepalives: see
+    `._postgres_watch.connection_options`).
+
     Raises:
-        StoreError: PostgreSQL cannot be reached, or refused the connection.
+        StoreUnavailable: PostgreSQL cannot be reached, or did not answer in time.
+        StoreError: PostgreSQL refused the connection.
     """
     psycopg = import_psycopg()
     try:
-        return psycopg.connect(url, autocommit=autocommit)
+        return psycopg.connect(url, autocommit=autocommit, **(options or {}))
     except psycopg.Error as exc:
         error = translate(exc, location, what="cannot connect to PostgreSQL")
     raise error
@@ -207,8 +218,13 @@ def _execute(connection: Connection, statement: Statement, location: str) -> Row
     raise error
 
 
-def run_now(connection: Connection, script: Script[T], location: str) -> T:
+def run_now(
+    connection: Connection, script: Script[T], location: str, watchdog: Watchdog | None = None
+) -> T:
     """Run the whole script on ``connection``, on the calling thread.
+
+    With ``watchdog``, each statement the server does not answer within its
+    limit has its connection cut, and fails with `StoreUnavailable`.
 
     Raises:
         StoreError: A statement failed and the script did not handle it.
@@ -218,7 +234,14 @@ def run_now(connection: Connection, script: Script[T], location: str) -> T:
     except StopIteration as stop:
         result: T = stop.value
         return result
-    return step(script, first, lambda statement: _execute(connection, statement, location))
+    if watchdog is None:
+        return step(script, first, lambda statement: _execute(connection, statement, location))
+
+    def watched(statement: Statement) -> Rows:
+        with watchdog.watching(connection):
+            return _execute(connection, statement, location)
+
+    return step(script, first, watched)
 
 
 def sessions_channel(channel: str) -> str:

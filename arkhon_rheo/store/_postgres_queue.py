@@ -70,6 +70,7 @@ class WorkQueueMixin:
     """`WorkQueue` for `PostgresStore`: ``claim`` and ``wait_for_work``."""
 
     _url: str
+    _options: dict[str, Any]
     _location: str
     _schema: str
     _tokens: dict[str, tuple[str, int]]
@@ -127,7 +128,7 @@ class WorkQueueMixin:
     # -- LISTEN/NOTIFY -----------------------------------------------------------------
 
     def _listen_now(self) -> Any:
-        connection = connect(self._url, self._location)
+        connection = connect(self._url, self._location, options=self._options)
         try:
             with connection.cursor() as cursor:
                 cursor.execute(f'LISTEN "{channel_of(self._schema)}"')
@@ -138,7 +139,7 @@ class WorkQueueMixin:
 
     async def _ensure_listener(self) -> None:
         if self._listener is None:
-            connection = await anyio.to_thread.run_sync(self._listen_now)
+            connection = await anyio.to_thread.run_sync(self._listen_now, abandon_on_cancel=True)
             if self._listener is None and self._state is StoreState.OPEN:
                 self._listener = _Listener(connection)
             else:  # another call listened first (concurrent claims), or the store closed
@@ -202,7 +203,9 @@ class WorkQueueMixin:
         self._check_open()
         if self._changes is None:
             try:
-                connection = await anyio.to_thread.run_sync(self._listen_changes)
+                connection = await anyio.to_thread.run_sync(
+                    self._listen_changes, abandon_on_cancel=True
+                )
             except StoreError as exc:
                 logger.warning("store.listen_failed", location=self._location, error=str(exc))
                 return None
@@ -221,7 +224,7 @@ class WorkQueueMixin:
         return got
 
     def _listen_changes(self) -> Any:
-        connection = connect(self._url, self._location)
+        connection = connect(self._url, self._location, options=self._options)
         try:
             with connection.cursor() as cursor:
                 cursor.execute(f'LISTEN "{sessions_channel(channel_of(self._schema))}"')

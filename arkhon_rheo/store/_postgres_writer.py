@@ -8,19 +8,22 @@ transaction (a deadlock or a serialization failure) is run again, whole.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
-from .._errors import StoreError
-from ._plan import Plan, Request, plan
+from .._errors import StoreError, StoreUnavailable
+from ._plan import Append, Plan, Request, plan
 from ._postgres_conn import run_now
-from ._postgres_sql import transaction, write_batch
+from ._postgres_sql import sql, transaction, write_batch
 from ._thread_writer import ThreadWriter
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ._driver import Script
+    from ._postgres_watch import Watchdog
     from ._writer import Ticket
 
 __all__ = ["PostgresWriter"]
@@ -28,6 +31,8 @@ __all__ = ["PostgresWriter"]
 #: PostgreSQL's codes for a transaction aborted by another one: run it again.
 _CONFLICTS = frozenset({"40001", "40P01"})
 _ATTEMPTS = 5
+#: A connection idle this long (seconds) is checked before the next script runs on it.
+_CHECK_AFTER = 1.0
 
 
 class _Connection:
@@ -35,14 +40,24 @@ class _Connection:
 
     A connection PostgreSQL dropped (a restart, a terminated backend) is replaced
     by a new one (``reconnect``) before the next script: the batch that found it
-    broken is refused, the next ones commit.
+    broken is refused, the next ones commit. One left idle a while is checked
+    first (an empty statement), so one dropped while idle fails no write. Each
+    statement runs under ``watchdog``.
     """
 
-    def __init__(self, connection: Any, location: str, reconnect: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        connection: Any,
+        location: str,
+        reconnect: Callable[[], Any],
+        watchdog: Watchdog | None = None,
+    ) -> None:
         self._connection: Any = connection
         self._location = location
         self._reconnect = reconnect
+        self._watchdog = watchdog
         self._lock = threading.Lock()
+        self._used = time.monotonic()
 
     def run_now(self, script: Script[Any]) -> Any:
         with self._lock:
@@ -50,16 +65,44 @@ class _Connection:
                 raise StoreError(
                     f"the connection to {self._location} is closed", location=self._location
                 )
-            if self._connection.broken:
+            if not self._connection.closed and time.monotonic() - self._used > _CHECK_AFTER:
+                self._check()
+            if self._connection.closed:  # dropped (psycopg marks it closed, or broken)
                 self._connection.close()
                 self._connection = self._reconnect()
-            return run_now(self._connection, script, self._location)
+            try:
+                return run_now(self._connection, script, self._location, self._watchdog)
+            finally:
+                self._used = time.monotonic()
+
+    def _check(self) -> None:
+        """An empty statement: a connection PostgreSQL dropped is found closed after it."""
+        with contextlib.suppress(StoreError):  # dropped: replaced before the script runs
+            run_now(self._connection, _ping(), self._location, self._watchdog)
 
     def close_now(self) -> None:
         with self._lock:
             connection, self._connection = self._connection, None
             if connection is not None:
                 connection.close()
+
+
+def _ping() -> Script[None]:
+    yield sql("")
+
+
+#: The stored events of one session from one number to another, as `Append` rows hold them.
+_STORED = (
+    "SELECT e.seq, h.shape, e.patch, e.attempt, e.started_at, e.finished_at, e.error, e.io, "
+    "e.digest FROM events e JOIN sessions s ON s.n = e.session JOIN shapes h ON h.id = e.shape "
+    "WHERE s.id = %s AND e.seq BETWEEN %s AND %s ORDER BY e.seq"
+)
+
+
+def landed_rows(rows: list[Any]) -> Script[list[tuple[Any, ...]]]:
+    """The stored events numbered as ``rows`` are (without their session id)."""
+    found = yield sql(_STORED, (rows[0][0], rows[0][1], rows[-1][1]))
+    return [(row[0], row[1], bytes(row[2]), *row[3:]) for row in found]
 
 
 class PostgresWriter(ThreadWriter):
@@ -74,6 +117,7 @@ class PostgresWriter(ThreadWriter):
         on_unacknowledged_error: Called with each failed ticket nobody waits for.
         channel: The ``LISTEN/NOTIFY`` channel of the store's work queue.
         reconnect: Opens a new connection, should PostgreSQL drop this one.
+        watchdog: Bounds each statement's wait on the server.
     """
 
     def __init__(
@@ -87,9 +131,10 @@ class PostgresWriter(ThreadWriter):
         on_unacknowledged_error: Callable[[Ticket], None],
         channel: str,
         reconnect: Callable[[], Any],
+        watchdog: Watchdog | None = None,
     ) -> None:
         super().__init__(
-            _Connection(connection, location, reconnect),  # type: ignore[arg-type]
+            _Connection(connection, location, reconnect, watchdog),  # type: ignore[arg-type]
             location=location,
             clock=clock,
             batch_max=batch_max,
@@ -113,3 +158,35 @@ class PostgresWriter(ThreadWriter):
             self.transactions += 1
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _landed(self, ticket: Ticket, exc: Exception) -> bool:
+        """Whether ``ticket``, of a batch whose connection dropped, was committed all the same.
+
+        A batch's ``COMMIT`` may land with its acknowledgement lost. An append
+        whose events are all stored, with the same content, was committed (with
+        everything its transaction wrote): it is not written again (which
+        would refuse it as a `DuplicateEvent`).
+        """
+        request = ticket.request
+        if not isinstance(exc, StoreUnavailable) or type(request) is not Append:
+            return False
+        if not request.rows:
+            return False
+        try:
+            stored = self._driver.run_now(landed_rows(request.rows))
+        except StoreError:
+            return False  # still unreachable: the retry says so
+        if stored != [tuple(row[1:]) for row in _encoded(request.rows)]:
+            return False
+        ticket.committed = True
+        ticket.result = None
+        return True
+
+
+def _encoded(rows: list[Any]) -> list[tuple[Any, ...]]:
+    """Event rows as PostgreSQL stores them (their patch as bytes)."""
+    return [(*row[:3], _as_bytes(row[3]), *row[4:]) for row in rows]
+
+
+def _as_bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else value

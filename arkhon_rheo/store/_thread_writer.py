@@ -35,6 +35,7 @@ Guarantees, as with the task writer (`._writer`):
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -248,11 +249,20 @@ class ThreadWriter:
             self._room.set()
             self._room = None
 
-    async def aclose(self) -> None:
-        """Close, and wait (even when cancelled) until the thread has closed the connection."""
+    async def aclose(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """Close, and wait (even when cancelled) until the thread has closed the connection.
+
+        Args:
+            timeout: The longest wait, in seconds (``None``: no limit); past it the
+                thread is left to finish on its own.
+
+        Returns:
+            Whether the thread stopped in time.
+        """
         self.close()
-        with anyio.CancelScope(shield=True):
+        with anyio.move_on_after(math.inf if timeout is None else timeout, shield=True):
             await self._stopped.wait()
+        return self._stopped.is_set()
 
     def _resolve(self, batch: Batch) -> None:
         """On the loop: the batch is committed or refused; wake its callers."""
@@ -319,13 +329,22 @@ class ThreadWriter:
         except Exception as exc:
             if split_failed(tickets, exc):
                 for ticket in tickets:
-                    self._commit([ticket], now)
+                    if not self._landed(ticket, exc):
+                        self._commit([ticket], now)
                 return
             refuse_all(tickets, exc, self._location)
         else:
             settle(tickets, result)
             self.appended += result.appended
             self.largest_batch = max(self.largest_batch, result.appended)
+
+    def _landed(self, ticket: Ticket, exc: Exception) -> bool:
+        """Whether ``ticket`` of a batch that failed with ``exc`` was committed all the same.
+
+        Never, here (a failed transaction wrote nothing); a store whose commit's
+        acknowledgement may be lost says otherwise (`PostgresWriter`).
+        """
+        return False
 
     def _write(self, requests: list[Request], now: float) -> Plan:
         if not any(r.session_id for r in requests):  # nothing but flushes
