@@ -183,13 +183,8 @@ class Machine(Generic[S]):
         self._check()
         #: Every message kind a `Receive` stage of the machine accepts, by name.
         self.messages: dict[str, type[Any]] = self._message_kinds()
-        #: The names messages had before kind names were snake_case (class names), by
-        #: the name each has now: still read in ``{"kind": ...}`` payloads.
-        self.message_aliases: dict[str, str] = {
-            legacy: name
-            for name, kind in self.messages.items()
-            if (legacy := legacy_kind(kind)) is not None and legacy not in self.messages
-        }
+        #: Older names (class names) of its kinds, by their names: read in payloads.
+        self.message_aliases: dict[str, str] = _aliases(self.messages)
         # Precomputed for the supervisor's hot path.
         self._allowed: dict[enum.Enum, frozenset[enum.Enum]] = {
             state: self.transitions.get(state, frozenset())
@@ -463,3 +458,12 @@ def _checked_reply(name: str, reply: Any) -> Any:
             f"machine {name!r}: reply must be a function of the state, got {reply!r}"
         )
     return reply
+
+
+def _aliases(messages: dict[str, type[Any]]) -> dict[str, str]:
+    """The older names (class names) of ``messages``' kinds, by the name each has now."""
+    return {
+        legacy: name
+        for name, kind in messages.items()
+        if (legacy := legacy_kind(kind)) is not None and legacy not in messages
+    }
