@@ -143,7 +143,7 @@ async def test_a_sensitive_message_without_a_keyring_is_refused_and_nothing_stor
         with pytest.raises(KeyringError, match="AgentSystem\\(secrets=Keyring\\(key\\)\\)") as info:
             await system.send(CHECKS, "bob", {"user": "bob", "token": TOKEN})
         assert isinstance(info.value, ConfigurationError)
-        assert "a Login message has sensitive fields ('token')" in str(info.value)
+        assert "a login message has sensitive fields ('token')" in str(info.value)
         assert TOKEN not in str(info.value)
         assert not await system.store.messages("bob")  # type: ignore[union-attr]
     assert TOKEN.encode() not in stored_bytes(tmp_path / "checks.db")
