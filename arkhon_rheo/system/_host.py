@@ -93,6 +93,7 @@ class SessionHost:
         "config",
         "hand_over_on_cancel",
         "owner",
+        "poison_after",
         "secrets",
         "store",
     )
@@ -139,6 +140,9 @@ class SessionHost:
         self.secrets = secrets
         #: A worker's system: a run cancelled is handed over, not ended (see `Session`).
         self.hand_over_on_cancel = False
+        #: A worker's system: a resume finding this many claims since the session's
+        #: last commit fails it instead (see `_poison`); ``None``: never.
+        self.poison_after: int | None = None
 
     def journal(self, machine: Machine[Any], session_id: str) -> Journal:
         """The store's record of session ``session_id`` of ``machine`` (a store is needed)."""
