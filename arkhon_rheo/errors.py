@@ -43,6 +43,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   ├── SessionNotFound       no session has that id
     │   ├── MessageRefused        a message's kind or payload is not one the session takes
     │   ├── NoReply               an ask timed out, or the session ended before its message
+    │   ├── PoisonSession         claimed again and again without a commit: failed, not rerun
     │   └── ReplayDiverged        a re-executed stage called out unlike the recorded run
     ├── StoreError                the store failed, or refused what was asked
     │   ├── StoreUnavailable      unreachable, or the connection dropped: the run stops, resumable

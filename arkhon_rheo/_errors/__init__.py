@@ -32,6 +32,7 @@ from ._sessions import InboxFull as InboxFull
 from ._sessions import LeaseLost as LeaseLost
 from ._sessions import MessageRefused as MessageRefused
 from ._sessions import NoReply as NoReply
+from ._sessions import PoisonSession as PoisonSession
 from ._sessions import RecordedCallFailed as RecordedCallFailed
 from ._sessions import ReplayDiverged as ReplayDiverged
 from ._sessions import SessionBusy as SessionBusy
@@ -89,6 +90,7 @@ __all__ = [
     "MalformedModelOutput",
     "MessageRefused",
     "NoReply",
+    "PoisonSession",
     "PreconditionFailed",
     "ReadOnlyState",
     "RecordedCallFailed",

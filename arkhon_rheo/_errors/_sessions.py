@@ -90,6 +90,33 @@ class SessionNotFound(SessionError, KeyError):
         return str(self.args[0])
 
 
+class PoisonSession(SessionError):
+    """A session was claimed too many times in a row without a commit: it is failed.
+
+    Its step keeps killing the process that runs it (``os._exit``, a signal,
+    the memory killer), so every claim ran it again and lost it again. A
+    `Worker` past its ``max_claims_without_progress`` records a ``FAILURE``
+    event (error type ``PoisonSession``, naming the count and the stage in
+    flight) instead, and the session ends failed: fork it or roll it back to
+    try again.
+
+    Attributes:
+        claims: How many claims in a row ended without a commit.
+        stage: The stage that was in flight (``None`` if none was).
+    """
+
+    def __init__(self, *, session_id: str, claims: int, stage: str | None) -> None:
+        where = f"in stage {stage!r}" if stage is not None else "between stages"
+        super().__init__(
+            f"session {session_id!r} was claimed {claims} times in a row without a "
+            f"commit ({where}): its step keeps losing the process that runs it, so it "
+            "is failed instead of run again; fork it or roll it back to try again",
+            session_id=session_id,
+        )
+        self.claims = claims
+        self.stage = stage
+
+
 class ReplayDiverged(SessionError):
     """A stage re-executed from the log called out differently from the recorded run.
 

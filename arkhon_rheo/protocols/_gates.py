@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from .._errors import ConfigurationError, MessageRefused
+from ._events import EventKind
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
-__all__ = ["DECISIONS", "Abort", "Approve", "Edit", "Gate"]
+    from ._events import TransitionEvent
+
+__all__ = ["DECISIONS", "Abort", "Approve", "Edit", "Gate", "gate_commits"]
 
 
 class Approve(BaseModel):
@@ -77,7 +80,9 @@ class Gate:
     Attributes:
         name: The gate's name, recorded in the pause event.
         stage: Pause before this stage runs.
-        steps: Pause before every ``steps``-th commit.
+        steps: Pause before every ``steps``-th commit: the commits are the steps'
+            (``STEP`` events) since the session began or was last rolled back
+            (a pause, a decision, a resume or a recorded failure is none).
         predicate: Pause when this holds for the committed state.
         field: The state field a resume value is written to, if the gate takes one.
         question: What the gate asks: JSON data (a string, say), or a function of
@@ -132,6 +137,12 @@ class Gate:
     ) -> Gate:
         """Pause before every ``steps``-th commit.
 
+        The commits counted are the steps' (``STEP`` events) since the session
+        began or was last rolled back: a pause, the decision that let it go on,
+        a resume, a recorded failure add none, and a rollback (or a turn an
+        interrupting message cut back) starts the count again. So it pauses
+        after steps ``n``, ``2n``... and, rolled back, ``n`` steps later.
+
         Raises:
             ConfigurationError: If ``steps`` is not a positive integer.
         """
@@ -185,9 +196,28 @@ class Gate:
             ) from None
 
     def triggers(self, state: Any, stage: str, commits: int) -> bool:
-        """Whether the session pauses before running ``stage`` on ``state``."""
+        """Whether the session pauses before running ``stage`` on ``state``.
+
+        ``commits``: the steps committed since the session began or was last
+        rolled back (see `gate_commits`).
+        """
         if self.stage is not None and self.stage == stage:
             return True
         if self.steps is not None and commits > 0 and commits % self.steps == 0:
             return True
         return self.predicate is not None and bool(self.predicate(state))
+
+
+def gate_commits(events: Iterable[TransitionEvent], commits: int = 0) -> int:
+    """The commits a `Gate.every` counts after ``events``, ``commits`` counted before them.
+
+    Each step (a ``STEP`` event) adds one; a ``ROLLBACK`` starts again from
+    none; every other event (a pause, a decision, a resume, a failure, an
+    upgrade) leaves the count as it is.
+    """
+    for event in events:
+        if event.kind is EventKind.STEP:
+            commits += 1
+        elif event.kind is EventKind.ROLLBACK:
+            commits = 0
+    return commits

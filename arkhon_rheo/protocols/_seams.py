@@ -31,6 +31,7 @@ from ._faults import uninstall as uninstall
 from ._frozen import FrozenJson as FrozenJson
 from ._frozen import Metadata as Metadata
 from ._gates import DECISIONS as DECISIONS
+from ._gates import gate_commits as gate_commits
 from ._inbox import ScheduledMessage as ScheduledMessage
 from ._io import RECORDER as RECORDER
 from ._io import Recorder as Recorder

@@ -140,10 +140,9 @@ class Inbox:
         if session.gates_passed:
             session.gates_passed = False  # the step a human just let through
             return False
-        commits = session.next_seq() - 1
         for gate in session.machine.gates:
             try:
-                triggered = gate.triggers(state, stage, commits)
+                triggered = gate.triggers(state, stage, session.gate_commits)
             except Exception as exc:
                 _logger.error("gate_check_failed", session_id=session.session_id, error=repr(exc))
                 triggered = True  # a broken gate pauses rather than lets through

@@ -22,7 +22,7 @@ from .._log import get_logger
 from .._redact import scrub_secrets
 from ..actors._seams import LazyEvent
 from ..core._seams import EventLog, compiled, state_label
-from ..protocols import Clock, ErrorClass, FailureRecord, TransitionEvent, WallClock
+from ..protocols import Clock, ErrorClass, EventKind, FailureRecord, TransitionEvent, WallClock
 from ..protocols._seams import PartialHub
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from ..core._seams import CompiledMachine, PatchValidator
-    from ..protocols import AgentState, EventKind, Machine, Patch
+    from ..protocols import AgentState, Machine, Patch
     from ._persist import Persistence
 
 __all__ = [
@@ -44,6 +44,8 @@ __all__ = [
 ]
 
 _logger = get_logger("arkhon_rheo.supervision")
+_STEP = EventKind.STEP
+_ROLLBACK = EventKind.ROLLBACK
 
 #: Called with every committed event; a listener's failure is logged, never raised.
 EventListener = Callable[[TransitionEvent], None]
@@ -158,6 +160,7 @@ class Session:
         "done",
         "exit_reason",
         "failure",
+        "gate_commits",
         "gates_passed",
         "hand_over_on_cancel",
         "handoff",
@@ -207,6 +210,9 @@ class Session:
         self.persistence = persistence
         self.base_seq = base_seq
         self.gates_passed = False
+        #: The commits a `Gate.every` counts: steps since the session began or was
+        #: last rolled back (set by its launch from what it read; see `gate_commits`).
+        self.gate_commits = 0
         self.machine = machine
         #: The machine's compiled form (validator, codec, per-state plans), shared.
         self.compiled: CompiledMachine = compiled(machine)
@@ -261,6 +267,10 @@ class Session:
             event = linked(event, self.link)
         self.state = state
         self.seq = event.seq
+        if event.kind is _STEP:  # what a `Gate.every` counts (see `gate_commits`)
+            self.gate_commits += 1
+        elif event.kind is _ROLLBACK:
+            self.gate_commits = 0
         if self.keep_log:
             self.log.append(event)
         else:

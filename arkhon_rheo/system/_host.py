@@ -20,7 +20,7 @@ from .._errors import ConfigurationError, SessionBusy, SessionNotFound, SystemNo
 from ..core._seams import compiled
 from ..graphs._seams import session_scope
 from ..protocols import AgentState, WallClock
-from ..protocols._seams import installed, resources_scope
+from ..protocols._seams import gate_commits, installed, resources_scope
 from ..supervision import ExitReason
 from ..supervision._seams import Session, SessionSupervisor
 from ._handle import new_handle, session_of
@@ -93,6 +93,7 @@ class SessionHost:
         "config",
         "hand_over_on_cancel",
         "owner",
+        "poison_after",
         "secrets",
         "store",
     )
@@ -139,6 +140,9 @@ class SessionHost:
         self.secrets = secrets
         #: A worker's system: a run cancelled is handed over, not ended (see `Session`).
         self.hand_over_on_cancel = False
+        #: A worker's system: a resume finding this many claims since the session's
+        #: last commit fails it instead (see `_poison`); ``None``: never.
+        self.poison_after: int | None = None
 
     def journal(self, machine: Machine[Any], session_id: str) -> Journal:
         """The store's record of session ``session_id`` of ``machine`` (a store is needed)."""
@@ -270,6 +274,10 @@ class SessionHost:
         )
         session.gates_passed = gates_passed
         session.hand_over_on_cancel = self.hand_over_on_cancel
+        if any(gate.steps is not None for gate in machine.gates):
+            session.gate_commits = await self._gate_commits(
+                machine, session_id, history, base_seq, journal
+            )
         session.log.extend(history)
         session.seq += len(history)
         session.on_close = self._closed if held is None else functools.partial(self._release, held)
@@ -295,6 +303,24 @@ class SessionHost:
         handle: SessionHandle[S] = new_handle(session, ref)
         self._registry.add(handle)  # replaces a run before this one (a pause decided here)
         return handle
+
+    async def _gate_commits(
+        self,
+        machine: Machine[Any],
+        session_id: str,
+        history: Sequence[TransitionEvent],
+        base_seq: int,
+        journal: Journal | None,
+    ) -> int:
+        """The commits a `Gate.every` of a run counts before its first: read from its record.
+
+        ``history`` is an in-memory session's; a stored session's is read (only
+        for a machine with such a gate, only for a session with events).
+        """
+        if history or not base_seq or self.store is None:
+            return gate_commits(history)
+        journal = journal or self.journal(machine, session_id)
+        return gate_commits(await journal.history())
 
     def _session(
         self,

@@ -27,6 +27,7 @@ from ._decision import decision_updates, recorded_decision
 from ._journal import Journal
 from ._ledger import MemoryJournal, out_of_band_event
 from ._mail import Mailbox, Sent, message_record
+from ._poison import check_poison
 from ._replay import verify_stored
 
 if TYPE_CHECKING:
@@ -234,6 +235,8 @@ class StoredSession(Generic[S]):
             SessionError: If the session is running here already (or another call
                 here is starting or changing it), is paused at a gate, or has ended.
             SessionLocked: If a live owner elsewhere drives it.
+            PoisonSession: If a worker's resume found the session claimed its
+                limit of times since its last commit: it is failed instead.
             StoreCorrupt: If what is stored does not decode.
             ResourceUnavailable: If a resource of the machine could not be
                 opened (nothing is recorded).
@@ -276,6 +279,8 @@ class StoredSession(Generic[S]):
                 "rerun": stage.name if stage is not None and record.status == "running" else None,
             }
             anchor = await journal.last_seq(excluding=EventKind.RESUME, loaded=loaded)
+            if host.poison_after is not None and info["rerun"] is not None:
+                await check_poison(journal, record, state, anchor, host.poison_after)
             event = await journal.append(
                 record, EventKind.RESUME, state, state, {}, info=info, status="running"
             )

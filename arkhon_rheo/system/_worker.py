@@ -20,6 +20,12 @@ task group taken down by a run's ``BaseException``) hands over too, at once: the
 steps under way stop uncommitted, each session's record stays ``"running"`` at
 its last commit and its lease is given up, so another worker claims it and runs
 that step again; no session is ever stored ``"cancelled"`` by a worker.
+
+A session whose step kills the process running it (``os._exit``, a signal, the
+memory killer) would be claimed and lost again after every lease, forever: a
+worker counts the claims since the session's last commit (the ``RESUME`` events
+its claims record) and, past ``max_claims_without_progress``, fails the session
+(a ``FAILURE`` event, error type ``PoisonSession``) instead of running it again.
 """
 
 from __future__ import annotations
@@ -30,7 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import ArkhonError, ConfigurationError, StoreError, StoreUnavailable
+from .._errors import (
+    ArkhonError,
+    ConfigurationError,
+    PoisonSession,
+    StoreError,
+    StoreUnavailable,
+)
 from .._log import get_logger
 from .._redact import scrub
 from ..protocols import Machine, WorkQueue
@@ -130,6 +142,12 @@ class Worker:
         listeners: Called with every committed event of the sessions it drives.
         secrets: The keyring of sessions with `Sensitive` fields.
         seed: Seeds each run's RNG, for exact tests.
+        max_claims_without_progress: A session stored "running" that has been
+            claimed this many times since its last commit (each claim's run lost
+            with its process, say) is failed at its next claim instead of run
+            again: its record ends ``"failed"`` with a `FailureRecord` of error
+            type ``PoisonSession`` naming the count and the stage in flight (fork
+            it or roll it back to go on). ``None``: claimed again forever.
 
     Raises:
         ConfigurationError: If the store is not a work queue, a machine is not
@@ -150,6 +168,7 @@ class Worker:
         listeners: Iterable[EventListener] = (),
         secrets: Keyring | None = None,
         seed: int | None = None,
+        max_claims_without_progress: int | None = 5,
     ) -> None:
         if not isinstance(store, WorkQueue):
             raise ConfigurationError(
@@ -160,6 +179,8 @@ class Worker:
         check_positive("poll_interval", poll_interval)
         if drain_timeout is not None:
             check_positive("drain_timeout", drain_timeout)
+        if max_claims_without_progress is not None:
+            check_positive("max_claims_without_progress", max_claims_without_progress, integer=True)
         self._machines = _machines(machines)
         self._queue: WorkQueue = store
         self._concurrency = concurrency
@@ -179,6 +200,7 @@ class Worker:
         # Cancelled (the worker's run, or a run's BaseException taking the others
         # down), a run is handed over at its last commit, never ended "cancelled".
         self._system._host.hand_over_on_cancel = True
+        self._system._host.poison_after = max_claims_without_progress
         self._running: dict[str, SessionHandle[Any]] = {}
         #: Claimed sessions whose runs are being started; set when the last one is.
         self._starting: set[str] = set()
@@ -299,6 +321,9 @@ class Worker:
                 handle = await system._postman.wake(machine, session_id)
             else:
                 handle = await system.stored(machine, session_id).resume()
+        except PoisonSession as exc:  # failed instead of run again: nothing to hold
+            _logger.warning("session_poisoned", session_id=session_id, error=str(exc))
+            return
         except ArkhonError as exc:
             # A record that does not fit this machine, say: it stays leased here (the
             # failed call gave its lease up) until that runs out, so it is tried again
