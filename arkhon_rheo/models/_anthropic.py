@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import ConfigurationError, Recoverable, Transient
 from ..protocols import ModelReply, ReplyDelta
 from ._anthropic_stream import StreamAssembly
-from ._anthropic_wire import parse_message, request_body
+from ._anthropic_wire import parse_message, request_body, with_answer
 from ._failures import for_stream_error
 from ._http import HTTPModelClient
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import anyio
     import httpx
 
-    from ..protocols import Message, ToolSpec
+    from ..protocols import Message, ResponseSchema, ToolSpec
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -65,7 +65,11 @@ class AnthropicClient(HTTPModelClient):
     become the top-level ``system``, tool calls ``tool_use`` blocks, tool
     results ``tool_result`` blocks of one user turn (``is_error`` kept).
     ``json_mode`` adds an instruction to the system prompt (the API has no
-    JSON mode). Usage counts every prompt token in ``prompt_tokens``, the
+    JSON mode). A typed answer's ``schema`` (what a `react_agent` with
+    ``answer_type`` passes) is offered as a tool whose ``input_schema`` is the
+    answer's, forced by ``tool_choice`` (``{"type": "tool"}`` naming it; with
+    other tools offered, ``{"type": "any"}``); its call comes back as the
+    reply's text, the answer as JSON. Usage counts every prompt token in ``prompt_tokens``, the
     cached ones in ``cache_read_tokens`` and ``cache_creation_tokens``.
 
     Failures are raised classified, as `OpenAIChatClient`'s: 429 (rate
@@ -148,6 +152,7 @@ class AnthropicClient(HTTPModelClient):
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
         stream: bool = False,
+        schema: ResponseSchema | None = None,
     ) -> dict[str, Any]:
         """The JSON body a call sends: model, system, messages, tools, options; no headers."""
         return request_body(
@@ -155,6 +160,7 @@ class AnthropicClient(HTTPModelClient):
             messages,
             tools=tools,
             json_mode=json_mode,
+            schema=schema,
             stream=stream,
             max_tokens=self.max_tokens,
             cache=self.cache_prompt,
@@ -167,8 +173,9 @@ class AnthropicClient(HTTPModelClient):
         *,
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
+        schema: ResponseSchema | None = None,
     ) -> ModelReply:
-        """Ask the model; return its complete reply.
+        """Ask the model; return its complete reply (``schema``: a typed answer's, see above).
 
         Raises:
             Transient: Rate limited (429), overloaded (529), a 5xx, a timeout, or
@@ -177,9 +184,9 @@ class AnthropicClient(HTTPModelClient):
                 client is not open.
             Recoverable: The reply is not a Messages body.
         """
-        body = self.request_body(messages, tools=tools, json_mode=json_mode)
+        body = self.request_body(messages, tools=tools, json_mode=json_mode, schema=schema)
         response = await self._post(body)
-        return parse_message(response.text, self.model)
+        return with_answer(parse_message(response.text, self.model), schema)
 
     async def stream(
         self,
@@ -187,6 +194,7 @@ class AnthropicClient(HTTPModelClient):
         *,
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
+        schema: ResponseSchema | None = None,
     ) -> AsyncIterator[ReplyDelta | ModelReply]:
         """Stream the reply: a `ReplyDelta` per piece of text, then the full `ModelReply`.
 
@@ -200,7 +208,9 @@ class AnthropicClient(HTTPModelClient):
             Recoverable: An event that is not a Messages stream event, or a
                 reply that is not an event stream.
         """
-        body = self.request_body(messages, tools=tools, json_mode=json_mode, stream=True)
+        body = self.request_body(
+            messages, tools=tools, json_mode=json_mode, stream=True, schema=schema
+        )
         assembly = StreamAssembly(self.model)
         index = 0
         bad: Exception | None = None
@@ -229,7 +239,7 @@ class AnthropicClient(HTTPModelClient):
         held = assembly.flush()
         if held:
             yield ReplyDelta(text=held, index=index)
-        yield assembly.reply()
+        yield with_answer(assembly.reply(), schema)
 
     def _headers(self) -> dict[str, str]:
         headers = {"accept": "application/json", "anthropic-version": ANTHROPIC_VERSION}

@@ -33,14 +33,14 @@ from ..protocols import (
     ToolMessage,
     Usage,
 )
-from ._wire import count
+from ._wire import JSON_INSTRUCTION, count, schema_instruction
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..protocols import Message, ToolSpec
+    from ..protocols import Message, ResponseSchema, ToolSpec
 
-__all__ = ["finish_reason", "parse_message", "request_body", "usage"]
+__all__ = ["answer_tool", "finish_reason", "parse_message", "request_body", "usage", "with_answer"]
 
 _EPHEMERAL = {"type": "ephemeral"}
 #: Anthropic's stop reasons as ours.
@@ -52,8 +52,6 @@ _STOP_REASONS: dict[str, FinishReason] = {
     "model_context_window_exceeded": "length",
     "refusal": "content_filter",
 }
-#: What ``json_mode`` adds to the system prompt (the Messages API has no JSON mode).
-JSON_INSTRUCTION = "Answer with one JSON object and nothing else: no prose, no code fence."
 
 
 def _input(arguments: str) -> dict[str, Any]:
@@ -125,6 +123,7 @@ def request_body(
     *,
     tools: Sequence[ToolSpec] = (),
     json_mode: bool = False,
+    schema: ResponseSchema | None = None,
     stream: bool = False,
     max_tokens: int = 4096,
     cache: bool = False,
@@ -137,6 +136,10 @@ def request_body(
         messages: The conversation.
         tools: The tools offered, as ``{name, description, input_schema}``.
         json_mode: Ask for a JSON object (an instruction in the system prompt).
+        schema: A typed answer's schema: offered as a tool the model must
+            call (`answer_tool`), forced by ``tool_choice`` (``any`` tool
+            when others are offered too). A schema whose answer is no JSON
+            object goes into the system prompt instead.
         stream: Ask for server-sent events.
         max_tokens: The most tokens the reply may have (the API requires it).
         cache: Mark the system prompt, the tools and the last user turn for
@@ -145,7 +148,12 @@ def request_body(
             sent last, so they override the rest.
     """
     system, turns, anchor = _turns(messages)
-    if json_mode:
+    answer = answer_tool(schema) if schema is not None and schema.is_object else None
+    if answer is not None:
+        system.append(f"Give your final answer by calling the {answer['name']} tool.")
+    elif schema is not None:
+        system.append(schema_instruction(schema))
+    elif json_mode:
         system.append(JSON_INSTRUCTION)
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
     if system:
@@ -154,13 +162,17 @@ def request_body(
             [{"type": "text", "text": text, "cache_control": dict(_EPHEMERAL)}] if cache else text
         )
     body["messages"] = turns
-    if tools:
+    if tools or answer is not None:
         specs: list[dict[str, Any]] = []
         for spec in tools:
             entry: dict[str, Any] = {"name": spec.name, "input_schema": spec.parameters}
             if spec.description:
                 entry["description"] = spec.description
             specs.append(entry)
+        if answer is not None:
+            specs.append(answer)
+            choice = {"type": "any"} if tools else {"type": "tool", "name": answer["name"]}
+            body["tool_choice"] = choice
         if cache:
             specs[-1]["cache_control"] = dict(_EPHEMERAL)
         body["tools"] = specs
@@ -171,6 +183,32 @@ def request_body(
     if options:
         body.update(options)
     return body
+
+
+def answer_tool(schema: ResponseSchema) -> dict[str, Any]:
+    """The tool a typed answer is given through: its input schema is the answer's."""
+    description = schema.description or "Give the final answer."
+    return {"name": schema.name, "description": description, "input_schema": schema.json_schema}
+
+
+def with_answer(reply: ModelReply, schema: ResponseSchema | None) -> ModelReply:
+    """``reply`` with a call of the answer tool made its text: the answer, as JSON.
+
+    A reply that calls other tools too keeps those calls (and drops the
+    answer's: the model answers again once they have run).
+    """
+    if schema is None or not reply.tool_calls:
+        return reply
+    calls = reply.tool_calls
+    others = tuple(call for call in calls if call.name != schema.name)
+    if len(others) == len(calls):
+        return reply
+    if others:
+        message = reply.message.model_copy(update={"tool_calls": others})
+        return reply.model_copy(update={"message": message})
+    answer = next(call for call in calls if call.name == schema.name)
+    message = AssistantMessage(content=answer.arguments)
+    return reply.model_copy(update={"message": message, "finish_reason": "stop"})
 
 
 def finish_reason(value: Any, *, has_tool_calls: bool) -> FinishReason:

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any, Self
 
 from .._errors import ConfigurationError
 from ..protocols import ModelClient, ModelReply, StreamingModelClient
+from ..protocols._seams import takes_schema
 from ._governor import RateGovernor, default_governor
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
     from types import TracebackType
 
-    from ..protocols import Message, ReplyDelta, ToolSpec
+    from ..protocols import Message, ReplyDelta, ResponseSchema, ToolSpec
 
 __all__ = ["GovernedClient", "estimate_tokens", "governed", "governing"]
 
@@ -82,6 +83,12 @@ class GovernedClient:
         self.governor = governor
         self.key = key
         self.max_reply_tokens = max_reply_tokens
+        #: Whether the wrapped client takes a typed answer's ``schema``.
+        self.takes_schema = takes_schema(client)
+
+    def _schema(self, schema: ResponseSchema | None) -> dict[str, Any]:
+        """The ``schema`` keyword for the wrapped client (none if it takes none)."""
+        return {"schema": schema} if schema is not None and self.takes_schema else {}
 
     def __repr__(self) -> str:
         return f"governed({self.client!r}, key={self.key!r})"
@@ -147,11 +154,13 @@ class GovernedClient:
         *,
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
+        schema: ResponseSchema | None = None,
     ) -> ModelReply:
         """The wrapped client's reply, once the governor lets the call go."""
         tokens = self._tokens(messages, tools)
+        more = self._schema(schema)
         async with self.governor.slot(self.key, tokens=tokens) as permit:
-            reply = await self.client.complete(messages, tools=tools, json_mode=json_mode)
+            reply = await self.client.complete(messages, tools=tools, json_mode=json_mode, **more)
             if reply.usage.total_tokens:
                 permit.used(reply.usage.total_tokens)
         return reply
@@ -166,13 +175,15 @@ class GovernedStreamingClient(GovernedClient):
         *,
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
+        schema: ResponseSchema | None = None,
     ) -> AsyncIterator[ReplyDelta | ModelReply]:
         """The wrapped client's stream, once the governor lets the call go."""
         client = self.client
         assert isinstance(client, StreamingModelClient)
         tokens = self._tokens(messages, tools)
+        more = self._schema(schema)
         async with self.governor.slot(self.key, tokens=tokens) as permit:
-            chunks = client.stream(messages, tools=tools, json_mode=json_mode)
+            chunks = client.stream(messages, tools=tools, json_mode=json_mode, **more)
             try:
                 async for chunk in chunks:
                     if isinstance(chunk, ModelReply) and chunk.usage.total_tokens:

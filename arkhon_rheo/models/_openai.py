@@ -14,11 +14,11 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from .._errors import Recoverable, Transient
+from .._errors import ConfigurationError, Recoverable, Transient
 from ..protocols import ModelReply, ReplyDelta
 from ._failures import for_stream_error
 from ._http import ClientState, HTTPModelClient
-from ._wire import StreamAssembly, parse_reply, request_body
+from ._wire import StreamAssembly, Structured, parse_reply, request_body
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import anyio
     import httpx
 
-    from ..protocols import Message, ToolSpec
+    from ..protocols import Message, ResponseSchema, ToolSpec
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "ClientState", "OpenAIChatClient"]
 
@@ -66,6 +66,14 @@ class OpenAIChatClient(HTTPModelClient):
     a request that cannot be sent, as `Fatal` with a message saying what to
     fix; a body that is not a chat-completions reply as `Recoverable`.
 
+    A typed answer (the ``schema`` a `react_agent` with ``answer_type`` passes)
+    is asked for as ``structured`` says: ``"json_schema"`` (OpenAI's
+    structured outputs: ``response_format`` of type ``json_schema``, ``strict``
+    when the schema allows it), ``"json_object"`` (JSON mode, with an
+    instruction line naming JSON and the schema) or ``"instructions"`` (the
+    instruction line alone, for servers that take no ``response_format``).
+    JSON mode is never sent without the word "JSON" in the messages.
+
     Every secret the client is given (the API key, a password in the base URL,
     the credential headers, query parameters and basic auth of
     ``http_client``) is registered for scrubbing: it appears in no error, no
@@ -86,9 +94,12 @@ class OpenAIChatClient(HTTPModelClient):
             session using it); unbounded when ``None``.
         options: Further body fields sent with every request (``temperature``,
             ``max_tokens``, ``seed``...).
+        structured: How a typed answer's schema is sent: ``"json_schema"``,
+            ``"json_object"`` or ``"instructions"``.
 
     Raises:
-        ConfigurationError: A timeout is not a positive number; the API key is
+        ConfigurationError: ``structured`` is none of its three values; a
+            timeout is not a positive number; the API key is
             blank or holds a character an HTTP header cannot carry (non-ASCII,
             a control character, an inner space); a credential header of
             ``http_client`` cannot be sent as it is.
@@ -110,7 +121,14 @@ class OpenAIChatClient(HTTPModelClient):
         read_timeout: float = 120.0,
         limiter: anyio.CapacityLimiter | None = None,
         options: Mapping[str, Any] | None = None,
+        structured: Structured = "json_schema",
     ) -> None:
+        if structured not in ("json_schema", "json_object", "instructions"):
+            raise ConfigurationError(
+                "structured must be 'json_schema', 'json_object' or 'instructions', "
+                f"got {structured!r}"
+            )
+        self.structured: Structured = structured
         key: str | None = api_key
         source = "the api_key argument"
         if api_key is None:
@@ -135,6 +153,7 @@ class OpenAIChatClient(HTTPModelClient):
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
         stream: bool = False,
+        schema: ResponseSchema | None = None,
     ) -> dict[str, Any]:
         """The JSON body a call sends: model, messages, tools, options; no headers, no key."""
         return request_body(
@@ -142,6 +161,8 @@ class OpenAIChatClient(HTTPModelClient):
             messages,
             tools=tools,
             json_mode=json_mode,
+            schema=schema,
+            structured=self.structured,
             stream=stream,
             options=self.options,
         )
@@ -152,8 +173,9 @@ class OpenAIChatClient(HTTPModelClient):
         *,
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
+        schema: ResponseSchema | None = None,
     ) -> ModelReply:
-        """Ask the model; return its complete reply.
+        """Ask the model; return its complete reply (``schema``: a typed answer's, see above).
 
         Raises:
             Transient: Rate limited, a 5xx, a timeout, or a refused or dropped connection.
@@ -161,7 +183,7 @@ class OpenAIChatClient(HTTPModelClient):
                 client is not open.
             Recoverable: The reply is not a chat-completions body.
         """
-        body = self.request_body(messages, tools=tools, json_mode=json_mode)
+        body = self.request_body(messages, tools=tools, json_mode=json_mode, schema=schema)
         response = await self._post(body)
         return parse_reply(response.text, self.model)
 
@@ -171,6 +193,7 @@ class OpenAIChatClient(HTTPModelClient):
         *,
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
+        schema: ResponseSchema | None = None,
     ) -> AsyncIterator[ReplyDelta | ModelReply]:
         """Stream the reply: a `ReplyDelta` per piece of text, then the full `ModelReply`.
 
@@ -188,7 +211,9 @@ class OpenAIChatClient(HTTPModelClient):
             Recoverable: An event that is not a chat-completions chunk, or a
                 reply that is not an event stream.
         """
-        body = self.request_body(messages, tools=tools, json_mode=json_mode, stream=True)
+        body = self.request_body(
+            messages, tools=tools, json_mode=json_mode, stream=True, schema=schema
+        )
         assembly = StreamAssembly(self.model)
         index = 0
         bad: Exception | None = None

@@ -13,7 +13,7 @@ stream too (`StreamScrubber` holds back what may be the start of one).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .._errors import Recoverable
 from .._redact import StreamScrubber, scrub, scrub_secrets
@@ -32,9 +32,40 @@ from ..protocols import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..protocols import Message
+    from ..protocols import Message, ResponseSchema
 
-__all__ = ["StreamAssembly", "parse_reply", "request_body"]
+__all__ = [
+    "JSON_INSTRUCTION",
+    "StreamAssembly",
+    "Structured",
+    "parse_reply",
+    "request_body",
+    "schema_instruction",
+    "strict_allowed",
+]
+
+Structured = Literal["json_schema", "json_object", "instructions"]
+"""How `OpenAIChatClient` asks for a typed answer (see `request_body`)."""
+
+#: The instruction that asks for JSON when no schema is given.
+JSON_INSTRUCTION = "Answer with one JSON object and nothing else: no prose, no code fence."
+#: The keywords OpenAI's strict structured outputs take (any other one: ``strict`` false).
+_STRICT_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "anyOf",
+        "$ref",
+        "$defs",
+        "enum",
+        "const",
+        "description",
+        "title",
+    }
+)
 
 _FINISH_REASONS = frozenset(get_args(FinishReason))
 _FINISH_ALIASES = {"function_call": "tool_calls", "tool_use": "tool_calls", "max_tokens": "length"}
@@ -67,21 +98,108 @@ def _tool(spec: ToolSpec) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
+def schema_instruction(schema: ResponseSchema | None) -> str:
+    """The instruction line that asks for JSON: `JSON_INSTRUCTION`, or one naming the schema."""
+    if schema is None:
+        return JSON_INSTRUCTION
+    text = json.dumps(schema.json_schema, sort_keys=True, separators=(",", ":"))
+    return (
+        "When you give your final answer, give it as JSON that fits this JSON schema, "
+        f"and nothing else (no prose, no code fence): {text}"
+    )
+
+
+def strict_allowed(schema: Any) -> bool:
+    """Whether OpenAI's strict structured outputs take ``schema`` as it is.
+
+    Every object must list all its properties in ``required`` and set
+    ``additionalProperties`` to false, and no keyword outside the subset
+    strict mode supports (``minLength``, ``pattern``, ``default``...) may appear.
+    """
+    if isinstance(schema, list):
+        return all(strict_allowed(item) for item in schema)
+    if not isinstance(schema, dict):
+        return True
+    if not schema.keys() <= _STRICT_KEYWORDS:
+        return False
+    if schema.get("type") == "object" or "properties" in schema:
+        properties = schema.get("properties", {})
+        if schema.get("additionalProperties") is not False:
+            return False
+        if not isinstance(properties, dict) or set(schema.get("required", ())) != set(properties):
+            return False
+    for key in ("properties", "$defs"):
+        if not all(strict_allowed(value) for value in dict(schema.get(key) or {}).values()):
+            return False
+    return all(strict_allowed(schema[key]) for key in ("items", "anyOf") if key in schema)
+
+
+def _says_json(messages: list[dict[str, Any]]) -> bool:
+    return any("json" in str(m.get("content") or "").lower() for m in messages)
+
+
+def _instruct(messages: list[dict[str, Any]], text: str) -> None:
+    """Add a system message saying ``text`` after the leading system messages."""
+    at = 0
+    while at < len(messages) and messages[at]["role"] == "system":
+        at += 1
+    messages.insert(at, {"role": "system", "content": text})
+
+
+def _answer_format(
+    messages: list[dict[str, Any]],
+    json_mode: bool,
+    schema: ResponseSchema | None,
+    structured: Structured,
+) -> dict[str, Any] | None:
+    """The ``response_format`` asked for (None: none), adding the instruction it needs."""
+    if schema is None and not json_mode:
+        return None
+    if structured == "json_schema" and schema is not None and schema.is_object:
+        spec: dict[str, Any] = {"name": schema.name, "schema": schema.json_schema}
+        if schema.description:
+            spec["description"] = schema.description
+        spec["strict"] = strict_allowed(schema.json_schema)
+        return {"type": "json_schema", "json_schema": spec}
+    if structured == "instructions" or (schema is not None and not schema.is_object):
+        _instruct(messages, schema_instruction(schema))
+        return None
+    # JSON mode: OpenAI refuses it unless the messages say "JSON".
+    if schema is not None or not _says_json(messages):
+        _instruct(messages, schema_instruction(schema))
+    return {"type": "json_object"}
+
+
 def request_body(
     model: str,
     messages: Sequence[Message],
     *,
     tools: Sequence[ToolSpec] = (),
     json_mode: bool = False,
+    schema: ResponseSchema | None = None,
+    structured: Structured = "json_schema",
     stream: bool = False,
     options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of a chat-completions request (no headers, so no key)."""
-    body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in messages]}
+    """The JSON body of a chat-completions request (no headers, so no key).
+
+    A typed answer (``schema``) is asked for as ``structured`` says:
+    ``"json_schema"`` sends the schema as ``response_format`` (``strict``
+    where `strict_allowed`); ``"json_object"`` sends JSON mode and an
+    instruction naming the schema; ``"instructions"`` only the instruction.
+    A schema whose answer is no JSON object is sent as instructions (the
+    structured outputs take objects only). ``json_mode`` without a schema
+    sends JSON mode (``"instructions"``: the instruction alone), with an
+    instruction naming JSON when no message does (OpenAI refuses JSON mode
+    otherwise).
+    """
+    wire = [_message(m) for m in messages]
+    answer = _answer_format(wire, json_mode, schema, structured)
+    body: dict[str, Any] = {"model": model, "messages": wire}
     if tools:
         body["tools"] = [_tool(spec) for spec in tools]
-    if json_mode:
-        body["response_format"] = {"type": "json_object"}
+    if answer is not None:
+        body["response_format"] = answer
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}

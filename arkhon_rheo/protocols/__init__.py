@@ -39,6 +39,7 @@ from ._model import ModelClient as ModelClient
 from ._model import ModelReply as ModelReply
 from ._model import NamedModelClient as NamedModelClient
 from ._model import ReplyDelta as ReplyDelta
+from ._model import ResponseSchema as ResponseSchema
 from ._model import StreamingModelClient as StreamingModelClient
 from ._model import SystemMessage as SystemMessage
 from ._model import ToolCall as ToolCall
@@ -109,6 +110,7 @@ __all__ = [
     "Patch",
     "Receive",
     "ReplyDelta",
+    "ResponseSchema",
     "Sensitive",
     "SessionRecord",
     "SessionStream",

@@ -10,6 +10,7 @@ in `arkhon_rheo.models`, tools in `arkhon_rheo.tools`.
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +26,7 @@ __all__ = [
     "ModelReply",
     "NamedModelClient",
     "ReplyDelta",
+    "ResponseSchema",
     "StreamingModelClient",
     "SystemMessage",
     "ToolCall",
@@ -192,6 +194,44 @@ class ToolSpec(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+class ResponseSchema(BaseModel):
+    """The JSON schema a final answer must fit, sent through a client's structured output.
+
+    The engine makes one from ``react_agent(answer_type=T)`` and passes it as
+    the ``schema`` keyword of ``complete`` and ``stream`` to a client whose
+    methods take one (`OpenAIChatClient` and `AnthropicClient` do, each in
+    its provider's way); other clients are asked for JSON (``json_mode``) as
+    before.
+
+    Attributes:
+        name: A name for the answer (letters, digits, ``_`` and ``-``, at most
+            64): the ``json_schema`` name on OpenAI, the answer tool's on Anthropic.
+        json_schema: The JSON schema of the answer.
+        description: What the answer is, for the model.
+    """
+
+    model_config = _FROZEN
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    json_schema: dict[str, Any]
+    description: str = ""
+
+    @property
+    def is_object(self) -> bool:
+        """Whether the answer is a JSON object (what the providers' structured outputs take)."""
+        return self.json_schema.get("type") == "object"
+
+
+def takes_schema(client: object) -> bool:
+    """Whether ``client.complete`` takes a ``schema`` keyword (a `ResponseSchema`)."""
+    method = getattr(client, "complete", None)
+    try:
+        parameters = inspect.signature(method).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    parameter = parameters.get("schema")
+    return parameter is not None and parameter.kind is not inspect.Parameter.POSITIONAL_ONLY
+
+
 @runtime_checkable
 class ModelClient(Protocol):
     """Anything that answers a conversation with one `ModelReply`.
@@ -203,6 +243,11 @@ class ModelClient(Protocol):
     it does: ``stream`` (a `StreamingModelClient`, for ``stream=True``) and
     the ``system`` and ``model`` names of its model-call spans (a
     `NamedModelClient`; other clients' spans name their class, and no model).
+
+    A client may also take a ``schema`` keyword (``schema: ResponseSchema |
+    None = None``) on ``complete`` and ``stream``: the schema of a typed final
+    answer, to send through its provider's structured output. The engine
+    passes it only to a client whose ``complete`` names that parameter.
     """
 
     async def complete(

@@ -41,6 +41,7 @@ from ._io import check_json as check_json
 from ._io import current_step as current_step
 from ._io import record_plain_call as record_plain_call
 from ._load import load_user_machine as load_user_machine
+from ._model import takes_schema as takes_schema
 from ._resources import NO_RESOURCES as NO_RESOURCES
 from ._resources import counts_opens as counts_opens
 from ._resources import current_resources as current_resources

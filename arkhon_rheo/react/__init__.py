@@ -21,6 +21,7 @@ from .._exports import publish
 from ._budget import Budget as Budget
 from ._budget import Used as Used
 from ._config import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
+from ._config import DEFAULT_TYPED_PROMPT as DEFAULT_TYPED_PROMPT
 from ._context import PromptCache as PromptCache
 from ._context import estimate_tokens as estimate_tokens
 from ._context import trim_messages as trim_messages
@@ -55,6 +56,7 @@ from ._stuck import offered_actions as offered_actions
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "DEFAULT_TYPED_PROMPT",
     "PHASE_ACTIONS",
     "PHASE_TIMEOUTS",
     "PHASE_TRANSITIONS",

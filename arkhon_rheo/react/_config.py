@@ -8,13 +8,17 @@ the answer's validator, the names of the model-call spans).
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic.errors import PydanticUserError
+
 from .._errors import ConfigurationError
 from ..models import ModelPrice, Pricing
-from ..protocols import NamedModelClient, StreamingModelClient
-from ..protocols._seams import is_async_context_manager
+from ..protocols import NamedModelClient, ResponseSchema, StreamingModelClient
+from ..protocols._seams import is_async_context_manager, takes_schema
 from ._budget import Budget
 from ._calls import tool_runner
 from ._options import CheckOptions, check_options
@@ -34,12 +38,17 @@ if TYPE_CHECKING:
     from ._rounds import DecisionBudget, RoundBudget
     from ._stuck import StuckDetector, StuckPolicy
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "ReactConfig"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "DEFAULT_TYPED_PROMPT", "ReactConfig"]
 
 #: The first message of every conversation unless ``react_agent(system_prompt=...)`` says otherwise.
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful agent. Use the tools when they help; when you know the answer, "
     "reply with it in plain text and call no tool."
+)
+#: `DEFAULT_SYSTEM_PROMPT` for an agent with an ``answer_type``.
+DEFAULT_TYPED_PROMPT = (
+    "You are a helpful agent. Use the tools when they help; when you know the answer, "
+    "give it as JSON that fits the answer's JSON schema."
 )
 
 
@@ -55,6 +64,10 @@ class ReactConfig:
         limits: The budget (no limit when none was given).
         pricing: The prices as a `Pricing`, or None.
         answer_adapter: The validator of the final answer, or None.
+        answer_schema: The final answer's JSON schema, or None (no
+            ``answer_type``, or one pydantic makes no JSON schema of).
+        model_options: The keywords each model call adds: ``schema`` (the
+            answer's), for a client that takes it.
         ask_json: Whether the model is asked for JSON.
         timed: Whether the budget limits time (the clock is then read and recorded).
         limited: Whether the budget sets any limit (without one, a turn skips
@@ -99,6 +112,8 @@ class ReactConfig:
     limits: Budget = field(init=False)
     pricing: Pricing | None = field(init=False)
     answer_adapter: TypeAdapter[Any] | None = field(init=False)
+    answer_schema: ResponseSchema | None = field(init=False)
+    model_options: Mapping[str, Any] = field(init=False)
     ask_json: bool = field(init=False)
     timed: bool = field(init=False)
     limited: bool = field(init=False)
@@ -135,6 +150,12 @@ class ReactConfig:
         answer_type = self.answer_type
         adapter = None if answer_type is None else answer_adapter(answer_type, "react_agent")
         self._derive("answer_adapter", adapter)
+        schema = None if adapter is None else _answer_schema(adapter, answer_type, self.runner)
+        self._derive("answer_schema", schema)
+        takes = schema is not None and takes_schema(self.model)
+        self._derive("model_options", {"schema": schema} if takes else {})
+        if adapter is not None and self.system_prompt == DEFAULT_SYSTEM_PROMPT:
+            self._derive("system_prompt", _typed_prompt(None if takes else schema))
         if self.tool_failures not in ("observe", "escalate"):
             raise ConfigurationError(
                 f"react_agent: tool_failures must be 'observe' or 'escalate', "
@@ -150,6 +171,29 @@ class ReactConfig:
 
     def _derive(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
+
+
+def _answer_schema(
+    adapter: TypeAdapter[Any], answer_type: Any, runner: ToolRunner
+) -> ResponseSchema | None:
+    """The answer's schema, named after its type (and unlike any tool)."""
+    try:
+        schema = adapter.json_schema()
+    except PydanticUserError:  # no JSON schema for it (a callable...): validation alone
+        return None
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", str(getattr(answer_type, "__name__", "")))[:48]
+    name = name or "answer"
+    if name in {spec.name for spec in runner.specs}:
+        name += "_answer"
+    return ResponseSchema(name=name, json_schema=schema)
+
+
+def _typed_prompt(schema: ResponseSchema | None) -> str:
+    """`DEFAULT_TYPED_PROMPT`, with the schema when no client sends it."""
+    if schema is None:
+        return DEFAULT_TYPED_PROMPT
+    text = json.dumps(schema.json_schema, sort_keys=True, separators=(",", ":"))
+    return f"{DEFAULT_TYPED_PROMPT} The answer's JSON schema: {text}"
 
 
 def _declared(

@@ -67,7 +67,7 @@ from ._state import ReactState, StopReason
 
 if TYPE_CHECKING:
     import enum
-    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
     from typing import Self
 
     from ..protocols import StateView, ToolCall, ToolSpec
@@ -317,7 +317,11 @@ class ThinkStage(
         if config.cache is None and current_injector() is None:  # the model itself, directly
             model = governing(config.model)
             ask = functools.partial(
-                model.complete, payload, tools=offered, json_mode=config.ask_json
+                model.complete,
+                payload,
+                tools=offered,
+                json_mode=config.ask_json,
+                **config.model_options,
             )
         else:
             ask = functools.partial(self._ask, payload, offered)
@@ -328,6 +332,7 @@ class ThinkStage(
         """The model's reply (or the prompt cache's), under the fault plan if one is installed."""
         config = self.config
         model, cache, ask_json = governing(config.model), config.cache, config.ask_json
+        more = config.model_options
         key = ""
         if cache is not None:
             key = cache.key(payload, offered, ask_json)
@@ -335,10 +340,10 @@ class ThinkStage(
             if hit is not None:
                 return hit
         if current_injector() is None:
-            reply = await model.complete(payload, tools=offered, json_mode=ask_json)
+            reply = await model.complete(payload, tools=offered, json_mode=ask_json, **more)
         else:  # the model seam of fault injection
             alter = await _inject_model(len(payload))
-            reply = await model.complete(payload, tools=offered, json_mode=ask_json)
+            reply = await model.complete(payload, tools=offered, json_mode=ask_json, **more)
             if alter is not None:
                 reply = alter(reply)
         if cache is not None:
@@ -350,15 +355,16 @@ class ThinkStage(
     ) -> ModelReply:
         """The model's streamed reply: its text pieces emitted, its chunks recorded."""
         model, ask_json = governing(self.config.model), self.config.ask_json
+        more = self.config.model_options
         assert isinstance(model, StreamingModelClient)
         final: ModelReply | None = None
         chunks = record_stream(
             "model",
             request,
             lambda: (
-                model.stream(payload, tools=offered, json_mode=ask_json)
+                model.stream(payload, tools=offered, json_mode=ask_json, **more)
                 if current_injector() is None
-                else _faulted_stream(model, payload, offered, ask_json)
+                else _faulted_stream(model, payload, offered, ask_json, more)
             ),
             returns=ReplyDelta | ModelReply,
         )
@@ -476,8 +482,9 @@ async def _faulted_stream(
     payload: Sequence[Message],
     offered: Sequence[ToolSpec],
     json_mode: bool,
+    more: Mapping[str, Any],
 ) -> AsyncIterator[ReplyDelta | ModelReply]:
     """A model stream under an installed fault plan: its fault acted out, its reply altered."""
     alter = await _inject_model(len(payload))
-    async for chunk in model.stream(payload, tools=offered, json_mode=json_mode):
+    async for chunk in model.stream(payload, tools=offered, json_mode=json_mode, **more):
         yield alter(chunk) if alter is not None and isinstance(chunk, ModelReply) else chunk

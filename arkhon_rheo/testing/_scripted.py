@@ -22,7 +22,7 @@ from ..protocols._seams import current_session
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Sequence
 
-    from ..protocols import FinishReason, Message, ToolSpec
+    from ..protocols import FinishReason, Message, ResponseSchema, ToolSpec
 
 __all__ = ["Chunks", "Delay", "ScriptedModel", "ScriptedRequest", "Step"]
 
@@ -73,12 +73,14 @@ class ScriptedRequest:
         tools: The tools offered.
         json_mode: Whether JSON was asked for.
         stream: Whether it was a streamed call.
+        schema: The typed answer's schema it was given, if any.
     """
 
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     json_mode: bool = False
     stream: bool = False
+    schema: ResponseSchema | None = None
 
 
 _Answer: TypeAlias = "ModelReply | str | ToolCall | Sequence[ToolCall] | Chunks"
@@ -174,14 +176,19 @@ class ScriptedModel:
         *,
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
+        schema: ResponseSchema | None = None,
     ) -> ModelReply:
         """Answer with the script's step for where the conversation stands.
+
+        ``schema`` (a typed answer's) is only recorded in `requests`.
 
         Raises:
             Fatal: The script has no step left.
             Exception: The step's exception, when the step is one.
         """
-        step = await self._next(ScriptedRequest(tuple(messages), tuple(tools), json_mode))
+        step = await self._next(
+            ScriptedRequest(tuple(messages), tuple(tools), json_mode, schema=schema)
+        )
         if isinstance(step, Chunks):
             if step.error is not None:
                 raise step.error
@@ -194,6 +201,7 @@ class ScriptedModel:
         *,
         tools: Sequence[ToolSpec] = (),
         json_mode: bool = False,
+        schema: ResponseSchema | None = None,
     ) -> AsyncIterator[ReplyDelta | ModelReply]:
         """Stream the script's step for where the conversation stands: its deltas, then its reply.
 
@@ -202,7 +210,9 @@ class ScriptedModel:
             Exception: The step's exception, when the step is one (for `Chunks`
                 with an ``error``, after its pieces).
         """
-        request = ScriptedRequest(tuple(messages), tuple(tools), json_mode, stream=True)
+        request = ScriptedRequest(
+            tuple(messages), tuple(tools), json_mode, stream=True, schema=schema
+        )
         step = await self._next(request)
         if isinstance(step, Chunks):
             for index, piece in enumerate(step.pieces):

@@ -13,7 +13,10 @@ connection; each request received is recorded. A `Canned` response may hold
 until an event is set (a slow server), stream server-sent events chunk by
 chunk, drop the connection part-way through its body, or build its body from
 the request it answers (``render``: a server that echoes what it was sent, the
-key included). Nothing here sleeps.
+key included). A request the real API would refuse (`tests.support.api_checks`:
+JSON mode without "json" in the messages, a malformed ``json_schema``, a
+forced tool no tool defines) is answered 400 as that API answers it, and
+takes no canned response. Nothing here sleeps.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
+
+from tests.support.api_checks import refusal
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -159,6 +164,8 @@ class ChatServer:
         self.queue: deque[Canned] = deque()
         self.requests: list[Received] = []
         self.connections = 0
+        #: Refuse what the real APIs refuse (`tests.support.api_checks`) with a 400.
+        self.checks = True
 
     def add(self, *responses: Canned) -> None:
         """Queue responses, served one per request in this order."""
@@ -182,11 +189,13 @@ class ChatServer:
                 length = int(headers.get("content-length", "0"))
                 body = await reader.receive_exactly(length) if length else b""
                 self.requests.append(Received(method, path, headers, body))
-                canned = (
-                    self.queue.popleft()
-                    if self.queue
-                    else Canned.error(500, "no canned response left")
-                )
+                refused = refusal(path, body) if self.checks else None
+                if refused is not None:  # as the real API would: no canned response taken
+                    canned = Canned(status=refused[0], body=refused[1])
+                elif self.queue:
+                    canned = self.queue.popleft()
+                else:
+                    canned = Canned.error(500, "no canned response left")
                 if canned.render is not None:
                     canned.body = canned.render(self.requests[-1])
                 try:
