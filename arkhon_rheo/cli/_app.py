@@ -190,6 +190,13 @@ def _add_worker(add: _Add) -> None:
         default=1.0,
         help="the longest wait before looking in the store again, in seconds",
     )
+    sub.add_argument(
+        "--max-claims",
+        type=_natural,
+        default=5,
+        help="fail a session claimed this many times without a commit (a step that kills "
+        "its worker); 0: never (default: 5)",
+    )
 
 
 def _add_read_commands(add: _Add) -> None:

@@ -38,6 +38,7 @@ async def _work(args: argparse.Namespace, machines: list[object]) -> dict[str, o
             lease_ttl=args.lease_ttl,
             poll_interval=args.poll,
             secrets=Keyring.from_env(),
+            max_claims_without_progress=args.max_claims or None,
         )
         async with anyio.create_task_group() as group:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
