@@ -195,7 +195,7 @@ def _add_worker(add: _Add) -> None:
         type=_natural,
         default=5,
         help="fail a session claimed this many times without a commit (a step that kills "
-        "its worker); 0: never (default: 5)",
+        "its worker); 0: never",
     )
 
 
