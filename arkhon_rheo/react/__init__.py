@@ -10,7 +10,8 @@ Phases and stuck detection (`Phase`, `StuckDetector`, `infer_state_from_tool`)
 tell an agent what phase it is in and when it is going nowhere. The seeds'
 machinery is one argument each: ``react_agent(stuck=...)`` (seed 003),
 ``rules=`` (seeds 000/002's Validate over a `Proposal`) and
-``budget=GlobalBudget(...)`` (seed 001).
+``budget=GlobalBudget(...)`` (seed 001). A long conversation is trimmed
+(``max_context_tokens=``) or its oldest turns summarised (``memory=Summarize(...)``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from ._budget import Budget as Budget
 from ._budget import Used as Used
 from ._config import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
 from ._config import DEFAULT_TYPED_PROMPT as DEFAULT_TYPED_PROMPT
+from ._context import DEFAULT_SUMMARY_PROMPT as DEFAULT_SUMMARY_PROMPT
 from ._context import PromptCache as PromptCache
+from ._context import Summarize as Summarize
 from ._context import estimate_tokens as estimate_tokens
 from ._context import trim_messages as trim_messages
 from ._conversation import Conversation as Conversation
@@ -55,6 +58,7 @@ from ._stuck import infer_state_from_tool as infer_state_from_tool
 from ._stuck import offered_actions as offered_actions
 
 __all__ = [
+    "DEFAULT_SUMMARY_PROMPT",
     "DEFAULT_SYSTEM_PROMPT",
     "DEFAULT_TYPED_PROMPT",
     "PHASE_ACTIONS",
@@ -82,6 +86,7 @@ __all__ = [
     "StuckDetector",
     "StuckPolicy",
     "StuckReason",
+    "Summarize",
     "Used",
     "UserInput",
     "action_allowed",

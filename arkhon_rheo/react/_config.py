@@ -21,6 +21,7 @@ from ..protocols import NamedModelClient, ResponseSchema, StreamingModelClient
 from ..protocols._seams import is_async_context_manager, takes_schema
 from ._budget import Budget
 from ._calls import tool_runner
+from ._context import Summarize
 from ._options import CheckOptions, check_options
 from ._state import ReactState, answer_adapter
 
@@ -82,8 +83,8 @@ class ReactConfig:
     Raises:
         ConfigurationError: If an argument is out of range, ``state_type`` is not
             a `ReactState`, ``answer_type`` is no type pydantic validates,
-            ``tool_failures`` is neither ``"observe"`` nor ``"escalate"``, or
-            ``stream`` is asked of a client that cannot.
+            ``tool_failures`` is neither ``"observe"`` nor ``"escalate"``,
+            ``memory`` is no `Summarize`, or ``stream`` is asked of a client that cannot.
     """
 
     model: ModelClient
@@ -108,6 +109,7 @@ class ReactConfig:
     tool_failures: OnExhausted = "observe"
     stuck: StuckDetector | StuckPolicy | str | None = None
     rules: RuleSet[Any] | Sequence[Rule[Any]] | None = None
+    memory: Summarize | None = None
     runner: ToolRunner = field(init=False)
     limits: Budget = field(init=False)
     pricing: Pricing | None = field(init=False)
@@ -135,6 +137,10 @@ class ReactConfig:
         ):
             if value < 1:
                 raise ConfigurationError(f"react_agent: {label} must be at least 1, got {value}")
+        if self.memory is not None and not isinstance(self.memory, Summarize):
+            raise ConfigurationError(
+                f"react_agent: memory must be a Summarize(...) or None, got {self.memory!r}"
+            )
         self._derive("runner", tool_runner(self.tools))
         checks = check_options(self.stuck, self.rules, self.budget)
         self._derive("checks", checks)

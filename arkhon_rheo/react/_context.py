@@ -1,10 +1,11 @@
-"""What the model is sent each turn: the conversation trimmed to fit, and a prompt cache."""
+"""What the model is sent each turn: the conversation trimmed or summarised, and a prompt cache."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import operator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter
@@ -24,9 +25,58 @@ from ..protocols import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["ContextWindow", "PromptCache", "estimate_tokens", "trim_messages"]
+__all__ = [
+    "DEFAULT_SUMMARY_PROMPT",
+    "ContextWindow",
+    "PromptCache",
+    "Summarize",
+    "estimate_tokens",
+    "trim_messages",
+]
 
 _MESSAGES = TypeAdapter(tuple[Message, ...])
+
+#: What the model is told when it folds the oldest turns into a summary (`Summarize`).
+DEFAULT_SUMMARY_PROMPT = (
+    "Summarise the conversation below for your own later use, as you will see it instead of "
+    "those turns: keep the user's task and requests, the facts found (with the tools' results "
+    "that matter), the decisions made and what is left to do. Be concise; no preamble."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Summarize:
+    """Fold the oldest turns into a summary once the conversation passes a token budget.
+
+    ``react_agent(model, tools, memory=Summarize(max_tokens=8_000))``: before a
+    model turn, when the estimate (`estimate_tokens`) of the conversation passes
+    ``max_tokens``, the agent makes one recorded model call that summarises its
+    oldest messages and commits, as a step of its own, a conversation where they
+    are one summary message (a `SystemMessage` after the system prompt), with
+    ``state.summary`` and ``state.summaries`` counting. The system prompt and the
+    last ``keep_last`` messages stay as they are; a tool call is never kept without
+    its results (the cut moves back to the call). An earlier summary is folded
+    into the next one.
+
+    Attributes:
+        max_tokens: The estimate past which the oldest turns are summarised.
+        keep_last: How many of the latest messages stay as they are (at least 1).
+        prompt: The instructions of the summarising call (the turns follow them).
+
+    Raises:
+        ConfigurationError: ``max_tokens`` or ``keep_last`` is below 1, or ``prompt`` is empty.
+    """
+
+    max_tokens: int
+    keep_last: int = 4
+    prompt: str = DEFAULT_SUMMARY_PROMPT
+
+    def __post_init__(self) -> None:
+        for label, value in (("max_tokens", self.max_tokens), ("keep_last", self.keep_last)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"Summarize: {label} must be an int >= 1, got {value!r}")
+        if not self.prompt.strip():
+            raise ConfigurationError("Summarize: prompt must not be empty")
 
 
 def estimate_tokens(message: Message) -> int:
@@ -87,6 +137,11 @@ class ContextWindow:
         if self._total <= max_tokens:
             return messages  # it fits: every turn stays
         return _trimmed(messages, self._sizes, max_tokens)
+
+    def size(self, messages: tuple[Message, ...]) -> int:
+        """The estimate of ``messages`` (their `estimate_tokens`), at the cost of their new part."""
+        self._update(messages)
+        return self._total
 
     def _update(self, messages: tuple[Message, ...]) -> None:
         known, sizes = self._known, self._sizes

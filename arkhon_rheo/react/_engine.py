@@ -17,6 +17,7 @@ from ._checks import CheckedThinkStage
 from ._config import DEFAULT_SYSTEM_PROMPT, ReactConfig
 from ._guard import arguments_fit, held_gate
 from ._listen import ListenStage
+from ._memory import CheckedMemoryThinkStage, MemoryThinkStage
 from ._stages import ActStage, StartStage, ThinkStage
 from ._state import ReactState, StopReason
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from ..rules import Rule, RuleSet
     from ..tools import OnExhausted
     from ._budget import Budget
-    from ._context import PromptCache
+    from ._context import PromptCache, Summarize
     from ._options import GlobalBudget
     from ._rounds import DecisionBudget, RoundBudget
     from ._stuck import StuckDetector, StuckPolicy
@@ -63,6 +64,7 @@ def react_agent(
     tool_failures: OnExhausted = "observe",
     stuck: StuckDetector | StuckPolicy | str | None = None,
     rules: RuleSet[Any] | Sequence[Rule[Any]] | None = None,
+    memory: Summarize | None = None,
 ) -> Machine[ReactState]:
     """Build a ReAct agent: an ordinary `Machine` over a model client and tools.
 
@@ -70,8 +72,7 @@ def react_agent(
 
     Args:
         model: The model client, shared by every session (and rate-governed: see ``governing``).
-        tools: A `ToolRunner` (an ``arkhon_rheo.tools.Toolbox``), or the tools
-            themselves (functions decorated with ``@tool``), put in a toolbox.
+        tools: A `ToolRunner` (a ``Toolbox``), or the ``@tool`` functions themselves.
         system_prompt: The first message of every conversation; None for none.
         budget: Limits on turns, tool calls, tokens, cost and time, or seed 001's
             `GlobalBudget` (rounds, overdraft); past one, a wrap-up turn without tools.
@@ -108,6 +109,7 @@ def react_agent(
             (``"soft"``, ``"hard"``, ``"auto_finish"``), checked after each model turn.
         rules: Seeds 000/002's Validate: a `RuleSet` (or rules) over each `Proposal`;
             a violation goes back to the model, at most 3 times in a row.
+        memory: `Summarize` folds the oldest turns into a summary past a token estimate.
 
     Returns:
         The machine.
@@ -117,8 +119,7 @@ def react_agent(
             ``state_type`` is no `ReactState`, or ``resources`` names its own.
     """
     # Every argument as given, checked and frozen (the parameters are ReactConfig's fields).
-    config = ReactConfig(**locals())
-    return react_machine(config)
+    return react_machine(ReactConfig(**locals()))
 
 
 def react_machine(config: ReactConfig) -> Machine[ReactState]:
@@ -148,6 +149,10 @@ def react_machine(config: ReactConfig) -> Machine[ReactState]:
     if config.checks is not None:  # each proposal is checked; one sent back is thought again
         transitions[L.THINKING] |= {L.THINKING}
         stages[L.THINKING] = CheckedThinkStage.bind(config)
+    if config.memory is not None:  # a step may fold the oldest turns into a summary instead
+        transitions[L.THINKING] |= {L.THINKING}
+        memory = MemoryThinkStage if config.checks is None else CheckedMemoryThinkStage
+        stages[L.THINKING] = memory.bind(config)
     acting: list[Condition[Any]] = [Condition("acting needs pending tool calls", _has_pending)]
     gates: Sequence[Gate] = config.gates
     runner = config.runner

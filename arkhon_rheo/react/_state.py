@@ -138,6 +138,9 @@ class ReactState(AgentState):
         violation: The violation that ended the agent (`StopReason.VIOLATION`).
         decisions: Seed 001's global budget spent so far (``budget=GlobalBudget(...)``);
             None until the first check.
+        summary: The latest summary of the oldest turns (``react_agent(memory=Summarize(...))``),
+            also in ``messages`` as a `SystemMessage`; None until the first.
+        summaries: How many times the oldest turns were summarised.
     """
 
     lifecycle: Lifecycle = Lifecycle.INITIALIZED
@@ -166,6 +169,8 @@ class ReactState(AgentState):
     rule_retries: int = Field(default=0, ge=0)
     violation: RuleResult | None = None
     decisions: DecisionBudget | None = None
+    summary: str | None = None
+    summaries: int = Field(default=0, ge=0)
 
     @overload
     def output_as(self, answer_type: type[T]) -> T: ...
