@@ -74,7 +74,7 @@ def held_gate(toolbox: Toolbox) -> Gate:
             "reason": held.reason,
             "why": _WHY[held.reason],
             "attempts": held.attempts,
-            "schema": toolbox[name].spec.parameters if name in toolbox else None,
+            "schema": _schema(toolbox, name),
             "answer": _HOW,
         }
 
@@ -85,6 +85,13 @@ def held_gate(toolbox: Toolbox) -> Gate:
         question=question,
         answer=dict[str, Any],
     )
+
+
+def _schema(toolbox: Toolbox, name: str) -> Any:
+    """The parameters' schema of tool ``name``: a Python tool's, or one the toolbox offers."""
+    if name in toolbox:
+        return toolbox[name].spec.parameters
+    return next((_plain(spec.parameters) for spec in toolbox.specs if spec.name == name), None)
 
 
 def _waits(state: ReactState) -> bool:

@@ -36,7 +36,16 @@ if TYPE_CHECKING:
 
     from ..protocols import Store, ToolCall
 
-__all__ = ["Effect", "Ledger", "RunPolicy", "effect_of", "idempotency_key", "policy_of", "run_once"]
+__all__ = [
+    "Effect",
+    "Ledger",
+    "RunPolicy",
+    "effect_of",
+    "idempotency_key",
+    "policy_of",
+    "refused_by",
+    "run_once",
+]
 
 
 class Effect(enum.Enum):
@@ -99,6 +108,21 @@ def policy_of(value: RunPolicy | str, *, tool: str) -> RunPolicy:
         raise ConfigurationError(
             f"tool {tool!r}: the run policy must be one of {names} (or a RunPolicy), got {value!r}"
         ) from None
+
+
+def refused_by(policy: RunPolicy, call: ToolCall, *, approved: bool) -> str | None:
+    """Why ``policy`` refuses ``call`` (the model's error message), or ``None`` if it may run.
+
+    Raises:
+        ToolCallHeld: The policy is ``approve`` and no human approved the call.
+    """
+    if policy is RunPolicy.BLOCK:
+        return f"tool {call.name!r} is blocked here (its run policy); do without it"
+    if policy is RunPolicy.APPROVE and not approved:
+        raise ToolCallHeld(
+            f"tool {call.name!r}: call {call.id!r} waits for a human's approval", "approval"
+        )
+    return None
 
 
 def idempotency_key(session_id: str, step: int, call_id: str) -> str:

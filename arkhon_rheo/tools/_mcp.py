@@ -19,7 +19,16 @@ from .._errors import ConfigurationError, Fatal, ToolTimeout
 from .._redact import scrub, scrub_secrets
 from ..protocols import ToolMessage, ToolSpec
 from ..protocols._seams import current_injector
-from ._effects import Effect, Ledger, effect_of, idempotency_key, run_once
+from ._effects import (
+    Effect,
+    Ledger,
+    RunPolicy,
+    effect_of,
+    idempotency_key,
+    policy_of,
+    refused_by,
+    run_once,
+)
 from ._mcp_link import Connection, Server, observation
 from ._mcp_results import (
     model_name,
@@ -40,7 +49,6 @@ if TYPE_CHECKING:
     from mcp.types import Tool as MCPTool
 
     from ..protocols import ToolCall
-    from ._effects import RunPolicy
     from ._tool import Tool
     from ._toolbox import _Site
 
@@ -128,11 +136,20 @@ class MCPToolbox(Toolbox):
         timeout: Seconds a call may take (`ToolTimeout` past it), or ``None``.
         connect_timeout: Seconds the connection, handshake and listing may take.
         concurrency: How many calls may run at once in all, or ``None``.
-        policies: Run policies of the Python tools, as for `Toolbox`.
+        policies: Run policies (`RunPolicy`, or its value: ``"allow"``,
+            ``"approve"``, ``"block"``), by tool name: a Python tool's name, or
+            a server's tool's name on the server (as ``effects``). A server's
+            tool to ``approve`` holds each call for a human (a `react_agent`
+            pauses at its ``"tool call"`` gate); a blocked one is not offered,
+            and a call of it is answered with an error.
+        default_policy: The run policy of the server's tools that ``policies``
+            does not name (``"allow"`` by default).
 
     Raises:
         ConfigurationError: The MCP SDK is not installed (``pip install
-            "arkhon-rheo[mcp]"``), or an argument is invalid.
+            "arkhon-rheo[mcp]"``), or an argument is invalid. A name in
+            ``include``, ``effects`` or ``policies`` that the server does not
+            list is refused when the toolbox opens, naming the server's tools.
     """
 
     def __init__(
@@ -148,6 +165,7 @@ class MCPToolbox(Toolbox):
         connect_timeout: float = 30.0,
         concurrency: int | None = None,
         policies: Mapping[str, RunPolicy | str] | None = None,
+        default_policy: RunPolicy | str = RunPolicy.ALLOW,
     ) -> None:
         _require_sdk()
         if not isinstance(server, Server):
@@ -155,7 +173,13 @@ class MCPToolbox(Toolbox):
                 f"MCPToolbox takes a server made by MCPToolbox.stdio or MCPToolbox.http, "
                 f"got {server!r}"
             )
-        super().__init__(*tools, concurrency=concurrency, policies=policies)
+        local = {getattr(one, "name", None) for one in tools}
+        policies = dict(policies or {})
+        super().__init__(
+            *tools,
+            concurrency=concurrency,
+            policies={name: one for name, one in policies.items() if name in local},
+        )
         if not isinstance(prefix, str):
             raise ConfigurationError(f"MCPToolbox prefix must be a str, got {prefix!r}")
         self.prefix = prefix
@@ -167,7 +191,16 @@ class MCPToolbox(Toolbox):
         self.include = frozenset(include) if include is not None else None
         #: The effects of the server's tools, by their names on the server.
         self.effects = {name: effect_of(one, tool=name) for name, one in (effects or {}).items()}
-        self.may_hold = self.may_hold or Effect.ASK in self.effects.values()
+        #: The run policies of the server's tools, by their names on the server.
+        self.policies = {
+            name: policy_of(one, tool=name) for name, one in policies.items() if name not in local
+        }
+        #: The run policy of the server's tools that ``policies`` does not name.
+        self.default_policy = policy_of(default_policy, tool="default_policy")
+        held = {*self.policies.values(), self.default_policy}
+        self.may_hold = (
+            self.may_hold or RunPolicy.APPROVE in held or Effect.ASK in self.effects.values()
+        )
         self.timeout = _seconds("timeout", timeout, optional=True)
         connect = _seconds("connect_timeout", connect_timeout, optional=False)
         self.server = server
@@ -291,14 +324,7 @@ class MCPToolbox(Toolbox):
     def _listed(self, tools: list[MCPTool]) -> None:
         """Take the server's listing: the specs, the names, the argument checks."""
         offered = [one for one in tools if self.include is None or one.name in self.include]
-        named = (self.include or set()) | set(self.effects)
-        missing = sorted(named - {one.name for one in tools})
-        if missing:
-            raise ConfigurationError(
-                f"MCPToolbox include or effects names {missing}, which the MCP server "
-                f"{self.server.label} does not list (it lists: "
-                f"{', '.join(one.name for one in tools) or 'none'})"
-            )
+        self._refuse_unlisted(tools)
         remote: dict[str, str] = {}
         for one in offered:
             self._refuse_unfit(one, offered)
@@ -315,9 +341,44 @@ class MCPToolbox(Toolbox):
             for name, one in zip(remote, offered, strict=True)
         }
         self._mcp_specs = tuple(
-            spec_of(one, name) for name, one in zip(remote, offered, strict=True)
+            spec_of(one, name)
+            for name, one in zip(remote, offered, strict=True)
+            if self.policies.get(one.name, self.default_policy) is not RunPolicy.BLOCK
         )
-        self._remote = remote
+        self._remote = remote  # blocked tools too: a call of one is answered "blocked"
+
+    def _refuse_unlisted(self, tools: list[MCPTool]) -> None:
+        """Refuse a name in ``include``, ``effects`` or ``policies`` the server does not list.
+
+        Raises:
+            ConfigurationError: Naming the argument, the names, and the server's tools.
+        """
+        listed = {one.name for one in tools}
+        named = {"include": self.include or (), "effects": self.effects, "policies": self.policies}
+        for argument, names in named.items():
+            missing = sorted(set(names) - listed)
+            if missing:
+                python = " (nor is it one of its Python tools)" if argument == "policies" else ""
+                raise ConfigurationError(
+                    f"MCPToolbox {argument} names {missing}, which the MCP server "
+                    f"{self.server.label} does not list{python} (it lists: "
+                    f"{', '.join(one.name for one in tools) or 'none'})"
+                )
+
+    def policy(self, name: str) -> RunPolicy:
+        """The run policy of tool ``name``, a Python tool or a server's (by its name for the model).
+
+        ``ALLOW`` for a tool it lacks.
+        """
+        if name in self:
+            return super().policy(name)
+        remote = self._remote.get(name)
+        if remote is not None:
+            return self.policies.get(remote, self.default_policy)
+        if any(spec.name == name for spec in self._mcp_specs):  # given by specs=, not listed yet
+            named = {model_name(self.prefix, one): p for one, p in self.policies.items()}
+            return named.get(name, self.default_policy)
+        return RunPolicy.ALLOW
 
     def _refuse_unfit(self, one: MCPTool, offered: list[MCPTool]) -> None:
         """Refuse a tool the model cannot be offered: no name, or a schema that cannot be followed.
@@ -368,6 +429,9 @@ class MCPToolbox(Toolbox):
                 f"invalid arguments for {call.name!r}: {problems}; call it again with "
                 "arguments that match its parameters",
             )
+        refused = refused_by(self.policy(call.name), call, approved=site.approved)
+        if refused is not None:
+            return self._error(call, refused)
         effect = self.effects.get(self._remote[call.name], Effect.READ)
         try:
             return await self._run_effect(site, effect, arguments)

@@ -29,7 +29,6 @@ from .. import _tracing
 from .._errors import (
     ArkhonError,
     ConfigurationError,
-    ToolCallHeld,
     ToolError,
     Transient,
 )
@@ -38,7 +37,7 @@ from .._redact import scrub, scrub_secrets
 from ..protocols import ToolCall, ToolMessage, ToolSpec, record_call
 from ..protocols._seams import call_site, current_injector, current_session
 from ._context import tool_context
-from ._effects import Effect, Ledger, RunPolicy, idempotency_key, policy_of, run_once
+from ._effects import Effect, Ledger, RunPolicy, idempotency_key, policy_of, refused_by, run_once
 from ._retry import ESCALATE, OnExhausted, backoff_delay, observes, on_exhausted_of
 from ._tool import Tool
 
@@ -310,15 +309,9 @@ class Toolbox:
                 f"invalid arguments for {call.name!r}: {_compact(exc)}; call it again with "
                 "arguments that match its parameters",
             )
-        policy = self._policies[tool.name]
-        if policy is RunPolicy.BLOCK:
-            return self._error(
-                call, f"tool {call.name!r} is blocked here (its run policy); do without it"
-            )
-        if policy is RunPolicy.APPROVE and not site.approved:
-            raise ToolCallHeld(
-                f"tool {call.name!r}: call {call.id!r} waits for a human's approval", "approval"
-            )
+        refused = refused_by(self._policies[tool.name], call, approved=site.approved)
+        if refused is not None:
+            return self._error(call, refused)
         if tool.effect is Effect.READ and not tool.takes_context:
             try:  # the common case first: no context, no ledger, one attempt that answers
                 return await self._run(tool, call, arguments, validated, None)

@@ -7,7 +7,8 @@ Run ``python -m tests.support.mcp_server stdio`` to serve over stdio, or
 Its tools: ``add`` (two ints), ``fail`` (always reports an error), ``stats``
 (structured output), ``pixel`` (an image), ``whoami`` (its process id, so a
 test can kill it), ``header`` (a request header, echoed back: HTTP only) and
-``hang`` (never answers).
+``hang`` (never answers), ``send_email`` (a side effect: it keeps what it
+sent) and ``sent`` (how many emails went to an address).
 """
 
 from __future__ import annotations
@@ -82,6 +83,23 @@ async def hang() -> str:
     """Never answers."""
     await anyio.sleep_forever()
     return "unreachable"
+
+
+#: The emails ``send_email`` sent, by recipient (for this server process's life).
+OUTBOX: dict[str, int] = {}
+
+
+@server.tool()
+def send_email(to: str, subject: str) -> str:
+    """Send an email."""
+    OUTBOX[to] = OUTBOX.get(to, 0) + 1
+    return f"sent {subject!r} to {to}"
+
+
+@server.tool()
+def sent(to: str) -> int:
+    """How many emails were sent to an address."""
+    return OUTBOX.get(to, 0)
 
 
 def serve_http(port: int) -> None:

@@ -153,7 +153,9 @@ async def test_it_lists_the_tools_and_answers_calls_bad_arguments_as_observation
         not_json = await tools.call(call("add", "{a: 1"))
         not_object = await tools.call(call("add", "[1, 2]"))
         unknown = await tools.call(call("subtract", {"a": 1}))
-    assert list(specs) == ["add", "fail", "stats", "pixel", "whoami", "header", "hang"]
+    assert list(specs) == [
+        *("add", "fail", "stats", "pixel", "whoami", "header", "hang", "send_email", "sent")
+    ]
     add = specs["add"]
     assert add.description == "Add two integers."
     assert add.parameters["required"] == ["a", "b"]
@@ -375,7 +377,7 @@ async def test_python_tools_sit_beside_the_servers(shared_url: str) -> None:
     async with mixed:  # it opens again after it was closed
         assert (await mixed.call(call("srv_add", {"a": 2, "b": 2}))).content == '{"result":4}'
     missing = toolbox(transport, server, include=["add", "multiply"])
-    with pytest.raises(ConfigurationError, match="effects names \\['multiply'\\]"):
+    with pytest.raises(ConfigurationError, match="include names \\['multiply'\\]"):
         async with missing:
             pass
 

@@ -58,7 +58,8 @@ def test_without_the_sdk_it_says_what_to_install(monkeypatch: pytest.MonkeyPatch
         (lambda: MCPToolbox.stdio("s", include="add"), "write include=\\['add'\\]"),
         (lambda: MCPToolbox.stdio("s", concurrency=0), "concurrency must be an int"),
         (lambda: MCPToolbox.stdio("s", effects={"rm": "maybe"}), "rm"),
-        (lambda: MCPToolbox.stdio("s", policies={"x": "block"}), "not one of its tools"),
+        (lambda: MCPToolbox.stdio("s", policies={"x": "maybe"}), "tool 'x': the run policy"),
+        (lambda: MCPToolbox.stdio("s", default_policy="ask"), "'allow', 'approve', 'block'"),
         (lambda: MCPToolbox("server"), "made by MCPToolbox.stdio or MCPToolbox.http"),  # type: ignore[arg-type]
     ],
 )
