@@ -14,7 +14,7 @@ Offline it runs two scenarios on a scripted model (an overdraft used well,
 and one blocked); with ``OPENAI_BASE_URL`` set, the first asks that server.
 Run it with ``python examples/budgeted_decision_agent.py [asyncio|trio]``. The
 seed's whole machine (contract slots, artifacts, every exit reason), built by
-hand, is tests/seeds/decision_machine.py.
+hand, is examples/decision_agent.py.
 """
 
 from __future__ import annotations

@@ -252,3 +252,53 @@ async def test_the_react_example_talks_to_anthropic_when_configured(tmp_path: Pa
     assert [b["model"] for b in bodies] == ["claude-test", "claude-test"]
     assert {t["name"] for t in bodies[0]["tools"]} == {"calculate", "count_words"}
     assert bodies[1]["messages"][-1]["content"][0]["type"] == "tool_result"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_decision_agent_ends_each_scenario_on_its_exit_reason(backend: str, runs: Runs) -> None:
+    lines = runs.lines("decision_agent", backend)
+    reasons = [
+        "complete",
+        "clarify",
+        "max_iterations",
+        "context_reads_exhausted",
+        "decision_no_progress",
+        "decision_reruns_exhausted",
+        "wrapup_no_decision_rerun",
+        "exploit_overdraft_blocked",
+        "incomplete_contract",
+    ]
+    assert [line for line in lines if line.startswith("== scenario ")] == [
+        f"== scenario {reason}" for reason in reasons
+    ]
+    assert [line for line in lines if line.startswith("  exit: ")] == [
+        f"  exit: {reason}" for reason in reasons
+    ]
+    assert "  answer: Paris; slots: capital=a2" in lines  # complete: the page mapped
+    assert "  answer: Which France do you mean?; slots: capital=pending" in lines
+    assert "  answer: Paris, I think; slots: capital=pending" in lines  # incomplete_contract
+    assert "      exit_reason=None (wrap-up round)" in lines
+    assert (
+        lines.count(
+            "      a2 fetch_page [document]: Paris is the capital of France "
+            "(population 2.1 million)."
+        )
+        == 1
+    )
+    assert "      BUDGET_STATE: global(decisions left 6/6," in "\n".join(lines)
+    assert lines[-1] == (
+        "replay: 9/9 sessions re-executed on their recorded calls, without the model"
+    )
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_decision_agent_runs_one_scenario_by_name(backend: str, runs: Runs) -> None:
+    lines = runs.lines("decision_agent", backend, "clarify")
+    assert lines[0] == "== scenario clarify"
+    assert "      decided: clarify (pending_exit_reason=clarify)" in lines
+    assert (
+        lines[-1] == "replay: 1/1 sessions re-executed on their recorded calls, without the model"
+    )
+    result, _ = runs.run("decision_agent", backend, "teleport")
+    assert result.returncode == 1
+    assert "no scenario 'teleport'; the scenarios are complete, clarify," in result.stderr

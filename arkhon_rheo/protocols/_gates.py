@@ -99,7 +99,9 @@ class Gate:
     field: str | None = None
     question: Any = None
     answer: Any = None
-    _adapter: TypeAdapter[Any] | None = dataclass_field(default=None, repr=False, compare=False)
+    _adapter: TypeAdapter[Any] | None = dataclass_field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if self.answer is not None:

@@ -68,11 +68,11 @@ class SQLiteStore(SQLiteBase, EffectLedger):
     intent is as durable as a commit in the store's mode before its tool runs.
 
     The SQL runs on stdlib `sqlite3` on one connection owned by one dedicated
-    thread (`._thread_writer`), on asyncio and trio alike: it batches the queued
-    writes by itself, commits each batch in one transaction while the event loop
-    builds the next, and wakes the batch's callers with one call back into the
-    loop. ``driver="aiosqlite"`` runs it on aiosqlite instead, with a writer task
-    (`._writer`; asyncio only; one await per statement, so it is slower).
+    thread, on asyncio and trio alike: it batches the queued writes by itself,
+    commits each batch in one transaction while the event loop builds the next,
+    and wakes the batch's callers with one call back into the loop.
+    ``driver="aiosqlite"`` runs it on aiosqlite instead, with a writer task
+    (asyncio only; one await per statement, so it is slower).
 
     Opening a file that is not SQLite, another application's SQLite database, a
     store of another schema version or a damaged one raises `StoreCorrupt` and
@@ -215,7 +215,7 @@ class SQLiteStore(SQLiteBase, EffectLedger):
 
         Returns:
             ``None`` where `append` must do the work: in ``ASYNC`` mode, with a
-            fault injector installed, or where a subclass overrides `append`.
+                fault injector installed, or where a subclass overrides `append`.
 
         Raises:
             StoreError: As `append` raises for a write that cannot be queued (a

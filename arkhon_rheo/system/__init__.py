@@ -4,10 +4,9 @@
 `SessionHandle` is a running (or ended) session's handle, `SessionResult` how
 it ended; `StoredSession` is a session as the store keeps it (history, replay,
 fork, rollback, resume, and the answers to a gate); `ReplayReport` (and its
-`Divergence`) is what checking a stored log found. A stored session's reads
-and out-of-band writes go through its journal (`_journal`), and the check of
-its log through `_verify`. `Worker` drives the sessions a shared store has
-something to do for (`AgentSystem.submit` stores them for it).
+`Divergence`) is what checking a stored log found. `Worker` drives the
+sessions a shared store has something to do for (`AgentSystem.submit` stores
+them for it).
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ class Messaging:
 
         Returns:
             Where it went: ``sent.handle`` is the run here that applies it, if
-            any. Use `ask` for the reply to this message.
+                any. Use `ask` for the reply to this message.
 
         Raises:
             MessageRefused: If the machine does not accept the message, or the

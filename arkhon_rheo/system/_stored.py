@@ -134,7 +134,7 @@ class StoredSession(Generic[S]):
 
         Returns:
             The report: ``report.ok``, or ``report.divergence`` (the event number
-            and what differed), and the replayed state.
+                and what differed), and the replayed state.
 
         Raises:
             ConfigurationError: Without a store, if the machine does not read the

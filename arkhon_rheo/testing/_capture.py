@@ -131,7 +131,7 @@ class EventCapture:
 
         Returns:
             The event that satisfied the wait: the ``until``-th, or the first
-            matching the predicate.
+                matching the predicate.
 
         Raises:
             ConfigurationError: If ``until`` is neither a count from 1 nor callable.

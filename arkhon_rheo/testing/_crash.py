@@ -392,7 +392,7 @@ def crash_loop(
 
     Returns:
         The report; ``report.ok`` says whether all went well, ``report.summary()``
-        what did not.
+            what did not.
 
     Raises:
         ConfigurationError: If a name does not resolve, or a number is out of range.

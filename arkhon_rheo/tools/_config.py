@@ -28,7 +28,7 @@ _ISOLATIONS = ("auto", "require", "none")
 
 @dataclass(frozen=True, kw_only=True)
 class Sandbox:
-    """How a sandboxed tool's calls are confined (the threat model: `arkhon_rheo.tools._sandbox`).
+    """How a sandboxed tool's calls are confined (see the tools how-to, "Sandboxed tools").
 
     Attributes:
         env: Variables to set in the child, as given.

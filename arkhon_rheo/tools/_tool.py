@@ -130,7 +130,7 @@ class Tool(Generic[P, R]):
         retries: How many times a call that fails transiently is tried again
             in the call, when it is to be observed after them.
         on_exhausted: What such a call gets after its retries: ``"observe"``,
-            ``"escalate"``, or ``None`` (its caller's default; see ``_retry``).
+            ``"escalate"``, or ``None`` (its caller's default).
     """
 
     def __init__(

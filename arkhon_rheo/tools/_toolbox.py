@@ -8,7 +8,7 @@ effect ledger for a tool with side effects (`._effects.run_once`). Whatever
 the model did wrong, and whatever the tool raised of its own, comes back as an
 error `ToolMessage` for the model to act on. A `Transient` failure (including
 `ToolTimeout`) is retried within the call and then observed, or escalates, by
-the tool's ``on_exhausted`` (see ``._retry``); the other classified errors
+the tool's ``on_exhausted``; the other classified errors
 (`Recoverable`, `Fatal`, including `ToolCallHeld` and `AmbiguousEffect`)
 propagate to the supervisor, which restarts or fails the stage (a ReAct agent
 pauses on `ToolCallHeld`).
@@ -248,13 +248,13 @@ class Toolbox:
                 it runs: if that run is cut short too, a human is asked again.
             on_exhausted: For a tool that does not say, what a transient failure
                 gets: ``"escalate"`` (raised, for the supervisor) or ``"observe"``
-                (retried, then answered ``"Error after N attempts: ..."``; see ``_retry``).
+                (retried, then answered ``"Error after N attempts: ..."``).
 
         Returns:
             The result, or an error message (``is_error=True``) for an unknown
-            or blocked tool, arguments that are not JSON or do not validate, an
-            exception the tool raised of its own, and a transient failure past
-            its retries, when it is observed.
+                or blocked tool, arguments that are not JSON or do not validate, an
+                exception the tool raised of its own, and a transient failure past
+                its retries, when it is observed.
 
         Raises:
             Transient: The tool raised it, or ran past its timeout (`ToolTimeout`),

@@ -15,6 +15,7 @@ nothing from elsewhere, and is screenshot. Skipped where the ``docs`` extra
 from __future__ import annotations
 
 import functools
+import html
 import http.server
 import importlib
 import os
@@ -61,6 +62,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert build.returncode == 0, f"mkdocs build --strict failed:\n{build.stderr[-6000:]}"
     assert (out / "index.html").is_file()
+    # mkdocstrings formats the signatures with ruff (the docs extra), or says it cannot.
+    assert "Formatting signatures requires" not in build.stderr
     return out
 
 
@@ -161,6 +164,45 @@ def test_every_public_name_has_its_anchor_on_its_api_page(site: Path, package: s
     assert not missing, f"arkhon_rheo.{package}: no reference for {missing}"
     private = sorted(i for i in page.ids if re.search(r"^arkhon_rheo\..*\._(?!_)", i))
     assert not private, f"private names on the page: {private[:10]}"
+
+
+def _text(path: Path) -> str:
+    """What a page shows: its HTML without scripts, styles and tags."""
+    page = re.sub(r"<(script|style)\b.*?</\1>", "", path.read_text(encoding="utf-8"), flags=re.S)
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
+
+
+#: A private name of the library: ``_name`` alone, ``self._name`` or ``arkhon_rheo.x._name``.
+_PRIVATE = re.compile(r"(?<![\w.])_[a-z]\w*|\b(?:self|arkhon_rheo(?:\.\w+)*)\._[a-z]\w*")
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_an_api_page_names_nothing_private_and_each_return_in_one_row(
+    site: Path, package: str
+) -> None:
+    path = site / "reference" / "api" / package / "index.html"
+    private = sorted(set(_PRIVATE.findall(_text(path))))
+    assert not private, f"private names on the {package} page: {private}"
+    # A google ``Returns:`` (or ``Yields:``) is one description, however many lines it
+    # has: a table row of its own for each line means an unindented continuation.
+    sections = re.findall(
+        r'doc-section-title">(?:Returns|Yields):</span></p>\s*<table>(.*?)</table>',
+        path.read_text(encoding="utf-8"),
+        re.S,
+    )
+    split = [s for s in sections if s.count('<tr class="doc-section-item">') > 1]
+    assert not split, f"{package}: a Returns section in several rows:\n{split[0][:2000]}"
+
+
+@pytest.mark.parametrize("package", ["react", "system"])
+def test_the_page_of_a_package_introduced_on_it_says_its_introduction_once(
+    site: Path, package: str
+) -> None:
+    path = site / "reference" / "api" / package / "index.html"
+    # The page's own paragraph, then the package's members: not its docstring again.
+    assert {"react": "The ReAct engine:", "system": "The agent system,"}[package] in _text(path)
+    page = path.read_text(encoding="utf-8")
+    assert re.search(r'<div class="doc doc-contents first">\s*<div class="doc doc-children">', page)
 
 
 # -- in a real browser ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Seed 001's hand-built machine (decision_machine.py): every exit reason, wrap-up, overdraft.
+"""examples/decision_agent.py, the budgeted decision agent: every exit reason, wrap-up, overdraft.
 
 Each scenario asserts the exact sequence of states the session went through
 (``D`` decision, ``PV`` protocol_verify, ``TE`` tool_execution, ``R`` the
@@ -8,8 +8,6 @@ router ``route_after_decision``, ``X`` exit) and its exit reasons.
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,17 +27,17 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.anyio
 
-SCRIPT = Path(__file__).resolve().parent / "decision_machine.py"
-_spec = importlib.util.spec_from_file_location("budgeted_decision_agent", SCRIPT)
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "decision_agent.py"
+_spec = importlib.util.spec_from_file_location("decision_agent", SCRIPT)
 assert _spec is not None
 assert _spec.loader is not None
-seed: Any = importlib.util.module_from_spec(_spec)
-sys.modules["budgeted_decision_agent"] = seed
-_spec.loader.exec_module(seed)
+agent: Any = importlib.util.module_from_spec(_spec)
+sys.modules["decision_agent"] = agent
+_spec.loader.exec_module(agent)
 
-Exit = seed.Exit
-say, use = seed.say, seed.use
-SEARCH, FETCH, LOOKUP = seed.SEARCH, seed.FETCH, seed.LOOKUP
+Exit = agent.Exit
+say, use = agent.say, agent.use
+SEARCH, FETCH, LOOKUP = agent.SEARCH, agent.FETCH, agent.LOOKUP
 NAMES = {
     "decision": "D",
     "protocol_verify": "PV",
@@ -74,7 +72,7 @@ class Run:
 
 async def run(state: Any, script: list[str], tools: Toolbox | None = None) -> Run:
     model = ScriptedModel(script)
-    machine = seed.build_machine(model, tools or seed.TOOLS)
+    machine = agent.build_machine(model, tools or agent.TOOLS)
     async with MemoryStore() as store:
         done = await run_machine(machine, state, session_id="s", store=store)
     assert done.result.ok, done.result.failure
@@ -98,13 +96,13 @@ EXPECTED = {
 
 
 def test_there_is_a_scenario_for_each_of_the_nine_exit_reasons() -> None:
-    assert sorted(EXPECTED) == sorted(seed.SCENARIOS) == sorted(e.value for e in Exit)
+    assert sorted(EXPECTED) == sorted(agent.SCENARIOS) == sorted(e.value for e in Exit)
     assert len(EXPECTED) == 9
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 async def test_each_exit_reason(name: str) -> None:
-    state, script = seed.SCENARIOS[name]
+    state, script = agent.SCENARIOS[name]
     done = await run(state, list(script))
     states, exit_reason = EXPECTED[name]
     assert done.states == states
@@ -113,7 +111,7 @@ async def test_each_exit_reason(name: str) -> None:
 
 
 async def test_complete_maps_the_artifact_and_keeps_the_answer() -> None:
-    done = await run(*seed.SCENARIOS["complete"])
+    done = await run(*agent.SCENARIOS["complete"])
     assert [a.artifact_kind for a in done.state.artifacts] == ["search", "document"]
     assert done.state.contract[0].artifact_id == "a2"
     assert done.state.answer == "Paris"
@@ -125,7 +123,7 @@ async def test_complete_maps_the_artifact_and_keeps_the_answer() -> None:
 
 
 async def test_the_budget_line_is_the_last_line_of_every_journal_the_model_reads() -> None:
-    done = await run(*seed.SCENARIOS["complete"])
+    done = await run(*agent.SCENARIOS["complete"])
     assert len(done.journals) == len(done.lines) == 3
     for journal, line in zip(done.journals, done.lines, strict=True):
         assert journal.endswith("\n" + line)
@@ -138,7 +136,7 @@ async def test_the_budget_line_is_the_last_line_of_every_journal_the_model_reads
 
 
 async def test_max_iterations_still_asks_the_model_once_past_the_gate() -> None:
-    done = await run(*seed.SCENARIOS["max_iterations"])
+    done = await run(*agent.SCENARIOS["max_iterations"])
     assert "decisions left 0/2," in done.lines[-1]
     assert len(done.journals) == 3  # two rounds of budget, then the must-finish round
     finishing = done.events[6]
@@ -147,7 +145,7 @@ async def test_max_iterations_still_asks_the_model_once_past_the_gate() -> None:
 
 
 async def test_the_tool_call_budget_is_a_must_finish_gate_too() -> None:
-    state = seed.task_state(budget=RoundBudget(6, 1, 3, 0, 1, 2, 4))
+    state = agent.task_state(budget=RoundBudget(6, 1, 3, 0, 1, 2, 4))
     done = await run(state, [SEARCH, SEARCH])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("max_iterations", "max_iterations")
@@ -155,14 +153,14 @@ async def test_the_tool_call_budget_is_a_must_finish_gate_too() -> None:
 
 
 async def test_an_explicit_exit_in_the_must_finish_round_wins_over_max_iterations() -> None:
-    state = seed.task_state(budget=RoundBudget(1, 6, 3, 0, 1, 2, 4))
+    state = agent.task_state(budget=RoundBudget(1, 6, 3, 0, 1, 2, 4))
     done = await run(state, [LOOKUP, say("complete", map={"capital": "a1"}, message="Paris")])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("complete", "complete")
 
 
 async def test_an_unusable_reply_is_no_progress() -> None:
-    done = await run(seed.task_state(), ["this is not JSON"])
+    done = await run(agent.task_state(), ["this is not JSON"])
     assert done.states == "D R X DONE"
     assert done.reasons == ("decision_no_progress", "decision_no_progress")
     assert "unusable decision: the reply is not JSON" in done.state.notes[-1]
@@ -173,7 +171,7 @@ async def test_an_unusable_reply_is_no_progress() -> None:
 
 async def test_the_wrapup_round_maps_an_artifact_then_completes() -> None:
     script = [LOOKUP, say("complete"), say("complete", map={"capital": "a1"}, message="Paris")]
-    done = await run(seed.task_state(), script)
+    done = await run(agent.task_state(), script)
     assert done.states == "D PV TE D R D R X DONE"
     assert done.reasons == ("complete", "complete")
     assert done.state.wrapup_round_used
@@ -192,7 +190,7 @@ async def test_the_wrapup_round_maps_an_artifact_then_completes() -> None:
 
 
 async def test_a_tool_call_in_the_wrapup_round_forces_the_exit() -> None:
-    done = await run(seed.task_state(), [LOOKUP, say("complete"), SEARCH])
+    done = await run(agent.task_state(), [LOOKUP, say("complete"), SEARCH])
     assert done.states == "D PV TE D R D R X DONE"
     assert done.reasons == (None, "incomplete_contract")  # nothing pending to preserve
     assert len(done.state.artifacts) == 1  # the tool did not run
@@ -200,7 +198,7 @@ async def test_a_tool_call_in_the_wrapup_round_forces_the_exit() -> None:
 
 
 async def test_a_forced_wrapup_exit_preserves_a_pending_max_iterations() -> None:
-    state = seed.task_state(budget=RoundBudget(1, 6, 3, 0, 1, 2, 4))
+    state = agent.task_state(budget=RoundBudget(1, 6, 3, 0, 1, 2, 4))
     done = await run(state, [LOOKUP, SEARCH, SEARCH])
     assert done.states == "D PV TE D R D R X DONE"
     assert done.reasons == ("max_iterations", "max_iterations")
@@ -208,13 +206,13 @@ async def test_a_forced_wrapup_exit_preserves_a_pending_max_iterations() -> None
 
 
 async def test_there_is_a_single_wrapup_round() -> None:
-    done = await run(seed.task_state(), [LOOKUP, say("complete"), say("complete")])
+    done = await run(agent.task_state(), [LOOKUP, say("complete"), say("complete")])
     assert done.states == "D PV TE D R D R X DONE"  # no second wrap-up
     assert done.reasons == ("complete", "incomplete_contract")
 
 
 async def test_a_clarify_with_mappable_artifacts_gets_the_wrapup_round_too() -> None:
-    done = await run(seed.task_state(), [LOOKUP, say("clarify"), say("clarify")])
+    done = await run(agent.task_state(), [LOOKUP, say("clarify"), say("clarify")])
     assert done.states == "D PV TE D R D R X DONE"
     assert done.reasons == ("clarify", "clarify")
 
@@ -229,7 +227,7 @@ async def test_a_clarify_with_mappable_artifacts_gets_the_wrapup_round_too() -> 
     ids=["search", "error", "null"],
 )
 async def test_no_wrapup_without_a_mappable_artifact(call: str, why: str) -> None:
-    done = await run(seed.task_state(), [call, say("complete")])
+    done = await run(agent.task_state(), [call, say("complete")])
     assert done.states == "D PV TE D R X DONE", why
     assert done.reasons == ("complete", "incomplete_contract")
     assert not done.state.artifacts[0].mappable
@@ -240,14 +238,14 @@ async def test_no_wrapup_without_pending_slots() -> None:
     lookup = say(
         "call_tool", strategy="exploit", tool="lookup", arguments={"key": "france.capital"}
     )
-    done = await run(seed.task_state(slots={}), [lookup, say("complete", message="Paris")])
+    done = await run(agent.task_state(slots={}), [lookup, say("complete", message="Paris")])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("complete", "complete")
 
 
 async def test_no_wrapup_when_the_mappable_artifact_is_already_mapped() -> None:
     slots = {"capital": "The capital", "population": "Its population"}
-    state = seed.task_state(slots=slots)
+    state = agent.task_state(slots=slots)
     done = await run(state, [LOOKUP, say("complete", map={"capital": "a1"})])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("complete", "incomplete_contract")  # population is still pending
@@ -257,7 +255,7 @@ async def test_no_wrapup_when_the_mappable_artifact_is_already_mapped() -> None:
 
 
 async def test_an_exploit_overdraft_round_runs_past_the_gate() -> None:
-    state = seed.task_state(budget=RoundBudget(1, 6, 3, 3, 1, 2, 4))
+    state = agent.task_state(budget=RoundBudget(1, 6, 3, 3, 1, 2, 4))
     script = [SEARCH, FETCH, say("complete", map={"capital": "a2"}, message="Paris")]
     done = await run(state, script)
     assert done.states == "D PV TE D PV TE D R X DONE"
@@ -276,14 +274,14 @@ async def test_an_exploit_overdraft_round_runs_past_the_gate() -> None:
 
 
 async def test_a_decision_rerun_in_the_overdraft_is_blocked() -> None:
-    state = seed.task_state(budget=RoundBudget(1, 6, 3, 3, 1, 2, 4))
+    state = agent.task_state(budget=RoundBudget(1, 6, 3, 3, 1, 2, 4))
     done = await run(state, [SEARCH, say("decision", show_artifacts=["a1"])])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("exploit_overdraft_blocked", "exploit_overdraft_blocked")
 
 
 async def test_no_overdraft_when_the_pending_slots_stage_has_no_exploit_left() -> None:
-    state = seed.task_state(budget=RoundBudget(1, 6, 3, 3, 1, 2, 4), stage=SlotBudget(2, 0, 1, 2))
+    state = agent.task_state(budget=RoundBudget(1, 6, 3, 3, 1, 2, 4), stage=SlotBudget(2, 0, 1, 2))
     done = await run(state, [SEARCH, FETCH])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("max_iterations", "max_iterations")
@@ -291,7 +289,7 @@ async def test_no_overdraft_when_the_pending_slots_stage_has_no_exploit_left() -
 
 
 async def test_the_overdraft_ends_when_its_rounds_are_used() -> None:
-    state = seed.task_state(budget=RoundBudget(1, 6, 3, 1, 1, 2, 4))
+    state = agent.task_state(budget=RoundBudget(1, 6, 3, 1, 1, 2, 4))
     done = await run(state, [SEARCH, FETCH, FETCH, SEARCH])
     # Round 3 is past the gate with no overdraft left: max_iterations, then the wrap-up
     # round for the unmapped page; its tool call forces the exit, max_iterations kept.
@@ -310,7 +308,7 @@ async def test_a_rerun_shows_what_was_asked_and_counts_it() -> None:
         say("decision", slot_id="capital", show_artifacts=["a1"], show_skills=["mapping"]),
         say("complete", map={"capital": "a1"}, message="Paris"),
     ]
-    done = await run(seed.task_state(), script)
+    done = await run(agent.task_state(), script)
     assert done.states == "D PV TE D D R X DONE"
     assert done.reasons == ("complete", "complete")
     assert "SKILL mapping:" in done.journals[2]
@@ -323,13 +321,13 @@ async def test_a_rerun_shows_what_was_asked_and_counts_it() -> None:
 
 async def test_a_rerun_shows_an_artifact_in_full() -> None:
     script = [SEARCH, say("decision", show_artifacts=["a1"]), say("clarify")]
-    done = await run(seed.task_state(), script)
+    done = await run(agent.task_state(), script)
     assert '["https://example.org/paris","https://example.org/lyon"]' in done.journals[2]
     assert '["https://example.org/paris","https://example.org/lyon"]' not in done.journals[1]
 
 
 async def test_no_rerun_past_the_gate() -> None:
-    state = seed.task_state(budget=RoundBudget(1, 6, 3, 0, 1, 2, 4))
+    state = agent.task_state(budget=RoundBudget(1, 6, 3, 0, 1, 2, 4))
     done = await run(state, [SEARCH, say("decision", show_skills=["mapping"])])
     assert done.states == "D PV TE D R X DONE"
     assert done.reasons == ("max_iterations", "max_iterations")
@@ -360,7 +358,7 @@ def bad(**fields: Any) -> str:
 async def test_a_malformed_tool_call_is_blocked_and_goes_back_to_decision(
     decision: str, problem: str
 ) -> None:
-    done = await run(seed.task_state(), [decision, say("clarify")])
+    done = await run(agent.task_state(), [decision, say("clarify")])
     assert done.states == "D PV D R X DONE"
     assert done.reasons == ("clarify", "clarify")
     assert done.state.protocol_error.startswith(problem)
@@ -373,7 +371,7 @@ async def test_a_malformed_tool_call_is_blocked_and_goes_back_to_decision(
 
 
 def test_only_the_router_may_write_exit_reason() -> None:
-    machine = seed.build_machine(ScriptedModel())
+    machine = agent.build_machine(ScriptedModel())
     writers = {cls.name for cls in machine.stages.values() if "exit_reason" in cls.writes}
     assert writers == {"route_after_decision"}
     pending = {cls.name for cls in machine.stages.values() if "pending_exit_reason" in cls.writes}
@@ -397,13 +395,13 @@ async def test_a_stopped_run_resumes_and_replays_without_the_model(tmp_path: Pat
         if hang[0]:
             entered.set()
             await anyio.sleep_forever()
-        return str(seed.PAGES[url])
+        return str(agent.PAGES[url])
 
-    tools = Toolbox(seed.web_search, hanging_fetch, seed.lookup, seed.calculate)
-    state, script = seed.SCENARIOS["complete"]
+    tools = Toolbox(agent.web_search, hanging_fetch, agent.lookup, agent.calculate)
+    state, script = agent.SCENARIOS["complete"]
     model = ScriptedModel(list(script))
-    machine = seed.build_machine(model, tools)
-    db = tmp_path / "seed001.db"
+    machine = agent.build_machine(model, tools)
+    db = tmp_path / "decisions.db"
     with anyio.CancelScope() as scope:
         async with AgentSystem(path=db) as system:
             await system.start(machine, state, session_id="s")
@@ -415,7 +413,7 @@ async def test_a_stopped_run_resumes_and_replays_without_the_model(tmp_path: Pat
         handle = await system.resume(machine, "s")
         result = await handle.result()
         events = await system.stored(machine, "s").history()
-        offline = seed.build_machine(ScriptedModel([]), tools)
+        offline = agent.build_machine(ScriptedModel([]), tools)
         report = await system.stored(offline, "s").replay(reexecute=True)
     assert result.ok
     assert result.state.final_exit_reason is Exit.COMPLETE
@@ -428,31 +426,11 @@ async def test_a_stopped_run_resumes_and_replays_without_the_model(tmp_path: Pat
     assert len(model.requests) == 3  # replay asked nothing of the model
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_the_example_runs_every_scenario_and_replays_them(backend: str) -> None:
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), backend],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(SCRIPT.parents[2])},
-    )
-    assert result.returncode == 0, result.stderr
-    exits = [line for line in result.stdout.splitlines() if line.startswith("  exit: ")]
-    assert exits == [f"  exit: {name}" for name in seed.SCENARIOS]
-    assert (
-        "replay: 9/9 sessions re-executed on their recorded calls, without the model"
-        in result.stdout.splitlines()
-    )
-    assert "      BUDGET_STATE: global(decisions left 6/6," in result.stdout
-
-
 async def test_the_machine_runs_on_an_openai_compatible_server() -> None:
     from arkhon_rheo.models import OpenAIChatClient
     from tests.support.chat_server import Canned, open_chat_server
 
-    state, script = seed.SCENARIOS["complete"]
+    state, script = agent.SCENARIOS["complete"]
     async with open_chat_server() as server:
         server.add(*(Canned.completion(decision) for decision in script))
         async with (
@@ -460,7 +438,7 @@ async def test_the_machine_runs_on_an_openai_compatible_server() -> None:
             MemoryStore() as store,
             AgentSystem(store=store) as system,
         ):
-            result = await system.run(seed.build_machine(client), state, session_id="s")
+            result = await system.run(agent.build_machine(client), state, session_id="s")
     assert result.ok, result.failure
     assert result.state.final_exit_reason is Exit.COMPLETE
     assert len(server.requests) == 3

@@ -1,36 +1,51 @@
-"""Seed 001's budgeted decision machine: decision → protocol_verify → tool_execution → exit.
+"""A budgeted decision agent: contract slots, artifacts, decision reruns, nine exit reasons.
 
-The decision stage asks the model for one JSON decision a round:
+The agent answers a task by filling a contract: named slots (here
+``capital``), each pending until an artifact (a tool result the agent
+registered) is mapped to it. Its machine is decision → protocol_verify →
+tool_execution → decision ..., then route_after_decision → exit. The decision
+stage asks the model for one JSON decision a round:
 
-- ``call_tool`` with a ``strategy`` (explore, exploit or render), a ``tool``
-  and its ``arguments`` (and the ``slot_id`` it works for) goes through
-  ``protocol_verify`` (the tool call's shape) to ``tool_execution``, which runs
-  the tool and registers its result as an artifact;
+- ``call_tool`` with a ``strategy`` (explore, exploit or render), a ``tool``,
+  its ``arguments`` and the ``slot_id`` it works for goes through
+  ``protocol_verify`` (the call's shape: the strategy, a known tool and slot,
+  arguments its schema accepts) to ``tool_execution``, which runs the tool and
+  registers its result as an artifact (``a1``, ``a2``, ... with a kind:
+  search, document, fact, number);
 - ``decision`` with ``show_artifacts`` / ``show_skills`` is a decision rerun:
-  the next round shows those in full (each item is a context read);
-- ``complete`` / ``exit`` / ``clarify`` end the run; any decision may ``map``
-  artifacts to contract slots.
+  the next round shows those in full (each item spends a context read);
+- ``complete`` / ``exit`` end the run with an answer, ``clarify`` ends it with
+  a question for the user; any decision may ``map`` artifacts to slots
+  (``{"capital": "a2"}``). Search results, errors and null values are not
+  mappable.
+
+Budgets are `arkhon_rheo.react.DecisionBudget`: a global `RoundBudget`
+(decision rounds, tool calls, explore / exploit / render rounds, decision
+reruns, context reads) and an advisory `SlotBudget` per slot. The model sees
+the ``BUDGET_STATE`` line at the end of every round's journal; past the
+must-finish gate the run ends with ``max_iterations`` unless an exploit
+overdraft round is granted (a pending slot with exploit rounds left), in which
+any other move is ``exploit_overdraft_blocked``.
 
 The decision stage never sets ``exit_reason``: it sets ``pending_exit_reason``,
-and the ``route_after_decision`` stage (the seed's ``_route_after_decision``)
-promotes it and applies the single wrap-up round. The write sets make that a
+and ``route_after_decision`` promotes it, but first grants the single wrap-up
+round when slots are pending and a mappable artifact is mapped to none (the
+model may then only map and finish: a tool call ends the run, a rerun is
+``wrapup_no_decision_rerun``). The stages' declared write sets make that a
 rule the supervisor enforces: no other stage may write ``exit_reason``. The
 ``exit`` stage's final analysis turns a ``complete`` with pending slots into
 ``incomplete_contract`` (in ``final_exit_reason``).
 
-Budgets are `arkhon_rheo.react.DecisionBudget`: the model sees the
-``BUDGET_STATE`` line in every round's journal; past the must-finish gate the
-run ends with ``max_iterations`` unless an exploit overdraft is granted.
+Offline by default: a scripted model plays nine scenarios, one per exit
+reason, each printed step by step, then every session is replayed without the
+model. With ``OPENAI_BASE_URL`` set, a real OpenAI-compatible model runs the
+first task. Run it with ``python examples/decision_agent.py [asyncio|trio]
+[SCENARIO]`` (a scenario's name, like ``clarify``, runs that one alone).
 
-Offline by default (a scripted model answers each of nine scenarios, one per
-exit reason); with ``OPENAI_BASE_URL`` set, a real OpenAI-compatible model
-runs the first task. Run it with ``python tests/seeds/decision_machine.py
-[asyncio|trio]``.
-
-This is the seed's machine built by hand (contract slots, artifacts, every exit
-reason), kept as the reference that tests/seeds/test_seed_001.py checks;
-``react_agent(budget=GlobalBudget(...))`` gives any agent the global budget, its
-overdraft and wrap-up in one line (examples/budgeted_decision_agent.py).
+``react_agent(budget=GlobalBudget(...))`` gives any ReAct agent the global
+budget, its overdraft and wrap-up in one argument
+(examples/budgeted_decision_agent.py); this machine, built by hand on the
+public API, adds the contract, the artifacts and the reruns.
 """
 
 from __future__ import annotations
@@ -41,7 +56,9 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -77,7 +94,7 @@ if TYPE_CHECKING:
 
 
 class Step(enum.Enum):
-    """The machine's states: the seed's four nodes, the router made a step, and the ends."""
+    """The machine's states: its four stages, the router as a stage of its own, and the ends."""
 
     DECISION = "decision"
     PROTOCOL_VERIFY = "protocol_verify"
@@ -89,7 +106,7 @@ class Step(enum.Enum):
 
 
 class Exit(enum.Enum):
-    """Seed 001's exit reasons."""
+    """Why a run ended: one scripted scenario each."""
 
     COMPLETE = "complete"
     CLARIFY = "clarify"
@@ -133,7 +150,7 @@ class Artifact(BaseModel):
 
     @property
     def mappable(self) -> bool:
-        """Seed 001: not a search result, no error, a value that is not null."""
+        """Whether a slot may take it: not a search result, no error, a value that is not null."""
         return self.artifact_kind != "search" and self.error is None and self.value is not None
 
 
@@ -147,11 +164,12 @@ class Slot(BaseModel):
 
 
 def default_budget() -> DecisionBudget:
+    """The budget of a session that names none: six rounds and six tool calls."""
     return DecisionBudget(RoundBudget(6, 6, 3, 3, 1, 2, 4))
 
 
 class DecisionState(AgentState):
-    """Seed 001's ReactState: the routing fields, the contract, artifacts and budgets."""
+    """The agent's state: the routing fields, the contract, the artifacts and the budgets."""
 
     lifecycle: Step = Step.DECISION
     task: str = ""
@@ -247,18 +265,26 @@ PROTOCOL = (
 
 
 def pending_slots(contract: Sequence[Slot]) -> list[str]:
+    """The ids of the slots no artifact is mapped to yet, in contract order."""
     return [slot.slot_id for slot in contract if slot.artifact_id is None]
 
 
 def wrapup_eligible(contract: Sequence[Slot], artifacts: Sequence[Artifact]) -> bool:
-    """Pending slots, and mappable artifacts mapped to no slot."""
+    """Whether the wrap-up round applies: pending slots, and mappable artifacts mapped to none."""
     mapped = {slot.artifact_id for slot in contract}
     unmapped = [a for a in artifacts if a.mappable and a.artifact_id not in mapped]
     return bool(pending_slots(contract)) and bool(unmapped)
 
 
 def parse_decision(text: str | None) -> tuple[Decision | None, str]:
-    """The decision in a model reply, or None and what was wrong with it."""
+    """The decision in a model reply.
+
+    Args:
+        text: The reply's text: one JSON object.
+
+    Returns:
+        The decision and ``""``, or None and what was wrong with the reply.
+    """
     try:
         raw = json.loads(text or "")
     except json.JSONDecodeError as exc:
@@ -277,7 +303,16 @@ def parse_decision(text: str | None) -> tuple[Decision | None, str]:
 def apply_mappings(
     contract: tuple[Slot, ...], artifacts: Sequence[Artifact], mappings: Mapping[str, str]
 ) -> tuple[tuple[Slot, ...], list[str]]:
-    """Map artifacts to slots; a mapping that cannot apply is skipped with a note."""
+    """Map artifacts to slots; a mapping that cannot apply is skipped with a note.
+
+    Args:
+        contract: The slots.
+        artifacts: The artifacts registered so far.
+        mappings: Slot id to artifact id, as the decision gave them.
+
+    Returns:
+        The contract after the mappings, and a note for each one skipped.
+    """
     by_id = {a.artifact_id: a for a in artifacts}
     slots = {slot.slot_id: slot for slot in contract}
     notes: list[str] = []
@@ -319,9 +354,21 @@ def build_machine(
     tools: ToolRunner = TOOLS,
     kinds: Mapping[str, str] = KINDS,
     *,
-    name: str = "seed-001-budgeted-decision",
+    name: str = "budgeted-decision",
 ) -> Machine[DecisionState]:
-    """Seed 001's machine over ``model`` and ``tools``."""
+    """The decision agent's machine.
+
+    Args:
+        model: The model that decides each round (asked for JSON).
+        tools: The tools a ``call_tool`` decision may run.
+        kinds: The artifact kind of each tool's results (``search`` results are
+            not mappable); a tool not named here gives ``result`` artifacts.
+        name: The machine's name.
+
+    Returns:
+        The machine: decision, protocol_verify, tool_execution,
+        route_after_decision and exit.
+    """
     S = Step
     known_tools = {spec.name for spec in tools.specs}
     toolbox = tools if isinstance(tools, Toolbox) else None
@@ -418,7 +465,7 @@ def build_machine(
                 else:
                     pending = Exit.COMPLETE
                     patch = patch.set(answer=decision.message)
-            structlog.get_logger("seed001").info(
+            structlog.get_logger("decision_agent").info(
                 "decision", round=number, decision=decision, pending=pending
             )
             return patch.set(
@@ -611,6 +658,7 @@ def say(action: str, **fields: Any) -> str:
 
 
 def use(tool_name: str, strategy: str = "explore", **arguments: Any) -> str:
+    """A scripted ``call_tool`` decision for the ``capital`` slot."""
     return say(
         "call_tool", strategy=strategy, slot_id="capital", tool=tool_name, arguments=arguments
     )
@@ -653,6 +701,7 @@ SCENARIOS: dict[str, tuple[DecisionState, list[str]]] = {
 
 
 def describe(decision: Decision | None) -> str:
+    """A decision in one short line, for the trace."""
     if decision is None:
         return "(unusable)"
     if decision.action == "call_tool":
@@ -694,27 +743,36 @@ async def run_traced(
     return result
 
 
-async def main() -> None:
+async def main(only: str | None = None) -> None:
+    """Run the scenarios (or the one named ``only``), then replay them without the model.
+
+    Args:
+        only: A scenario's name; None runs all nine.
+    """
     if os.environ.get("OPENAI_BASE_URL"):  # a real OpenAI-compatible server
         async with OpenAIChatClient() as client, AgentSystem(path=None) as system:
             print("== a real model: what is the capital of France?")
             await run_traced(system, build_machine(client), task_state(), "real")
         return
-    import tempfile
-    from pathlib import Path
-
+    if only is not None and only not in SCENARIOS:
+        raise SystemExit(f"no scenario {only!r}; the scenarios are {', '.join(SCENARIOS)}")
+    names = [only] if only else list(SCENARIOS)
     with tempfile.TemporaryDirectory() as folder:
-        async with AgentSystem(path=Path(folder) / "seed001.db", seed=1) as system:
-            for name, (state, script) in SCENARIOS.items():
+        async with AgentSystem(path=Path(folder) / "decisions.db", seed=1) as system:
+            for name in names:
+                state, script = SCENARIOS[name]
                 print(f"== scenario {name}")
                 result = await run_traced(system, build_machine(ScriptedModel(script)), state, name)
                 final = result.state.final_exit_reason
                 assert final is not None, name
                 assert final.value == name, (name, final)
+                slots = ", ".join(
+                    f"{slot.slot_id}={slot.artifact_id or 'pending'}"
+                    for slot in result.state.contract
+                )
+                print(f"  answer: {result.state.answer}; slots: {slots}")
             offline = build_machine(ScriptedModel([]))  # no model at all
-            replays = [
-                await system.stored(offline, name).replay(reexecute=True) for name in SCENARIOS
-            ]
+            replays = [await system.stored(offline, name).replay(reexecute=True) for name in names]
     ok = sum(report.ok for report in replays)
     print(
         f"replay: {ok}/{len(replays)} sessions re-executed on their recorded calls, "
@@ -724,4 +782,5 @@ async def main() -> None:
 
 if __name__ == "__main__":
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    anyio.run(main, backend=sys.argv[1] if len(sys.argv) > 1 else "asyncio")
+    backend = sys.argv[1] if len(sys.argv) > 1 else "asyncio"
+    anyio.run(main, sys.argv[2] if len(sys.argv) > 2 else None, backend=backend)
