@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 import anyio
 
 from .._errors import ConfigurationError, NoReply, SessionBusy
-from ..protocols import AgentState, EventKind, Receive
+from ..protocols import AgentState, EventKind
 from ._journal import Journal
-from ._mail import ENDED
+from ._mail import ENDED, Mailbox
 
 if TYPE_CHECKING:
     import enum
@@ -134,10 +134,7 @@ def rest_status(machine: Machine[Any], kind: EventKind, to_state: enum.Enum) -> 
         return "paused"
     if to_state in machine.terminal:
         return "failed" if to_state is machine.failed else "finished"
-    stage = machine.stages.get(to_state)
-    if stage is not None and issubclass(stage, Receive):
-        return "waiting"
-    return None
+    return "waiting" if machine.waits_in(to_state) else None
 
 
 def _interrupted(event: TransitionEvent) -> bool:
@@ -361,11 +358,7 @@ class Replies:
     ) -> _TurnEnd | None:
         """Where the turn of ``message_id`` ended, read from the store; ``None``: not yet."""
         store = self.host.require_store("ask a session")
-        found = None
-        for message in await store.messages(session_id):
-            if message.message_id == message_id:
-                found = message
-                break
+        found = await Mailbox(store, session_id).known(message_id)
         if found is None or found.applied_seq is None:
             if record.status in ENDED:
                 raise NoReply(

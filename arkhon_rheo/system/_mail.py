@@ -57,6 +57,7 @@ __all__ = [
     "Mailbox",
     "Postman",
     "Sent",
+    "check_message_id",
     "decision_of",
     "encode_message",
     "message_record",
@@ -99,6 +100,18 @@ class Sent:
     position: int
     duplicate: bool
     handle: SessionHandle[Any] | None
+
+
+def check_message_id(message_id: object) -> None:
+    """Refuse a message id that is given but is no non-empty string.
+
+    Raises:
+        ConfigurationError: If it is.
+    """
+    if message_id is not None and (not isinstance(message_id, str) or not message_id):
+        raise ConfigurationError(
+            f"a message id is a non-empty string, got {message_id!r}; leave it out for a fresh one"
+        )
 
 
 def encode_message(
@@ -344,11 +357,7 @@ class Postman:
         host = self.host
         store = host.require_store("send a message")
         host.check_running()
-        if message_id is not None and (not isinstance(message_id, str) or not message_id):
-            raise ConfigurationError(
-                f"a message id is a non-empty string, got {message_id!r}; leave it out for a "
-                "fresh one"
-            )
+        check_message_id(message_id)
         try:
             kind, payload = encode_message(machine, message, self.max_bytes)
         except MessageRefused as refused:

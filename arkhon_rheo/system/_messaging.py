@@ -15,7 +15,8 @@ import anyio
 from .._errors import ConfigurationError, NoReply
 from ..protocols import AgentState, Machine
 from ._ask import END, Replies, Reply, check_on_busy, next_partial
-from ._mail import Postman, Sent, decision_of
+from ._mail import Postman, Sent, check_message_id, decision_of
+from ._options import check_positive
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -214,20 +215,14 @@ class Messaging:
         stream: bool,
     ) -> AsyncIterator[Any]:
         check_on_busy(on_busy)
-        if timeout is not None and not (
-            isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0
-        ):
-            raise ConfigurationError(f"timeout is a positive number of seconds, got {timeout!r}")
+        if timeout is not None:
+            check_positive("timeout", timeout)
         if decision_of(machine, message) is not None:
             raise ConfigurationError(
                 "a gate decision is not asked: send it (system.send) or use "
                 "system.stored(...).approve/abort/edit"
             )
-        if message_id is not None and (not isinstance(message_id, str) or not message_id):
-            raise ConfigurationError(
-                f"a message id is a non-empty string, got {message_id!r}; leave it out for a "
-                "fresh one"
-            )
+        check_message_id(message_id)
         message_id = message_id or uuid.uuid4().hex
         replies = self._replies
         # A deadline, not a scope: no cancel scope may span a yield of this generator.
