@@ -381,7 +381,7 @@ class MCPToolbox(Toolbox):
         return RunPolicy.ALLOW
 
     def argument_problems(self, name: str, arguments: Mapping[str, Any]) -> str:
-        """As `Toolbox`'s; a server's tool's by its input schema as listed (or as ``specs=`` gave)."""
+        """As `Toolbox`'s; a server's tool's by its input schema, as listed (or as ``specs=``)."""
         if name in self:
             return super().argument_problems(name, arguments)
         check = self._checks.get(name)
