@@ -20,7 +20,15 @@ from arkhon_rheo.protocols import (
     ToolSpec,
     UserMessage,
 )
-from arkhon_rheo.react import Close, Conversation, ReactState, StopReason, UserInput, react_agent
+from arkhon_rheo.react import (
+    Calls,
+    Close,
+    Conversation,
+    ReactState,
+    StopReason,
+    UserInput,
+    react_agent,
+)
 from arkhon_rheo.system import Reply
 from arkhon_rheo.tools import tool
 
@@ -313,7 +321,12 @@ async def test_ask_refuses_bad_arguments_before_storing_anything() -> None:
 async def test_a_stream_yields_the_turns_deltas_then_the_reply() -> None:
     from tests.support.ask_agent import Repeat
 
-    agent = react_agent(Repeat(), conversational=True, stream=True, name="streamed")
+    agent = react_agent(
+        Repeat(),
+        conversational=True,
+        name="streamed",
+        calls=Calls(stream=True),
+    )
     async with MemoryStore() as store, AgentSystem(store=store) as system:
         talk = await Conversation.open(system, agent, "t")
         pieces = [piece async for piece in talk.stream("one two three")]
