@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from .._errors import ArkhonError, CommandError, ConfigurationError
 from .._errors._cli import run_on
+from .._load import load_target
 from ..core import Keyring
-from ..protocols._seams import load_user_machine as load_machine
+from ..protocols import Machine
 from ._serve import serve
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         token = _token(args)
-        machines = [load_machine(spec) for spec in args.machine]
+        machines = [load_target(spec, Machine) for spec in args.machine]
         keyring = Keyring.from_env()  # the keys of sessions with sensitive fields, if set
         if not Path(args.store).is_file():  # not found (3), as the command line says
             print(f"error: no store file at {args.store!r}", file=sys.stderr)
