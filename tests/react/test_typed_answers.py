@@ -25,7 +25,9 @@ from arkhon_rheo.core._seams import fingerprint
 from arkhon_rheo.protocols import ResponseSchema, UserMessage
 from arkhon_rheo.react import (
     AnswerUnavailable,
+    Checks,
     Conversation,
+    Limits,
     MalformedModelOutput,
     PromptCache,
     ReactState,
@@ -66,7 +68,11 @@ async def test_a_typed_answer_is_kept_as_data_and_read_typed_after_a_retry() -> 
     model = ScriptedModel(
         ['{"name": "Paris", "population": "many"}', '{"name": "Paris", "population": "2100000"}']
     )
-    agent = react_agent(model, answer_type=City, max_format_retries=1)
+    agent = react_agent(
+        model,
+        answer_type=City,
+        limits=Limits(max_format_retries=1),
+    )
     async with AgentSystem(path=None) as system:
         result = await system.run(agent, ReactState(task="the biggest city of France"))
     assert result.ok, result.failure
@@ -87,7 +93,11 @@ async def test_a_typed_answer_is_kept_as_data_and_read_typed_after_a_retry() -> 
 
 async def test_an_answer_that_never_fits_ends_as_malformed_output() -> None:
     model = ScriptedModel(['{"name": "Paris"}'] * 40)
-    agent = react_agent(model, answer_type=City, max_format_retries=1)
+    agent = react_agent(
+        model,
+        answer_type=City,
+        limits=Limits(max_format_retries=1),
+    )
     async with AgentSystem(path=None, backoff=Backoff(base=0, cap=0)) as system:
         handle = await system.start(agent, ReactState(task="a city"))
         result = await handle.result()
@@ -120,12 +130,20 @@ async def test_any_type_pydantic_validates_is_an_answer_type(
 async def test_the_typed_answer_survives_the_store_a_resume_and_a_replay(tmp_path: Path) -> None:
     script = ['{"name": "Lyon", "population": 520000}']
     db = tmp_path / "a.db"
-    gated = react_agent(ScriptedModel(script), answer_type=City, gates=[Gate.before("think")])
+    gated = react_agent(
+        ScriptedModel(script),
+        answer_type=City,
+        checks=Checks(gates=[Gate.before("think")]),
+    )
     async with AgentSystem(path=db) as system:
         paused = await system.run(gated, ReactState(task="a city"), session_id="s")
         assert paused.exit_reason.value == "paused"
     # Another process: the paused session resumes from the store and answers.
-    resumed = react_agent(ScriptedModel(script), answer_type=City, gates=[Gate.before("think")])
+    resumed = react_agent(
+        ScriptedModel(script),
+        answer_type=City,
+        checks=Checks(gates=[Gate.before("think")]),
+    )
     async with AgentSystem(path=db) as system:
         handle = await system.stored(resumed, "s").approve()
         result = await handle.result()
@@ -135,7 +153,11 @@ async def test_the_typed_answer_survives_the_store_a_resume_and_a_replay(tmp_pat
     # And another: the stored state, and a replay that runs the stages again
     # (the model answered from the record), give the same object.
     model = ScriptedModel([])
-    again = react_agent(model, answer_type=City, gates=[Gate.before("think")])
+    again = react_agent(
+        model,
+        answer_type=City,
+        checks=Checks(gates=[Gate.before("think")]),
+    )
     async with AgentSystem(path=db) as system:
         stored = system.stored(again, "s")
         state = await stored.state()
