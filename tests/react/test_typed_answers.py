@@ -25,6 +25,7 @@ from arkhon_rheo.core._seams import fingerprint
 from arkhon_rheo.protocols import ResponseSchema, UserMessage
 from arkhon_rheo.react import (
     AnswerUnavailable,
+    Calls,
     Checks,
     Conversation,
     Limits,
@@ -272,8 +273,12 @@ async def test_a_shared_prompt_cache_keeps_the_replies_of_different_answer_types
     cache = PromptCache(maxsize=8)
     city_model = ScriptedModel(['{"name": "Lyon", "population": 522250}'])
     point_model = ScriptedModel(['{"x": 1.0, "y": 2.0}'])
-    city = react_agent(city_model, answer_type=City, cache=cache, system_prompt="Answer.")
-    point = react_agent(point_model, answer_type=Point, cache=cache, system_prompt="Answer.")
+    city = react_agent(
+        city_model, answer_type=City, calls=Calls(cache=cache), system_prompt="Answer."
+    )
+    point = react_agent(
+        point_model, answer_type=Point, calls=Calls(cache=cache), system_prompt="Answer."
+    )
     async with AgentSystem(path=None) as system:
         first = await system.run(city, ReactState(task="where?"))
         second = await system.run(point, ReactState(task="where?"))
