@@ -11,6 +11,8 @@ The cost is measured structurally, not by the clock: the bytes SQLite reads
 (``rchar`` of ``/proc/self/io``: every ``pread`` of a page, cache hits of the
 operating system included) while a fresh connection runs a post's batch script,
 the same script the store's writer runs, with 10 and with 200 messages pending.
+On PostgreSQL (whose post counts since ``8b7ceaa``), the same post's batch script:
+the shared buffers its reads touch, and the bytes of the rows they return.
 
 ``fixtures/store-v7.db`` was written by the code at ``7d15dff`` (schema version 7);
 ``fixtures/store-v7.json`` is every session's record, history and inbox as that
@@ -26,7 +28,7 @@ import shutil
 import sqlite3
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -159,3 +161,69 @@ async def test_a_version_7_file_keeps_its_inboxes(old_file: Path) -> None:
         assert {"inbox_pending", "sessions_waking", "sessions_live"} <= names
         assert "old_inbox" not in names
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def _pg_post_reads(url: str, message_id: str) -> tuple[int, int]:
+    """What one post's batch (rolled back) reads on PostgreSQL: shared buffers, and bytes back.
+
+    Each ``SELECT`` the post's batch script runs is run once more under
+    ``EXPLAIN (ANALYZE, BUFFERS)``: its shared blocks hit and read, summed; and
+    the rows every statement returns, as text, summed (a payload read is sent
+    whole: ``EXPLAIN`` alone would not show it, its TOAST is only read to send it).
+    """
+    import psycopg
+
+    from arkhon_rheo.store._postgres_conn import PIPELINE, PIPELINE_EVERY, _execute
+    from arkhon_rheo.store._postgres_sql import write_batch as pg_write_batch
+
+    request = Post("s", (message_id, "Ask", json.dumps({"text": PAYLOAD}), 1.0, 1.0), 10_000)
+    touched = returned = 0
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("SET search_path = arkhon_rheo")
+
+        def execute(statement: Statement) -> Rows:
+            nonlocal touched, returned
+            _, params, mode = statement
+            subs: Any = params if mode in (PIPELINE, PIPELINE_EVERY) else [statement]
+            for sub_text, sub_params, sub_mode in subs:
+                if not sub_mode and sub_text.lstrip().upper().startswith("SELECT"):
+                    ((plan,),) = connection.execute(
+                        f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sub_text}", sub_params
+                    ).fetchall()
+                    node = plan[0]["Plan"]
+                    touched += node["Shared Hit Blocks"] + node["Shared Read Blocks"]
+            rows = _execute(connection, statement, url)
+            returned += sum(len(str(row)) for row in rows)
+            return rows
+
+        connection.execute("BEGIN")
+        script = pg_write_batch([request], now=1.0, location=url, channel="flood")
+        result = step(script, next(script), execute)
+        connection.execute("ROLLBACK")
+    assert result.errors == [None]
+    return touched, returned
+
+
+async def test_a_post_on_postgresql_reads_the_same_whatever_its_inbox_holds(
+    postgres_url: str,
+) -> None:
+    import anyio.to_thread
+
+    from arkhon_rheo.store import PostgresStore
+
+    async def fill(start: int, stop: int) -> None:
+        async with PostgresStore(postgres_url) as store:
+            if start == 0:
+                await store.create_session("s", machine="m", snapshot={})
+            for index in range(start, stop):
+                message = NewMessage(f"m{index}", "Ask", {"text": PAYLOAD}, 1.0)
+                await store.post("s", message, capacity=10_000)
+
+    await fill(0, 10)
+    early = await anyio.to_thread.run_sync(_pg_post_reads, postgres_url, "early")
+    await fill(10, 200)
+    late = await anyio.to_thread.run_sync(_pg_post_reads, postgres_url, "late")
+    # The count walks the pending rows' index entries and small heap tuples (their
+    # payloads are TOASTed apart): a few pages more, and none of the 3.8 MB of payloads.
+    assert late[0] <= early[0] + 16, (early, late)
+    assert late[1] <= early[1] + 64, (early, late)
