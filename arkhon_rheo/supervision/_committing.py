@@ -132,9 +132,7 @@ class Committing:
         if plan is None:
             plan = session.compiled.plan(lifecycle)
         try:  # (a timer's sensitive fields, without a keyring, refuse the step)
-            mail = None
-            if delivery is not None or timers is not None:
-                mail = self.inbox.mail(delivery, timers)
+            mail = self.inbox.mail(delivery, timers)
             updates, patch, written = session.validator._validated(
                 state, patch, stage=name, writes=stage.writes
             )

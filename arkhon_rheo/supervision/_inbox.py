@@ -112,8 +112,13 @@ class Inbox:
                 return None
             # A message of an accepted kind arrived meanwhile: receive it.
 
-    def mail(self, delivery: Delivery | None, timers: list[ScheduledMessage] | None) -> Mail:
-        """What the commit of a step that applied ``delivery`` and set ``timers`` carries."""
+    def mail(self, delivery: Delivery | None, timers: list[ScheduledMessage] | None) -> Mail | None:
+        """What the commit of a step that applied ``delivery`` and set ``timers`` carries.
+
+        ``None`` for a step that did neither (most steps).
+        """
+        if delivery is None and timers is None:
+            return None
         info: dict[str, Any] = {}
         applied = None
         if delivery is not None:
