@@ -32,11 +32,14 @@ class ChildOutcome:
         state: Its last committed state.
         exit_reason: Why it ended (``"finished"``, ``"failed"``, ``"max_steps"``...).
         failure: The failure that ended it, if one did.
+        unawaited: Whether its end may have been posted to the parent's inbox:
+            a run of it the parent's step did not start and await here.
     """
 
     state: AgentState
     exit_reason: str
     failure: FailureRecord | None = None
+    unawaited: bool = False
 
 
 class SubgraphHost(Protocol):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .._errors import ConfigurationError, SubgraphFailed
 from ..protocols import AgentState, Machine, Patch, Stage, StateView, record_call
+from ..supervision._seams import ChildWaits, take_child_end
 from ._host import current_scope
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ __all__ = ["SubgraphStage", "subgraph"]
 
 S = TypeVar("S", bound=AgentState)
 C = TypeVar("C", bound=AgentState)
+
+#: How a child stops without ending: paused at a gate, parked for a message (or,
+#: run on by a decision or a message, it runs in another process).
+_WAITS = frozenset({"paused", "waiting", "running"})
 
 
 class SubgraphStage(Stage[S]):
@@ -134,6 +139,10 @@ class SubgraphStage(Stage[S]):
             link={"session_id": parent.session_id, "stage": self.name, "seq": seq},
             max_steps=type(self).max_steps,
         )
+        if outcome.unawaited:  # its end may have been posted to us: this step applies it
+            await take_child_end(parent, child_id)
+        if outcome.exit_reason in _WAITS and parent.persistence is not None:
+            raise ChildWaits(child_id, outcome.exit_reason)  # we park until the child ends
         if outcome.exit_reason != "finished":
             raise SubgraphFailed(
                 stage=self.name,

@@ -131,7 +131,7 @@ class Committing:
         lifecycle = state.lifecycle
         if plan is None:
             plan = session.compiled.plan(lifecycle)
-        mail = None if delivery is None and timers is None else self.inbox.mail(delivery, timers)
+        mail = self.inbox.mail(delivery, timers)
         try:
             updates, patch, written = session.validator._validated(
                 state, patch, stage=name, writes=stage.writes
@@ -227,6 +227,7 @@ class Committing:
         session = self.session
         if record is not None:
             session.failure = record
+        session.applies = None  # applied by this commit, if it was due
         session.commit(candidate, event)
         self.verified = verified
         self.landed = to
