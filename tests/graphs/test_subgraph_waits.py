@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 from pydantic import BaseModel
 
@@ -16,14 +17,18 @@ from arkhon_rheo import (
     Machine,
     MemoryStore,
     Patch,
+    SQLiteStore,
     StateView,
     stage,
     subgraph,
 )
 from arkhon_rheo.protocols import EventKind, Receive
+from arkhon_rheo.system import Worker
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from arkhon_rheo.protocols import Store
 
 
 pytestmark = pytest.mark.anyio
@@ -343,3 +348,41 @@ async def test_without_a_store_a_waiting_child_still_fails_the_parent_step() -> 
     assert result.state.lifecycle is P.DENIED
     assert result.state.last_error is not None
     assert "paused" in result.state.last_error.message
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+async def test_a_worker_parks_the_parent_and_wakes_it_at_its_childs_end(
+    where: str, tmp_path: Path
+) -> None:
+    runs = Runs()
+    parent, child = machines(runs, waits="gate")
+    store = MemoryStore() if where == "memory" else SQLiteStore(tmp_path / "s.db")
+    worker = Worker(store, [parent, child], poll_interval=0.05)
+    async with store, AgentSystem(store=store) as client, anyio.create_task_group() as group:
+        group.start_soon(worker.run)
+        await client.submit(parent, Main(user="alice"), session_id="m1")
+        await until(store, {"m1": "waiting"})
+        record = await store.record("m1")
+        child_id = record.waiting["child"]  # the worker's claim was the parent's first event
+        assert (await store.record(child_id)).status == "paused"
+        # The client answers the child (it runs here); the worker wakes the parent.
+        handle = await client.stored(child, child_id).approve(True)
+        assert (await handle.result()).ok
+        await until(store, {"m1": "finished"})
+        worker.drain()
+        state = await client.stored(parent, "m1").state()
+        pending = await store.pending("m1")
+    assert child_id == "m1/authenticate/3"
+    assert state.token == "token-for-alice-True"
+    assert pending == ()
+    assert (runs.greets, runs.checks, runs.issues) == (1, 1, 1)
+
+
+async def until(store: Store, statuses: dict[str, str]) -> None:
+    """Wait until each session has its status in ``statuses`` (read from the store)."""
+    with anyio.fail_after(30):
+        while True:
+            records = {r.session_id: r.status for r in await store.sessions()}
+            if all(records.get(sid) == status for sid, status in statuses.items()):
+                return
+            await anyio.sleep(0.01)
