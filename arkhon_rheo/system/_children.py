@@ -14,21 +14,31 @@ from .._errors import ArkhonError, SessionLocked, SessionNotFound
 from .._log import get_logger
 from ..graphs import SubgraphStage
 from ..graphs._seams import ChildOutcome
-from ..protocols import AgentState, EventKind
+from ..protocols import AgentState, EventKind, Machine
 from ..supervision import ExitReason
+from ..supervision._seams import post_child_end
 from ._handle import session_of
 from ._journal import Journal
+from ._mail import ENDED
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from ..core import Keyring
-    from ..protocols import Machine, Store, TransitionEvent
+    from ..protocols import Store, TransitionEvent
     from ._handle import SessionHandle
+    from ._host import SessionHost
     from ._mail import Postman
     from ._registry import Registry
 
-__all__ = ["ChildHost", "SessionRunner", "linked_history", "wake_parent"]
+__all__ = [
+    "ChildHost",
+    "SessionRunner",
+    "linked_history",
+    "tell_parked_parents",
+    "wake_parent",
+    "with_subgraphs",
+]
 
 _logger = get_logger("arkhon_rheo.system")
 
@@ -182,6 +192,40 @@ async def wake_parent(postman: Postman, child_id: str, link: Mapping[str, Any]) 
             await postman.wake(machine, parent_id)
     except ArkhonError as exc:  # the child runs on all the same; the parent wakes at its end
         _logger.error("parent_not_woken", session_id=parent_id, child=child_id, error=repr(exc))
+
+
+async def tell_parked_parents(host: SessionHost, machine: Machine[Any]) -> None:
+    """Post the end of each ended child whose parent, of ``machine``, still waits on it.
+
+    A child's end is posted after its last commit: a process that died between
+    the two left its parent parked. This posts it again (once: by its id).
+    """
+    store, now = host.require_store("recover sessions"), host.clock.now()
+    for record in await store.sessions():
+        waiting = record.waiting if isinstance(record.waiting, dict) else {}
+        child = waiting.get("child")
+        if record.status != "waiting" or record.machine != machine.name or child is None:
+            continue
+        try:
+            ended = (await store.record(str(child))).status
+        except SessionNotFound:
+            continue
+        if ended in ENDED:
+            await post_child_end(store, record.session_id, str(child), ended, now)
+
+
+def with_subgraphs(machines: Iterable[Machine[Any]]) -> list[Machine[Any]]:
+    """``machines`` and the machines their subgraph stages run, at any depth, each once."""
+    found: list[Machine[Any]] = []
+    todo = list(machines)
+    while todo:
+        machine = todo.pop(0)
+        if any(machine is seen for seen in found):
+            continue
+        found.append(machine)
+        if isinstance(machine, Machine):
+            todo.extend(_subgraphs(machine).values())
+    return found
 
 
 def _served(postman: Postman, name: str) -> Machine[Any] | None:

@@ -253,7 +253,10 @@ class SessionHost:
 
     def _closed(self, session: Session) -> None:
         self._registry.closed(session)
-        if session.exit_reason is ExitReason.WAITING and self._on_park is not None:
+        # Parked, or a child that posted its end to its parent: the timer watch looks again.
+        if self._on_park is not None and (
+            session.exit_reason is ExitReason.WAITING or session.tell_parent
+        ):
             self._on_park()
         if self._on_closed is not None:
             self._on_closed(session.session_id)

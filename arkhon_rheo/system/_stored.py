@@ -291,6 +291,8 @@ class StoredSession(Generic[S]):
                 config,
                 self.session_id,
                 base_seq=event.seq,
+                # Parked on its child: the step re-runs past the gate that let it through.
+                gates_passed=isinstance(record.waiting, dict) and "child" in record.waiting,
                 claim=claim,
                 anchor_seq=anchor,
                 journal=journal,

@@ -27,7 +27,7 @@ from ..store._seams import owned_store
 from ..supervision import StageMode
 from ..supervision._seams import EventListener
 from ._ask import Replies
-from ._children import ChildHost, wake_parent
+from ._children import ChildHost, tell_parked_parents, wake_parent, with_subgraphs
 from ._claims import Claims
 from ._client import checked_start, submit
 from ._default_store import DEFAULT_PATH, announce_default_store
@@ -220,7 +220,7 @@ class AgentSystem(Messaging):
             secrets=secrets,
         )
         self._postman = Postman(
-            self._host, inbox_capacity, poll_interval, machines, max_message_bytes
+            self._host, inbox_capacity, poll_interval, with_subgraphs(machines), max_message_bytes
         )
         self._postman.resume = self._resume_for_message
         self._host.on_child_run(functools.partial(wake_parent, self._postman))
@@ -423,6 +423,7 @@ class AgentSystem(Messaging):
             except (SessionLocked, SessionError):
                 continue  # taken by another system, or ended: not an orphan any more
         # Woken here before the timer watch serves the machine, which would race us.
+        await tell_parked_parents(self._host, machine)  # a child's end its process did not post
         handles.extend(await self._postman.wake_due(machine))
         self._postman.serve(machine)
         return handles

@@ -23,6 +23,7 @@ from arkhon_rheo import (
     subgraph,
 )
 from arkhon_rheo.protocols import EventKind, Receive
+from arkhon_rheo.supervision import _child_wait as child_wait
 from arkhon_rheo.system import Worker
 
 if TYPE_CHECKING:
@@ -386,3 +387,61 @@ async def until(store: Store, statuses: dict[str, str]) -> None:
             if all(records.get(sid) == status for sid, status in statuses.items()):
                 return
             await anyio.sleep(0.01)
+
+
+async def test_recover_posts_a_childs_end_its_process_died_before_posting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "s.db"
+    runs = Runs()
+    parent, child = machines(runs, waits="gate")
+    async with AgentSystem(path=db) as system:
+        await system.run(parent, Main(user="alice"), session_id="m1")
+    with monkeypatch.context() as patch:  # the child's process dies after its last commit
+        patch.setattr(child_wait, "post_child_end", _never_posted)
+        async with AgentSystem(path=db) as system:
+            assert (await (await system.stored(child, CHILD).approve(True)).result()).ok
+            record = await system.stored(parent, "m1").record()
+    assert (record.status, record.wake_at) == ("waiting", None)  # nothing wakes it
+    async with AgentSystem(path=db) as system:
+        (woken,) = await system.recover(parent)
+        result = await woken.result()
+    assert result.ok
+    assert result.state.token == "token-for-alice-True"
+
+
+async def _never_posted(*args: object) -> None:
+    return None
+
+
+async def test_a_parent_past_its_own_gate_is_not_paused_there_again_when_it_wakes(
+    tmp_path: Path,
+) -> None:
+    runs = Runs()
+    parent, child = machines(runs, waits="gate")
+    gated = Machine(
+        name=parent.name,
+        state_type=Main,
+        initial=parent.initial,
+        transitions=parent.transitions,
+        stages=parent.stages,
+        terminal=parent.terminal,
+        failed=parent.failed,
+        error_routes=parent.error_routes,
+        gates=[Gate.before("authenticate")],
+    )
+    async with AgentSystem(path=tmp_path / "s.db", keep_ended=10) as system:
+        paused = await system.run(gated, Main(user="alice"), session_id="m1")
+        parked = await (await system.stored(gated, "m1").approve()).result()
+        resumed = await (await system.resume(gated, "m1")).result()  # by hand: parks again
+        child_id = (await system.stored(gated, "m1").record()).waiting["child"]
+        handle = await system.stored(child, child_id).approve(True)
+        assert (await handle.result()).ok
+        result = await system.session("m1").result()
+        pauses = [e for e in await system.stored(gated, "m1").history() if e.kind.value == "pause"]
+    assert paused.exit_reason is ExitReason.PAUSED
+    assert parked.exit_reason is ExitReason.WAITING
+    assert resumed.exit_reason is ExitReason.WAITING
+    assert child_id == "m1/authenticate/4"  # after its pause and the decision
+    assert result.ok
+    assert len(pauses) == 1
