@@ -13,6 +13,11 @@ session, stage and seq); the parent's event for the step records the child run
 as a recorded call of kind ``"subgraph:<stage>"`` whose response names the
 child session and holds its final state. A replay that re-executes the parent
 answers that call from the record: the child does not run again.
+
+A child that stops without ending (paused at a gate, parked waiting for a
+message) makes the stage raise `ChildWaits`: the parent's supervisor parks the
+parent until the child's end is posted to its inbox, then runs the step again,
+which finds the child ended (see ``supervision/_child_wait.py``).
 """
 
 from __future__ import annotations
@@ -58,7 +63,10 @@ class SubgraphStage(Stage[S]):
                 return Step.PROCESS
 
     A child that ends without finishing fails the stage with `SubgraphFailed`
-    (recoverable: the stage restarts and its next attempt runs a new child).
+    (recoverable: the stage restarts and its next attempt runs a new child). A
+    child that waits (paused at a gate, parked for a message) parks the parent's
+    session, with a store, until the child ends: answer the child by its id,
+    and the step then takes its result as if it had never waited.
     The stage's deadline, if its state has one, bounds the whole child run;
     cancelling the stage cancels the child.
 
