@@ -445,3 +445,71 @@ async def test_a_parent_past_its_own_gate_is_not_paused_there_again_when_it_wake
     assert child_id == "m1/authenticate/4"  # after its pause and the decision
     assert result.ok
     assert len(pauses) == 1
+
+
+async def test_an_ask_to_the_waiting_child_is_answered_and_wakes_the_parent(
+    tmp_path: Path,
+) -> None:
+    runs = Runs()
+    parent, child = machines(runs, waits="message")
+    async with AgentSystem(path=tmp_path / "s.db", keep_ended=10) as system:
+        await system.run(parent, Main(user="alice"), session_id="m1")
+        reply = await system.ask(child, CHILD, Code(code="c-7"), timeout=10)
+        result = await system.session("m1").result()
+    assert reply.state.token == "token-for-alice-c-7"
+    assert result.ok
+    assert result.state.token == "token-for-alice-c-7"
+
+
+class Top(enum.Enum):
+    RUN = "run"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Outer(AgentState):
+    lifecycle: Top = Top.RUN
+    user: str = ""
+    token: str = ""
+
+
+@pytest.mark.parametrize("restart", [False, True])
+async def test_a_grandchild_that_waits_parks_both_ancestors(restart: bool, tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    runs = Runs()
+    middle, child = machines(runs, waits="gate")
+    inner = subgraph(
+        middle,
+        name="inner",
+        reads={"user"},
+        writes={"token"},
+        input=lambda view: Main(user=view.user),
+        output=lambda child, view: Patch(token=child.token),
+        next=Top.DONE,
+    )
+    outer = Machine(
+        name="outer",
+        state_type=Outer,
+        initial=Top.RUN,
+        transitions={Top.RUN: {Top.DONE}},
+        stages={Top.RUN: inner},
+        terminal={Top.DONE, Top.FAILED},
+        failed=Top.FAILED,
+    )
+    grandchild = "o1/inner/1/authenticate/2"
+    async with AgentSystem(path=db, keep_ended=10) as system:
+        parked = await system.run(outer, Outer(user="bob"), session_id="o1")
+        records = [
+            await system.stored(m, i).record() for m, i in ((outer, "o1"), (middle, "o1/inner/1"))
+        ]
+        if not restart:
+            await (await system.stored(child, grandchild).approve(True)).result()
+            result = await system.session("o1").result()
+    if restart:  # the outer machine served: the machines of its subgraphs are too
+        async with AgentSystem(path=db, machines=[outer], keep_ended=10) as system:
+            await (await system.stored(child, grandchild).approve(True)).result()
+            result = await system.session("o1").result()
+    assert parked.exit_reason is ExitReason.WAITING
+    assert [r.waiting["child"] for r in records] == ["o1/inner/1", grandchild]
+    assert result.ok
+    assert result.state.token == "token-for-bob-True"
