@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from ..core import Keyring
-    from ..protocols import Store, TransitionEvent
+    from ..protocols import SessionRecord, Store, TransitionEvent
     from ._handle import SessionHandle
     from ._host import SessionHost
     from ._mail import Postman
@@ -35,6 +35,7 @@ __all__ = [
     "ChildHost",
     "SessionRunner",
     "linked_history",
+    "parked_on_child",
     "tell_parked_parents",
     "wake_parent",
     "with_subgraphs",
@@ -212,6 +213,11 @@ async def tell_parked_parents(host: SessionHost, machine: Machine[Any]) -> None:
             continue
         if ended in ENDED:
             await post_child_end(store, record.session_id, str(child), ended, now)
+
+
+def parked_on_child(record: SessionRecord) -> bool:
+    """Whether the session of ``record`` is parked on its child (its step then runs again)."""
+    return isinstance(record.waiting, dict) and "child" in record.waiting
 
 
 def with_subgraphs(machines: Iterable[Machine[Any]]) -> list[Machine[Any]]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from .._construct import internal_only, make
 from .._errors import ConfigurationError, SessionError
 from ..protocols import Abort, AgentState, Approve, Edit, EventKind, Machine
-from ._children import linked_history
+from ._children import linked_history, parked_on_child
 from ._decision import decision_of_message, decision_updates, recorded_decision
 from ._journal import Journal
 from ._ledger import MemoryJournal, out_of_band_event
@@ -291,8 +291,7 @@ class StoredSession(Generic[S]):
                 config,
                 self.session_id,
                 base_seq=event.seq,
-                # Parked on its child: the step re-runs past the gate that let it through.
-                gates_passed=isinstance(record.waiting, dict) and "child" in record.waiting,
+                gates_passed=parked_on_child(record),  # past the gate that let it through
                 claim=claim,
                 anchor_seq=anchor,
                 journal=journal,

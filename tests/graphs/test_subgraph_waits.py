@@ -500,7 +500,8 @@ async def test_a_grandchild_that_waits_parks_both_ancestors(restart: bool, tmp_p
     async with AgentSystem(path=db, keep_ended=10) as system:
         parked = await system.run(outer, Outer(user="bob"), session_id="o1")
         records = [
-            await system.stored(m, i).record() for m, i in ((outer, "o1"), (middle, "o1/inner/1"))
+            await system.stored(outer, "o1").record(),
+            await system.stored(middle, "o1/inner/1").record(),
         ]
         if not restart:
             await (await system.stored(child, grandchild).approve(True)).result()
