@@ -23,6 +23,7 @@ from arkhon_rheo import (
     subgraph,
 )
 from arkhon_rheo.protocols import EventKind, Receive
+from arkhon_rheo.store import PostgresStore
 from arkhon_rheo.supervision import _child_wait as child_wait
 from arkhon_rheo.system import Worker
 
@@ -154,14 +155,16 @@ def token(waits: str) -> str:
 
 
 @pytest.mark.parametrize("waits", ["gate", "message"])
-@pytest.mark.parametrize("where", ["sqlite", "memory-store"])
+@pytest.mark.parametrize("where", ["sqlite", "memory-store", "postgres"])
 async def test_a_waiting_child_parks_its_parent_and_its_answer_wakes_both(
-    where: str, waits: str, tmp_path: Path
+    where: str, waits: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     runs = Runs()
     parent, child = machines(runs, waits=waits)
     async with MemoryStore() as memory:
         store: Any = memory if where == "memory-store" else str(tmp_path / "s.db")
+        if where == "postgres":
+            store = request.getfixturevalue("postgres_url")
         async with AgentSystem(store=store, keep_ended=10) as system:
             parked = await system.run(parent, Main(user="alice"), session_id="m1")
             record = await system.stored(parent, "m1").record()
@@ -351,13 +354,15 @@ async def test_without_a_store_a_waiting_child_still_fails_the_parent_step() -> 
     assert "paused" in result.state.last_error.message
 
 
-@pytest.mark.parametrize("where", ["memory", "sqlite"])
+@pytest.mark.parametrize("where", ["memory", "sqlite", "postgres"])
 async def test_a_worker_parks_the_parent_and_wakes_it_at_its_childs_end(
-    where: str, tmp_path: Path
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     runs = Runs()
     parent, child = machines(runs, waits="gate")
-    store = MemoryStore() if where == "memory" else SQLiteStore(tmp_path / "s.db")
+    store: Store = MemoryStore() if where == "memory" else SQLiteStore(tmp_path / "s.db")
+    if where == "postgres":
+        store = PostgresStore(request.getfixturevalue("postgres_url"))
     worker = Worker(store, [parent, child], poll_interval=0.05)
     async with store, AgentSystem(store=store) as client, anyio.create_task_group() as group:
         group.start_soon(worker.run)
