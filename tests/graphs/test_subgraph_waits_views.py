@@ -23,23 +23,63 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+#: The pair, for the command line to load (``-m tests.graphs.test_subgraph_waits_views:AUTH``).
+PARENT, AUTH = machines(Runs(), waits="gate")
+
+
 def parked_pair(db: Path) -> None:
     """Store a parent parked on its child, paused at a gate."""
-    parent, _ = machines(Runs(), waits="gate")
 
     async def run() -> None:
         async with AgentSystem(path=db) as system:
-            await system.run(parent, Main(user="alice"), session_id="m1")
+            await system.run(PARENT, Main(user="alice"), session_id="m1")
 
     anyio.run(run)
 
 
-def show(*argv: str) -> Any:
+def cli(*argv: str) -> str:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["show", *argv])
+        code = main(list(argv))
     assert code == 0, err.getvalue()
     return out.getvalue()
+
+
+def show(*argv: str) -> Any:
+    return cli("show", *argv)
+
+
+def test_decide_approves_the_child_by_its_id_and_its_parent_goes_on(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    parked_pair(db)
+    machine = f"{__name__}:AUTH"
+    decided = json.loads(
+        cli(
+            "decide",
+            CHILD,
+            "approve",
+            "--value",
+            "true",
+            "-m",
+            machine,
+            "--store",
+            str(db),
+            "--json",
+        )
+    )
+    assert decided["exit_reason"] == "finished"
+
+    async def go_on() -> Any:
+        async with AgentSystem(path=db) as system:
+            record = await system.stored(PARENT, "m1").record()
+            (woken,) = await system.recover(PARENT)  # a system serving the parent's machine
+            return record, await woken.result()
+
+    record, result = anyio.run(go_on)
+    assert record.status == "waiting"
+    assert record.wake_at is not None  # due: the child's end was posted to its inbox
+    assert result.ok
+    assert result.state.token == "token-for-alice-True"
 
 
 def test_show_says_the_parent_waits_on_its_child_and_the_child_names_its_parent(
