@@ -58,7 +58,8 @@ class SubgraphHost(Protocol):
 
         The one child per id: a child already running is awaited, a stored one
         that has not ended is resumed, one that has ended is answered from its
-        stored state; only a child never started starts, from ``state``.
+        stored state, one that waits (paused at a gate, parked for a message)
+        is answered as such; only a child never started starts, from ``state``.
         """
         ...
 

@@ -2,8 +2,14 @@
 
 `ChildHost` is what a subgraph stage finds in its session scope (see
 `arkhon_rheo.graphs`): it runs each child id at most once, resuming a child the
-store has in flight and answering an ended one from its stored state. It runs
+store has in flight and answering an ended one from its stored state, and one
+that waits (paused, parked) as waiting, so that its parent parks. It runs
 children through the agent system's public operations (`SessionRunner`).
+
+A parked parent wakes when its child runs on here (`wake_parent`, once a
+decision or a message launched the child) or, wherever the child ran, when its
+end reaches the parent's inbox; `tell_parked_parents` posts an end a dead
+process did not.
 """
 
 from __future__ import annotations
