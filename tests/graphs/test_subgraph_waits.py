@@ -519,3 +519,53 @@ async def test_a_grandchild_that_waits_parks_both_ancestors(restart: bool, tmp_p
     assert [r.waiting["child"] for r in records] == ["o1/inner/1", grandchild]
     assert result.ok
     assert result.state.token == "token-for-bob-True"
+
+
+async def test_a_child_stopped_after_its_decision_is_resumed_and_its_parent_follows(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    runs = Runs()
+    entered, release = anyio.Event(), anyio.Event()
+
+    @stage(reads={"user", "approved"}, writes={"token"}, next=C.DONE, name="issue")
+    async def slow_issue(view: StateView[Auth]) -> Patch:
+        entered.set()
+        await release.wait()
+        runs.issues += 1
+        return Patch(token=f"token-for-{view.user}-{view.approved}")
+
+    _, gated = machines(runs, waits="gate")
+    child = Machine(
+        name=gated.name,
+        state_type=Auth,
+        initial=C.CHECK,
+        transitions=gated.transitions,
+        stages={C.CHECK: gated.stages[C.CHECK], C.ISSUE: slow_issue},
+        terminal=gated.terminal,
+        failed=gated.failed,
+        gates=gated.gates,
+    )
+    parent = subgraph_parent(child)
+    async with AgentSystem(path=db) as system:
+        await system.run(parent, Main(lifecycle=P.AUTH, user="alice"), session_id="m1")
+    child_id = "m1/authenticate/1"
+    async with AgentSystem(path=db) as system:  # the child runs on, then its process stops
+        await system.stored(child, child_id).approve(True)
+        await entered.wait()
+    release.set()
+    async with AgentSystem(path=db, machines=[parent], keep_ended=10) as system:
+        stopped = await system.stored(child, child_id).record()
+        handle = await system.resume(child, child_id)  # its parent, served here, follows it
+        # A resumed run meets the gate before the stage it stopped in again (as any gated
+        # session does): the parent, woken with it, parks again; the next approval ends both.
+        assert (await handle.result()).exit_reason is ExitReason.PAUSED
+        again = await system.session("m1").result()
+        handle = await system.stored(child, child_id).approve(True)
+        assert (await handle.result()).ok
+        result = await system.session("m1").result()
+    assert stopped.status == "cancelled"
+    assert again.exit_reason is ExitReason.WAITING
+    assert result.ok
+    assert result.state.token == "token-for-alice-True"
+    assert runs.issues == 1
