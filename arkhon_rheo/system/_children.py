@@ -201,17 +201,21 @@ async def wake_parent(postman: Postman, child_id: str, link: Mapping[str, Any]) 
         _logger.error("parent_not_woken", session_id=parent_id, child=child_id, error=repr(exc))
 
 
-async def tell_parked_parents(host: SessionHost, machine: Machine[Any]) -> None:
-    """Post the end of each ended child whose parent, of ``machine``, still waits on it.
+async def tell_parked_parents(host: SessionHost, machines: Iterable[Machine[Any]]) -> None:
+    """Post the end of each ended child whose parent, of one of ``machines``, still waits on it.
 
     A child's end is posted after its last commit: a process that died between
-    the two left its parent parked. This posts it again (once: by its id).
+    the two left its parent parked. This posts it again (once: by its id). It
+    reads nothing unless one of ``machines`` has a subgraph stage.
     """
+    names = {machine.name for machine in machines if _subgraphs(machine)}
+    if not names:
+        return
     store, now = host.require_store("recover sessions"), host.clock.now()
     for record in await store.sessions():
         waiting = record.waiting if isinstance(record.waiting, dict) else {}
         child = waiting.get("child")
-        if record.status != "waiting" or record.machine != machine.name or child is None:
+        if record.status != "waiting" or record.machine not in names or child is None:
             continue
         try:
             ended = (await store.record(str(child))).status

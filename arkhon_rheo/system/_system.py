@@ -423,7 +423,7 @@ class AgentSystem(Messaging):
             except (SessionLocked, SessionError):
                 continue  # taken by another system, or ended: not an orphan any more
         # Woken here before the timer watch serves the machine, which would race us.
-        await tell_parked_parents(self._host, machine)  # a child's end its process did not post
+        await tell_parked_parents(self._host, [machine])  # a child's end its process did not post
         handles.extend(await self._postman.wake_due(machine))
         self._postman.serve(machine)
         return handles

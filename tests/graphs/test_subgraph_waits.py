@@ -569,3 +569,22 @@ async def test_a_child_stopped_after_its_decision_is_resumed_and_its_parent_foll
     assert result.ok
     assert result.state.token == "token-for-alice-True"
     assert runs.issues == 1
+
+
+async def test_a_worker_posts_a_childs_end_its_process_died_before_posting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "s.db"
+    runs = Runs()
+    parent, child = machines(runs, waits="gate")
+    async with AgentSystem(path=db) as system:
+        await system.run(parent, Main(user="alice"), session_id="m1")
+    with monkeypatch.context() as patch:  # the child's process dies after its last commit
+        patch.setattr(child_wait, "post_child_end", _never_posted)
+        async with AgentSystem(path=db) as system:
+            assert (await (await system.stored(child, CHILD).approve(True)).result()).ok
+    async with SQLiteStore(db) as store, anyio.create_task_group() as group:
+        worker = Worker(store, [parent], poll_interval=0.05)
+        group.start_soon(worker.run)
+        await until(store, {"m1": "finished"})
+        worker.drain()
