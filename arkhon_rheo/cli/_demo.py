@@ -303,7 +303,7 @@ def demo(args: argparse.Namespace) -> int:
         commands.append(f"arkhon-rheo show {examples['failed']} {store}")
     if "paused" in examples:
         commands.append(
-            f"arkhon-rheo decide {examples['paused']} resume --machine {machine} {store}"
+            f"arkhon-rheo decide {examples['paused']} approve --machine {machine} {store}"
         )
     commands.append(f"arkhon-rheo graph {machine}")
     summary["examples"] = examples

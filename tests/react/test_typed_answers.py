@@ -17,16 +17,17 @@ import typing
 from typing import TYPE_CHECKING, Any, assert_type
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 from typing_extensions import TypedDict
 
 from arkhon_rheo import AgentSystem, ConfigurationError, Gate
 from arkhon_rheo.core._seams import fingerprint
-from arkhon_rheo.protocols import UserMessage
+from arkhon_rheo.protocols import ResponseSchema, UserMessage
 from arkhon_rheo.react import (
     AnswerUnavailable,
     Conversation,
     MalformedModelOutput,
+    PromptCache,
     ReactState,
     StopReason,
     react_agent,
@@ -241,3 +242,29 @@ def test_output_as_is_typed_for_the_type_asked() -> None:
     assert_type(ReactState(output=[1, 2]).output_as(list[int]), list[int])
     assert_type(ReactState(output={"x": 0, "y": 1}).output_as(Point), Point)
     assert state.output_as(Pair) == {"left": 1, "right": "r"}
+
+
+async def test_a_shared_prompt_cache_keeps_the_replies_of_different_answer_types_apart() -> None:
+    # The same prompt (a system prompt of one's own: the schema is not in the
+    # messages) for two answer types: each is a prompt of its own, never a hit.
+    cache = PromptCache(maxsize=8)
+    city_model = ScriptedModel(['{"name": "Lyon", "population": 522250}'])
+    point_model = ScriptedModel(['{"x": 1.0, "y": 2.0}'])
+    city = react_agent(city_model, answer_type=City, cache=cache, system_prompt="Answer.")
+    point = react_agent(point_model, answer_type=Point, cache=cache, system_prompt="Answer.")
+    async with AgentSystem(path=None) as system:
+        first = await system.run(city, ReactState(task="where?"))
+        second = await system.run(point, ReactState(task="where?"))
+        again = await system.run(point, ReactState(task="where?"))
+    assert first.state.output_as(City) == City(name="Lyon", population=522250)
+    assert second.state.output_as(Point) == Point(x=1.0, y=2.0)
+    assert again.state.output_as(Point) == Point(x=1.0, y=2.0)  # its own entry: a hit
+    assert (len(city_model.requests), len(point_model.requests)) == (1, 1)
+    assert (cache.hits, cache.misses) == (1, 2)
+    schemas = [
+        None,
+        ResponseSchema(name="City", json_schema=City.model_json_schema()),
+        ResponseSchema(name="Pair", json_schema=TypeAdapter(Pair).json_schema()),
+    ]
+    keys = {PromptCache.key([UserMessage(content="x")], (), True, schema) for schema in schemas}
+    assert len(keys) == 3
