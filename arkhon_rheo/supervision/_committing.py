@@ -227,6 +227,7 @@ class Committing:
         session = self.session
         if record is not None:
             session.failure = record
+        session.applies = None  # applied by this commit, if it was due
         session.commit(candidate, event)
         self.verified = verified
         self.landed = to

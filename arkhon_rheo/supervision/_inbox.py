@@ -29,6 +29,7 @@ from .._redact import scrub_data
 from ..core._seams import open_message, seal_message, state_label
 from ..protocols import EventKind, NewMessage, Patch
 from ..protocols._seams import DECISIONS, check_json, json_data
+from ._child_wait import applied_info
 from ._persist import Mail
 from ._record import ExitReason
 
@@ -115,12 +116,11 @@ class Inbox:
     def mail(self, delivery: Delivery | None, timers: list[ScheduledMessage] | None) -> Mail | None:
         """What the commit of a step that applied ``delivery`` and set ``timers`` carries.
 
-        ``None`` for a step that did neither (most steps).
+        ``None``: nothing (no message applied, no child's end, no timer).
         """
-        if delivery is None and timers is None:
+        if delivery is None and timers is None and self.session.applies is None:
             return None
-        info: dict[str, Any] = {}
-        applied = None
+        applied, info = applied_info(self.session)  # a child's end, if the step takes one
         if delivery is not None:
             stored = delivery.stored
             applied = stored.position
