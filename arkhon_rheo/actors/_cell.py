@@ -57,15 +57,18 @@ class CellHost:
         shutdown_timeout: Bounds an ``on_stop`` hook that does not bound its
             own waits, in seconds.
         group: The task group the cells' activations run in, while the system runs.
+        closing: Whether the system cancels what is left of its actors: none may
+            go idle any more (one going idle ends, cancelled).
     """
 
-    __slots__ = ("cells", "dead_letters", "group", "shutdown_timeout")
+    __slots__ = ("cells", "closing", "dead_letters", "group", "shutdown_timeout")
 
     def __init__(self, shutdown_timeout: float) -> None:
         self.cells: dict[Cell[Any, Any], None] = {}
         self.dead_letters = 0
         self.shutdown_timeout = shutdown_timeout
         self.group: TaskGroup | None = None
+        self.closing = False
 
 
 class Cell(Generic[M, R]):
@@ -290,8 +293,8 @@ class Cell(Generic[M, R]):
             while True:
                 if not (state.urgent or state.buffer) and state.open_send_streams:
                     # Nothing queued: the actor goes idle, or, cancelled (while idle,
-                    # say), ends here.
-                    idle = not self.cancelled
+                    # say) or its system closing, ends here.
+                    idle = not (self.cancelled or self._host.closing)
                     break
                 try:
                     item = await rx.receive()
@@ -317,7 +320,7 @@ class Cell(Generic[M, R]):
                 except BaseException:
                     self._abandon(request)
                     raise
-                if not (state.urgent or state.buffer):
+                if not (state.urgent or state.buffer) and state.open_send_streams:
                     # Drained: wait a turn before going idle, for an asker this
                     # reply woke may ask again at once (no new task for it then).
                     await checkpoint()

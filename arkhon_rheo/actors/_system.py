@@ -290,6 +290,7 @@ class ActorSystem:
                 drain_error = error
                 exc_type, exc, tb = type(error), error, error.__traceback__
         task_group.cancel_scope.cancel()
+        self._host.closing = True  # an actor that would go idle now ends instead
         for cell in list(self._host.cells):
             if not cell.active:  # idle, so no task to cancel: an activation ends it
                 cell.cancel()

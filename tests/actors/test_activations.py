@@ -197,3 +197,36 @@ async def test_an_escalation_from_one_actor_cancels_the_idle_ones() -> None:
             await anyio.sleep_forever()
     assert stopped == [TerminationKind.CANCELLED]
     assert idle.state is ActorState.STOPPED
+
+
+async def test_an_actor_done_starting_while_its_system_closes_ends_instead_of_idling() -> None:
+    stopped: list[TerminationKind] = []
+    entered, release = anyio.Event(), anyio.Event()
+    refs = []
+
+    class SlowStart(Stopping):
+        async def on_start(self) -> None:
+            with anyio.CancelScope(shield=True):  # it finishes starting after all
+                entered.set()
+                await release.wait()
+
+    async def spawn(system: ActorSystem) -> None:
+        refs.append(await system.spawn(SlowStart, stopped))
+
+    async def release_once_all_wait() -> None:
+        await entered.wait()
+        await wait_all_tasks_blocked()  # the system's block has failed and waits for it
+        release.set()
+
+    async def host(outer: anyio.abc.TaskGroup) -> None:
+        async with ActorSystem() as system:
+            outer.start_soon(spawn, system)
+            outer.start_soon(release_once_all_wait)
+            await entered.wait()
+            raise KeyError("the block failed")
+
+    async with anyio.create_task_group() as outer:
+        with pytest.raises(KeyError):
+            await host(outer)
+    assert stopped == [TerminationKind.CANCELLED]
+    assert refs[0].state is ActorState.STOPPED
