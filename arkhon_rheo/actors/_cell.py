@@ -320,10 +320,8 @@ class Cell(Generic[M, R]):
                 except BaseException:
                     self._abandon(request)
                     raise
-                if not (state.urgent or state.buffer) and state.open_send_streams:
-                    # Drained: wait a turn before going idle, for an asker this
-                    # reply woke may ask again at once (no new task for it then).
-                    await checkpoint()
+                if request is not None and not (state.urgent or state.buffer):
+                    await self._linger()  # drained by a reply: its asker may ask again
         except BaseException as exc:
             kind, error, propagates = self._ending(exc, started)
             if not started and isinstance(exc, Exception):
@@ -336,6 +334,19 @@ class Cell(Generic[M, R]):
             else:
                 await self._settle(actor, kind, error)
                 self._started()  # ended without starting: the spawner must not wait on
+
+    async def _linger(self) -> None:
+        """Wait up to two turns for more mail before the activation may end.
+
+        An asker woken by a reply often asks again at once: this activation
+        then handles it, and no task is started for it. Two turns, because trio
+        may run the woken asker after this task in the turn they both wake in.
+        """
+        state = self.rx._state
+        if state.open_send_streams:
+            await checkpoint()
+            if not (state.urgent or state.buffer):
+                await checkpoint()
 
     def _ending(
         self, exc: BaseException, started: bool

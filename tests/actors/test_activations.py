@@ -230,3 +230,17 @@ async def test_an_actor_done_starting_while_its_system_closes_ends_instead_of_id
             await host(outer)
     assert stopped == [TerminationKind.CANCELLED]
     assert refs[0].state is ActorState.STOPPED
+
+
+async def test_a_ping_pong_of_asks_keeps_one_activation() -> None:
+    async with ActorSystem() as system:
+        ref = await system.spawn(Recorder)
+        await wait_all_tasks_blocked()
+        assert await ref.ask("first") == "first"
+        activation = _cell(ref).task
+        assert activation is not None  # it lingers, for the asker may ask again
+        for i in range(20):
+            assert await ref.ask(i) == i
+            assert _cell(ref).task is activation  # no new task for the next ask
+        await wait_all_tasks_blocked()
+        assert not _cell(ref).active
