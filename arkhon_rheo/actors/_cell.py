@@ -47,6 +47,9 @@ M = TypeVar("M")
 R = TypeVar("R")
 _logger = get_logger("arkhon_rheo.actors")
 
+#: An actor whose waits for more mail after a reply stopped paying off waits once in this many.
+_LINGER_RETRY = 32
+
 
 class CellHost:
     """What a cell needs of the system it runs in; the system keeps one for all its cells.
@@ -79,10 +82,10 @@ class Cell(Generic[M, R]):
     While the mailbox is empty the cell holds no task: the mailbox calls `set`
     when mail arrives (it is the receive side's waiter), and the cell starts an
     activation (`activate`), which runs `run` in the system's task group. The
-    first activation starts the actor; each handles the queued messages, then
-    yields once (so that an asker answered by the last message may ask again
-    without a new task) and, the mailbox still empty, ends, leaving the cell
-    idle. Cancelling an idle actor, or closing its mailbox, activates it to end.
+    first activation starts the actor; each handles the queued messages and,
+    the mailbox empty, ends, leaving the cell idle (one drained by a reply waits
+    up to two turns first: its asker may ask again, without a new task).
+    Cancelling an idle actor, or closing its mailbox, activates it to end.
 
     An ended cell keeps how it ended (`ended`), not a `Termination`, and lets go
     of its reference (`ref`) and its actor: a termination names the reference,
@@ -116,6 +119,7 @@ class Cell(Generic[M, R]):
         "cancelled",
         "ended",
         "escalated",
+        "linger_misses",
         "name",
         "new_event",
         "ref",
@@ -165,6 +169,7 @@ class Cell(Generic[M, R]):
         self._starting: Starting | None = None  # the spawner's wait, until the actor runs
         self.ended: tuple[TerminationKind, BaseException | None] | None = None
         self.restarts = 0
+        self.linger_misses = 0  # see _linger
         self.escalated: BaseException | None = None  # see ActorContext.escalate
         self.ref: ActorRef[M, R] | None = ActorRef._of(self)
 
@@ -257,6 +262,7 @@ class Cell(Generic[M, R]):
                 task.cancel()
 
     def _spawn(self, group: TaskGroup) -> TaskHandle[None]:
+        """Start the activation's task (called in the context it is to copy)."""
         return group.start_soon(self.run, name=f"actor:{self.name}")
 
     def _go_idle(self) -> None:
@@ -341,12 +347,20 @@ class Cell(Generic[M, R]):
         An asker woken by a reply often asks again at once: this activation
         then handles it, and no task is started for it. Two turns, because trio
         may run the woken asker after this task in the turn they both wake in.
+        An actor whose last two waits brought nothing (a stage asked in turn
+        with others, say) waits only once in `_LINGER_RETRY` activations, to
+        notice when it pays again.
         """
+        misses = self.linger_misses
+        if misses >= 2 and misses % _LINGER_RETRY:
+            self.linger_misses = misses + 1
+            return
         state = self.rx._state
         if state.open_send_streams:
             await checkpoint()
             if not (state.urgent or state.buffer):
                 await checkpoint()
+            self.linger_misses = 0 if state.urgent or state.buffer else misses + 1
 
     def _ending(
         self, exc: BaseException, started: bool

@@ -244,3 +244,18 @@ async def test_a_ping_pong_of_asks_keeps_one_activation() -> None:
             assert _cell(ref).task is activation  # no new task for the next ask
         await wait_all_tasks_blocked()
         assert not _cell(ref).active
+
+
+async def test_an_actor_asked_in_turn_with_another_stops_waiting_for_more() -> None:
+    async with ActorSystem() as system:
+        first = await system.spawn(Recorder)
+        second = await system.spawn(Recorder)
+        for i in range(4):  # as a supervisor asks its stages in turn
+            assert await first.ask(i) == i
+            assert await second.ask(i) == i
+        assert _cell(first).linger_misses >= 2  # its waits after a reply brought nothing
+        assert await first.ask("again") == "again"
+        assert not _cell(first).active  # it ended with its reply, without waiting
+        await wait_all_tasks_blocked()
+        for i in range(3):  # the ask ping-pong itself still works, a task per ask
+            assert await first.ask(i) == i
