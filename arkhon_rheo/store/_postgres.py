@@ -15,16 +15,15 @@ from .._errors import ConfigurationError, StoreError, StoreUnavailable
 from .._log import get_logger
 from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord
 from . import _postgres_sql as pg
-from ._base import StoreBase, StoreState
+from ._base import StoreState
 from ._codec import decode_event, decode_record, decode_snapshot
-from ._plan import Acquire
+from ._group_commit import GroupCommitStore
 from ._postgres_conn import connect, import_psycopg, is_postgres_url, redacted_url, run_now
 from ._postgres_queue import WorkQueueMixin, channel_of
 from ._postgres_reads import ReadsMixin
 from ._postgres_schema import check_schema_name, prepare
 from ._postgres_watch import Watchdog, close_writer, connection_options
 from ._postgres_writer import PostgresWriter
-from ._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,13 +38,13 @@ __all__ = ["PostgresStore"]
 logger = get_logger("arkhon_rheo.store")
 
 
-class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
+class PostgresStore(WorkQueueMixin, ReadsMixin, GroupCommitStore):
     """Sessions in a PostgreSQL database: logs, snapshots, records, leases, inboxes, effects.
 
     The same event-sourced rows as `SQLiteStore` (compact events, snapshots by
     cost), in one PostgreSQL schema, so many processes on many machines share
-    the sessions. Its writes go the same way as `SQLiteStore`'s (it shares its
-    write path): one writer thread per store, with its own connection, commits
+    the sessions. Its writes go the same way as `SQLiteStore`'s (the two share
+    their write path): one writer thread per store, with its own connection, commits
     the writes of many sessions together (group commit), each batch in one
     transaction that locks the rows of the sessions it touches
     (``SELECT ... FOR UPDATE``), checks them with the same rules as the other
@@ -157,9 +156,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
             )
         location = redacted_url(url)
         import_psycopg()
-        StoreBase.__init__(self, location, clock)
-        if not isinstance(durability, Durability):
-            raise ConfigurationError(f"durability must be a Durability, not {durability!r}")
+        super().__init__(location, clock, durability)
         if batch_max < 1 or max_pending < 1 or pool_size < 1:
             raise ConfigurationError(
                 f"batch_max ({batch_max}), max_pending ({max_pending}) and pool_size "
@@ -189,14 +186,10 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         )
         self._url = url
         self._schema = check_schema_name(schema)
-        self._durability = durability
         self._batch_max = 1 if durability is Durability.SYNC else batch_max
         self._max_pending = max_pending
         self._pool_size = pool_size
-        self._writer: Any = None
-        self._task_group = None
-        self._tails: dict[str, int] = {}
-        self._deferred: dict[str, Exception] = {}
+        self._writer: PostgresWriter | None = None
         self._pool: Any = None
         #: The fencing token this store was given for each session it took: ``(owner, token)``.
         self._tokens: dict[str, tuple[str, int]] = {}
@@ -335,9 +328,10 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         self._watchdog.stop()
 
     def _enqueue(self, ticket: Ticket) -> Batch | None:
-        """The writer's fast path (see `SQLiteBase._enqueue`)."""
+        """The writer's fast path (see `GroupCommitStore._enqueue`)."""
+        assert self._writer is not None
         try:
-            return self._writer.enqueue(ticket)  # type: ignore[no-any-return]
+            return self._writer.enqueue(ticket)
         except anyio.ClosedResourceError as exc:
             raise self._closing() from exc
 
@@ -427,13 +421,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
             ConfigurationError: ``ttl`` is not a positive number of seconds.
             StoreError: The write failed, or the store is not open.
         """
-        self._check_open()
-        if not 0 < ttl < math.inf:
-            raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
-        now = self._clock()
-        ticket = await self._submit(
-            Acquire(session_id, owner, now + ttl, now, replacing, renew), wait=True
-        )
+        ticket = await self._acquire(session_id, owner, ttl, replacing, renew)
         self._tokens[session_id] = (owner, ticket.result)
 
     async def release(self, session_id: str, owner: str) -> None:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any
+import os
+import time
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
+import anyio.to_thread
 
 from .._errors import ConfigurationError
 from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord
-from ..protocols._seams import current_injector
 from . import _effects_sql as effects_sql
 from . import _inbox_sql as inbox_sql
 from . import _sql as sql
 from . import _work_sql as work_sql
-from ._base import inject_store_fault
+from ._base import StoreState
 from ._codec import (
     decode_event,
     decode_message,
@@ -20,24 +23,31 @@ from ._codec import (
     decode_records,
     decode_snapshot,
 )
-from ._effects import EffectLedger
-from ._plan import Acquire, Release, SetStatus, plan
-from ._sqlite_base import SQLiteBase
+from ._driver import DriverName, ThreadDriver
+from ._group_commit import GroupCommitStore
+from ._open import open_driver
+from ._schema import inspect_file, prepare
+from ._thread_writer import ThreadWriter
 from ._work import check_claim
-from ._writer import Ticket
+from ._writer import Writer
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Collection, Sequence
+    from collections.abc import Callable, Collection
+    from types import TracebackType
 
-    from ..protocols import NewMessage, StoredEvent, StoredMessage
-    from ._driver import Rows
-    from ._effects import BeginEffect, FinishEffect
-    from ._plan import Append
+    from anyio.abc import TaskGroup, TaskStatus
+
+    from ..protocols import StoredEvent, StoredMessage
+    from ._driver import Driver, Rows, Script
+    from ._thread_writer import Batch
+    from ._writer import Ticket
 
 __all__ = ["SQLiteStore"]
 
+_SYNCHRONOUS = {Durability.SYNC: "FULL", Durability.BATCHED: "NORMAL", Durability.ASYNC: "NORMAL"}
 
-class SQLiteStore(SQLiteBase, EffectLedger):
+
+class SQLiteStore(GroupCommitStore):
     """Sessions in one SQLite file: event logs, snapshots, records, leases, inboxes, effects.
 
     One writer task per store commits the writes of many sessions together
@@ -93,165 +103,159 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         ConfigurationError: An argument is out of range.
     """
 
-    async def create_session(
+    def __init__(
         self,
-        session_id: str,
+        path: str | os.PathLike[str],
         *,
-        machine: str,
-        snapshot: Any,
-        parent: str | None = None,
-        status: str = "running",
-        fingerprint: Any = None,
-    ) -> SessionRecord:
-        """Record a new session with its initial snapshot (event number 0), durably.
-
-        Raises:
-            SessionError: The id exists already.
-            StoreError: The snapshot is not JSON data, the write failed, or the store
-                is not open.
-        """
-        await self._submit(
-            self._create_request(session_id, machine, snapshot, parent, status, fingerprint),
-            wait=True,
-        )
-        if self._durability is Durability.ASYNC:
-            self._tails[session_id] = 0
-        self._work.set()
-        return await self.record(session_id)
-
-    async def append(
-        self,
-        session_id: str,
-        events: Sequence[StoredEvent],
-        *,
-        snapshot: tuple[int, Any] | None = None,
-        status: str | None = None,
-        applied: int | None = None,
-        posts: Sequence[NewMessage] = (),
-        owner: str | None = None,
-        waiting: Any = None,
-        accepts: Collection[str] = (),
+        durability: Durability = Durability.BATCHED,
+        batch_max: int = 1024,
+        max_pending: int = 8192,
+        busy_timeout: float = 5.0,
+        driver: DriverName = "auto",
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        """Append events whose numbers follow the session's last one.
+        super().__init__(os.fspath(path), clock, durability)
+        if batch_max < 1 or max_pending < 1:
+            raise ConfigurationError(
+                f"batch_max ({batch_max}) and max_pending ({max_pending}) must be at least 1"
+            )
+        if not busy_timeout >= 0:
+            raise ConfigurationError(f"busy_timeout must be >= 0 seconds, not {busy_timeout!r}")
+        if driver not in ("auto", "aiosqlite", "thread"):
+            raise ConfigurationError(
+                f"driver must be 'auto', 'aiosqlite' or 'thread', not {driver!r}"
+            )
+        self._batch_max = batch_max
+        self._max_pending = max_pending
+        self._busy_timeout = busy_timeout
+        self._driver_name: DriverName = driver
+        self._task_group: TaskGroup | None = None
 
-        Returns when the write is acknowledged per the store's durability. If the
-        call is cancelled while waiting, the write may or may not be committed:
-        load the session to know. With ``applied`` and ``posts``, the same
-        transaction marks that inbox message applied by the last event and posts
-        the messages, and with ``waiting`` it parks the session (see
-        `Store.append`); such an append is acknowledged once committed, in every
-        mode.
+    async def __aenter__(self) -> Self:
+        """Open (or create) the file and start the writer.
 
         Raises:
-            DuplicateEvent: A number is taken or is not the next one; nothing is appended.
-            SessionNotFound: No such session.
-            UnserializablePatch: A patch holds a value that is not JSON data.
-            StoreError: Message ``applied`` is not pending, another value is not
-                JSON data, the write failed, or the store is not open; nothing is
-                appended.
-            LeaseLost: ``owner`` is given and no longer holds the session's lease
-                (another owner took it); nothing is appended.
-            ConfigurationError: ``applied`` is not a position, or comes with no events;
-                ``waiting`` comes without a ``status``, or ``accepts`` is malformed.
+            StoreCorrupt: The file is not a store of this schema version, or is
+                damaged; it is left untouched.
+            StoreError: It cannot be opened, or the store was open already.
         """
-        if current_injector() is not None:
-            await inject_store_fault(session_id, "append")
-        request = self._append_request(
-            session_id, events, snapshot, status, applied, posts, owner, waiting, accepts
-        )
-        del events, snapshot, posts  # encoded: nothing here keeps them alive while waiting
-        if self._durability is not Durability.ASYNC:
-            ticket, wait = self._queued(request)
+        self._begin_enter()
+        path = self._location
+        with anyio.CancelScope(shield=True):
             try:
-                await wait
+                new = await anyio.to_thread.run_sync(inspect_file, path)
+                db = await open_driver(
+                    path, name=self._driver_name, busy_timeout=self._busy_timeout
+                )
             except BaseException:
-                ticket.abandoned = True  # committed all the same; a refusal is logged
+                self._state = StoreState.CLOSED
                 raise
-            if ticket.error is not None:
-                raise ticket.error
-            return
-        self._raise_deferred(session_id)
-        if request.applied is not None or request.posts or request.waiting is not None:
-            # Applied exactly once, or parked (its lease given up): known only once
-            # committed (and so is the tail).
-            self._tails.pop(session_id, None)
-            await self._submit(request, wait=True)
-            if request.rows:
-                self._tails[session_id] = request.rows[-1][1]
-            return
-        last = self._tails.get(session_id)
-        if last is None:
-            last = (await self.record(session_id)).last_seq
-        known = {session_id: (last, "")}
-        # (Fencing is checked by the writer's transaction; a refusal there is deferred.)
-        held = None if owner is None else {session_id: (owner, math.inf)}
-        if error := plan([request], known, now=0.0, location=self._location, leases=held).errors[0]:
-            raise error
-        if request.rows:
-            self._tails[session_id] = request.rows[-1][1]
+            script = prepare(path, new=new, synchronous=_SYNCHRONOUS[self._durability])
+            if isinstance(db, ThreadDriver):
+                await self._open_thread_writer(db, script)
+            else:
+                await self._open_task_writer(db, script)
+        if isinstance(self._writer, Writer):
+            self._task_group = anyio.create_task_group()
+            await self._task_group.__aenter__()
+            await self._task_group.start(self._run_writer, self._writer)
+        self._state = StoreState.OPEN
+        return self
+
+    async def _open_thread_writer(self, db: ThreadDriver, script: Script[None]) -> None:
+        writer = ThreadWriter(
+            db,
+            location=self._location,
+            clock=self._clock,
+            batch_max=self._batch_max,
+            max_pending=self._max_pending,
+            on_unacknowledged_error=self._defer,
+        )
         try:
-            await self._submit(request, wait=False)
+            await writer.run_script(script)
         except BaseException:
-            self._tails.pop(session_id, None)
+            self._state = StoreState.CLOSED
+            await writer.aclose()
             raise
+        self._writer = writer
 
-    def queue_append(
-        self,
-        session_id: str,
-        events: Sequence[StoredEvent],
-        snapshot: tuple[int, Any] | None,
-        status: str | None,
-        applied: int | None,
-        posts: Sequence[NewMessage],
-        owner: str | None,
-        /,
-    ) -> tuple[Ticket, Awaitable[object]] | None:
-        """`append`, queued now with no coroutine of its own: its ticket and what to await.
-
-        The supervisor's step awaits the write's batch directly this way (see
-        `queue_append` in ``protocols``): await what is returned, then raise the
-        ticket's ``error`` if it has one; a caller that stops waiting sets its
-        ``abandoned`` (the write is committed all the same; a refusal is logged).
-
-        Returns:
-            ``None`` where `append` must do the work: in ``ASYNC`` mode, with a
-                fault injector installed, or where a subclass overrides `append`.
-
-        Raises:
-            StoreError: As `append` raises for a write that cannot be queued (a
-                value that is not JSON data, the store not open); nothing is queued.
-            ConfigurationError: As `append` raises for ``applied`` or ``owner``.
-        """
-        if (
-            self._durability is Durability.ASYNC
-            or current_injector() is not None
-            or type(self).append is not SQLiteStore.append  # a subclass's own append runs
-        ):
-            return None
-        return self._queued(
-            self._append_request(session_id, events, snapshot, status, applied, posts, owner)
+    async def _open_task_writer(self, db: Driver, script: Script[None]) -> None:
+        # aiosqlite: the group-commit writer task of `._writer` (one await per statement).
+        try:
+            await db.run(script)
+        except BaseException:
+            self._state = StoreState.CLOSED
+            await db.close()
+            raise
+        self._writer = Writer(
+            db,
+            location=self._location,
+            clock=self._clock,
+            batch_max=self._batch_max,
+            max_pending=self._max_pending,
+            on_unacknowledged_error=self._defer,
         )
 
-    def _queued(self, request: Append) -> tuple[Ticket, Awaitable[object]]:
-        """Queue ``request`` for a caller that waits: its ticket, and what to await."""
-        ticket = Ticket(request, True)
-        # `_submit`, inlined: no coroutine of its own for every commit in flight.
-        batch = self._enqueue(ticket)
-        if batch is None:
-            return ticket, self._submit_slowly(ticket)
-        return ticket, batch.done.wait()
+    @staticmethod
+    async def _run_writer(
+        writer: Writer, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        # Shielded: when the host is cancelled, the sessions stopping in it still store
+        # their status and give up their leases; the writer ends when the store closes.
+        with anyio.CancelScope(shield=True):
+            await writer.run(task_status=task_status)
 
-    async def set_status(self, session_id: str, status: str) -> None:
-        """Change a session's status, durably.
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Commit everything queued, stop the writer and close the file."""
+        if self._state is not StoreState.OPEN:
+            return
+        writer = self._writer
+        assert writer is not None
+        self._state = StoreState.CLOSED
+        if isinstance(writer, ThreadWriter):
+            # The thread commits what is queued, then closes the connection.
+            await writer.aclose()
+            return
+        assert self._task_group is not None
+        writer.close()
+        try:
+            # The body's own exception is not the writer's business: it propagates
+            # as it is, never wrapped in an ExceptionGroup.
+            await self._task_group.__aexit__(None, None, None)
+        finally:
+            # A read may still run on the connection: close once it is done.
+            with anyio.CancelScope(shield=True):
+                async with writer.lock:
+                    await writer.db.close()
 
-        Raises:
-            SessionNotFound: No such session.
-            StoreError: The write failed, or the store is not open.
+    def _enqueue(self, ticket: Ticket) -> Batch | None:
+        """The thread writer's fast path: queue ``ticket`` now and return its batch.
+
+        ``None``: the writer takes it through its ``submit`` (no room now, or the
+        task writer). Waiting on the batch here rather than in ``submit`` saves a
+        coroutine per commit in flight.
         """
+        writer = self._writer
+        assert writer is not None
+        if type(writer) is not ThreadWriter:
+            return None
+        try:
+            return writer.enqueue(ticket)
+        except anyio.ClosedResourceError as exc:
+            raise self._closing() from exc
+
+    async def _reading(self) -> Writer | ThreadWriter:
         self._check_open()
-        self._raise_deferred(session_id)
-        await self._submit(SetStatus(session_id, status), wait=True)
-        self._work.set()
+        assert self._writer is not None
+        if self._durability is Durability.ASYNC and isinstance(self._writer, Writer):
+            # (The thread writer runs reads behind the writes queued before them.)
+            await self._flush()
+        return self._writer
 
     # -- reading ---------------------------------------------------------------
 
@@ -333,27 +337,13 @@ class SQLiteStore(SQLiteBase, EffectLedger):
             ConfigurationError: ``ttl`` is not a positive number of seconds.
             StoreError: The write failed, or the store is not open.
         """
-        self._check_open()
-        if not 0 < ttl < math.inf:
-            raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
-        now = self._clock()
-        await self._submit(Acquire(session_id, owner, now + ttl, now, replacing, renew), wait=True)
+        await self._acquire(session_id, owner, ttl, replacing, renew)
 
     async def leases(self) -> tuple[LeaseRecord, ...]:
         """Every lease that has not expired, by the store's clock."""
         writer = await self._reading()
         rows = await writer.run_script(sql.leases(self._clock()))
         return tuple(LeaseRecord(*row) for row in rows)
-
-    async def release(self, session_id: str, owner: str) -> None:
-        """Give up the lease if ``owner`` holds it (in the next group commit).
-
-        Raises:
-            StoreError: The write failed, or the store is not open.
-        """
-        self._check_open()
-        await self._submit(Release(session_id, owner), wait=True)
-        self._work.set()
 
     async def claim(
         self, owner: str, *, machines: Collection[str], limit: int, ttl: float, now: float
@@ -380,32 +370,6 @@ class SQLiteStore(SQLiteBase, EffectLedger):
 
     # -- inboxes ---------------------------------------------------------------
 
-    async def post(
-        self, session_id: str, message: NewMessage, *, capacity: int
-    ) -> tuple[StoredMessage, bool]:
-        """Store a message in the session's inbox (see `Store.post`).
-
-        Returns once its transaction is committed, durably as an ``append`` in
-        ``SYNC`` or ``BATCHED`` mode (and in ``ASYNC`` mode too).
-
-        Returns:
-            The stored message, and whether it is new (``False``: its id was there).
-
-        Raises:
-            SessionNotFound: No such session.
-            InboxFull: The inbox holds ``capacity`` pending messages; nothing is stored.
-            StoreError: The payload is not JSON data, the write failed, or the store
-                is not open.
-            ConfigurationError: The message or ``capacity`` is malformed.
-        """
-        if current_injector() is not None:
-            await inject_store_fault(session_id, "post")
-        ticket = await self._submit(self._post_request(session_id, message, capacity), wait=True)
-        row, new = ticket.result
-        if new:
-            self._work.set()
-        return decode_message(row), new
-
     async def pending(self, session_id: str) -> tuple[StoredMessage, ...]:
         """The session's messages not applied yet, by ``(due_at, position)``.
 
@@ -426,40 +390,6 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         script = sql.transaction(inbox_sql.messages(session_id), write=False)
         return tuple(map(decode_message, await writer.run_script(script)))
 
-    async def park(
-        self,
-        session_id: str,
-        owner: str | None,
-        *,
-        status: str,
-        waiting: Any,
-        accepts: Collection[str],
-        now: float,
-    ) -> bool:
-        """Park the session unless a message it accepts is due (see `Store.park`).
-
-        The check and the writes are one transaction (the group commit's, begun
-        with the file's write lock), so a message another process posts is either
-        seen by it or posted after the session is parked.
-
-        Returns:
-            Whether it parked.
-
-        Raises:
-            SessionNotFound: No such session.
-            StoreError: ``waiting`` is not JSON data, the write failed, or the store
-                is not open.
-            ConfigurationError: ``accepts`` or ``now`` is malformed.
-        """
-        if current_injector() is not None:
-            await inject_store_fault(session_id, "park")
-        request = self._park_request(session_id, owner, status, waiting, accepts, now)
-        self._raise_deferred(session_id)
-        parked: bool = (await self._submit(request, wait=True)).result
-        if parked:
-            self._work.set()
-        return parked
-
     async def waking(self, now: float) -> tuple[tuple[SessionRecord, ...], float | None]:
         """The waiting sessions due to wake at ``now`` (earliest first), and the next wake."""
         writer = await self._reading()
@@ -467,10 +397,6 @@ class SQLiteStore(SQLiteBase, EffectLedger):
         return tuple(map(decode_record, rows)), later
 
     # -- effects ---------------------------------------------------------------
-
-    async def _write_effect(self, request: BeginEffect | FinishEffect) -> Any:
-        self._raise_deferred(request.session_id)
-        return (await self._submit(request, wait=True)).result
 
     async def _effect_rows(self, session_id: str) -> Rows:
         writer = await self._reading()
