@@ -125,6 +125,25 @@ class Messaging:
             before_post=refuse_if_busy if on_busy == "reject" else None,
         )
 
+    def interrupt(self, session_id: str, *, by: str) -> bool:
+        """Cut the turn this process drives on session ``session_id`` at its next commit.
+
+        As a message sent with ``on_busy="interrupt"`` does, without a message:
+        the turn is recorded as a rollback to where it began (``info``:
+        ``interrupted_by`` is ``by``), and its ask's `Reply` is ``interrupted``.
+        A turn driven by another process (a worker, another replica) is not
+        reached; nor is a session between turns.
+
+        Args:
+            session_id: The session.
+            by: Who cuts it, recorded in the rollback (a cancel's id, say).
+
+        Returns:
+            Whether a turn under way here was asked to be cut.
+        """
+        check_message_id(by)
+        return self._replies.interrupt(session_id, by)
+
     async def ask(
         self,
         machine: Machine[S],
