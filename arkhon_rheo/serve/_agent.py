@@ -80,11 +80,12 @@ class Agent:
         """Make sure the session exists: the one stored, or a new one waiting for messages."""
         if self._known.get(session_id):
             return
-        stored = self.system.stored(self.machine, session_id)
+        store = self.system.store
+        assert store is not None  # a2a_app checked
         wait = 0.002
         while True:
             try:
-                record = await stored.record()
+                record = await store.record(session_id)
             except SessionNotFound:
                 pass
             else:

@@ -199,16 +199,23 @@ def card(agent: Agent, base_url: str, secured: bool) -> dict[str, Any]:
 
 
 def _tool_specs(machine: Machine[Any]) -> list[Any]:
-    """The tools the machine's ``"tools"`` resource offers (none if it cannot say now)."""
-    tools = machine.resources.get("tools") if machine.resources else None
-    specs = getattr(tools, "specs", None)
-    if specs is None:
-        return []
-    try:
-        found = specs()
-    except Exception:
-        return []
-    return list(found) if isinstance(found, Sequence) else []
+    """The tools the machine offers: its ``"tools"`` resource's, or its stages' tool runner's.
+
+    None if it cannot say before it is opened (an MCP toolbox, say).
+    """
+    runners = [machine.resources.get("tools")] if machine.resources else []
+    runners += [
+        getattr(getattr(stage, "config", None), "runner", None) for stage in machine.stages.values()
+    ]
+    for runner in runners:
+        specs = getattr(runner, "specs", None)
+        try:
+            found = specs() if callable(specs) else specs
+        except Exception:  # noqa: BLE001, S112 - a toolbox that must be opened first: look on
+            continue
+        if isinstance(found, Sequence) and found:
+            return list(found)
+    return []
 
 
 def _base_url(request: Request, path: str) -> str:

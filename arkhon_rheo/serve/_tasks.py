@@ -122,14 +122,17 @@ class TaskView:
         cls, system: AgentSystem, machine: Machine[Any], session_id: str, message_id: str
     ) -> TaskView | None:
         """The task of ``message_id`` in session ``session_id``; ``None``: no such task here."""
-        stored = system.stored(machine, session_id)
+        store = system.store
+        if store is None:
+            return None
         try:
-            record = await stored.record()
+            record = await store.record(session_id)
         except SessionNotFound:
             return None
-        if record.machine != machine.name or system.store is None:
+        if record.machine != machine.name:
             return None
-        found = _find(await system.store.messages(session_id), message_id)
+        stored = system.stored(machine, session_id)
+        found = _find(await store.messages(session_id), message_id)
         if found is None:
             return None
         base = cls(session_id, message_id, pb.TASK_STATE_SUBMITTED, said=found.payload)
