@@ -25,18 +25,18 @@ import pytest
 
 pytest.importorskip("a2a", reason="the a2a extra (a2a-sdk) is not installed")
 
-from a2a.client import ClientConfig, ClientFactory  # noqa: E402
-from a2a.types import a2a_pb2 as pb  # noqa: E402
-from a2a.utils.errors import (  # noqa: E402
+from a2a.client import ClientConfig, ClientFactory
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import (
     InvalidParamsError,
     TaskNotCancelableError,
     TaskNotFoundError,
 )
 
-from arkhon_rheo import AgentSystem  # noqa: E402
-from arkhon_rheo.inspector._seams import listen, serve_asgi  # noqa: E402
-from arkhon_rheo.serve import Served, a2a_app  # noqa: E402
-from tests.support.a2a_agent import agent, gated  # noqa: E402
+from arkhon_rheo import AgentSystem
+from arkhon_rheo.inspector._seams import listen, serve_asgi
+from arkhon_rheo.serve import a2a_app
+from tests.support.a2a_agent import agent, gated
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
+AGENT = "tests.support.a2a_agent:agent"
 DONE = (pb.TASK_STATE_COMPLETED, pb.TASK_STATE_FAILED, pb.TASK_STATE_CANCELED)
 
 
@@ -135,15 +136,18 @@ async def test_streamed_deltas_arrive_before_the_turn_ends(
 ) -> None:
     monkeypatch.setenv("A2A_SLOW_WORDS", "0.05")
     async with served(tmp_path / "s.db", [agent]) as url, client_of(url, streaming=True) as client:
-        seen: list[tuple[float, str, Any]] = []
-        async for event in client.send_message(said("one two three four five", "s1")):
-            seen.append((time.monotonic(), event.WhichOneof("payload"), event))
+        seen: list[tuple[float, str, Any]] = [
+            (time.monotonic(), event.WhichOneof("payload"), event)
+            async for event in client.send_message(said("one two three four five", "s1"))
+        ]
         kinds = [kind for _, kind, _ in seen]
-        assert kinds[0] == "task" and kinds[-1] == "status_update"
+        assert kinds[0] == "task"
+        assert kinds[-1] == "status_update"
         deltas = [event.artifact_update for _, kind, event in seen if kind == "artifact_update"]
         words = "".join(part.text for delta in deltas for part in delta.artifact.parts)
         assert words == "You said: one two three four five"
-        assert len(deltas) >= 7 and deltas[-1].last_chunk
+        assert len(deltas) >= 7
+        assert deltas[-1].last_chunk
         first_delta = next(at for at, kind, _ in seen if kind == "artifact_update")
         assert seen[-1][0] - first_delta > 0.2  # they came as the model wrote them
         final = seen[-1][2].status_update
@@ -211,7 +215,8 @@ async def test_bad_requests_get_the_protocols_errors_and_a_token_is_needed(tmp_p
 
             async def code(body: Any, raw: bool = False) -> int:
                 sent = await http.post("/", content=body if raw else json.dumps(body), headers=auth)
-                assert "Traceback" not in sent.text and "s3cret-token" not in sent.text
+                assert "Traceback" not in sent.text
+                assert "s3cret-token" not in sent.text
                 return int(sent.json()["error"]["code"])
 
             assert await code(b"{not json", raw=True) == -32700
@@ -248,35 +253,45 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(store: str, port: int, backend: str, **env: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``arkhon-rheo serve`` on ``port``; stopped (SIGTERM) at the end unless already dead."""
+def servers(store: str, ports: list[int], backend: str, **env: str) -> Iterator[list[Any]]:
+    """``arkhon-rheo serve`` on each port, started at once; stopped (SIGTERM) at the end."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "A2A_"))}
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "arkhon_rheo", "serve", "tests.support.a2a_agent:agent",
-               "--store", store, "--port", str(port), "--backend", backend, "--recover-every", "0.5"]  # fmt: skip
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env={**environ, "PYTHONPATH": path, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    started: list[subprocess.Popen[bytes]] = []
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline().decode()
-        assert "A2A on" in line, line + (process.stderr.read().decode() if process.stderr else "")
-        yield process
+        for port in ports:
+            command = [sys.executable, "-m", "arkhon_rheo", "serve", AGENT,
+                       "--store", store, "--port", str(port), "--backend", backend,
+                       "--recover-every", "0.5"]  # fmt: skip
+            started.append(
+                subprocess.Popen(
+                    command,
+                    cwd=ROOT,
+                    env={**environ, "PYTHONPATH": path, **env},
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
+            )
+        for process in started:
+            assert process.stdout is not None
+            line = process.stdout.readline().decode()
+            assert "A2A on" in line, line + (
+                process.stderr.read().decode() if process.stderr else ""
+            )
+        yield started
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+        for process in started:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in started:
             try:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        for pipe in (process.stdout, process.stderr):
-            if pipe is not None:
-                pipe.close()
+            for pipe in (process.stdout, process.stderr):
+                if pipe is not None:
+                    pipe.close()
 
 
 def _backend(anyio_backend: Any) -> str:
@@ -288,7 +303,7 @@ async def test_a_server_killed_mid_turn_and_started_again_finishes_the_task(
 ) -> None:
     backend, store, port = _backend(anyio_backend), str(tmp_path / "k.db"), _free_port()
     url = f"http://127.0.0.1:{port}"
-    with server(store, port, backend, A2A_HOLD="1") as first:
+    with servers(store, [port], backend, A2A_HOLD="1") as (first,):
         async with client_of(url) as client:
             request = said("hold", "k1")
             request.configuration.return_immediately = True
@@ -297,7 +312,7 @@ async def test_a_server_killed_mid_turn_and_started_again_finishes_the_task(
         assert first.stdout.readline().strip() == b"holding"  # the turn is under way there
         first.send_signal(signal.SIGKILL)
         first.wait()
-    with server(store, port, backend), anyio.fail_after(60):
+    with servers(store, [port], backend), anyio.fail_after(60):
         async with client_of(url) as client:
             done = await until(client, task.id)
             assert done.status.state == pb.TASK_STATE_COMPLETED
@@ -308,7 +323,7 @@ async def test_two_servers_on_one_postgres_answer_for_one_context(
     anyio_backend: Any, postgres_url: str
 ) -> None:
     backend, ports = _backend(anyio_backend), [_free_port(), _free_port()]
-    with server(postgres_url, ports[0], backend), server(postgres_url, ports[1], backend):
+    with servers(postgres_url, ports, backend):
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         async with client_of(urls[0]) as one, client_of(urls[1]) as two:
             first = await send(one, said("from one", "p1"))
