@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -64,9 +64,7 @@ def serve_arguments(sub: argparse.ArgumentParser) -> None:
     )
 
 
-async def _serve(
-    args: argparse.Namespace, machines: list[Machine[object]], token: str | None
-) -> None:
+async def _serve(args: argparse.Namespace, machines: list[Machine[Any]], token: str | None) -> None:
     async with anyio.create_task_group() as group:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
 
@@ -89,7 +87,7 @@ async def _serve(
 
 def serve(args: argparse.Namespace) -> int:
     """``arkhon-rheo serve``: serve the agents until SIGTERM/SIGINT."""
-    machines: list[Machine[object]] = [load_machine(target) for target in args.agent]
+    machines: list[Machine[Any]] = [load_machine(target) for target in args.agent]
     store_file(args.store)
     token = _read_token_file(args.token_file) if args.token_file is not None else None
     args.run(_serve, args, machines, token)

@@ -25,7 +25,7 @@ import pytest
 
 pytest.importorskip("a2a", reason="the a2a extra (a2a-sdk) is not installed")
 
-from a2a.client import ClientConfig, ClientFactory
+from a2a.client import Client, ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import (
     InvalidParamsError,
@@ -78,7 +78,7 @@ def said(text: str, message_id: str, **fields: Any) -> pb.SendMessageRequest:
     return pb.SendMessageRequest(message=message)
 
 
-async def send(client: Any, request: pb.SendMessageRequest) -> pb.Task:
+async def send(client: Client, request: pb.SendMessageRequest) -> pb.Task:
     tasks = [event.task async for event in client.send_message(request)]
     (task,) = tasks
     return task
@@ -88,7 +88,7 @@ def text_of(task: pb.Task) -> str:
     return "".join(part.text for artifact in task.artifacts for part in artifact.parts)
 
 
-async def until(client: Any, task_id: str, states: Any = DONE, limit: float = 30) -> pb.Task:
+async def until(client: Client, task_id: str, states: Any = DONE, limit: float = 30) -> pb.Task:
     with anyio.fail_after(limit):
         while True:
             task = await client.get_task(pb.GetTaskRequest(id=task_id))
