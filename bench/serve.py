@@ -14,7 +14,9 @@ applied the message to the commit that ended the turn, as the session's
 events record them): the HTTP round trip, JSON-RPC and protobuf, storing
 the message, waking the session, and learning of the reply. Reported: the
 errors (every reply is checked against its message), p50 and p99 of the
-added latency, and the messages per second. Run it from the repository root::
+added latency, and the messages per second; then the same conversations
+asked in process (`AgentSystem.ask`, no HTTP), the baseline: the difference
+is what A2A over HTTP adds. Run it from the repository root::
 
     python bench/serve.py [--quick] [--clients 200] [--messages 5] [--alone 50] [--backend trio]
 """
@@ -42,7 +44,7 @@ from a2a.types import a2a_pb2 as pb
 
 from arkhon_rheo import AgentSystem
 from arkhon_rheo.protocols import AssistantMessage, Message, ModelReply, ToolSpec, UserMessage
-from arkhon_rheo.react import react_agent
+from arkhon_rheo.react import Conversation, UserInput, react_agent
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -158,6 +160,46 @@ async def _turns(store: str, timed: list[Any]) -> list[float]:
     return added
 
 
+async def _direct(store: str, clients: int, messages: int) -> tuple[list[Any], float]:
+    """The same conversations asked in process (`AgentSystem.ask`, no HTTP): the baseline."""
+    timed: list[Any] = []
+    async with AgentSystem(path=store) as system:
+
+        async def talk(n: int) -> None:
+            context = f"direct-{n}"
+            await Conversation.open(system, agent, context)
+            for m in range(messages):
+                called = time.time()
+                reply = await system.ask(
+                    agent, context, UserInput(text=f"client {n} message {m}"), message_id=f"d{m}"
+                )
+                assert reply.value == f"You said: client {n} message {m}"
+                timed.append((context, f"d{m}", called, time.time()))
+
+        started = time.monotonic()
+        async with anyio.create_task_group() as group:
+            for n in range(clients):
+                group.start_soon(talk, n)
+        return timed, time.monotonic() - started
+
+
+def _print(
+    label: str, errors: list[str] | None, total: int, added: list[float], wall: float
+) -> None:
+    if errors is not None:
+        print(f"  {label:<36} errors: {len(errors)} of {total}")
+        for error in errors[:5]:
+            print(f"    {error}")
+    else:
+        print(f"  {label}")
+    if added:
+        p50, p99 = _quantiles(added)
+        print(
+            f"  {'':<36} added latency p50 {p50 * 1000:.2f} ms  p99 {p99 * 1000:.2f} ms,"
+            f" {len(added) / wall:.0f} messages/s"
+        )
+
+
 async def run(args: argparse.Namespace) -> None:
     rows = [(1, args.alone), (args.clients, args.messages)]  # one client alone, then all at once
     with tempfile.TemporaryDirectory() as folder:
@@ -176,15 +218,13 @@ async def run(args: argparse.Namespace) -> None:
         for clients, messages, timed, errors, wall in outcomes:
             added = await _turns(store, timed)
             label = f"{clients} client{'s' if clients > 1 else ''} x {messages} messages"
-            print(f"  {label:<28} errors: {len(errors)} of {clients * messages}")
-            for error in errors[:5]:
-                print(f"    {error}")
-            if added:
-                p50, p99 = _quantiles(added)
-                print(
-                    f"  {'':<28} added latency p50 {p50 * 1000:.2f} ms  p99 {p99 * 1000:.2f} ms,"
-                    f" {len(added) / wall:.0f} messages/s"
-                )
+            _print(label, errors, clients * messages, added, wall)
+        print("the same, asked in process (AgentSystem.ask on SQLite, no HTTP): the baseline")
+        for clients, messages in rows:
+            direct = str(Path(folder) / f"direct-{clients}.db")
+            timed, wall = await _direct(direct, clients, messages)
+            label = f"{clients} conversation{'s' if clients > 1 else ''} x {messages} asks"
+            _print(label, None, clients * messages, await _turns(direct, timed), wall)
 
 
 def main() -> None:

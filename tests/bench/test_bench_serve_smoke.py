@@ -28,4 +28,4 @@ def test_serve_bench_tiny_run_prints_every_figure_with_no_error() -> None:
     assert "1 client x 2 messages" in done.stdout
     assert "errors: 0 of 2" in done.stdout
     assert "errors: 0 of 6" in done.stdout
-    assert done.stdout.count("added latency p50") == 2, done.stdout
+    assert done.stdout.count("added latency p50") == 4, done.stdout
