@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..core import Keyring
-from ..inspector.__main__ import _read_token_file
+from ..inspector._seams import read_token_file
 from ..serve import serve_a2a
 from ._common import store_file
 from ._load import load_machine
@@ -89,6 +89,6 @@ def serve(args: argparse.Namespace) -> int:
     """``arkhon-rheo serve``: serve the agents until SIGTERM/SIGINT."""
     machines: list[Machine[Any]] = [load_machine(target) for target in args.agent]
     store_file(args.store)
-    token = _read_token_file(args.token_file) if args.token_file is not None else None
+    token = read_token_file(args.token_file) if args.token_file is not None else None
     args.run(_serve, args, machines, token)
     return 0

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import importlib
 import ipaddress
+import os
 import socket
+import stat
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from secrets import token_urlsafe
@@ -23,7 +26,6 @@ from .._log import get_logger
 from ..protocols import Machine
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import Callable, Iterable
 
     from starlette.applications import Starlette
@@ -143,6 +145,28 @@ def create_app(
     return build_app(
         path, by_name, token, protect_reads=protect_reads, allowed_hosts=hosts, secrets=secrets
     )
+
+
+def read_token_file(name: str) -> str:
+    """The token in the file ``name`` (surrounding whitespace, such as its newline, dropped)."""
+    path = Path(name)
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigurationError(f"the token file {name!r} is not a regular file")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
+        raise ConfigurationError(f"cannot read the token file {name!r}: {why}") from None
+    token = text.strip()
+    if not token:
+        raise ConfigurationError(f"the token file {name!r} is empty: write the token in it")
+    if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        print(
+            f"warning: other users can read the token file {name!r}: chmod 600 it",
+            file=sys.stderr,
+        )
+    return token
 
 
 def is_loopback(host: str) -> bool:

@@ -211,7 +211,7 @@ def _tool_specs(machine: Machine[Any]) -> list[Any]:
         specs = getattr(runner, "specs", None)
         try:
             found = specs() if callable(specs) else specs
-        except Exception:  # noqa: BLE001, S112 - a toolbox that must be opened first: look on
+        except Exception:  # a toolbox that must be opened first (MCP): look on
             continue
         if isinstance(found, Sequence) and found:
             return list(found)
