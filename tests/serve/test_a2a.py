@@ -172,6 +172,20 @@ async def test_cancel_cuts_the_turn_at_a_commit_boundary(tmp_path: Path) -> None
         assert text_of(after) == "You said: still there?"
 
 
+async def test_a_subscription_follows_a_running_task_to_its_end(tmp_path: Path) -> None:
+    async with served(tmp_path / "r.db", [agent]) as url, client_of(url, streaming=True) as client:
+        request = said("tool 1", "r1")
+        request.configuration.return_immediately = True
+        async with client_of(url) as plain:
+            task = await send(plain, request)
+            await until(plain, task.id, (pb.TASK_STATE_WORKING,))
+        events = [e async for e in client.subscribe(pb.SubscribeToTaskRequest(id=task.id))]
+        assert events[0].task.status.state == pb.TASK_STATE_WORKING
+        (artifact,) = [e.artifact_update for e in events if e.HasField("artifact_update")]
+        assert artifact.artifact.parts[0].text == "done: waited 1.0"
+        assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
 async def test_a_gate_is_answered_through_input_required(tmp_path: Path) -> None:
     async with served(tmp_path / "g.db") as url, client_of(f"{url}/gated") as client:
         task = await send(client, said("tool 0.01", "g1"))
@@ -240,6 +254,19 @@ async def test_bad_requests_get_the_protocols_errors_and_a_token_is_needed(tmp_p
             assert big.status_code == 413
         async with client_of(url, token="s3cret-token") as client:
             assert text_of(await send(client, said("hi", "t1"))) == "You said: hi"
+
+
+def test_serve_refuses_an_address_other_machines_reach_without_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from arkhon_rheo.cli import main
+
+    store = str(tmp_path / "x.db")
+    assert main(["serve", AGENT, "--store", store, "--host", "0.0.0.0"]) == 2
+    assert "--allow-remote" in capsys.readouterr().err
+    command = ["serve", AGENT, "--store", store, "--host", "0.0.0.0", "--allow-remote"]
+    assert main(command) == 2
+    assert "needs a token" in capsys.readouterr().err
 
 
 # -- real server processes: killed and restarted, two on one PostgreSQL ----------------
