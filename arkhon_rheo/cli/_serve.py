@@ -59,8 +59,9 @@ def serve_arguments(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--recover-every",
         type=_seconds,
-        default=5.0,
-        help="seconds between two looks for sessions whose driving process died",
+        default=30.0,
+        help="seconds between two looks for sessions whose driving process died (each reads "
+        "every session's record)",
     )
 
 

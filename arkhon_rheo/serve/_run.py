@@ -44,7 +44,7 @@ async def serve_a2a(
     token: str | None = None,
     allow_remote: bool = False,
     secrets: Keyring | None = None,
-    recover_every: float = 5.0,
+    recover_every: float = 30.0,
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``agents`` over A2A on ``host``:``port`` until cancelled (asyncio or trio).
@@ -57,7 +57,8 @@ async def serve_a2a(
         token: If given, every JSON-RPC request needs it as a bearer token.
         allow_remote: Allow an address other machines can reach (needs ``token``).
         secrets: The keyring of sessions with `Sensitive` fields.
-        recover_every: Seconds between two looks for sessions whose driver died.
+        recover_every: Seconds between two looks for sessions whose driver died
+            (each look reads every session's record: mind it on a large store).
         task_status: Reports the served URL, once listening.
 
     Raises:
