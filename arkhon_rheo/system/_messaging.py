@@ -247,11 +247,22 @@ class Messaging:
         # A deadline, not a scope: no cancel scope may span a yield of this generator.
         deadline = anyio.current_time() + timeout if timeout is not None else float("inf")
         watch = replies.watch(machine, session_id, message_id)
+        # A run here may apply the message (and stream) before the post returns: its
+        # partial output is subscribed to first (what comes of other turns is left out),
+        # the run under way's, or that of a run the post launches.
+        host = replies.host
+        early = host.running(session_id) if stream else None
+        subscription = early.partials() if early is not None else None
+        launched = host.presubscribe(session_id) if stream else []
         try:
             sent = await self._post(machine, session_id, message, message_id, drive, on_busy)
             try:
+                if sent.handle is not early:  # not the run under way: the one launched
+                    if subscription is not None:
+                        subscription.close()
+                    subscription = launched.pop() if launched and sent.handle else None
                 if stream and sent.handle is not None:
-                    subscription = sent.handle.partials()
+                    subscription = subscription or sent.handle.partials()
                     try:
                         while True:
                             ended = message_id in watch.replies
@@ -276,6 +287,10 @@ class Messaging:
                     timed_out=True,
                 ) from None
         finally:
+            if subscription is not None:
+                subscription.close()
+            if stream:
+                host.unsubscribe_next(session_id, launched)
             replies.unwatch(session_id, message_id)
         yield reply
 

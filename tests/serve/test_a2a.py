@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +35,7 @@ from a2a.utils.errors import (
 from arkhon_rheo import AgentSystem
 from arkhon_rheo.inspector._seams import listen, serve_asgi
 from arkhon_rheo.serve import a2a_app
+from tests.support import a2a_agent
 from tests.support.a2a_agent import agent, gated
 
 if TYPE_CHECKING:
@@ -134,23 +134,31 @@ async def test_card_send_get_and_a_conversation_of_several_messages(tmp_path: Pa
 async def test_streamed_deltas_arrive_before_the_turn_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("A2A_SLOW_WORDS", "0.05")
+    gate = anyio.Event()  # the model waits after its first word until the client has it
+    monkeypatch.setattr(a2a_agent, "STREAM_GATE", gate)
     async with served(tmp_path / "s.db", [agent]) as url, client_of(url, streaming=True) as client:
-        seen: list[tuple[float, str, Any]] = [
-            (time.monotonic(), event.WhichOneof("payload"), event)
-            async for event in client.send_message(said("one two three four five", "s1"))
-        ]
-        kinds = [kind for _, kind, _ in seen]
+        seen: list[tuple[str, Any]] = []
+        with anyio.move_on_after(30) as waited:
+            async for event in client.send_message(said("one two three four five", "s1")):
+                kind = event.WhichOneof("payload")
+                seen.append((kind, event))
+                if kind == "artifact_update" and not gate.is_set():
+                    assert event.artifact_update.artifact.parts[0].text == "You"
+                    assert not any(
+                        k == "status_update" and e.status_update.status.state in DONE
+                        for k, e in seen
+                    )
+                    gate.set()  # only now may the turn go on and end
+        kinds = [kind for kind, _ in seen]
+        assert not waited.cancelled_caught, seen  # no delta came while the turn ran
         assert kinds[0] == "task"
         assert kinds[-1] == "status_update"
-        deltas = [event.artifact_update for _, kind, event in seen if kind == "artifact_update"]
+        deltas = [event.artifact_update for kind, event in seen if kind == "artifact_update"]
         words = "".join(part.text for delta in deltas for part in delta.artifact.parts)
         assert words == "You said: one two three four five"
         assert len(deltas) >= 7
         assert deltas[-1].last_chunk
-        first_delta = next(at for at, kind, _ in seen if kind == "artifact_update")
-        assert seen[-1][0] - first_delta > 0.2  # they came as the model wrote them
-        final = seen[-1][2].status_update
+        final = seen[-1][1].status_update
         assert final.status.state == pb.TASK_STATE_COMPLETED
         task = await client.get_task(pb.GetTaskRequest(id=final.task_id))
         assert text_of(task) == "You said: one two three four five"

@@ -40,6 +40,11 @@ async def wait(seconds: float) -> str:
     return f"waited {seconds}"
 
 
+#: When set (by a test, on its own event loop), the model's stream waits for it after its
+#: first word: the test sees that word arrive while the turn is still under way.
+STREAM_GATE: anyio.Event | None = None
+
+
 class Repeat:
     """Repeats the user's last words; ``tool N`` calls the tool first."""
 
@@ -78,8 +83,8 @@ class Repeat:
         words = (reply.message.content or "").split(" ")
         for index, word in enumerate(words if reply.message.content else []):
             yield ReplyDelta(text=word if index == 0 else f" {word}", index=index)
-            if os.environ.get("A2A_SLOW_WORDS"):
-                await anyio.sleep(float(os.environ["A2A_SLOW_WORDS"]))
+            if index == 0 and STREAM_GATE is not None:
+                await STREAM_GATE.wait()
         yield reply
 
 
