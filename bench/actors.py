@@ -12,9 +12,10 @@ On each anyio backend (asyncio and trio), in one process and one run, it measure
    (no cancel scope). The floor is a ping-pong over two memory object streams
    (request and reply) with an echo task. Printed as us per round trip and the
    ratio ours / bare.
-3. memory per idle actor: with tracemalloc on, spawn 10,000 idle actors in one
-   ``ActorSystem`` (default mailbox capacity) and divide the growth of traced
-   memory by the count; the largest contributors by source file are shown. The
+3. memory per idle actor: with tracemalloc on, spawn 10,000 idle actors (``--idle``
+   sets the count) in one ``ActorSystem`` (default mailbox capacity) and divide
+   the growth of traced memory by the count; the largest contributors by source
+   file are shown. An idle actor holds no task (the target is at most 1 KB). The
    floor is a bare task parked on ``async for`` over its own memory object stream.
 4. scaling: the same total number of messages told round-robin by a driver task
    to 100 actors and to 10,000 actors (both sets alive, runs interleaved); cost
@@ -32,11 +33,13 @@ Run it from the repository root::
     python bench/actors.py                     # both backends, full size (1-2 min)
     python bench/actors.py --backend trio      # one backend only
     python bench/actors.py --quick             # ~10x smaller, a few seconds
+    python bench/actors.py --memory-only --idle 100000   # just the idle actor, 100,000 of them
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import math
 import os
@@ -428,6 +431,18 @@ def row(label: str, ours: str, bare: str, ratio: str) -> None:
     print(f"  {label:<16} ours {ours:>20}   bare {bare:>20}   {ratio}", flush=True)
 
 
+async def run_memory_only(sizes: Sizes) -> None:
+    """Print the memory per idle actor alone (no floor: a bare task each would take GBs)."""
+    count = sizes.idle_actors
+    memory = await memory_ours(count)
+    top = ", ".join(f"{name} {size:,.0f}" for name, size in memory.top)
+    print(
+        f"  memory           {memory.per_item:,.0f} bytes per idle actor ({count:,} actors, "
+        f"mailbox capacity {CAPACITY}; target <= 1,024); largest by file: {top}",
+        flush=True,
+    )
+
+
 async def run_backend(sizes: Sizes) -> None:
     repeat = sizes.repeat
     async with ActorSystem(name="bench") as system:
@@ -467,7 +482,7 @@ async def run_backend(sizes: Sizes) -> None:
     top = ", ".join(f"{name} {size:,.0f}" for name, size in mem_ours.top)
     print(
         f"  {'':<16} {mem_ours.per_item:,.0f} bytes per idle actor ({count:,} actors, mailbox "
-        f"capacity {CAPACITY}); largest by file: {top}",
+        f"capacity {CAPACITY}; target <= 1,024); largest by file: {top}",
         flush=True,
     )
 
@@ -503,8 +518,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--backend", choices=[*BACKENDS, "both"], default="both")
     parser.add_argument("--quick", action="store_true", help="~10x fewer iterations (smoke run)")
+    parser.add_argument("--idle", type=int, help="idle actors for the memory figure")
+    parser.add_argument(
+        "--memory-only", action="store_true", help="only the memory per idle actor, no floor"
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if args.idle is not None:
+        sizes = dataclasses.replace(sizes, idle_actors=args.idle)
     backends = BACKENDS if args.backend == "both" else (args.backend,)
     versions = f"Python {platform.python_version()}, anyio {version('anyio')}"
     if "trio" in backends:
@@ -517,7 +538,7 @@ def main(argv: list[str] | None = None) -> None:
     for backend in backends:
         print(f"backend: {backend}", flush=True)
         started = time.perf_counter()
-        anyio.run(run_backend, sizes, backend=backend)
+        anyio.run(run_memory_only if args.memory_only else run_backend, sizes, backend=backend)
         print(f"  ({time.perf_counter() - started:.1f} s)", flush=True)
 
 

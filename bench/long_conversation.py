@@ -39,7 +39,7 @@ import structlog
 
 from arkhon_rheo import AgentSystem, Durability
 from arkhon_rheo.protocols import AssistantMessage, Message, ModelReply, ToolCall, ToolSpec
-from arkhon_rheo.react import ReactState, react_agent
+from arkhon_rheo.react import Limits, Memory, ReactState, react_agent
 from arkhon_rheo.tools import Toolbox, tool
 
 if TYPE_CHECKING:
@@ -107,7 +107,12 @@ CONTEXTS = (
 async def one_session(cycles: int, path: Path | None, context: int | None) -> list[float]:
     """The seconds of each cycle of one session of ``cycles`` cycles."""
     model = ScriptedModel(cycles)
-    agent = react_agent(model, TOOLS, max_steps=cycles + 5, max_context_tokens=context)
+    agent = react_agent(
+        model,
+        TOOLS,
+        limits=Limits(max_steps=cycles + 5),
+        memory=Memory(max_tokens=context),
+    )
     system = AgentSystem(path=path, max_steps=3 * cycles + 10, durability=Durability.BATCHED)
     async with system:
         result = await system.run(agent, ReactState(task="look things up"))

@@ -18,8 +18,13 @@ embedded SQLite store (``batched`` durability, the default) in a temporary file:
     the moment the step applying it is committed (an event listener sees it):
     the message stored, the session woken (leased, loaded, launched), the
     message applied and committed. p50 and p99, and the sends per second.
+(3) flood: F messages of 100 KB are posted to one session that applies none
+    (``Store.post``, one transaction each); the mean time per post of the first
+    and the last F/6, and their ratio. Target: a post costs the same whatever the
+    inbox holds (ratio ~1; it was ~3-10 before schema version 8, issue 41 item 11).
 
-Sizes: P=100,000, T=10,000, W=10,000, S=1,000 (``--quick``: 2,000, 1,000, 500, 100).
+Sizes: P=100,000, T=10,000, W=10,000, S=1,000, F=250 (``--quick``: 2,000, 1,000,
+500, 100, 60).
 Nothing is asserted: the targets are goals, not checks. Run it from the
 repository root::
 
@@ -52,7 +57,8 @@ from memory import rss as memory_rss
 from pydantic import BaseModel
 
 from arkhon_rheo import AgentState, AgentSystem, Machine, Patch, StateView, stage
-from arkhon_rheo.protocols import Receive
+from arkhon_rheo.protocols import NewMessage, Receive
+from arkhon_rheo.store import SQLiteStore
 
 if TYPE_CHECKING:
     from arkhon_rheo import TransitionEvent
@@ -104,10 +110,11 @@ class Sizes:
     traced: int  # sessions parked at once, traced
     waiting: int  # sessions parked while messages are sent
     sends: int  # messages sent, one after another
+    flood: int = 250  # messages of 100 KB posted to one session
 
 
 FULL = Sizes(parked=100_000, traced=10_000, waiting=10_000, sends=1_000)
-QUICK = Sizes(parked=2_000, traced=1_000, waiting=500, sends=100)
+QUICK = Sizes(parked=2_000, traced=1_000, waiting=500, sends=100, flood=60)
 
 
 def trim() -> None:
@@ -201,6 +208,21 @@ async def latency(path: Path, sizes: Sizes) -> tuple[list[float], float]:
     return took, sizes.sends / elapsed
 
 
+async def flood(path: Path, count: int) -> tuple[float, float]:
+    """Mean seconds per post of the first and the last sixth of ``count`` 100 KB posts."""
+    body = {"text": "x" * 100_000}
+    took: list[float] = []
+    async with SQLiteStore(path) as store:
+        await store.create_session("flooded", machine="m", snapshot={})
+        for index in range(count):
+            message = NewMessage(f"f-{index}", "Ping", body, 0.0)
+            started = time.perf_counter()
+            await store.post("flooded", message, capacity=count)
+            took.append(time.perf_counter() - started)
+    share = max(1, count // 6)
+    return statistics.fmean(took[:share]), statistics.fmean(took[-share:])
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
@@ -226,6 +248,13 @@ async def run_backend(sizes: Sizes) -> None:
             f"p50 {percentile(took, 0.5) * 1000:.2f} ms, "
             f"p99 {percentile(took, 0.99) * 1000:.2f} ms, "
             f"mean {statistics.fmean(took) * 1000:.2f} ms, {rate:,.0f} sends/s"
+        )
+        first, last = await flood(folder / "flood.db", sizes.flood)
+        print(
+            f"  (3) flood, {sizes.flood} posts of 100 KB to one session, per post: "
+            f"first {max(1, sizes.flood // 6)} {first * 1000:.2f} ms, "
+            f"last {max(1, sizes.flood // 6)} {last * 1000:.2f} ms, "
+            f"ratio {last / first:.2f}   target ~1"
         )
 
 

@@ -47,7 +47,7 @@ from arkhon_rheo.models import (
     default_governor,
     set_default_governor,
 )
-from arkhon_rheo.react import ReactState, react_agent
+from arkhon_rheo.react import Limits, ReactState, react_agent
 
 if TYPE_CHECKING:
     from structlog.typing import EventDict
@@ -97,7 +97,11 @@ async def run_once(sizes: Sizes, governed: bool) -> Run:
                 per_minute = sizes.limit * 60.0 / sizes.window
                 limit = RateLimit(requests_per_minute=per_minute, window=sizes.window)
                 governor.set_limit(client, limit)
-            agent = react_agent(client, system_prompt=None, max_steps=3)
+            agent = react_agent(
+                client,
+                system_prompt=None,
+                limits=Limits(max_steps=3),
+            )
             times: list[float] = []
             outcomes: list[bool] = []
 

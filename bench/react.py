@@ -59,7 +59,7 @@ from arkhon_rheo.protocols import (
     ToolSpec,
     UserMessage,
 )
-from arkhon_rheo.react import ReactState, react_agent
+from arkhon_rheo.react import Limits, ReactState, react_agent
 from arkhon_rheo.tools import Toolbox, tool
 
 if TYPE_CHECKING:
@@ -190,7 +190,11 @@ async def run_bare(sizes: Sizes, calls: bool) -> float:
 
 async def run_engine(sizes: Sizes) -> float:
     """Seconds for N ReAct sessions of K cycles."""
-    agent = react_agent(CountingModel(sizes.cycles), TOOLS, max_steps=sizes.cycles + 5)
+    agent = react_agent(
+        CountingModel(sizes.cycles),
+        TOOLS,
+        limits=Limits(max_steps=sizes.cycles + 5),
+    )
     results: list[Any] = []
 
     async def one() -> None:

@@ -1,4 +1,4 @@
-"""Seed 001's global budget on any agent: ``react_agent(budget=GlobalBudget(...))``.
+"""A global round budget on any agent: ``react_agent(limits=Limits(budget=GlobalBudget(...)))``.
 
 Each model turn is a decision round, each tool call counts, and a turn that
 calls tools spends a round of their strategy (explore, exploit or render; the
@@ -7,13 +7,13 @@ or no tool call left) the agent may go on with exploit-only rounds while
 exploit rounds remain (the exploit overdraft); a non-exploit call then is
 blocked (``exploit_overdraft_blocked``). Then comes one wrap-up turn without
 tools, whose reply is the answer (``StopReason.BUDGET_EXHAUSTED``). The model
-sees seed 001's ``BUDGET_STATE`` line every turn; the counters live in the
+sees a ``BUDGET_STATE`` line every turn; the counters live in the
 state (``state.decisions``), so they survive a resume and replay exactly.
 
 Offline it runs two scenarios on a scripted model (an overdraft used well,
 and one blocked); with ``OPENAI_BASE_URL`` set, the first asks that server.
-Run it with ``python examples/budgeted_decision_agent.py [asyncio|trio]``. The
-seed's whole machine (contract slots, artifacts, every exit reason), built by
+Run it with ``python examples/budgeted_decision_agent.py [asyncio|trio]``. A
+whole decision machine (contract slots, artifacts, every exit reason), built by
 hand, is examples/decision_agent.py.
 """
 
@@ -30,7 +30,7 @@ import anyio
 
 from arkhon_rheo import AgentSystem
 from arkhon_rheo.protocols import ModelClient, SystemMessage, ToolCall, ToolMessage
-from arkhon_rheo.react import GlobalBudget, ReactState, RoundBudget, react_agent
+from arkhon_rheo.react import GlobalBudget, Limits, ReactState, RoundBudget, react_agent
 from arkhon_rheo.testing import ScriptedModel
 from arkhon_rheo.tools import tool
 
@@ -94,7 +94,7 @@ SCENARIOS: dict[str, list[Any]] = {
 
 
 async def run(system: AgentSystem, scenario: str, model: ModelClient) -> None:
-    agent = react_agent(model, TOOLS, budget=BUDGET)
+    agent = react_agent(model, TOOLS, limits=Limits(budget=BUDGET))
     result = await system.run(agent, ReactState(task=TASK), session_id=scenario)
     state = result.state
     print(f"{scenario}:")
@@ -108,7 +108,7 @@ async def run(system: AgentSystem, scenario: str, model: ModelClient) -> None:
             print(f"  {message.name}: {message.content}")
     exit = state.exit.value if state.exit else None
     print(f"  exit: {exit}; answer: {state.answer}")
-    offline = react_agent(ScriptedModel([]), TOOLS, budget=BUDGET)
+    offline = react_agent(ScriptedModel([]), TOOLS, limits=Limits(budget=BUDGET))
     report = await system.stored(offline, scenario).replay(reexecute=True)
     print(f"  replay without the model: {'ok' if report.ok else report.divergence}")
 

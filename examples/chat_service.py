@@ -58,7 +58,7 @@ from arkhon_rheo.protocols import (
     ToolSpec,
     UserMessage,
 )
-from arkhon_rheo.react import Conversation, react_agent
+from arkhon_rheo.react import Calls, Conversation, react_agent
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -97,7 +97,12 @@ def _model() -> ModelClient:
 
 
 #: The agent: ``examples.chat_service:agent`` for ``arkhon-rheo worker`` and ``ask``.
-agent = react_agent(_model(), conversational=True, stream=True, name="chat")
+agent = react_agent(
+    _model(),
+    conversational=True,
+    name="chat",
+    calls=Calls(stream=True),
+)
 
 
 @asynccontextmanager

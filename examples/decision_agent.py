@@ -42,7 +42,7 @@ model. With ``OPENAI_BASE_URL`` set, a real OpenAI-compatible model runs the
 first task. Run it with ``python examples/decision_agent.py [asyncio|trio]
 [SCENARIO]`` (a scenario's name, like ``clarify``, runs that one alone).
 
-``react_agent(budget=GlobalBudget(...))`` gives any ReAct agent the global
+``react_agent(limits=Limits(budget=GlobalBudget(...)))`` gives any ReAct agent the global
 budget, its overdraft and wrap-up in one argument
 (examples/budgeted_decision_agent.py); this machine, built by hand on the
 public API, adds the contract, the artifacts and the reruns.

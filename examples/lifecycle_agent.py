@@ -1,6 +1,6 @@
-"""Seed 004's lifecycle machine, supervised: Initialized → Thinking → Acting/Observing → Finished.
+"""An agent's lifecycle machine, supervised: Initialized → Thinking → Acting/Observing → Finished.
 
-Each stage declares the seed's permission matrix (what it reads and writes);
+Each stage declares its permission matrix (what it reads and writes);
 the supervisor enforces it and the lifecycle invariants at every commit,
 including the one that depends on the path taken ("Observing reached from
 Acting ⇒ Action is set", a transition invariant). The model is a scripted one
@@ -64,7 +64,7 @@ class Observation(BaseModel):
 
 
 class ReActState(AgentState):
-    """Seed 004's minimal state set: lifecycle, session, input, iteration, T/A/O, last error."""
+    """The minimal state set: lifecycle, session, input, iteration, T/A/O, last error."""
 
     lifecycle: Lifecycle = L.INITIALIZED
     user_input: str | None = None
@@ -143,7 +143,7 @@ def build_machine(model: ModelClient) -> Machine[ReActState]:
         return Patch(observation=Observation(summary=f"tool said {result}", final_answer=result))
 
     return Machine(
-        name="seed-004-lifecycle",
+        name="lifecycle",
         state_type=ReActState,
         initial=L.INITIALIZED,
         terminal={L.FINISHED, L.FAILED},

@@ -28,7 +28,7 @@ import anyio
 from arkhon_rheo import AgentSystem
 from arkhon_rheo.models import OpenAIChatClient
 from arkhon_rheo.protocols import ModelClient, ToolCall, ToolMessage
-from arkhon_rheo.react import Budget, ReactState, react_agent
+from arkhon_rheo.react import Budget, Limits, ReactState, react_agent
 from arkhon_rheo.testing import ScriptedModel
 from arkhon_rheo.tools import MCPToolbox, tool
 
@@ -63,7 +63,11 @@ def scripted() -> ScriptedModel:
 async def run(model: ModelClient, db: Path) -> None:
     # The MCP server's tools (a subprocess, over stdio), and the Python tool beside them.
     tools = MCPToolbox.stdio(sys.executable, [str(SERVER)], tools=[thousands])
-    agent = react_agent(model, tools, budget=Budget(max_turns=8, max_tool_calls=10))
+    agent = react_agent(
+        model,
+        tools,
+        limits=Limits(budget=Budget(max_turns=8, max_tool_calls=10)),
+    )
     async with AgentSystem(path=db) as system:
         # The system opens the toolbox before the session starts: the server starts.
         result = await system.run(agent, ReactState(task=TASK), session_id="cities")
@@ -87,7 +91,11 @@ async def run(model: ModelClient, db: Path) -> None:
 
     # Replay in a new system, without the server: a toolbox given the specs the model saw.
     offline = MCPToolbox.stdio("/no/server/needed", tools=[thousands], specs=tools.server_specs)
-    again = react_agent(model, offline, budget=Budget(max_turns=8, max_tool_calls=10))
+    again = react_agent(
+        model,
+        offline,
+        limits=Limits(budget=Budget(max_turns=8, max_tool_calls=10)),
+    )
     async with AgentSystem(path=db) as system:
         report = await system.stored(again, "cities").replay(reexecute=True)
     print(

@@ -1,19 +1,19 @@
-"""Seed 003's phases and stuck detection on any agent: ``react_agent(stuck=...)``.
+"""Phases and stuck detection on any agent: ``react_agent(checks=Checks(stuck=...))``.
 
 The agent moves INIT → SEARCHING → ANALYZING → DECIDING → FINISHING by the
 action its model chooses (a search, the ``analyze`` and ``decide`` control
-actions the engine offers, another tool, an answer). A move the seed forbids
+actions the engine offers, another tool, an answer). A move `PHASE_TRANSITIONS` forbids
 (SEARCHING → DECIDING: analyse first) is not made: by the policy, the model is
 told the moves it may make (``soft``), sent to the STUCK_* phase where it may
 only answer (``hard``), or the agent finishes at once with its best answer so
 far (``auto_finish``). The same tool three times in a row is stuck too. The
-model sees seed 003's ``agent_state`` block every turn.
+model sees an ``agent_state`` block every turn.
 
-Offline it runs the seed's scenarios on a scripted model; with
+Offline it runs its scenarios on a scripted model; with
 ``OPENAI_BASE_URL`` set, the searcher scenario asks that server. Every run is
 stored and replayed, re-executing each step without the model. Run it with
 ``python examples/phase_agent.py [asyncio|trio] [soft|hard|auto_finish]``.
-The seed's machine built by hand is tests/seeds/phase_machine.py.
+A phase machine built by hand is tests/scenarios/phase_machine.py.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import anyio
 
 from arkhon_rheo import AgentSystem
 from arkhon_rheo.protocols import ModelClient, ToolCall, ToolMessage
-from arkhon_rheo.react import ReactState, StuckPolicy, react_agent
+from arkhon_rheo.react import Checks, ReactState, StuckPolicy, react_agent
 from arkhon_rheo.testing import ScriptedModel
 from arkhon_rheo.tools import tool
 
@@ -98,7 +98,7 @@ SCENARIOS: dict[str, tuple[str, list[Any]]] = {
 
 async def run(system: AgentSystem, scenario: str, policy: StuckPolicy, model: ModelClient) -> None:
     task, _ = SCENARIOS[scenario]
-    agent = react_agent(model, [search, calculator], stuck=policy)
+    agent = react_agent(model, [search, calculator], checks=Checks(stuck=policy))
     session_id = f"{scenario}-{policy.value}"
     result = await system.run(agent, ReactState(task=task), session_id=session_id)
     state = result.state
@@ -109,7 +109,11 @@ async def run(system: AgentSystem, scenario: str, policy: StuckPolicy, model: Mo
             print(f"  {message.name}: {message.content}")
     reason = f", stuck: {state.stuck_reason.value}" if state.stuck_reason else ""
     print(f"  exit: {state.exit.value if state.exit else None}{reason}; answer: {state.answer}")
-    offline = react_agent(ScriptedModel([]), [search, calculator], stuck=policy)
+    offline = react_agent(
+        ScriptedModel([]),
+        [search, calculator],
+        checks=Checks(stuck=policy),
+    )
     report = await system.stored(offline, session_id).replay(reexecute=True)
     print(f"  replay without the model: {'ok' if report.ok else report.divergence}")
 

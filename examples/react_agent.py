@@ -25,7 +25,7 @@ from agent_tools import TOOLS
 from arkhon_rheo import AgentSystem, Machine
 from arkhon_rheo.models import AnthropicClient, OpenAIChatClient
 from arkhon_rheo.protocols import ModelClient, ToolCall, ToolMessage
-from arkhon_rheo.react import Budget, ReactState, react_agent
+from arkhon_rheo.react import Budget, Limits, ReactState, react_agent
 from arkhon_rheo.testing import ScriptedModel
 
 TASK = "What is (17 + 25) * 3, and how many words are in 'the quick brown fox'?"
@@ -48,7 +48,7 @@ def agent(model: ModelClient | None = None) -> Machine[ReactState]:
     return react_agent(
         scripted() if model is None else model,
         TOOLS,
-        budget=Budget(max_turns=8, max_tool_calls=10),
+        limits=Limits(budget=Budget(max_turns=8, max_tool_calls=10)),
     )
 
 

@@ -1,4 +1,4 @@
-"""Seed 000's hierarchical machine: Thought -> AuthSubgraph -> Process.
+"""A hierarchical machine: Thought -> AuthSubgraph -> Process.
 
 The authentication subgraph (ValidateCredentials -> GenerateToken) is a machine
 of its own, run as a supervised child session of the main one; its result

@@ -1,4 +1,4 @@
-"""Seeds 000 and 002's Validate step on any agent: ``react_agent(rules=...)``.
+"""A Validate step on any agent: ``react_agent(checks=Checks(rules=...))``.
 
 Every proposal of the model (its thought with its tool calls, or its answer)
 goes through the rules before it is committed: a `Retryable` violation goes
@@ -11,8 +11,8 @@ them again.
 Offline it runs two scenarios on a scripted model: a retry that the model
 corrects, and a blocked function that ends the run; with ``OPENAI_BASE_URL``
 set, the first asks that server. Run it with
-``python examples/thought_validate_agent.py [asyncio|trio]``. The seeds'
-machine built by hand is tests/seeds/thought_validate_machine.py.
+``python examples/thought_validate_agent.py [asyncio|trio]``. The
+machine built by hand is tests/scenarios/thought_validate_machine.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import anyio
 
 from arkhon_rheo import AgentSystem
 from arkhon_rheo.protocols import ModelClient, ToolCall, ToolMessage, UserMessage
-from arkhon_rheo.react import Proposal, ReactState, react_agent
+from arkhon_rheo.react import Checks, Proposal, ReactState, react_agent
 from arkhon_rheo.rules import PASS, Retryable, RuleSet, Terminal, Verdict, rule
 from arkhon_rheo.testing import ScriptedModel
 from arkhon_rheo.tools import Toolbox, tool
@@ -51,10 +51,10 @@ def calculator(expression: str) -> str:
 
 
 TOOLS = Toolbox(search, calculator)
-BLOCKED = ("eval", "exec", "__import__")  # seed 002 §6.1
+BLOCKED = ("eval", "exec", "__import__")
 
 
-# -- the rules (seed 002 §4.1: invalid input → retry; rule violation → terminate) ----
+# -- the rules (invalid input → retry; rule violation → terminate) ----
 
 
 @rule
@@ -101,7 +101,7 @@ SCENARIOS: dict[str, list[Any]] = {
 
 
 async def run(system: AgentSystem, scenario: str, model: ModelClient) -> None:
-    agent = react_agent(model, TOOLS, rules=RULES)
+    agent = react_agent(model, TOOLS, checks=Checks(rules=RULES))
     result = await system.run(agent, ReactState(task=GOAL), session_id=scenario)
     state = result.state
     print(f"{scenario}:")
@@ -115,7 +115,7 @@ async def run(system: AgentSystem, scenario: str, model: ModelClient) -> None:
     violation = f"; violation: {state.violation.reason}" if state.violation else ""
     exit = state.exit.value if state.exit else None
     print(f"  exit: {exit}; answer: {state.answer}{violation}")
-    offline = react_agent(ScriptedModel([]), TOOLS, rules=RULES)
+    offline = react_agent(ScriptedModel([]), TOOLS, checks=Checks(rules=RULES))
     report = await system.stored(offline, scenario).replay(reexecute=True)
     print(f"  replay without the model: {'ok' if report.ok else report.divergence}")
 

@@ -8,18 +8,44 @@ exists and says more than its title.
 
 A block whose first line is ``# name.py`` is a module: it must import, and the blocks
 after it on the same page may import it (each page's modules are its own).
+
+What a page shows a block printing is what the block prints when it runs. The
+output is a fenced block right after the code (blank lines between them only),
+opened with ``text title="Output"``::
+
+    ```python
+    print(6 * 7)
+    ```
+
+    ```text title="Output"
+    42
+    ```
+
+The block's standard output must be those lines (trailing spaces and blank lines
+at the end aside). ``...`` stands for what changes from run to run: within a
+line, any text on that line (an id, a timing); as a line of its own, any number
+of lines (none too). A block that prints something must show it (elided with
+``...`` where it is long), so no page quotes output that no run checks. A shell
+block (``sh``, ``bash``) followed by an output block is run too: each command
+line (``arkhon-rheo`` or ``python``, run on the tree under test, in a fresh
+folder, the terminal 100 columns wide) in order, their standard outputs one
+after the other compared the same way.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import difflib
 import importlib
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +82,11 @@ NOT_OURS = {
 
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 _MODULE = re.compile(r"# ([a-z_]+)\.py\n")
+#: Any fenced block at the start of a line: its info string and its text.
+_FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+#: The info string of a block that is the output of the code block before it.
+OUTPUT = 'text title="Output"'
+_SHELLS = ("sh", "bash")
 
 
 def _name(page: Path) -> str:
@@ -64,6 +95,73 @@ def _name(page: Path) -> str:
 
 def _blocks(page: Path) -> list[str]:
     return _BLOCK.findall(page.read_text())
+
+
+def _shown(page: Path) -> list[tuple[str, str, str | None]]:
+    """Each code block of a page (not an output block): its language, its text, its output.
+
+    The output is the text of an `OUTPUT` block right after it, or None.
+    """
+    text = page.read_text()
+    fences = list(_FENCE.finditer(text))
+    blocks: list[tuple[str, str, str | None]] = []
+    for index, fence in enumerate(fences):
+        if fence.group(1).strip() == OUTPUT:
+            continue
+        after = fences[index + 1] if index + 1 < len(fences) else None
+        shown = None
+        if (
+            after is not None
+            and after.group(1).strip() == OUTPUT
+            and not text[fence.end() : after.start()].strip()
+        ):
+            shown = after.group(2)
+        blocks.append((fence.group(1).strip(), fence.group(2), shown))
+    return blocks
+
+
+def _outputs(page: Path) -> list[str | None]:
+    """The output each ``python`` block of a page shows, in `_blocks`' order (None: none)."""
+    return [shown for language, _, shown in _shown(page) if language == "python"]
+
+
+def _shown_commands(page: Path) -> list[tuple[str, str]]:
+    """Each shell block of a page that shows its output: its text, and the output."""
+    return [
+        (code, shown)
+        for language, code, shown in _shown(page)
+        if language in _SHELLS and shown is not None
+    ]
+
+
+def _pattern(shown: str) -> re.Pattern[str]:
+    """The output shown, as a pattern: ``...`` any text in a line, or (alone) any lines."""
+    parts = []
+    for line in _lines(shown):
+        if line.strip() == "...":
+            parts.append(r"(?:[^\n]*\n)*?")
+        else:
+            parts.append("[^\n]*?".join(re.escape(piece) for piece in line.split("...")) + "\n")
+    return re.compile("".join(parts))
+
+
+def _lines(text: str) -> list[str]:
+    """``text``'s lines, each without its trailing spaces, and no blank lines at the end."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _output_mismatch(shown: str, printed: str) -> str | None:
+    """None when ``printed`` is what ``shown`` shows; else a diff of the two."""
+    actual = "".join(line + "\n" for line in _lines(printed))
+    if _pattern(shown).fullmatch(actual):
+        return None
+    diff = difflib.unified_diff(
+        _lines(shown), _lines(printed), "shown on the page", "printed", lineterm=""
+    )
+    return "\n".join(diff)
 
 
 def _snippets() -> Iterator[object]:
@@ -103,7 +201,11 @@ class PageRun:
         self.process = subprocess.run(
             [sys.executable, "-c", RUNNER, "programs.json", str(results_path)],
             # The page's modules, then the tree under test (not whatever is installed).
-            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(directory), str(ROOT)])},
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([str(directory), str(ROOT)]),
+                "COLUMNS": "100",  # what a rich table prints does not hang on the terminal
+            },
             capture_output=True,
             text=True,
             timeout=120 * len(blocks),
@@ -129,16 +231,28 @@ class PageRun:
 
 
 @pytest.fixture(scope="module")
-def page_runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], PageRun]:
-    """Each page's blocks run once, in one process of their own, when a test first asks."""
+def page_runs() -> Iterator[Callable[[Path], PageRun]]:
+    """Each page's blocks run once, in one process of their own, when a test first asks.
+
+    Each page's folder (its modules) is readable by all, as a user's project
+    folder is: a sandboxed tool run by root drops to another user, who must
+    import the tool's module (pytest's own temporary folders are private).
+    """
     runs: dict[Path, PageRun] = {}
+    base = Path(tempfile.mkdtemp(prefix="arkhon-rheo-docs-"))
 
     def run(page: Path) -> PageRun:
         if page not in runs:
-            runs[page] = PageRun(page, tmp_path_factory.mktemp("page"))
+            directory = Path(tempfile.mkdtemp(dir=base))
+            for folder in (base, directory):
+                folder.chmod(0o755)
+            runs[page] = PageRun(page, directory)
         return runs[page]
 
-    return run
+    try:
+        yield run
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.parametrize(("page", "index"), list(_snippets()))
@@ -150,6 +264,78 @@ def test_each_snippet_imports_what_it_uses_and_runs(
     assert any(isinstance(node, ast.Import | ast.ImportFrom) for node in tree.body), code
     failure = page_runs(page).failure(index)
     assert failure is None, f"{_name(page)}:\n{failure}"
+
+
+@pytest.mark.parametrize(("page", "index"), list(_snippets()))
+def test_each_snippet_prints_what_its_page_shows(
+    page: Path, index: int, page_runs: Callable[[Path], PageRun]
+) -> None:
+    outputs = _outputs(page)
+    assert len(outputs) == len(_blocks(page)), f"{_name(page)}: a python block is fenced oddly"
+    run = page_runs(page)
+    if run.failure(index) is not None:
+        pytest.skip("it did not run (test_each_snippet_imports_what_it_uses_and_runs says why)")
+    printed = str(run.results[index]["stdout"])
+    shown, where = outputs[index], f"{_name(page)}#{index}"
+    if shown is None:
+        assert not printed.strip(), (
+            f"{where} prints this, which its page does not show: put it in a ```{OUTPUT} "
+            f"block right after the code (``...`` for what changes between runs):\n{printed}"
+        )
+        return
+    mismatch = _output_mismatch(shown, printed)
+    assert mismatch is None, f"{where} prints what its page does not show:\n{mismatch}"
+
+
+def _command_snippets() -> Iterator[object]:
+    for page in PAGES:
+        for index, _ in enumerate(_shown_commands(page)):
+            yield pytest.param(page, index, id=f"{_name(page)}$sh{index}")
+
+
+def _command_lines(code: str) -> list[list[str]]:
+    """The commands of a shell block, each as its arguments (continuations joined)."""
+    joined = re.sub(r"\\\n\s*", " ", code)
+    return [argv for line in joined.splitlines() if (argv := shlex.split(line, comments=True))]
+
+
+@pytest.mark.parametrize(("page", "index"), list(_command_snippets()))
+def test_each_shown_command_prints_what_its_page_shows(
+    page: Path, index: int, tmp_path: Path
+) -> None:
+    code, shown = _shown_commands(page)[index]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+    env.update(PYTHONPATH=str(ROOT), COLUMNS="100", NO_COLOR="1")
+    printed = []
+    for argv in _command_lines(code):
+        programs = {"arkhon-rheo": [sys.executable, "-m", "arkhon_rheo"]}
+        programs.update(python=[sys.executable], python3=[sys.executable])
+        assert argv[0] in programs, f"{_name(page)}: cannot run {argv[0]!r} in a test"
+        done = subprocess.run(
+            [*programs[argv[0]], *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=tmp_path,
+            env=env,
+        )
+        assert done.returncode == 0, f"{shlex.join(argv)} exited {done.returncode}:\n{done.stderr}"
+        printed.append(done.stdout)
+    mismatch = _output_mismatch(shown, "".join(printed))
+    where = f"{_name(page)} (shell block {index})"
+    assert mismatch is None, f"{where} prints what its page does not show:\n{mismatch}"
+
+
+def test_the_output_pattern_elides_only_what_it_says() -> None:
+    assert _output_mismatch("42\n", "42\n\n") is None
+    assert _output_mismatch("a ... c\n", "a b b c  \n") is None
+    assert _output_mismatch("first\n...\nlast\n", "first\nlast\n") is None
+    assert _output_mismatch("first\n...\nlast\n", "first\n1\n2\nlast\n") is None
+    assert _output_mismatch("a ... c\n", "a b\nc\n") is not None  # not across lines
+    assert _output_mismatch("42\n", "43\n") is not None
+    assert _output_mismatch("42\n", "42\nmore\n") is not None
+    assert _output_mismatch("a(b)\n", "a(b)\n") is None  # the rest is literal
 
 
 def _named_in_prose(page: Path) -> set[str]:

@@ -6,7 +6,9 @@ what it prints read the same process's output.
 
 from __future__ import annotations
 
+import ast
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -302,3 +304,89 @@ def test_the_decision_agent_runs_one_scenario_by_name(backend: str, runs: Runs) 
     result, _ = runs.run("decision_agent", backend, "teleport")
     assert result.returncode == 1
     assert "no scenario 'teleport'; the scenarios are complete, clarify," in result.stderr
+
+
+#: What ``examples/conversation.py`` prints, whichever model answers (the scripted
+#: one offline, or a server answering the same).
+CONVERSATION = [
+    "user: hi",
+    "agent: Hello! Ask me anything.",
+    "user: what is 6 * 7?",
+    "agent: 6 * 7 = 42.",
+    "user: thanks!",
+    "agent: You're welcome. Goodbye!",
+    "conversation: finished, 3 messages applied, 9 events",
+    "replay: ok",
+    "reminder: waiting, due in 7200 s",
+    "after the restart: finished, fired: call the dentist",
+]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_conversation_example_goes_on_in_a_new_system_and_fires_its_reminder(
+    backend: str, runs: Runs
+) -> None:
+    assert runs.lines("conversation", backend) == CONVERSATION
+
+
+@pytest.mark.anyio
+async def test_the_conversation_example_talks_to_a_real_server_when_configured(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    # Its docstring says so: with OPENAI_BASE_URL set it talks to that server,
+    # through one module-level client that each of its two systems opens.
+    from tests.support.chat_server import Canned, open_chat_server
+
+    script = next(path for path in EXAMPLES if path.stem == "conversation")
+    async with open_chat_server() as server:
+        server.add(
+            Canned.completion("Hello! Ask me anything."),
+            Canned.completion(tool_calls=[("m1", "multiply", '{"a": 6, "b": 7}')]),
+            Canned.completion("6 * 7 = 42."),
+            Canned.completion("You're welcome. Goodbye!"),
+        )
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
+            "OPENAI_BASE_URL": server.url,
+            "OPENAI_API_KEY": "sk-example-key-0000",
+            "ARKHON_MODEL": "test-model",
+            "PYTHONPATH": str(script.parents[1]),
+        }
+        result = await anyio.run_process(
+            [sys.executable, str(script), anyio_backend], cwd=tmp_path, env=env, check=False
+        )
+        requests = [received.json for received in server.requests]
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().splitlines() == CONVERSATION
+    assert [r["model"] for r in requests] == ["test-model"] * 4  # every answer from the server
+    assert requests[2]["messages"][-1]["role"] == "tool"  # the tool's result went to it
+
+
+def test_the_conversation_examples_command_lines_run_as_its_docstring_says(
+    tmp_path: Path,
+) -> None:
+    script = next(path for path in EXAMPLES if path.stem == "conversation")
+    docstring = ast.get_docstring(ast.parse(script.read_text())) or ""
+    commands = [shlex.split(line) for line in docstring.splitlines() if "arkhon-rheo " in line]
+    assert [argv[:2] for argv in commands] == [
+        ["arkhon-rheo", "run"],
+        ["arkhon-rheo", "send"],
+        ["arkhon-rheo", "sessions"],
+    ]
+    printed = []
+    for argv in commands:
+        done = subprocess.run(
+            [sys.executable, "-m", "arkhon_rheo", *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=tmp_path,
+            env={**_offline(script), "COLUMNS": "200"},
+        )
+        assert done.returncode == 0, f"{shlex.join(argv)}: {done.stderr}"
+        printed.append(done.stdout)
+    assert "Hello! Ask me anything." in printed[0]
+    assert "6 * 7 = 42." in printed[1]
+    assert "chat" in printed[2]
+    assert "waiting" in printed[2]

@@ -8,7 +8,7 @@ uses rules, to check each proposal of a model);
 system (the `AgentSystem`) sits above supervision, core, store and graphs;
 testing, cli and the inspector on top. Every
 layer may use the leaf modules ``_construct``, ``_errors``, ``_exports``,
-``_json``, ``_log``, ``_lru``, ``_redact`` and ``_tracing``. A subpackage's
+``_json``, ``_load``, ``_log``, ``_lru``, ``_redact`` and ``_tracing``. A subpackage's
 private modules are its own: another layer imports its public namespace or its
 ``_seams`` module (the insides the layers above may use, listed in one place).
 
@@ -24,7 +24,17 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "arkhon_rheo"
-LEAVES = {"_construct", "_errors", "_exports", "_json", "_log", "_lru", "_redact", "_tracing"}
+LEAVES = {
+    "_construct",
+    "_errors",
+    "_exports",
+    "_json",
+    "_load",
+    "_log",
+    "_lru",
+    "_redact",
+    "_tracing",
+}
 ALLOWED: dict[str, set[str]] = {
     "protocols": set(),
     "actors": {"protocols"},
@@ -33,7 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "supervision": {"protocols", "actors", "core"},
     "store": {"protocols"},
     "tools": {"protocols"},
-    # The engine checks each proposal with the rules engine (``react_agent(rules=...)``).
+    # The engine checks each proposal with the rules engine (``Checks(rules=...)``).
     "react": {"protocols", "models", "tools", "rules"},
     "models": {"protocols"},
     "testing": {"protocols", "models", "supervision", "store", "system"},

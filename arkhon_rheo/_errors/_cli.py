@@ -1,4 +1,4 @@
-"""The command line's error: what it prints, and the exit status it ends with.
+"""The command line's error: what it prints, and the exit status it ends with (`ExitStatus`).
 
 And the command line's way of running a command on the event loop its
 ``--backend`` names (`run_on`), which says what to install when that loop's
@@ -7,6 +7,7 @@ library is missing (the ``arkhon-rheo`` command and the inspector's).
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
@@ -16,19 +17,31 @@ from ._base import ArkhonError
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["CommandError", "run_on"]
+__all__ = ["CommandError", "ExitStatus", "run_on"]
 
 T = TypeVar("T")
 
-#: The exit status of a usage error (``Exit.USAGE`` of the command line).
-_USAGE = 2
+
+class ExitStatus(enum.IntEnum):
+    """The exit status of ``arkhon-rheo`` (and of the inspector's command)."""
+
+    #: Done.
+    OK = 0
+    #: The operation was refused or failed.
+    FAILED = 1
+    #: A bad argument: usage, JSON, a machine that does not fit the session.
+    USAGE = 2
+    #: No such store file, session, module or attribute.
+    NOT_FOUND = 3
+    #: Another process (or another call) drives the session.
+    LOCKED = 4
 
 
 class CommandError(ArkhonError):
     """A command of ``arkhon-rheo`` cannot go on; its message says why and what to do.
 
     Attributes:
-        code: The exit status the command ends with (an ``Exit`` of the command line).
+        code: The exit status the command ends with (an `ExitStatus`).
     """
 
     def __init__(self, message: str, *, code: int) -> None:
@@ -60,5 +73,5 @@ def run_on(backend: str, fn: Callable[[], Awaitable[T]]) -> T:
         raise CommandError(
             f"--backend {backend} needs {backend}, which is not installed: "
             f"pip install 'arkhon-rheo[{backend}]' (or choose --backend asyncio)",
-            code=_USAGE,
+            code=ExitStatus.USAGE,
         ) from exc

@@ -1,20 +1,34 @@
-"""The cell: the task that runs one actor, its mailbox and its lifecycle.
+"""The cell: one actor's mailbox, behaviour and lifecycle, run by activations.
+
+An actor holds no task of its own. While its mailbox is empty it is just its
+cell: no task, no frame, no cancel scope. The mail that finds it idle (a
+message, an ask, a notice, the end of its mailbox) starts an *activation*, a
+task in its system's task group that handles messages while there are any and
+ends once the mailbox is drained, as Orleans activates a grain and Erlang's
+schedulers run a process that has mail. Each actor has at most one activation
+at a time, so it still handles one message at a time, in mailbox order. What
+the actor binds in its context variables (in ``on_start``, say) is kept from
+one activation to the next: each runs in a copy of the context the last one
+left.
 
 A cell knows its actor through `Behaviour` (the hooks it calls) and its system
-through `CellHost` (where it is listed while alive and counts its dead
-letters); the system's own cell class says how an actor is made
-(`Cell.new_actor`). So this module imports nothing above it.
+through `CellHost` (where it is listed while alive, where its activations run,
+and where it counts its dead letters); the system's own cell class says how an
+actor is made (`Cell.new_actor`). So this module imports nothing above it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+import contextvars
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
+from anyio.lowlevel import checkpoint
 
 from .._errors import ActorStopped, ConfigurationError, MailboxClosed
 from .._log import get_logger
+from ._behaviour import Behaviour, Notice, Starting, containable, delivery
 from ._event import LazyEvent
 from ._mailbox import MailboxReceiveStream, MailboxSendStream, open_mailbox
 from ._records import ActorState, Directive, FailurePolicy, TerminationKind
@@ -24,38 +38,17 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from anyio import TaskHandle
+    from anyio.abc import TaskGroup
 
 
-__all__ = ["Behaviour", "Cell", "CellHost", "Starting"]
+__all__ = ["Cell", "CellHost"]
 
 M = TypeVar("M")
 R = TypeVar("R")
-M_contra = TypeVar("M_contra", contravariant=True)
-R_co = TypeVar("R_co", covariant=True)
-
 _logger = get_logger("arkhon_rheo.actors")
 
-
-class Behaviour(Protocol[M_contra, R_co]):
-    """What a cell needs of the actor it runs (`Actor` is one)."""
-
-    #: Whether `on_stop` bounds its own waits (see `Actor`).
-    _on_stop_bounded: ClassVar[bool]
-
-    async def on_start(self) -> None:
-        """Run once before the first message."""
-
-    async def receive(self, message: M_contra) -> R_co:
-        """Handle one message."""
-
-    async def on_terminated(self, notice: Termination) -> None:
-        """Handle the end of a watched actor."""
-
-    async def on_restart(self, error: Exception) -> None:
-        """Run on a fresh instance replacing a crashed one."""
-
-    async def on_stop(self, termination: Termination) -> None:
-        """Run once when the actor ends."""
+#: An actor whose waits for more mail after a reply stopped paying off waits once in this many.
+_LINGER_RETRY = 32
 
 
 class CellHost:
@@ -66,74 +59,67 @@ class CellHost:
         dead_letters: Messages that reached no actor, over all the cells.
         shutdown_timeout: Bounds an ``on_stop`` hook that does not bound its
             own waits, in seconds.
+        group: The task group the cells' activations run in, while the system runs.
+        closing: Whether the system cancels what is left of its actors: none may
+            go idle any more (one going idle ends, cancelled).
     """
 
-    __slots__ = ("cells", "dead_letters", "shutdown_timeout")
+    __slots__ = ("cells", "closing", "dead_letters", "group", "shutdown_timeout")
 
     def __init__(self, shutdown_timeout: float) -> None:
         self.cells: dict[Cell[Any, Any], None] = {}
         self.dead_letters = 0
         self.shutdown_timeout = shutdown_timeout
-
-
-class _Notice:
-    """A system message carrying a watched actor's termination."""
-
-    __slots__ = ("termination",)
-
-    def __init__(self, termination: Termination) -> None:
-        self.termination = termination
-
-
-class Starting:
-    """A spawner's wait for its actor to start: set once it runs, or ended without running.
-
-    Attributes:
-        event: Set when the actor runs (its ``on_start`` has returned) or has ended.
-        started: Whether it runs.
-        error: What its ``on_start`` raised, for the spawner to raise.
-    """
-
-    __slots__ = ("error", "event", "started")
-
-    def __init__(self, event: anyio.Event) -> None:
-        self.event = event
-        self.started = False
-        self.error: Exception | None = None
+        self.group: TaskGroup | None = None
+        self.closing = False
 
 
 class Cell(Generic[M, R]):
-    """Runs one actor: creates its mailbox, loops over messages, reports its end.
+    """One actor: its mailbox, its behaviour, its links; activations run it while it has mail.
 
     A subclass says how the actor is made (`new_actor`).
 
+    While the mailbox is empty the cell holds no task: the mailbox calls `set`
+    when mail arrives (it is the receive side's waiter), and the cell starts an
+    activation (`activate`), which runs `run` in the system's task group. The
+    first activation starts the actor; each handles the queued messages and,
+    the mailbox empty, ends, leaving the cell idle (one drained by a reply waits
+    up to two turns first: its asker may ask again, without a new task).
+    Cancelling an idle actor, or closing its mailbox, activates it to end.
+
     An ended cell keeps how it ended (`ended`), not a `Termination`, and lets go
-    of its reference (`ref`): a termination names the reference, and the
-    reference its cell, so either kept would make a reference cycle, and an
-    ended actor (with all it holds: a whole session) would wait for the cyclic
-    GC instead of being freed as soon as it is dropped. A reference builds its
-    termination when asked.
+    of its reference (`ref`) and its actor: a termination names the reference,
+    and the reference its cell, so either kept would make a reference cycle,
+    and an ended actor (with all it holds: a whole session) would wait for the
+    cyclic GC instead of being freed as soon as it is dropped. A reference
+    builds its termination when asked.
 
     Attributes:
         ref: The actor's reference, until the actor has ended.
         ended: How the actor ended (its termination's kind and error), or
             ``None`` while it has not.
-        task: The handle of the actor's task while it runs (its cancel scope is
-            the actor's: `cancel` cancels it).
-        cancelled: Whether `cancel` has cancelled the actor's task.
+        task: The handle of the activation's task while one runs (its cancel
+            scope is the actor's: `cancel` cancels it); ``None`` while the actor
+            is idle.
+        active: Whether an activation runs (or is about to).
+        cancelled: Whether `cancel` has cancelled the actor.
     """
 
     __slots__ = (
+        "_actor",
+        "_context",
         "_done",
         "_host",
         "_on_failure",
         "_starting",
         "_watchers",
         "_watching",
+        "active",
         "ask_timeout",
         "cancelled",
         "ended",
         "escalated",
+        "linger_misses",
         "name",
         "new_event",
         "ref",
@@ -159,23 +145,31 @@ class Cell(Generic[M, R]):
     ) -> None:
         self._host = host
         self._on_failure = on_failure
-        # The task's own handle: anyio gives each task a cancel scope of its own,
-        # so the actor needs none besides (~0.6 KB on asyncio, kept for its life).
+        self._actor: Behaviour[M, R] | None = None  # made by the first activation
+        # The context the next activation runs in (a copy of it): the one the last
+        # left. ``None`` before the first, which copies the spawner's, as a task does.
+        self._context: contextvars.Context | None = None
+        # The activation's own handle: anyio gives each task a cancel scope of its
+        # own, so the actor needs none besides.
         self.task: TaskHandle[None] | None = None
+        self.active = False
         self.cancelled = False
-        self._watchers: dict[Cell[Any, Any], None] = {}
-        self._watching: dict[Cell[Any, Any], None] = {}
+        # Who watches this actor, and whom it watches: made at the first watch (an
+        # empty dict is 64 bytes, and most actors are never watched).
+        self._watchers: dict[Cell[Any, Any], None] | None = None
+        self._watching: dict[Cell[Any, Any], None] | None = None
         self.name = name
         self.ask_timeout = ask_timeout
         self.state = ActorState.STARTING
         # The mailbox exists from the start, so a stop requested while the actor is
-        # still starting (or before its task runs) has something to close.
+        # still starting has something to close.
         self.tx, self.rx = open_mailbox(capacity, name=name)
         self.new_event: Callable[[], anyio.Event] = self.tx._state.new_event
         self._done = LazyEvent()  # set once the actor has ended
         self._starting: Starting | None = None  # the spawner's wait, until the actor runs
         self.ended: tuple[TerminationKind, BaseException | None] | None = None
         self.restarts = 0
+        self.linger_misses = 0  # see _linger
         self.escalated: BaseException | None = None  # see ActorContext.escalate
         self.ref: ActorRef[M, R] | None = ActorRef._of(self)
 
@@ -184,29 +178,39 @@ class Cell(Generic[M, R]):
     def request_stop(self) -> None:
         if self.state in (ActorState.STARTING, ActorState.RUNNING):
             self.state = ActorState.STOPPING
-            self.tx.close()
+            self.tx.close()  # the end of the mailbox wakes an idle actor, which ends
 
     def cancel(self) -> None:
+        if self.ended is not None:
+            return
+        self.cancelled = True
         task = self.task
         if task is not None:
-            self.cancelled = True
             task.cancel()
+        elif not self.active:  # idle: an activation ends it, as cancelled
+            self.activate()
 
     def add_watcher(self, watcher: Cell[Any, Any], ref: ActorRef[Any, Any]) -> None:
         ended = self.ended
         if ended is not None:
             watcher.notify(Termination(ref, *ended))
         else:
+            if self._watchers is None:
+                self._watchers = {}
             self._watchers[watcher] = None
+            if watcher._watching is None:
+                watcher._watching = {}
             watcher._watching[self] = None
 
     def remove_watcher(self, watcher: Cell[Any, Any]) -> None:
-        self._watchers.pop(watcher, None)
-        watcher._watching.pop(self, None)
+        if self._watchers is not None:
+            self._watchers.pop(watcher, None)
+        if watcher._watching is not None:
+            watcher._watching.pop(self, None)
 
     def notify(self, termination: Termination) -> None:
         with contextlib.suppress(MailboxClosed):  # the watcher ended: nobody left to tell
-            self.tx._send_urgent(_Notice(termination))
+            self.tx._send_urgent(Notice(termination))
 
     def pending(self) -> int:
         state = self.rx._state
@@ -228,41 +232,76 @@ class Cell(Generic[M, R]):
             message_type=type(message).__name__,
         )
 
-    # -- the actor's own task ----------------------------------------------------
+    # -- activations -------------------------------------------------------------
 
     def starting(self) -> Starting:
-        """What the spawner waits on while `run` starts the actor (call it before `run`)."""
+        """What the spawner waits on while the first activation starts the actor."""
         starting = self._starting = Starting(self.new_event())
         return starting
 
-    def attach(self, task: TaskHandle[None]) -> None:
-        """Keep the handle of the task `run` runs in (call it as the task starts)."""
-        if self.ended is None:  # an eager task may have ended already
+    def set(self) -> None:
+        """Mail arrived for the idle actor (the mailbox wakes its waiter so): activate it."""
+        if not self.active and self.ended is None:
+            self.activate()
+
+    def activate(self) -> None:
+        """Start an activation: a task of the system's task group that runs `run`.
+
+        The first one starts the actor (call `starting` before it).
+        """
+        group = self._host.group
+        assert group is not None  # the system runs while any of its actors is alive
+        self.active = True
+        self.rx._state.receive_waiter = None  # no second wake-up while this one runs
+        context, self._context = self._context, None
+        # The task runs in a copy of the context the last activation left.
+        task = self._spawn(group) if context is None else context.run(self._spawn, group)
+        if self.active and self.task is None:  # an eager task may have ended already
             self.task = task
+            if self.cancelled:  # cancelled from the eager task itself, before this
+                task.cancel()
+
+    def _spawn(self, group: TaskGroup) -> TaskHandle[None]:
+        """Start the activation's task (called in the context it is to copy)."""
+        return group.start_soon(self.run, name=f"actor:{self.name}")
+
+    def _go_idle(self) -> None:
+        """End this activation with the actor alive and nothing to do: the mailbox wakes it."""
+        self.active = False
+        self.task = None
+        self._context = contextvars.copy_context()  # what the actor bound, for the next
+        self.rx._state.receive_waiter = self
 
     async def run(self) -> None:
-        """The actor's task: start it, then handle its messages until it ends.
+        """An activation: start the actor if it is new, then handle its mail until none is left.
 
-        The spawner waits on `starting` (a task group's ``start`` would keep two
-        more objects per actor alive on asyncio, and a frame and a task status on
-        trio, for the actor's whole life). What ``on_start`` raises goes to the
+        The spawner waits on `starting` (a task group's ``start`` would keep
+        more objects per actor alive). What ``on_start`` raises goes to the
         spawner, not to the task group. The message loop is written out here
-        rather than awaited as a coroutine of its own: an actor parked in its
-        mailbox (or in a handler) keeps one frame less alive. The actor is
-        cancelled through its task's own cancel scope (`cancel`): that
-        cancellation propagates out of here, after the actor's end is settled,
-        and ends at the task's scope.
+        rather than awaited as a coroutine of its own: an actor parked in a
+        handler keeps one frame less alive. The actor is cancelled through the
+        activation's own cancel scope (`cancel`): that cancellation propagates
+        out of here, after the actor's end is settled, and ends at the task's
+        scope.
         """
         kind = TerminationKind.CANCELLED
         error: BaseException | None = None
-        actor: Behaviour[M, R] | None = None
-        started = False
+        actor = self._actor
+        started = actor is not None
+        idle = False
         try:
-            actor = self.new_actor()
-            await self._start(actor)
-            started = True
+            if actor is None:
+                actor = self._actor = self.new_actor()
+                await self._start(actor)
+                started = True
             rx = self.rx
+            state = rx._state
             while True:
+                if not (state.urgent or state.buffer) and state.open_send_streams:
+                    # Nothing queued: the actor goes idle, or, cancelled (while idle,
+                    # say) or its system closing, ends here.
+                    idle = not (self.cancelled or self._host.closing)
+                    break
                 try:
                     item = await rx.receive()
                 except anyio.EndOfStream:
@@ -275,39 +314,71 @@ class Cell(Generic[M, R]):
                         if request.abandoned:
                             continue
                         request.set_value(await actor.receive(request.message))
-                    elif type(item) is _Notice:
-                        await actor.on_terminated(item.termination)
                     else:
-                        await actor.receive(item)
+                        await delivery(actor, item)
                 except Exception as exc:
                     ended = self._failed(exc, request)
                     if ended is not None:
                         kind, error = ended
                         break
-                    actor = self.new_actor()
+                    actor = self._actor = self.new_actor()
                     await actor.on_restart(exc)
                 except BaseException:
                     self._abandon(request)
                     raise
-        except Exception as exc:
-            kind, error = TerminationKind.CRASHED, exc
-            if not started:
-                await self._failed_start(actor, exc)
-            elif exc is self.escalated:
-                raise
+                if request is not None and not (state.urgent or state.buffer):
+                    await self._linger()  # drained by a reply: its asker may ask again
         except BaseException as exc:
-            # A stray BaseException (not cancellation, not an interrupt) from the
-            # actor's own code ends this actor only, as a crash: one actor's bug
-            # must not cancel every other actor of the system.
-            if started and (exc is self.escalated or _containable(exc)):
-                kind, error = TerminationKind.CRASHED, exc
-                if exc is self.escalated:
-                    raise
-            else:
+            kind, error, propagates = self._ending(exc, started)
+            if not started and isinstance(exc, Exception):
+                await self._failed_start(actor, exc)
+            if propagates:
                 raise
         finally:
-            await self._settle(actor, kind, error)
-            self._started()  # ended without starting: the spawner must not wait on
+            if idle:
+                self._go_idle()
+            else:
+                await self._settle(actor, kind, error)
+                self._started()  # ended without starting: the spawner must not wait on
+
+    async def _linger(self) -> None:
+        """Wait up to two turns for more mail before the activation may end.
+
+        An asker woken by a reply often asks again at once: this activation
+        then handles it, and no task is started for it. Two turns, because trio
+        may run the woken asker after this task in the turn they both wake in.
+        An actor whose last two waits brought nothing (a stage asked in turn
+        with others, say) waits only once in `_LINGER_RETRY` activations, to
+        notice when it pays again.
+        """
+        misses = self.linger_misses
+        if misses >= 2 and misses % _LINGER_RETRY:
+            self.linger_misses = misses + 1
+            return
+        state = self.rx._state
+        if state.open_send_streams:
+            await checkpoint()
+            if not (state.urgent or state.buffer):
+                await checkpoint()
+            self.linger_misses = 0 if state.urgent or state.buffer else misses + 1
+
+    def _ending(
+        self, exc: BaseException, started: bool
+    ) -> tuple[TerminationKind, BaseException | None, bool]:
+        """How what the actor's code raised ends it: the kind, the error, whether it propagates.
+
+        An ``Exception`` crashes the actor (one raised by ``on_start`` goes to
+        the spawner). So does a stray ``BaseException`` (not cancellation, not
+        an interrupt) from a started actor: one actor's bug must not cancel
+        every other actor of the system. An escalated error crashes it and
+        propagates; anything else (cancellation) propagates, the actor cancelled.
+        """
+        escalated = exc is self.escalated
+        if isinstance(exc, Exception):
+            return TerminationKind.CRASHED, exc, started and escalated
+        if started and (escalated or containable(exc)):
+            return TerminationKind.CRASHED, exc, escalated
+        return TerminationKind.CANCELLED, None, True
 
     async def _start(self, actor: Behaviour[M, R]) -> None:
         """Run the actor's ``on_start``, then wake the spawner: it runs."""
@@ -382,10 +453,12 @@ class Cell(Generic[M, R]):
         self.state = ActorState.STOPPED
         assert self.ref is not None  # still ours: it is let go of once the actor has ended
         self.ended = (kind, error)
+        self._actor = None  # the instance refers to its cell (its context): no cycle kept
+        self._context = None
         termination = Termination(self.ref, kind, error)
         self.tx.close()
         for item in self.rx.close():
-            if type(item) is _Notice:
+            if type(item) is Notice:
                 continue
             if type(item) is Ask:
                 item.set_error(
@@ -411,28 +484,15 @@ class Cell(Generic[M, R]):
         finally:
             self._host.cells.pop(self, None)
             self.task = None  # an ended actor has nothing to cancel: not kept for its ref
+            self.active = False
             self.ref = None  # see the class: no cycle through the reference once ended
             self._done.set()
-            watchers, self._watchers = self._watchers, {}
+            watchers, self._watchers = self._watchers or (), None
             for watcher in watchers:
-                watcher._watching.pop(self, None)
+                if watcher._watching is not None:
+                    watcher._watching.pop(self, None)
                 watcher.notify(termination)
-            watching, self._watching = self._watching, {}
+            watching, self._watching = self._watching or (), None
             for target in watching:  # ended watchers must not stay referenced
-                target._watchers.pop(self, None)
-
-
-def _containable(exc: BaseException) -> bool:
-    """Whether a non-``Exception`` may end just one actor instead of propagating.
-
-    Cancellation, interrupts, exit requests and exception groups (which may
-    hold a cancellation) always propagate.
-    """
-    return not isinstance(
-        exc,
-        anyio.get_cancelled_exc_class()
-        | KeyboardInterrupt
-        | SystemExit
-        | GeneratorExit
-        | BaseExceptionGroup,
-    )
+                if target._watchers is not None:
+                    target._watchers.pop(self, None)

@@ -18,7 +18,7 @@ import contextlib
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import anyio
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_cancelled
@@ -29,7 +29,13 @@ from ._event import event_factory
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["MailboxReceiveStream", "MailboxSendStream", "MailboxStatistics", "open_mailbox"]
+__all__ = [
+    "MailboxReceiveStream",
+    "MailboxSendStream",
+    "MailboxStatistics",
+    "Waker",
+    "open_mailbox",
+]
 
 T = TypeVar("T")
 
@@ -65,6 +71,17 @@ class MailboxStatistics:
     receive_open: bool
 
 
+class Waker(Protocol):
+    """Who waits for the receive side: woken once when an item (or the end) arrives.
+
+    An `anyio.Event` is one (a consumer parked in `MailboxReceiveStream.receive`);
+    so is an idle actor's cell, which the wake-up activates.
+    """
+
+    def set(self) -> None:
+        """Wake up: the mailbox has something for the receiver (called once per wait)."""
+
+
 class _Waiter(Generic[T]):
     """A sender parked until the consumer makes room for its item."""
 
@@ -88,7 +105,7 @@ class _State(Generic[T]):
     # idle actors by the ten thousand each have one of these states.
     urgent: deque[T] | None = None
     send_waiters: deque[_Waiter[T]] | None = None
-    receive_waiter: anyio.Event | None = None
+    receive_waiter: Waker | None = None
     open_send_streams: int = 0
     receive_open: bool = True
     received: int = 0

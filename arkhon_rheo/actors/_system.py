@@ -1,4 +1,4 @@
-"""`ActorSystem`, the async context manager that owns every actor's task, and `Actor`.
+"""`ActorSystem`, the async context manager whose task group runs every actor, and `Actor`.
 
 `Actor`, its `ActorContext` and the system live together: a context hands an
 actor its system, and the system spawns actors.
@@ -197,6 +197,11 @@ class Actor(Generic[M, R]):
 class ActorSystem:
     """Owns a task group in which every actor of the system runs.
 
+    An actor holds no task while its mailbox is empty: the mail that finds it
+    idle starts a task in this group that handles its messages, one at a time
+    and in order, and ends once none is left (an idle actor costs its mailbox
+    and its instance, no task).
+
     Use it as an async context manager inside your own event loop, on asyncio
     or trio. Leaving the block stops every actor: each finishes the messages
     already queued, for up to ``shutdown_timeout`` seconds, and whatever is
@@ -264,7 +269,7 @@ class ActorSystem:
             )
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
-        self._task_group = task_group
+        self._task_group = self._host.group = task_group
         self._state = SystemState.RUNNING
         return self
 
@@ -285,6 +290,10 @@ class ActorSystem:
                 drain_error = error
                 exc_type, exc, tb = type(error), error, error.__traceback__
         task_group.cancel_scope.cancel()
+        self._host.closing = True  # an actor that would go idle now ends instead
+        for cell in list(self._host.cells):
+            if not cell.active:  # idle, so no task to cancel: an activation ends it
+                cell.cancel()
         try:
             suppressed = await task_group.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
@@ -376,7 +385,7 @@ class ActorSystem:
         self._spawned += 1
         starting = cell.starting()
         try:
-            cell.attach(self._task_group.start_soon(cell.run, name=f"actor:{name}"))
+            cell.activate()  # the first activation starts the actor
             await starting.event.wait()
         except BaseException:
             # Cancelled while the actor starts: as with a task group's ``start``,

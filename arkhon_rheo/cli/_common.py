@@ -21,7 +21,6 @@ Exit statuses (documented in the docs' command line reference):
 from __future__ import annotations
 
 import contextlib
-import enum
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .._errors import CommandError
+from .._errors._cli import ExitStatus
 from .._json import JsonSyntaxError, read_json
 from .._redact import scrub_secrets
 from ..store._seams import inspect_file, is_postgres_url, not_a_file, older_version, redacted_url
@@ -57,21 +57,6 @@ __all__ = [
 
 #: The store file every command uses unless ``--store`` says otherwise.
 DEFAULT_STORE = "arkhon-rheo.db"
-
-
-class ExitStatus(enum.IntEnum):
-    """The exit status of ``arkhon-rheo``."""
-
-    #: Done.
-    OK = 0
-    #: The operation was refused or failed.
-    FAILED = 1
-    #: A bad argument: usage, JSON, a machine that does not fit the session.
-    USAGE = 2
-    #: No such store file, session, module or attribute.
-    NOT_FOUND = 3
-    #: Another process (or another call) drives the session.
-    LOCKED = 4
 
 
 def console(*, stderr: bool = False) -> Console:

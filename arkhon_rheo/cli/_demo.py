@@ -36,7 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..protocols import AssistantMessage, Gate, ModelReply, ToolCall, ToolMessage, UserMessage
-from ..react import ReactState, react_agent
+from ..react import Checks, Limits, ReactState, react_agent
 from ..supervision import Backoff
 from ..system import AgentSystem
 from ..testing import FaultPlan
@@ -155,8 +155,8 @@ def demo_agent(*, gated: bool = False) -> Machine[ReactState]:
         _DemoModel(),
         _toolbox(),
         name=_NAME,
-        max_steps=8,
-        gates=[Gate.before("act")] if gated else (),
+        limits=Limits(max_steps=8),
+        checks=Checks(gates=[Gate.before("act")] if gated else ()),
     )
 
 
@@ -303,7 +303,7 @@ def demo(args: argparse.Namespace) -> int:
         commands.append(f"arkhon-rheo show {examples['failed']} {store}")
     if "paused" in examples:
         commands.append(
-            f"arkhon-rheo decide {examples['paused']} resume --machine {machine} {store}"
+            f"arkhon-rheo decide {examples['paused']} approve --machine {machine} {store}"
         )
     commands.append(f"arkhon-rheo graph {machine}")
     summary["examples"] = examples

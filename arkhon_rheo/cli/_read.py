@@ -233,7 +233,7 @@ def _session_machine(record: SessionRecord, target: str) -> Machine[Any]:
 def _waits_line(waiting: WaitsFor, machine: Machine[Any] | None) -> str:
     """The ``waits for`` line of ``show``: what the session waits for, and how to learn more."""
     text = waiting.describe()
-    if not waiting.resolved and machine is None:
+    if waiting.kind == "decision" and not waiting.resolved and machine is None:
         text += " (--machine MODULE:ATTR names the field a value goes to)"
     return text
 
@@ -290,7 +290,7 @@ def show(args: argparse.Namespace) -> ExitStatus:
             f" of machine {record.machine!r}: {_status(row)}, "
             f"{record.last_seq} event(s), created {_when(record.created_at)}, last commit "
             f"{_when(record.updated_at)}"
-            + (f", forked from {record.parent}" if record.parent else ""),
+            + (f", {_parent_word(record)} {record.parent}" if record.parent else ""),
         )
     )
     if waiting is not None:
@@ -359,3 +359,9 @@ def graph(args: argparse.Namespace) -> ExitStatus:
     else:
         console().out(shown(text), end="")
     return ExitStatus.OK
+
+
+def _parent_word(record: SessionRecord) -> str:
+    """How a session's record names its parent: a subgraph's child's, or a fork's source."""
+    child = record.session_id.startswith(f"{record.parent}/")
+    return "child session of" if child else "forked from"

@@ -1,7 +1,7 @@
 """A 64-bit digest of a state, kept up to date per commit at the cost of the patch.
 
 Each field has its own digest: BLAKE2b of its JSON (through the field's own
-adapter; sets sorted, so the hash seed does not matter), or, for a sequence
+adapter; sets sorted, so hash randomization does not matter), or, for a sequence
 field (``History[X]``, ``tuple[X, ...]``), a chain over its items, so an
 append costs the appended items only (and so does assigning a sequence that
 extends the old one). The state's digest
@@ -108,8 +108,8 @@ class StateHasher:
             else:
                 annotation, adapter = item, codec.adapter(name, item=True)
                 self._items.add(name)
-            # A set's JSON follows its iteration order, which depends on the hash
-            # seed: fields that may hold one are dumped in canonical form.
+            # A set's JSON follows its iteration order, which depends on hash
+            # randomization: fields that may hold one are dumped in canonical form.
             # (The serializer's own ``to_json``: `TypeAdapter.dump_json` passes it the
             # same defaults, through a Python call of a dozen keywords per value.)
             self._dumps[name] = (

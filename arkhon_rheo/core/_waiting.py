@@ -35,8 +35,9 @@ class WaitsFor:
     """What a session waits for before it goes on.
 
     Attributes:
-        kind: What it waits for: ``"decision"`` (a human's, at a gate) or
-            ``"message"`` (a parked session's next message, or timer).
+        kind: What it waits for: ``"decision"`` (a human's, at a gate),
+            ``"message"`` (a parked session's next message, or timer) or
+            ``"child"`` (the end of a subgraph's child session that waits).
         gate: The gate it is paused at.
         stage: The stage the gate guards (it runs once the session is
             approved), or the `Receive` stage that applies the next message.
@@ -49,6 +50,10 @@ class WaitsFor:
         accepts: The message kinds a parked session's state accepts.
         wake_at: When a parked session's next timer falls due (seconds since
             the epoch), if one is set.
+        child: For ``"child"`` (a subgraph's child session it waits on to end):
+            the child's id.
+        child_status: How that child waited when it parked: ``"paused"`` (at a
+            gate) or ``"waiting"`` (for a message); answer it by its id.
     """
 
     kind: str
@@ -61,10 +66,12 @@ class WaitsFor:
     answer: Any = None
     accepts: tuple[str, ...] = ()
     wake_at: float | None = None
+    child: str | None = None
+    child_status: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """As JSON data (the ``waits_for`` of ``show --json``)."""
-        return {
+        """As JSON data (the ``waits_for`` of ``show --json``); ``child`` only for a child."""
+        data: dict[str, Any] = {
             "kind": self.kind,
             "gate": self.gate,
             "stage": self.stage,
@@ -76,9 +83,19 @@ class WaitsFor:
             "accepts": list(self.accepts),
             "wake_at": self.wake_at,
         }
+        if self.kind == "child":
+            data.update(child=self.child, child_status=self.child_status)
+        return data
 
     def describe(self) -> str:
         """In a few words, for a line of text."""
+        if self.kind == "child":
+            how = {"paused": "paused at a gate", "waiting": "waiting for a message"}
+            said = how.get(self.child_status or "", "waiting")
+            return (
+                f"its child session {self.child!r} to end (it was {said}: decide or "
+                "send to it by its id)"
+            )
         if self.kind == "message":
             kinds = ", ".join(self.accepts) or "any kind"
             text = f"a message ({kinds})"
@@ -121,9 +138,16 @@ def waits_for(
 
     Returns:
         For a paused session, the decision it waits for; for a parked one, the
-        message (or timer); else ``None``.
+        message (or timer), or the child session it waits on; else ``None``.
     """
     said = record.waiting if isinstance(record.waiting, dict) else {}
+    if record.status == "waiting" and said.get("child") is not None:
+        return WaitsFor(
+            "child",
+            stage=said.get("stage"),
+            child=str(said["child"]),
+            child_status=said.get("child_status"),
+        )
     if record.status == "waiting":
         return WaitsFor(
             "message",

@@ -32,11 +32,14 @@ class ChildOutcome:
         state: Its last committed state.
         exit_reason: Why it ended (``"finished"``, ``"failed"``, ``"max_steps"``...).
         failure: The failure that ended it, if one did.
+        unawaited: Whether its end may have been posted to the parent's inbox:
+            a run of it the parent's step did not start and await here.
     """
 
     state: AgentState
     exit_reason: str
     failure: FailureRecord | None = None
+    unawaited: bool = False
 
 
 class SubgraphHost(Protocol):
@@ -55,7 +58,8 @@ class SubgraphHost(Protocol):
 
         The one child per id: a child already running is awaited, a stored one
         that has not ended is resumed, one that has ended is answered from its
-        stored state; only a child never started starts, from ``state``.
+        stored state, one that waits (paused at a gate, parked for a message)
+        is answered as such; only a child never started starts, from ``state``.
         """
         ...
 

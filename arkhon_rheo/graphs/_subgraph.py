@@ -13,6 +13,11 @@ session, stage and seq); the parent's event for the step records the child run
 as a recorded call of kind ``"subgraph:<stage>"`` whose response names the
 child session and holds its final state. A replay that re-executes the parent
 answers that call from the record: the child does not run again.
+
+A child that stops without ending (paused at a gate, parked waiting for a
+message) makes the stage raise `ChildWaits`: the parent's supervisor parks the
+parent until the child's end is posted to its inbox, then runs the step again,
+which finds the child ended (see ``supervision/_child_wait.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .._errors import ConfigurationError, SubgraphFailed
 from ..protocols import AgentState, Machine, Patch, Stage, StateView, record_call
+from ..supervision._seams import ChildWaits, take_child_end
 from ._host import current_scope
 
 if TYPE_CHECKING:
@@ -33,6 +39,10 @@ __all__ = ["SubgraphStage", "subgraph"]
 
 S = TypeVar("S", bound=AgentState)
 C = TypeVar("C", bound=AgentState)
+
+#: How a child stops without ending: paused at a gate, parked for a message (or,
+#: run on by a decision or a message, it runs in another process).
+_WAITS = frozenset({"paused", "waiting", "running"})
 
 
 class SubgraphStage(Stage[S]):
@@ -53,7 +63,10 @@ class SubgraphStage(Stage[S]):
                 return Step.PROCESS
 
     A child that ends without finishing fails the stage with `SubgraphFailed`
-    (recoverable: the stage restarts and its next attempt runs a new child).
+    (recoverable: the stage restarts and its next attempt runs a new child). A
+    child that waits (paused at a gate, parked for a message) parks the parent's
+    session, with a store, until the child ends: answer the child by its id,
+    and the step then takes its result as if it had never waited.
     The stage's deadline, if its state has one, bounds the whole child run;
     cancelling the stage cancels the child.
 
@@ -134,6 +147,10 @@ class SubgraphStage(Stage[S]):
             link={"session_id": parent.session_id, "stage": self.name, "seq": seq},
             max_steps=type(self).max_steps,
         )
+        if outcome.unawaited:  # its end may have been posted to us: this step applies it
+            await take_child_end(parent, child_id)
+        if outcome.exit_reason in _WAITS and parent.persistence is not None:
+            raise ChildWaits(child_id, outcome.exit_reason)  # we park until the child ends
         if outcome.exit_reason != "finished":
             raise SubgraphFailed(
                 stage=self.name,

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._errors import ArkhonError, CommandError, ConfigurationError
-from .._errors._cli import run_on
+from .._errors._cli import ExitStatus, run_on
+from .._load import load_target
 from ..core import Keyring
-from ..protocols._seams import load_user_machine as load_machine
+from ..protocols import Machine
 from ._serve import read_token_file as _read_token_file
 from ._serve import serve
 
@@ -93,11 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         token = _token(args)
-        machines = [load_machine(spec) for spec in args.machine]
+        machines = [load_target(spec, Machine) for spec in args.machine]
         keyring = Keyring.from_env()  # the keys of sessions with sensitive fields, if set
-        if not Path(args.store).is_file():  # not found (3), as the command line says
+        if not Path(args.store).is_file():  # not found, as the command line says
             print(f"error: no store file at {args.store!r}", file=sys.stderr)
-            return 3
+            return ExitStatus.NOT_FOUND
 
         async def run() -> None:
             await serve(
@@ -115,10 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exception(exc, file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
-        return exc.code if isinstance(exc, CommandError) else 2
+        return exc.code if isinstance(exc, CommandError) else ExitStatus.USAGE
     except KeyboardInterrupt:
-        return 0
-    return 0
+        return ExitStatus.OK
+    return ExitStatus.OK
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 A failed session's reason is its last failure that ended it (the error's
 type, class and message, and the event and stage it happened at); a paused
-one's, the gate it waits at; a parked one's, the messages it waits for. The
+one's, the gate it waits at; a parked one's, the messages it waits for (or
+the child session it waits on). The
 same grouping of statuses (finished, failed, stuck, running) sorts sessions in
 the paths-across-sessions view.
 """
@@ -126,6 +127,14 @@ def outcome(status: str, steps: Sequence[Step], waits: WaitsFor | None) -> Outco
             f"Paused at gate {waits.gate!r}: waits for a human decision",
             reason=f"the gate guards stage {waits.stage!r}" if waits.stage else "",
             seq=pause.event.seq if pause is not None else 0,
+            stage=waits.stage,
+        )
+    if waits is not None and waits.kind == "child":
+        return Outcome(
+            status,
+            group,
+            "Waits for its child session to end",
+            reason=waits.describe(),
             stage=waits.stage,
         )
     if waits is not None:

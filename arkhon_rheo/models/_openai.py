@@ -93,7 +93,7 @@ class OpenAIChatClient(HTTPModelClient):
         limiter: Bounds the calls in flight through this client (shared by every
             session using it); unbounded when ``None``.
         options: Further body fields sent with every request (``temperature``,
-            ``max_tokens``, ``seed``...).
+            ``max_tokens``, ``top_p``...).
         structured: How a typed answer's schema is sent: ``"json_schema"``,
             ``"json_object"`` or ``"instructions"``.
 

@@ -26,7 +26,7 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 def canonical(value: Any) -> Any:
     """``value`` with every set turned into a list sorted by its items' JSON.
 
-    A set's iteration order depends on the process's hash seed; its sorted
+    A set's iteration order depends on the process's hash randomization; its sorted
     form does not, so two processes record, compare and digest it alike.
     Models are dumped (sets kept) first; other containers keep their order.
     """

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import anyio
@@ -173,6 +173,8 @@ class ScheduledMessage:
         payload: The message as JSON data.
         after: Seconds after the step's commit it falls due (with ``at``: ``None``).
         at: When it falls due, seconds since the epoch (with ``after``: ``None``).
+        model: The message's pydantic class (its `Sensitive` fields are sealed
+            before the timer is stored, as a sent message's are), if known.
     """
 
     message_id: str
@@ -180,6 +182,7 @@ class ScheduledMessage:
     payload: Any
     after: float | None
     at: float | None
+    model: type[BaseModel] | None = field(default=None, repr=False, compare=False)
 
     def due(self, now: float) -> float:
         """When it falls due, for a step committed at ``now``."""
@@ -208,7 +211,9 @@ def schedule(
     """Post ``message`` to this stage's own session, due ``after`` seconds (or ``at`` a time).
 
     Call it in a stage: the timer is stored with the step's commit, in the
-    same transaction (a retried attempt's timers are dropped with it), and
+    same transaction (a retried attempt's timers are dropped with it), its
+    `Sensitive` fields sealed with the system's keyring as a sent message's are
+    (a step that schedules one without a keyring fails with `KeyringError`), and
     survives a crash or a restart: whoever serves the session's machine then
     (its `AgentSystem`, or ``recover()`` in the next process) delivers it when
     it falls due, to the first state whose `Receive` stage accepts its kind.
@@ -245,6 +250,7 @@ def schedule(
         message.model_dump(mode="json"),
         _seconds("after", after),
         _seconds("at", at),
+        type(message),
     )
     named: str = adds(timer)
     return named

@@ -4,9 +4,7 @@ A subpackage's private modules are its own; another subpackage imports only
 its public namespace or this module (the layering test holds every module to
 that). These are the running seams behind the contracts: the fault-injection
 hooks, the call recorder's context variable, the partial-output hub, the JSON
-canonical form, the ``module:attr`` loaders (`load_machine` for a fresh
-process's spec, `load_user_machine` for a command line's ``MODULE:ATTR``: one-line
-errors, file paths, folders of scripts) and the running session's resources.
+canonical form and the running session's resources.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ from ._io import call_site as call_site
 from ._io import check_json as check_json
 from ._io import current_step as current_step
 from ._io import record_plain_call as record_plain_call
-from ._load import load_user_machine as load_user_machine
 from ._model import takes_schema as takes_schema
 from ._resources import NO_RESOURCES as NO_RESOURCES
 from ._resources import counts_opens as counts_opens
@@ -52,8 +49,6 @@ from ._sensitive import SENSITIVE as SENSITIVE
 from ._sensitive import secret_texts as secret_texts
 from ._sensitive import sensitive_fields as sensitive_fields
 from ._shared import share_fields_set as share_fields_set
-from ._spec import load_machine as load_machine
-from ._spec import load_state_factory as load_state_factory
 from ._stream import _SCOPE
 from ._stream import DEFAULT_CAPACITY as DEFAULT_CAPACITY
 from ._stream import PartialHub as PartialHub

@@ -56,8 +56,8 @@ class TransitionCondition(Generic[S]):
     """A named predicate over a transition: the state before a step and the state after it.
 
     An invariant that a plain `Condition` cannot say because it depends on the
-    path taken (seed 004: "when Lifecycle == Observing and the path came from
-    act, Action != nil"). Declare it on the machine for one ``(from, to)`` edge
+    path taken ("when the agent is observing and the path came from acting,
+    its action is set"). Declare it on the machine for one ``(from, to)`` edge
     (``Machine(transition_invariants=...)``); the supervisor checks it on every
     commit that takes that edge.
 

@@ -17,7 +17,7 @@ __all__ = ["SUPERVISOR_FIELDS", "AgentState", "ErrorClass", "FailureRecord", "Li
 
 
 class Lifecycle(enum.Enum):
-    """The lifecycle of seed 004's ReAct agent; machines may declare their own enum."""
+    """The lifecycle of a ReAct agent; machines may declare their own enum."""
 
     #: The session exists and holds the user's input; nothing has run yet.
     INITIALIZED = "Initialized"

@@ -1,17 +1,19 @@
 """The ReAct engine: a tool-using agent loop over a model client, as an ordinary `Machine`.
 
-Build one with `react_agent`; run it with ``AgentSystem.run(agent,
+Build one with `react_agent`, its options grouped by purpose (`Limits`,
+`Checks`, `Calls`, `Memory`); run it with ``AgentSystem.run(agent,
 ReactState(task=...))``. Everything a machine gets (permissions, invariants,
 gates, durability, resume, fork, replay) an agent gets too. With
 ``answer_type=T`` its answer is validated as ``T`` and kept as data:
 ``result.state.output_as(T)`` gives it typed.
 
 Phases and stuck detection (`Phase`, `StuckDetector`, `infer_state_from_tool`)
-tell an agent what phase it is in and when it is going nowhere. The seeds'
-machinery is one argument each: ``react_agent(stuck=...)`` (seed 003),
-``rules=`` (seeds 000/002's Validate over a `Proposal`) and
-``budget=GlobalBudget(...)`` (seed 001). A long conversation is trimmed
-(``max_context_tokens=``) or its oldest turns summarised (``memory=Summarize(...)``).
+tell an agent what phase it is in and when it is going nowhere. The checks
+of each step are one field each: stuck detection (``checks=Checks(stuck=...)``),
+rules over each `Proposal` (``Checks(rules=...)``) and round budgets
+(``limits=Limits(budget=GlobalBudget(...))``). A long conversation is trimmed
+(``memory=Memory(max_tokens=...)``) or its oldest turns summarised
+(``Memory(summarize=Summarize(...))``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ from ._context import trim_messages as trim_messages
 from ._conversation import Conversation as Conversation
 from ._conversation import Said as Said
 from ._engine import react_agent as react_agent
+from ._groups import Calls as Calls
+from ._groups import Checks as Checks
+from ._groups import Limits as Limits
+from ._groups import Memory as Memory
 from ._listen import Close as Close
 from ._listen import UserInput as UserInput
 from ._options import GlobalBudget as GlobalBudget
@@ -67,11 +73,15 @@ __all__ = [
     "STRATEGIES",
     "AnswerUnavailable",
     "Budget",
+    "Calls",
+    "Checks",
     "Close",
     "Conversation",
     "DecisionBudget",
     "GlobalBudget",
+    "Limits",
     "MalformedModelOutput",
+    "Memory",
     "Phase",
     "PhaseStep",
     "PhaseTrack",

@@ -28,7 +28,7 @@ class Used:
 class Budget:
     """Limits on one ReAct agent session (``react_agent(budget=...)``); ``None``: no limit.
 
-    Seed 001's decision loop counts rounds instead, with `RoundBudget`.
+    A decision loop counts rounds instead, with `RoundBudget`.
 
     When a limit is reached the agent gets one wrap-up turn: the model is told
     so, is offered no tools, and its reply is the final answer (the session

@@ -4,12 +4,12 @@ An agent built with ``react_agent(rules=..., stuck=..., budget=GlobalBudget(...)
 thinks with `CheckedThinkStage`: the model turn of `ThinkStage`, then, in the
 same step, before the proposal is committed:
 
-1. runs the rules over the `Proposal` (seeds 000 §4.2 and 002): a retryable
+1. runs the rules over the `Proposal`: a retryable
    violation goes back to the model as the observation of each call (or, for
    an answer, as a message), at most ``max_rule_retries`` times in a row; a
    terminal one, or one past the retries, ends the agent
    (`StopReason.VIOLATION`);
-2. moves the phase (seed 003): the phase the chosen action leads to
+2. moves the phase (stuck detection): the phase the chosen action leads to
    (`infer_state_from_tool`) must be one `PHASE_TRANSITIONS` allows. A
    forbidden move is not made: by the `StuckPolicy`, the model is told which
    moves it may make (soft), the agent goes to its STUCK_* phase where it may
@@ -17,7 +17,7 @@ same step, before the proposal is committed:
    (auto-finish). A stuck agent (`StuckDetector.why`) is told the way out in
    its ``agent_state`` line (soft), lets this step's calls run and moves to its
    STUCK_* phase (hard), or finishes at once (auto-finish);
-3. spends seed 001's global budget: a decision round, the calls and a round
+3. spends the global round budget: a decision round, the calls and a round
    of each strategy; a non-exploit call in an overdraft round is blocked, and
    the next turn is the wrap-up turn.
 
@@ -155,7 +155,7 @@ class CheckedThinkStage(
 
 
 async def _rules(options: CheckOptions, turn: _Turn, outcome: _Outcome) -> None:
-    """Seeds 000/002's Validate: the proposal through the rules."""
+    """The rules' check: the proposal through the rules."""
     assert options.rules is not None
     proposal = Proposal(
         thought=_thought(turn.messages),
@@ -185,7 +185,7 @@ def _ended(violation: RuleResult) -> str:
 
 
 def _phases(detector: StuckDetector, turn: _Turn, now: float, outcome: _Outcome) -> None:
-    """Seed 003: the move the proposal makes, and stuck detection after it."""
+    """Phases: the move the proposal makes, and stuck detection after it."""
     track = turn.track.start(now)
     if track.phase in (P.FINISHING, P.DONE):  # a conversational agent's next message
         track = track.enter(P.INIT, now)
@@ -219,7 +219,7 @@ def _forbidden(
     now: float,
     outcome: _Outcome,
 ) -> None:
-    """A move seed 003 forbids: suggest the allowed ones, or force the way out (the policy)."""
+    """A move `PHASE_TRANSITIONS` forbids: suggest the allowed ones, or force the way out."""
     moves = _moves(detector, phase)
     why = f"this moves the agent from {phase.value} to {target.value}, which is not allowed"
     _log.info("react_forbidden_phase", phase=phase.value, target=target.value)
@@ -268,7 +268,7 @@ def _track(
 
 
 def _budget(options: CheckOptions, turn: _Turn, outcome: _Outcome) -> None:
-    """Seed 001: the decision round, and the calls it commits, against the global budget."""
+    """Round budgets: the decision round, and the calls it commits, against the global budget."""
     rounds = options.rounds
     assert rounds is not None
     spent = turn.decisions or rounds.start
@@ -327,7 +327,7 @@ def _last_failed(messages: Sequence[Message]) -> bool:
 
 
 def _best(messages: Sequence[Message]) -> str:
-    """Seed 003's auto-finish answer: the best answer so far (the latest text or result)."""
+    """Stuck detection's auto-finish answer: the best so far (the latest text or result)."""
     for message in reversed(messages):
         failed = isinstance(message, ToolMessage) and message.is_error
         text = message.content if isinstance(message, AssistantMessage | ToolMessage) else None

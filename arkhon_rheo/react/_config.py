@@ -57,8 +57,10 @@ DEFAULT_TYPED_PROMPT = (
 class ReactConfig:
     """The settings of one ReAct machine, validated when made.
 
-    The fields given are `react_agent`'s arguments, with its defaults; the
-    ones after them are derived from those (not given).
+    The fields given are `react_agent`'s arguments, its option groups' fields
+    spread out (``Memory``'s ``max_tokens`` and ``summarize`` as
+    ``max_context_tokens`` and ``memory``), with their defaults; the ones after
+    them are derived from those (not given).
 
     Attributes:
         runner: The tools, as a `ToolRunner`.
@@ -139,7 +141,8 @@ class ReactConfig:
                 raise ConfigurationError(f"react_agent: {label} must be at least 1, got {value}")
         if self.memory is not None and not isinstance(self.memory, Summarize):
             raise ConfigurationError(
-                f"react_agent: memory must be a Summarize(...) or None, got {self.memory!r}"
+                f"react_agent: Memory(summarize=...) must be a Summarize(...) or None, "
+                f"got {self.memory!r}"
             )
         self._derive("runner", tool_runner(self.tools))
         checks = check_options(self.stuck, self.rules, self.budget)

@@ -25,6 +25,8 @@ from ..protocols import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ..protocols import ResponseSchema
+
 __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
     "ContextWindow",
@@ -213,12 +215,23 @@ class PromptCache:
         self._replies: LRU[str, ModelReply] = LRU(maxsize)
 
     @staticmethod
-    def key(messages: Sequence[Message], tools: Sequence[ToolSpec], json_mode: bool) -> str:
-        """The cache key of one prompt: a digest of everything the model is sent."""
+    def key(
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        json_mode: bool,
+        schema: ResponseSchema | None = None,
+    ) -> str:
+        """The cache key of one prompt: a digest of everything the model is sent.
+
+        The answer's schema is part of it (``react_agent(answer_type=)``'s,
+        whether the client sends it or the prompt does): two agents with the
+        same messages and different answer types never share a reply.
+        """
         payload = {
             "messages": _MESSAGES.dump_python(tuple(messages), mode="json"),
             "tools": [spec.model_dump(mode="json") for spec in tools],
             "json_mode": json_mode,
+            "schema": None if schema is None else schema.model_dump(mode="json"),
         }
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()

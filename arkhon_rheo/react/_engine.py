@@ -15,6 +15,7 @@ from ..protocols import Condition, Lifecycle, Machine
 from ..tools import Toolbox
 from ._checks import CheckedThinkStage
 from ._config import DEFAULT_SYSTEM_PROMPT, ReactConfig
+from ._groups import Calls, Checks, Limits, Memory, grouped
 from ._guard import arguments_fit, held_gate
 from ._listen import ListenStage
 from ._memory import CheckedMemoryThinkStage, MemoryThinkStage
@@ -25,15 +26,7 @@ if TYPE_CHECKING:
     import enum
     from collections.abc import Mapping, Sequence
 
-    from ..models import ModelPrice, Pricing
     from ..protocols import Gate, ModelClient, Stage, ToolRunner
-    from ..rules import Rule, RuleSet
-    from ..tools import OnExhausted
-    from ._budget import Budget
-    from ._context import PromptCache, Summarize
-    from ._options import GlobalBudget
-    from ._rounds import DecisionBudget, RoundBudget
-    from ._stuck import StuckDetector, StuckPolicy
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "react_agent", "react_machine"]
 
@@ -45,71 +38,49 @@ def react_agent(
     tools: ToolRunner | Sequence[Any] = (),
     *,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-    budget: Budget | GlobalBudget | RoundBudget | DecisionBudget | None = None,
-    max_steps: int = 50,
-    max_format_retries: int = 2,
-    max_parallel_tools: int = 8,
-    json_mode: bool = False,
     answer_type: Any = None,
-    cache: PromptCache | None = None,
-    max_context_tokens: int | None = None,
-    prices: Pricing | Mapping[str, ModelPrice | tuple[float, float]] | None = None,
-    stream: bool = False,
+    conversational: bool = False,
+    limits: Limits | None = None,
+    checks: Checks | None = None,
+    calls: Calls | None = None,
+    memory: Memory | None = None,
+    resources: Mapping[str, object] | None = None,
     state_type: type[ReactState] = ReactState,
     name: str = "react-agent",
-    gates: Sequence[Gate] = (),
-    deadlines: Mapping[enum.Enum, float] | None = None,
-    conversational: bool = False,
-    resources: Mapping[str, object] | None = None,
-    tool_failures: OnExhausted = "observe",
-    stuck: StuckDetector | StuckPolicy | str | None = None,
-    rules: RuleSet[Any] | Sequence[Rule[Any]] | None = None,
-    memory: Summarize | None = None,
+    **deprecated: Any,
 ) -> Machine[ReactState]:
     """Build a ReAct agent: an ordinary `Machine` over a model client and tools.
 
     Run it like any machine: ``await system.run(agent, ReactState(task="..."))``.
+    Its options come in groups by purpose, each with the engine's defaults:
+    ``react_agent(model, tools, limits=Limits(max_steps=10), checks=Checks(stuck="soft"))``.
 
     Args:
         model: The model client, shared by every session (and rate-governed: see ``governing``).
         tools: A `ToolRunner` (a ``Toolbox``), or the ``@tool`` functions themselves.
         system_prompt: The first message of every conversation; None for none.
-        budget: Limits on turns, tool calls, tokens, cost and time, or seed 001's
-            `GlobalBudget` (rounds, overdraft); past one, a wrap-up turn without tools.
-        max_steps: The hard cap on model turns: past it the agent ends with
-            `StopReason.MAX_STEPS` and no answer (a warning is logged).
-        max_format_retries: How many times a reply the engine cannot use is sent
-            back to the model with what was wrong, before `MalformedModelOutput`.
-        max_parallel_tools: How many tool calls of one turn run at once.
-        json_mode: Ask the model for JSON replies.
         answer_type: A type (any pydantic validates) the final answer must be JSON of,
             as a format retry; implies ``json_mode``. Kept as data in ``state.output``,
             read typed with ``state.output_as(answer_type)``.
-        cache: A `PromptCache` answering repeated prompts without the model.
-        max_context_tokens: Trim the oldest turns past this token estimate
-            (the system prompt and the latest turn always stay).
-        prices: Input and output price per million tokens by model name, for
-            ``state.cost`` (a dated name gets its family's); a `Pricing` or a mapping.
-        stream: Stream each reply (the model must be a `StreamingModelClient`), its
-            text pieces emitted (`SessionHandle.stream`) and recorded; no prompt cache.
-        state_type: `ReactState` or your subclass of it.
-        name: The machine's name.
-        gates: Human-in-the-loop gates (``Gate.before("act")``); a tool to approve or ask
-            about (``@tool(run="approve")``, ``effect="ask"``) adds a ``"tool call"`` gate.
-        deadlines: Per-state deadlines in seconds (``{Lifecycle.ACTING: 30}``).
         conversational: After each answer, wait (parked, ``Lifecycle.OBSERVING``) for the
             next `UserInput` (``system.ask``, a `Conversation`; `Close` ends it). Limits
             bound each turn; with no task it waits for its first message. Needs a store.
+        limits: How far a session may go: its `Budget` (or round budget), the cap on
+            model turns, format retries and per-state deadlines (`Limits`).
+        checks: What each step passes: stuck detection, rules over each `Proposal`
+            and human-in-the-loop gates (`Checks`).
+        calls: How the model and tools are called: JSON mode, streaming, a prompt
+            cache, prices, parallel tool calls and tool failures (`Calls`).
+        memory: What of a long conversation the model is sent: trimmed past a token
+            estimate, or its oldest turns summarised (`Memory`).
         resources: More resources by name, for its tools (see `ToolContext`); the
             agent declares ``"model"`` and ``"tools"`` (a runner that is an async context
             manager). The `AgentSystem` opens each async context manager not open yet.
-        tool_failures: A call failing transiently past its retries (tools that do not
-            say otherwise): ``"observe"`` tells the model; ``"escalate"`` fails the step.
-        stuck: Seed 003's phases and stuck detection: a `StuckDetector`, or its policy
-            (``"soft"``, ``"hard"``, ``"auto_finish"``), checked after each model turn.
-        rules: Seeds 000/002's Validate: a `RuleSet` (or rules) over each `Proposal`;
-            a violation goes back to the model, at most 3 times in a row.
-        memory: `Summarize` folds the oldest turns into a summary past a token estimate.
+        state_type: `ReactState` or your subclass of it.
+        name: The machine's name.
+        **deprecated: The flat keywords of earlier releases (``max_steps=``,
+            ``stuck=``, ``json_mode=``, ``max_context_tokens=``...), each moved into
+            its group with a `DeprecationWarning`; they go in the next release.
 
     Returns:
         The machine.
@@ -117,9 +88,23 @@ def react_agent(
     Raises:
         ConfigurationError: An argument is out of range or of no type taken,
             ``state_type`` is no `ReactState`, or ``resources`` names its own.
+        TypeError: A keyword argument ``react_agent`` does not take.
     """
-    # Every argument as given, checked and frozen (the parameters are ReactConfig's fields).
-    return react_machine(ReactConfig(**locals()))
+    groups = {"limits": limits, "checks": checks, "calls": calls, "memory": memory}
+    options = grouped(groups, deprecated)
+    return react_machine(
+        ReactConfig(
+            model,
+            tools,
+            system_prompt=system_prompt,
+            answer_type=answer_type,
+            conversational=conversational,
+            resources=resources,
+            state_type=state_type,
+            name=name,
+            **options,
+        )
+    )
 
 
 def react_machine(config: ReactConfig) -> Machine[ReactState]:

@@ -99,13 +99,23 @@ def _waits(state: ReactState) -> bool:
 
 
 def arguments_fit(toolbox: Toolbox) -> Condition[ReactState]:
-    """The invariant that refuses a human's edit of a held call that its tool would refuse."""
+    """The invariant that refuses a human's edit of a held call that its tool would refuse.
+
+    A Python tool's edit is checked against its parameters, a server's tool's
+    (`MCPToolbox`) against its input schema: at the approval, before anything
+    is stored, so the session stays paused at its gate.
+    """
 
     def fits(state: ReactState) -> bool:
         held, approval = state.held, state.approval
-        if held is None or not isinstance(approval, Mapping) or held.call.name not in toolbox:
+        if held is None or not isinstance(approval, Mapping):
             return True
-        toolbox[held.call.name].validate(_plain(approval))  # raises, naming what is wrong
+        name = held.call.name
+        problems = toolbox.argument_problems(name, _plain(approval))
+        if problems:  # raised: the violation names the tool and each field
+            raise ValueError(
+                f"the edited arguments of tool {name!r} do not fit its schema: {problems}"
+            )
         return True
 
     return Condition("a held tool call's approved arguments fit its tool's schema", fits)

@@ -1,9 +1,8 @@
-"""The seeds' machinery as options of `react_agent`: what the rules see, seed 001's global budget.
+"""The checks of `react_agent`'s turns as options: what the rules see, the global round budget.
 
 - `Proposal` is what ``react_agent(rules=...)`` validates: the model's
-  thought and its tool calls, or its answer, before they are committed
-  (seeds 000 §4.2 and 002).
-- `GlobalBudget` is seed 001's global budget for ``react_agent(budget=...)``:
+  thought and its tool calls, or its answer, before they are committed.
+- `GlobalBudget` is the global round budget for ``react_agent(budget=...)``:
   the seven round counters of a `RoundBudget` (a decision round per model
   turn, the tool calls, a round of a strategy per turn that calls tools of it),
   the hard gate (no decision round or no tool call left), the exploit overdraft
@@ -69,7 +68,7 @@ class Proposal(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class GlobalBudget:
-    """Seed 001's global budget, as ``react_agent(budget=GlobalBudget(...))``.
+    """A global round budget, as ``react_agent(budget=GlobalBudget(...))``.
 
     Each model turn is a decision round; each tool call counts against
     ``max_tool_calls``; a turn that calls tools spends one round of each
@@ -78,7 +77,7 @@ class GlobalBudget:
     exploit-only rounds while exploit rounds remain (the exploit overdraft;
     a non-exploit call then is blocked, ``exploit_overdraft_blocked``), then one
     wrap-up turn without tools whose reply is the answer
-    (`StopReason.BUDGET_EXHAUSTED`). The model sees seed 001's ``BUDGET_STATE``
+    (`StopReason.BUDGET_EXHAUSTED`). The model sees the ``BUDGET_STATE``
     line every turn.
 
     Attributes:
@@ -147,7 +146,7 @@ def overdraft_open(spent: DecisionBudget) -> bool:
 
 
 def rounds_line(spent: DecisionBudget | None, wrapup: bool) -> str:
-    """Seed 001's ``BUDGET_STATE`` line for the model ("" without a global budget)."""
+    """The ``BUDGET_STATE`` line for the model ("" without a global budget)."""
     if spent is None:
         return ""
     overdraft = not wrapup and overdraft_open(spent)
@@ -164,9 +163,9 @@ class CheckOptions:
     Attributes:
         detector: Stuck detection and its policy, or None.
         rules: The rules every proposal must pass, or None.
-        rounds: Seed 001's global budget, or None.
+        rounds: The global round budget, or None.
         max_rule_retries: Proposals the rules may send back in a row before the
-            agent ends (`StopReason.VIOLATION`); seed 000 asks a human after 3.
+            agent ends (`StopReason.VIOLATION`).
         controls: The control actions offered to the model with stuck detection
             (``analyze`` and ``decide``: they run nothing and only move the phase).
     """
@@ -218,7 +217,7 @@ def check_options(
     rounds = budget if isinstance(budget, GlobalBudget) else None
     if budget is not None and rounds is None and not isinstance(budget, Budget):
         raise ConfigurationError(
-            f"react_agent(budget={budget!r}): give a Budget, or seed 001's GlobalBudget "
+            f"react_agent(budget={budget!r}): give a Budget, or a GlobalBudget of rounds "
             "(or its RoundBudget)"
         )
     if detector is None and ruleset is None and rounds is None:
@@ -267,7 +266,7 @@ def checked_turn(
     """The tools offered this turn (of ``specs``), and the lines the checks add to the prompt.
 
     No tool in the wrap-up turn or a STUCK_* phase; the control actions with
-    stuck detection; seed 001's ``BUDGET_STATE`` and seed 003's ``agent_state``.
+    stuck detection; the round budget's ``BUDGET_STATE`` and stuck detection's ``agent_state``.
     """
     if checks is None:
         return (() if wrapup else specs), ()
@@ -278,7 +277,7 @@ def checked_turn(
 
 
 def rounds_exhausted(checks: CheckOptions | None, view: StateView[ReactState]) -> str | None:
-    """Why the next turn must be seed 001's wrap-up turn (``max_iterations``), or None."""
+    """Why the next turn must be the round budget's wrap-up turn (``max_iterations``), or None."""
     if checks is None or checks.rounds is None:
         return None
     spent = view.decisions or checks.rounds.start

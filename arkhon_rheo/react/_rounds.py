@@ -1,4 +1,4 @@
-"""Seed 001's round budgets: global and per-slot round counters, the must-finish gate, the line.
+"""Round budgets: global and per-slot round counters, the must-finish gate, the line.
 
 These count a decision loop's rounds (decisions, tool calls, explore/exploit/
 render rounds, context reads); they are not the engine's `Budget`, which limits
@@ -47,7 +47,7 @@ Strategy = Literal["explore", "exploit", "render"]
 #: The strategies a tool-calling decision may name, in the order the budget line shows them.
 STRATEGIES: tuple[Strategy, ...] = ("explore", "exploit", "render")
 
-#: The indentation of the stage part of the budget line, as seed 001 prints it.
+#: The indentation of the stage part of the budget line.
 _STAGE_INDENT = "\n        "
 
 
@@ -67,9 +67,9 @@ def _left(limit: int, used: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RoundBudget:
-    """The seven global counters of seed 001: a limit and what is used of each.
+    """The seven global round counters: a limit and what is used of each.
 
-    The names are the seed's (the limit of context reads is ``ctx_reads``).
+    The names are those of the budget line (the limit of context reads is ``ctx_reads``).
     Used counts may pass their limit (an exploit overdraft does); what is left
     is shown as zero then.
 
@@ -171,7 +171,7 @@ class RoundBudget:
 
 @dataclass(frozen=True, slots=True)
 class SlotBudget:
-    """The advisory budget of one contract slot (seed 001's per-stage budget).
+    """The advisory budget of one contract slot (its per-stage budget).
 
     It guides the model (it appears in the budget line) and decides exploit
     overdraft eligibility; it never stops a round by itself.
@@ -221,7 +221,7 @@ class SlotBudget:
 
 @dataclass(frozen=True, slots=True)
 class DecisionBudget:
-    """Everything seed 001 tracks about budgets: global, per slot, and the exploit overdraft.
+    """What a decision agent tracks of its budgets: global, per slot, and the exploit overdraft.
 
     Attributes:
         global_budget: The global counters.
@@ -317,7 +317,7 @@ def format_budget_for_llm(
     wrapup: bool = False,
     overdraft: bool = False,
 ) -> str:
-    """The ``BUDGET_STATE`` snapshot the decision model sees, in seed 001's format.
+    """The ``BUDGET_STATE`` snapshot the decision model sees.
 
     ``BUDGET_STATE: global(...)``, then ``, wrapup active`` in the wrap-up
     round and ``, exploit_overdraft u/t`` while the overdraft is on, then (when

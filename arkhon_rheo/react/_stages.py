@@ -335,7 +335,7 @@ class ThinkStage(
         more = config.model_options
         key = ""
         if cache is not None:
-            key = cache.key(payload, offered, ask_json)
+            key = cache.key(payload, offered, ask_json, config.answer_schema)
             hit = cache.get(key)
             if hit is not None:
                 return hit

@@ -132,11 +132,11 @@ class ReactState(AgentState):
         approved: The ids of this turn's calls a human approved.
         track: The phase counters of stuck detection (``react_agent(stuck=...)``).
         stuck_reason: Why the agent was last found stuck, if it was.
-        agent_state: Seed 003's ``agent_state`` line the model sees next turn.
+        agent_state: The ``agent_state`` line of stuck detection the model sees next turn.
         checks: What each rule said of the latest proposal (``react_agent(rules=...)``).
         rule_retries: Proposals the rules sent back in a row.
         violation: The violation that ended the agent (`StopReason.VIOLATION`).
-        decisions: Seed 001's global budget spent so far (``budget=GlobalBudget(...)``);
+        decisions: The round budget spent so far (``budget=GlobalBudget(...)``);
             None until the first check.
         summary: The latest summary of the oldest turns (``react_agent(memory=Summarize(...))``),
             also in ``messages`` as a `SystemMessage`; None until the first.

@@ -188,7 +188,7 @@ def offered_actions(
 
 
 def exit_suggestion(phase: Phase) -> str:
-    """The way out the agent is told when it is stuck in ``phase`` (the seed's texts)."""
+    """The way out the agent is told when it is stuck in ``phase`` (one text per phase)."""
     return _SUGGESTIONS.get(phase, _OTHERWISE)
 
 
@@ -409,7 +409,7 @@ class StuckDetector:
     def agent_state(
         self, track: PhaseTrack, now: float, history: Sequence[PhaseStep] = (), *, last: int = 5
     ) -> dict[str, Any]:
-        """The ``agent_state`` block of the model's payload (seed 003 §5.2), as JSON data.
+        """The ``agent_state`` block of the model's payload, as JSON data.
 
         Args:
             track: The agent's counters.

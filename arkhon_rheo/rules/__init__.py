@@ -2,7 +2,7 @@
 
 A `Rule` answers `PASS`, `Retryable(reason)` or `Terminal(reason)`; a
 `RuleSet` runs its rules in order up to the first violation; `validate_stage`
-turns a rule set into the Validate stage of seed 000 (pass → act, retryable →
+turns a rule set into a Validate stage (pass → act, retryable →
 back to thinking with ``retry_reason``, terminal → end, ``terminal_violation``).
 """
 

@@ -3,9 +3,8 @@
 A rule is a plain typed callable with a name: it looks at what a stage
 proposes (a thought, a tool call) and answers `PASS`, `Retryable(reason)` (the
 step goes back to be thought again) or `Terminal(reason)` (the run ends). A
-`RuleSet` evaluates its rules in order and stops at the first violation, as
-seed 000 §4.2's ``rule_engine.validate(step)`` does; its results are cached
-per rule and input (seed 002 §5.2), in a bounded least-recently-used cache
+`RuleSet` evaluates its rules in order and stops at the first violation; its
+results are cached per rule and input, in a bounded least-recently-used cache
 keyed by the rule's name and a stable hash of the input's JSON form.
 """
 

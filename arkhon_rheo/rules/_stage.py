@@ -1,6 +1,6 @@
 """`validate_stage`: a stage that runs a `RuleSet` over what the thinking stage proposed.
 
-Seed 000 §4.2 as a `Stage`: rules pass → go on; a retryable violation → back
+The rules' check as a `Stage`: rules pass → go on; a retryable violation → back
 to the thinking state with the reason in ``metadata["retry_reason"]`` and
 ``metadata["retry_count"]`` incremented; a terminal violation → to an end
 state with ``metadata["exit_reason"] == "terminal_violation"`` (and logged).

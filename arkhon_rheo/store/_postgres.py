@@ -22,7 +22,7 @@ from ._postgres_conn import connect, import_psycopg, is_postgres_url, redacted_u
 from ._postgres_queue import WorkQueueMixin, channel_of
 from ._postgres_reads import ReadsMixin
 from ._postgres_schema import check_schema_name, prepare
-from ._postgres_watch import Watchdog, connection_options
+from ._postgres_watch import Watchdog, close_writer, connection_options
 from ._postgres_writer import PostgresWriter
 from ._sqlite import SQLiteStore
 
@@ -90,8 +90,11 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
     keepalives and ``tcp_user_timeout`` find a silent peer in about as long
     (the URL's query parameters, ``?connect_timeout=3`` say, override these
     connection options). A cancelled wait is delivered at once (its thread is
-    abandoned); leaving the store waits for what is queued to commit, at most
-    ``connect_timeout`` plus the statement limit, then gives up on it.
+    abandoned); leaving the store waits for what is queued to commit while it
+    lands, until none has for ``close_timeout`` seconds (a frozen server), at
+    most ``connect_timeout`` plus the statement limit, then gives up on it.
+    Once the server has not answered (a statement cut, a connection timed
+    out), the writes of the next second are refused at once, not each waited.
 
     A connection PostgreSQL dropped (a restart, ``pg_terminate_backend``) fails
     only the writes under way on it, with `StoreUnavailable` (a run then stops,
@@ -124,6 +127,8 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
             (libpq counts whole seconds, two at least).
         statement_timeout: How long PostgreSQL lets one statement run, in
             seconds; the client gives up on one after one and a half times it.
+        close_timeout: How long leaving the store waits with no queued write
+            landing before it gives up on the rest, in seconds.
 
     Raises:
         ConfigurationError: An argument is out of range, or psycopg is not
@@ -143,6 +148,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         transaction_idle_timeout: float = 5.0,
         connect_timeout: float = 10.0,
         statement_timeout: float = 30.0,
+        close_timeout: float = 2.0,
     ) -> None:
         if not is_postgres_url(url):
             raise ConfigurationError(
@@ -167,6 +173,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
         for name, value in (
             ("connect_timeout", connect_timeout),
             ("statement_timeout", statement_timeout),
+            ("close_timeout", close_timeout),
         ):
             if not 0.001 <= value < math.inf:
                 raise ConfigurationError(
@@ -174,7 +181,7 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
                 )
         self._idle_ms = round(transaction_idle_timeout * 1000)
         self._statement_ms = max(1, round(statement_timeout * 1000))
-        self._connect_timeout = connect_timeout
+        self._connect_timeout, self._close_timeout = connect_timeout, close_timeout
         self._watchdog = Watchdog(statement_timeout * 1.5)
         #: psycopg's options for every connection (a connect timeout, keepalives).
         self._options = connection_options(
@@ -306,16 +313,17 @@ class PostgresStore(WorkQueueMixin, ReadsMixin, SQLiteStore):
     ) -> None:
         """Commit everything queued, stop the writer and close the connections.
 
-        Even when cancelled, and at most ``connect_timeout`` plus the statement
-        limit (a frozen server): past it, what is still queued is given up on
-        (logged), the connections cut.
+        Even when cancelled; while what is queued lands, at most ``connect_timeout``
+        plus the statement limit: once nothing has landed for ``close_timeout``
+        (a frozen server), what is still queued is given up on (logged), the
+        connections cut.
         """
         if self._state is not StoreState.OPEN:
             return
         self._state = StoreState.CLOSED
         bound = self._connect_timeout + self._watchdog.limit
         with anyio.move_on_after(bound, shield=True) as scope:
-            if not await self._writer.aclose(timeout=bound):
+            if not await close_writer(self._writer, self._close_timeout):
                 logger.warning("store.close_abandoned", location=self._location, seconds=bound)
                 self._watchdog.cut_all()
             await self._close_listener()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["Watchdog", "connection_options"]
+__all__ = ["Watchdog", "close_writer", "connection_options"]
 
 #: How often the watchdog looks at the statements under way, in seconds (at most).
 _TICK = 0.1
@@ -118,9 +118,25 @@ class Watchdog:
             fd = connection.pgconn.socket
         except Exception:  # closed already: nothing waits on it
             return
+        self.cut += 1  # before the waiting thread wakes: it tells a cut from a drop by this
         try:
             with socket.socket(fileno=os.dup(fd)) as sock:
                 sock.shutdown(socket.SHUT_RDWR)
         except OSError:
-            return
-        self.cut += 1
+            self.cut -= 1
+
+
+async def close_writer(writer: Any, stall: float) -> bool:
+    """Close a store's ``writer``, waiting while its queue moves; whether its thread stopped.
+
+    The wait goes on as long as requests land (or are refused), and ends once
+    none has for ``stall`` seconds: a server that answers nothing (frozen, or
+    partitioned away) is not waited on for the statement limit, while a busy one
+    that commits a long queue is.
+    """
+    left = writer.queued
+    while not await writer.aclose(timeout=stall):
+        if writer.queued >= left:
+            return False
+        left = writer.queued
+    return True

@@ -8,7 +8,6 @@ transaction (a deadlock or a serialization failure) is run again, whole.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,10 @@ _CONFLICTS = frozenset({"40001", "40P01"})
 _ATTEMPTS = 5
 #: A connection idle this long (seconds) is checked before the next script runs on it.
 _CHECK_AFTER = 1.0
+#: Once the server failed to answer (a statement past the watchdog's limit, a new
+#: connection past ``connect_timeout``), the scripts of the next this-many seconds
+#: fail at once (`StoreUnavailable`) instead of each waiting as long again.
+RETRY_AFTER = 1.0
 
 
 class _Connection:
@@ -42,7 +45,11 @@ class _Connection:
     by a new one (``reconnect``) before the next script: the batch that found it
     broken is refused, the next ones commit. One left idle a while is checked
     first (an empty statement), so one dropped while idle fails no write. Each
-    statement runs under ``watchdog``.
+    statement runs under ``watchdog``. A server that does not answer (the
+    watchdog cut a statement, or a new connection timed out) is not asked again
+    for `RETRY_AFTER` seconds: the scripts meanwhile are refused at once, so a
+    frozen server costs the writer's queue one wait, not one per batch (and per
+    append whose landing is checked).
     """
 
     def __init__(
@@ -58,6 +65,8 @@ class _Connection:
         self._watchdog = watchdog
         self._lock = threading.Lock()
         self._used = time.monotonic()
+        #: Until when (``time.monotonic()``) scripts are refused: the server did not answer.
+        self._quiet_until = 0.0
 
     def run_now(self, script: Script[Any]) -> Any:
         with self._lock:
@@ -65,20 +74,44 @@ class _Connection:
                 raise StoreError(
                     f"the connection to {self._location} is closed", location=self._location
                 )
-            if not self._connection.closed and time.monotonic() - self._used > _CHECK_AFTER:
-                self._check()
-            if self._connection.closed:  # dropped (psycopg marks it closed, or broken)
-                self._connection.close()
-                self._connection = self._reconnect()
+            if time.monotonic() < self._quiet_until:
+                raise StoreUnavailable(
+                    f"{self._location} did not answer; it is asked again in under "
+                    f"{RETRY_AFTER:g} s",
+                    location=self._location,
+                )
+            cut = self._cuts()
             try:
+                if not self._connection.closed and time.monotonic() - self._used > _CHECK_AFTER:
+                    self._check()
+                if self._connection.closed:  # dropped (psycopg marks it closed, or broken)
+                    self._connection.close()
+                    try:
+                        self._connection = self._reconnect()
+                    except StoreError:
+                        self._quiet_until = time.monotonic() + RETRY_AFTER
+                        raise
                 return run_now(self._connection, script, self._location, self._watchdog)
+            except StoreUnavailable:
+                if self._cuts() != cut:  # a statement not answered in time: the server is silent
+                    self._quiet_until = time.monotonic() + RETRY_AFTER
+                raise
             finally:
                 self._used = time.monotonic()
 
+    def _cuts(self) -> int:
+        """How many connections the watchdog has cut so far."""
+        return 0 if self._watchdog is None else self._watchdog.cut
+
     def _check(self) -> None:
         """An empty statement: a connection PostgreSQL dropped is found closed after it."""
-        with contextlib.suppress(StoreError):  # dropped: replaced before the script runs
+        cut = self._cuts()
+        try:
             run_now(self._connection, _ping(), self._location, self._watchdog)
+        except StoreError:
+            if self._cuts() != cut:  # not answered, rather than dropped: no reconnecting now
+                raise
+            # dropped: replaced before the script runs
 
     def close_now(self) -> None:
         with self._lock:

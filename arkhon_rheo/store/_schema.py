@@ -34,7 +34,7 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "inspect_file", "older_version", 
 #: ``PRAGMA application_id`` of every store file: "ArkR".
 APPLICATION_ID = 0x41726B52
 #: ``PRAGMA user_version``: the schema version this code reads and writes.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 _MAGIC = b"SQLite format 3\x00"
 _TABLES = frozenset(
     {"meta", "sessions", "shapes", "events", "snapshots", "leases", "inbox", "effects"}
@@ -68,6 +68,24 @@ _INBOX = (
     # The parked sessions by wake time (only theirs is ever set).
     "CREATE INDEX sessions_waking ON sessions (status, wake_at) WHERE wake_at IS NOT NULL",
 )
+#: Version 8: the inbox is a rowid table, its payload last. In the version 5
+#: table (``WITHOUT ROWID``, keyed by ``(session, position)``) each row held its
+#: payload in the key's b-tree, so every seek compared whole rows, overflow pages
+#: and all, and counting a session's pending messages read each one's payload to
+#: reach ``applied_seq``: a post cost more the more its session held. Here the keys
+#: are small indexes, and ``inbox_pending`` holds ``applied_seq``, so a post's
+#: count and lookups read index pages only, whatever the payloads.
+_INBOX_8 = (
+    """CREATE TABLE inbox (
+        session INTEGER NOT NULL, position INTEGER NOT NULL, message_id TEXT NOT NULL,
+        kind TEXT NOT NULL, posted_at REAL NOT NULL, due_at REAL NOT NULL,
+        applied_seq INTEGER, payload TEXT NOT NULL,
+        PRIMARY KEY (session, position), UNIQUE (session, message_id))""",
+    # A session's pending messages, in the order they are delivered (covering a count).
+    """CREATE INDEX inbox_pending ON inbox (session, due_at, position, applied_seq)
+        WHERE applied_seq IS NULL""",
+)
+_INBOX_COLUMNS = "session, position, message_id, kind, posted_at, due_at, applied_seq, payload"
 _SHAPES = "CREATE TABLE shapes (id INTEGER PRIMARY KEY, shape TEXT NOT NULL UNIQUE)"
 _EVENTS = """CREATE TABLE events (
     session INTEGER NOT NULL, seq INTEGER NOT NULL, shape INTEGER NOT NULL, patch NOT NULL,
@@ -86,7 +104,8 @@ _SCHEMA = (
     """CREATE TABLE leases (
         session_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL)
         WITHOUT ROWID""",
-    *_INBOX,
+    *_INBOX_8,
+    _INBOX[2],  # sessions_waking
     _EFFECTS,
     _LIVE,
 )
@@ -144,7 +163,8 @@ def _compact_rows() -> Script[None]:
 #: gave each session an inbox (empty for the sessions stored before it); version 6
 #: an effect ledger (empty for the sessions stored before it); version 7 the kinds
 #: a parked session accepts (none for the sessions parked before it: any message
-#: posted to one wakes it, as before) and the index workers claim sessions by.
+#: posted to one wakes it, as before) and the index workers claim sessions by;
+#: version 8 rebuilt the inbox as a rowid table (its rows unchanged).
 _UPGRADES: dict[int, Callable[[], Script[None]]] = {
     1: _statements("ALTER TABLE events ADD COLUMN digest INTEGER"),
     2: _statements("ALTER TABLE sessions ADD COLUMN fingerprint TEXT"),
@@ -156,6 +176,14 @@ _UPGRADES: dict[int, Callable[[], Script[None]]] = {
     ),
     5: _statements(_EFFECTS),
     6: _statements("ALTER TABLE sessions ADD COLUMN accepts TEXT", _LIVE),
+    7: _statements(
+        "DROP INDEX inbox_pending",
+        "ALTER TABLE inbox RENAME TO old_inbox",
+        *_INBOX_8,
+        f"INSERT INTO inbox ({_INBOX_COLUMNS}) SELECT {_INBOX_COLUMNS} FROM old_inbox "
+        "ORDER BY session, position",
+        "DROP TABLE old_inbox",
+    ),
 }
 
 

@@ -127,6 +127,7 @@ def write_batch(
     now: float,
     location: str,
     cache: dict[str, tuple[int, str]] | None = None,
+    shapes: set[str] | None = None,
 ) -> Script[Plan]:
     """Check a batch against the sessions' and leases' rows and write what passes.
 
@@ -138,6 +139,8 @@ def write_batch(
     `StaleCache` before writing events, and the caller drops the cache and runs
     the batch again without it. The cache is
     not updated here: the caller does that once the transaction commits.
+    ``shapes``: event shapes this writer saw committed to the file (the table only
+    grows), which need no ``INSERT OR IGNORE``: most commits write none.
     """
     known, leases = yield from _current(requests, cache)
     inboxes = {}
@@ -161,8 +164,11 @@ def write_batch(
     if result.updated:
         yield from _update_sessions(result, known, now, location, guarded=cache is not None)
     if result.events:
-        shapes = {row[2] for row in result.events}
-        yield _rows(INSERT_SHAPE, [(shape,) for shape in shapes])
+        new = {row[2] for row in result.events}
+        if shapes:
+            new.difference_update(shapes)
+        if new:
+            yield _rows(INSERT_SHAPE, [(shape,) for shape in new])
         yield _rows(INSERT_EVENT, result.events)
     if result.snapshots:
         yield _rows(INSERT_SNAPSHOT, result.snapshots)

@@ -143,6 +143,8 @@ class ThreadWriter:
         #: The thread's: ``(last_seq, status)`` of the sessions it committed, so
         #: their rows need not be read back (see `write_batch`).
         self._cache: dict[str, tuple[int, str]] = {}
+        #: The event shapes committed to the file (see `write_batch`); cleared on an error.
+        self._shapes: set[str] = set()
         self.appended = 0
         self.transactions = 0
         self.largest_batch = 0
@@ -360,9 +362,14 @@ class ThreadWriter:
         except BaseException:
             for request in requests:  # not known for sure any more
                 cache.pop(request.session_id, None)
+            self._shapes.clear()  # (a file restored under us: its shapes are written again)
             raise
         if len(cache) + len(result.updated) > _CACHE_MAX:
             cache.clear()
+        if result.events:
+            if len(self._shapes) > _CACHE_MAX:
+                self._shapes.clear()
+            self._shapes.update(row[2] for row in result.events)
         cache.update(result.updated)
         for sid, lease in result.leases.items():
             if lease is None:  # released: this process is done with it for now
@@ -372,7 +379,9 @@ class ThreadWriter:
     def _run_batch(
         self, requests: list[Request], now: float, cache: dict[str, tuple[int, str]] | None
     ) -> Plan:
-        script = write_batch(requests, now=now, location=self._location, cache=cache)
+        script = write_batch(
+            requests, now=now, location=self._location, cache=cache, shapes=self._shapes
+        )
         result = self._driver.run_now(transaction(script, write=True))
         self.transactions += 1
         return result

@@ -131,8 +131,8 @@ class Committing:
         lifecycle = state.lifecycle
         if plan is None:
             plan = session.compiled.plan(lifecycle)
-        mail = None if delivery is None and timers is None else self.inbox.mail(delivery, timers)
-        try:
+        try:  # (a timer's sensitive fields, without a keyring, refuse the step)
+            mail = self.inbox.mail(delivery, timers)
             updates, patch, written = session.validator._validated(
                 state, patch, stage=name, writes=stage.writes
             )
@@ -227,6 +227,7 @@ class Committing:
         session = self.session
         if record is not None:
             session.failure = record
+        session.applies = None  # applied by this commit, if it was due
         session.commit(candidate, event)
         self.verified = verified
         self.landed = to

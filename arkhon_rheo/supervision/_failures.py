@@ -26,6 +26,8 @@ from .._errors import (
 )
 from .._log import get_logger
 from ..protocols import ErrorClass, EventKind, Patch
+from ._child_wait import applied_info
+from ._persist import Mail
 from ._record import ExitReason, failure_record
 
 if TYPE_CHECKING:
@@ -265,6 +267,7 @@ class FailureHandler:
         session = self.session
         state = session.state
         candidate = state.model_copy(update=updates)
+        applied, info = applied_info(session)  # a child's end the failed step took
         event = session.event(
             EventKind.FAILURE,
             stage,
@@ -274,10 +277,13 @@ class FailureHandler:
             frozenset(updates),
             attempt,
             error=record,
+            info=info or None,
         )
+        session.applies = None
         if session.persistence is not None:
+            mail = None if applied is None else Mail(applied, (), info)
             try:
-                await session.persistence.record(event, candidate)
+                await session.persistence.record(event, candidate, mail=mail)
             except Exception as exc:  # the failure still ends or redirects the session here
                 _logger.error("failure_not_stored", session_id=session.session_id, error=repr(exc))
         session.commit(candidate, event)

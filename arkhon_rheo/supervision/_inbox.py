@@ -12,11 +12,13 @@ The step that applies a message commits with it (`Mail`): the store marks the
 message applied in the transaction that stores the step's event, so a message
 is applied exactly once, and a crash before that commit leaves it pending for
 the next run. Timers the step scheduled (`schedule`) are posted in the same
-transaction.
+transaction, their `Sensitive` fields sealed as a sent message's are (the
+inbox row and the event's ``info["timers"]`` keep tokens; delivery opens them).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import ValidationError
@@ -24,9 +26,10 @@ from pydantic import ValidationError
 from .._errors import ConfigurationError, Fatal
 from .._log import get_logger
 from .._redact import scrub_data
-from ..core._seams import open_message, state_label
+from ..core._seams import open_message, seal_message, state_label
 from ..protocols import EventKind, NewMessage, Patch
 from ..protocols._seams import DECISIONS, check_json, json_data
+from ._child_wait import applied_info
 from ._persist import Mail
 from ._record import ExitReason
 
@@ -110,24 +113,40 @@ class Inbox:
                 return None
             # A message of an accepted kind arrived meanwhile: receive it.
 
-    def mail(self, delivery: Delivery | None, timers: list[ScheduledMessage] | None) -> Mail:
-        """What the commit of a step that applied ``delivery`` and set ``timers`` carries."""
-        info: dict[str, Any] = {}
-        applied = None
+    def mail(self, delivery: Delivery | None, timers: list[ScheduledMessage] | None) -> Mail | None:
+        """What the commit of a step that applied ``delivery`` and set ``timers`` carries.
+
+        ``None``: nothing (no message applied, no child's end, no timer).
+        """
+        if delivery is None and timers is None and self.session.applies is None:
+            return None
+        applied, info = applied_info(self.session)  # a child's end, if the step takes one
         if delivery is not None:
             stored = delivery.stored
             applied = stored.position
             info["message"] = message_record(stored)
         posts: list[NewMessage] = []
         if timers:
-            now = self.session.clock.now()
+            session = self.session
+            persistence = session.persistence
+            now = session.clock.now()
             described = []
             for timer in timers:
                 due = timer.due(now)
+                if persistence is not None and (model := self._model(timer)) is not None:
+                    # Sealed as a sent message is: the inbox row and this event keep tokens.
+                    sealed = seal_message(
+                        model, timer.kind, timer.payload, persistence.keyring, session.session_id
+                    )
+                    timer = replace(timer, payload=sealed)
                 posts.append(NewMessage(timer.message_id, timer.kind, timer.payload, due))
                 described.append(timer.describe(due))
             info["timers"] = described
         return Mail(applied, tuple(posts), info)
+
+    def _model(self, timer: ScheduledMessage) -> type[BaseModel] | None:
+        """The pydantic class of ``timer``'s message: its own, else its kind's in the machine."""
+        return timer.model or self.session.machine.messages.get(timer.kind)
 
     async def pause_at_gate(self, state: AgentState, stage: str) -> bool:
         """Pause, durably, if a gate guards this step; return true if it did.

@@ -137,6 +137,7 @@ class Persistence:
         status: str | None = None,
         waiting: Any = None,
         accepts: Collection[str] = (),
+        mail: Mail | None = None,
     ) -> None:
         """Store ``event`` (and ``state`` as a snapshot when one is due): `write`, then `accept`.
 
@@ -152,7 +153,7 @@ class Persistence:
         split = waiting is not None and not parks_on_append(self.store)
         try:
             parked = (None, ()) if split else (waiting, accepts)
-            await self.write(event, state, status=status, parked=parked)
+            await self.write(event, state, status=status, mail=mail, parked=parked)
         except BaseException:
             self.abandon()
             raise

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from ..core._seams import CompiledMachine, PatchValidator
-    from ..protocols import AgentState, Machine, Patch
+    from ..protocols import AgentState, Machine, Patch, StoredMessage
     from ._persist import Persistence
 
 __all__ = [
@@ -153,6 +153,7 @@ class Session:
         "_changed",
         "_rng",
         "anchor_seq",
+        "applies",
         "base_seq",
         "clock",
         "compiled",
@@ -180,6 +181,7 @@ class Session:
         "session_id",
         "state",
         "steps",
+        "tell_parent",
         "turn_start",
         "validator",
     )
@@ -207,6 +209,10 @@ class Session:
         self.anchor_seq = anchor_seq
         #: A child session's link to its parent step, stamped on each of its events.
         self.link = link
+        #: A child's run its parent does not await here: its end goes to the parent's inbox.
+        self.tell_parent = False
+        #: The inbox message of its child's end, which its next commit marks applied.
+        self.applies: StoredMessage | None = None
         self.persistence = persistence
         self.base_seq = base_seq
         self.gates_passed = False

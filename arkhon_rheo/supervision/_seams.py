@@ -10,6 +10,9 @@ re-executes).
 
 from __future__ import annotations
 
+from ._child_wait import ChildWaits as ChildWaits
+from ._child_wait import post_child_end as post_child_end
+from ._child_wait import take_child_end as take_child_end
 from ._inbox import message_record as message_record
 from ._persist import Persistence as Persistence
 from ._record import EventListener as EventListener

@@ -25,6 +25,7 @@ from ..actors import Actor, Termination, TerminationKind
 from ..core._seams import state_label
 from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ..protocols._seams import enter_session
+from ._child_wait import ChildWaits, tell_parent, wait_for_child
 from ._committing import Committing
 from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
@@ -156,6 +157,7 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
                     # the lease given up (bounded, should the store hang).
                     with anyio.move_on_after(_STATUS_TIMEOUT, shield=True):
                         await self._store_status(session.exit_reason.value)
+                        await tell_parent(session)  # a child run its parent waits on, parked
             finally:
                 session.close()
 
@@ -302,8 +304,8 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
                 with _tracing.step(self.span, name, seq, attempt) as span:
                     outcome = await slot.invoke(view, deadline, recorder, scope)
                     _tracing.step_outcome(span, outcome)
-            if isinstance(outcome, Escaped):
-                raise outcome.error
+            if isinstance(outcome, Escaped | ChildWaits):  # no patch, and no failure
+                return await self._no_patch(outcome, state, name)
             calls = recorder.finished() or None  # no empty list kept while a commit waits
             timers = recorder.timers
             del view, recorder, scope  # not kept alive (and walked by the GC) while a commit waits
@@ -331,6 +333,16 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
                 attempt += 1
                 continue
             return await self.failures.failed(failure, name, attempt, self._restart, error_class)
+
+    async def _no_patch(self, outcome: Escaped | ChildWaits, state: AgentState, stage: str) -> bool:
+        """A stage that ended with neither a patch nor a failure; return whether the run ends.
+
+        Its child session waits: the session parks until the child ends (`wait_for_child`).
+        A ``BaseException`` escaped it: re-raised, never classified.
+        """
+        if isinstance(outcome, Escaped):
+            raise outcome.error
+        return await wait_for_child(self.session, state, stage, outcome)
 
     def _stage_type(self, plan: StatePlan, lifecycle: enum.Enum) -> type[Stage[Any]] | None:
         """The stage to run in ``lifecycle``; ``None``: the state is terminal (the session ends)."""

@@ -2,31 +2,52 @@
 
 `ChildHost` is what a subgraph stage finds in its session scope (see
 `arkhon_rheo.graphs`): it runs each child id at most once, resuming a child the
-store has in flight and answering an ended one from its stored state. It runs
+store has in flight and answering an ended one from its stored state, and one
+that waits (paused, parked) as waiting, so that its parent parks. It runs
 children through the agent system's public operations (`SessionRunner`).
+
+A parked parent wakes when its child runs on here (`wake_parent`, once a
+decision or a message launched the child) or, wherever the child ran, when its
+end reaches the parent's inbox; `tell_parked_parents` posts an end a dead
+process did not.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .._errors import SessionNotFound
+from .._errors import ArkhonError, SessionLocked, SessionNotFound
+from .._log import get_logger
 from ..graphs import SubgraphStage
 from ..graphs._seams import ChildOutcome
-from ..protocols import AgentState, EventKind
+from ..protocols import AgentState, EventKind, Machine
 from ..supervision import ExitReason
+from ..supervision._seams import post_child_end
 from ._handle import session_of
 from ._journal import Journal
+from ._mail import ENDED
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from ..core import Keyring
-    from ..protocols import Machine, Store, TransitionEvent
+    from ..protocols import SessionRecord, Store, TransitionEvent
     from ._handle import SessionHandle
+    from ._host import SessionHost
+    from ._mail import Postman
     from ._registry import Registry
 
-__all__ = ["ChildHost", "SessionRunner", "linked_history"]
+__all__ = [
+    "ChildHost",
+    "SessionRunner",
+    "linked_history",
+    "parked_on_child",
+    "tell_parked_parents",
+    "wake_parent",
+    "with_subgraphs",
+]
+
+_logger = get_logger("arkhon_rheo.system")
 
 S = TypeVar("S", bound=AgentState)
 
@@ -68,6 +89,9 @@ class SessionRunner(Protocol):
 
 #: How a child that ran here may have ended without an outcome of its own: run on.
 _INTERRUPTED = frozenset({ExitReason.CANCELLED, ExitReason.CRASHED})
+#: How a child stops without ending: it waits (at a gate, for a message), and its parent parks.
+_STOPPED = frozenset({ExitReason.PAUSED, ExitReason.WAITING})
+_STOPPED_STATUS = frozenset(reason.value for reason in _STOPPED)
 
 
 class ChildHost:
@@ -94,16 +118,27 @@ class ChildHost:
         max_steps: int | None,
     ) -> ChildOutcome:
         """Run the child ``session_id`` to its end (see `SubgraphHost.run_child`)."""
-        system = self._system
-        self._registry.links[session_id] = dict(link)
-        handle: SessionHandle[Any] | None = self._registry.get(session_id)
-        if handle is not None and handle.done and session_of(handle).exit_reason in _INTERRUPTED:
-            if system.store is None:
-                system.forget(session_id)  # nothing to resume from: start it afresh
-            handle = None
+        system, registry = self._system, self._registry
+        registry.links[session_id] = dict(link)
+        handle: SessionHandle[Any] | None = registry.get(session_id)
+        if handle is not None and handle.done:
+            reason = session_of(handle).exit_reason
+            if reason in _INTERRUPTED:
+                if system.store is None:
+                    system.forget(session_id)  # nothing to resume from: start it afresh
+                handle = None
+            elif reason in _STOPPED and system.store is not None:
+                handle = None  # the store says where it is now (a decision may have run it on)
+        unawaited = handle is not None  # a run we did not start: a decision's, a message's
         if handle is None:
-            opened = await self._open(machine, state, session_id, max_steps)
+            registry.awaited.add(session_id)  # the run started here does not tell us its end
+            try:
+                opened = await self._open(machine, state, session_id, max_steps)
+            except BaseException:
+                registry.awaited.discard(session_id)
+                raise
             if isinstance(opened, ChildOutcome):
+                registry.awaited.discard(session_id)
                 return opened
             handle = opened
         try:
@@ -111,7 +146,10 @@ class ChildHost:
         except BaseException:
             handle.cancel()  # the child never outlives the step that waits for it
             raise
-        return ChildOutcome(result.state, result.exit_reason.value, result.failure)
+        finally:
+            if not unawaited:
+                registry.awaited.discard(session_id)
+        return ChildOutcome(result.state, result.exit_reason.value, result.failure, unawaited)
 
     async def _open(
         self, machine: Machine[Any], state: AgentState, session_id: str, max_steps: int | None
@@ -127,14 +165,98 @@ class ChildHost:
             else:
                 if machine.is_terminal(stored.lifecycle):
                     if stored.lifecycle is not machine.failed:
-                        return ChildOutcome(stored, ExitReason.FINISHED.value)
+                        return ChildOutcome(stored, ExitReason.FINISHED.value, unawaited=True)
                     failure = stored.last_error
                     reason = (failure.exit_reason if failure else None) or "failed"
-                    return ChildOutcome(stored, reason, failure)
-                if record.status == "paused":
-                    return ChildOutcome(stored, ExitReason.PAUSED.value)
-                return await system.resume(machine, session_id, max_steps=max_steps)
+                    return ChildOutcome(stored, reason, failure, unawaited=True)
+                if record.status in _STOPPED_STATUS:  # paused at a gate, parked for a message
+                    return ChildOutcome(stored, record.status, unawaited=True)
+                try:
+                    return await system.resume(machine, session_id, max_steps=max_steps)
+                except SessionLocked:  # run on by a decision or a message, elsewhere
+                    return ChildOutcome(stored, "running", unawaited=True)
         return await system.start(machine, state, session_id=session_id, max_steps=max_steps)
+
+
+async def wake_parent(postman: Postman, child_id: str, link: Mapping[str, Any]) -> None:
+    """Wake here the parent parked on child ``child_id``, which a decision or a message ran on.
+
+    Its step runs again and awaits the child's run here. A parent whose machine
+    this system does not serve is left parked: the child's end, posted to its
+    inbox, makes it due for a system or a worker that serves it.
+    """
+    parent_id = str(link["session_id"])
+    store = postman.host.store
+    if store is None:
+        return
+    try:
+        record = await store.record(parent_id)
+        waiting = record.waiting if isinstance(record.waiting, dict) else {}
+        if record.status != "waiting" or waiting.get("child") != child_id:
+            return
+        machine = _served(postman, record.machine)
+        if machine is not None:
+            await postman.wake(machine, parent_id)
+    except ArkhonError as exc:  # the child runs on all the same; the parent wakes at its end
+        _logger.error("parent_not_woken", session_id=parent_id, child=child_id, error=repr(exc))
+
+
+async def tell_parked_parents(host: SessionHost, machines: Iterable[Machine[Any]]) -> None:
+    """Post the end of each ended child whose parent, of one of ``machines``, still waits on it.
+
+    A child's end is posted after its last commit: a process that died between
+    the two left its parent parked. This posts it again (once: by its id). It
+    reads nothing unless one of ``machines`` has a subgraph stage.
+    """
+    names = {machine.name for machine in machines if _subgraphs(machine)}
+    if not names:
+        return
+    store, now = host.require_store("recover sessions"), host.clock.now()
+    for record in await store.sessions():
+        waiting = record.waiting if isinstance(record.waiting, dict) else {}
+        child = waiting.get("child")
+        if record.status != "waiting" or record.machine not in names or child is None:
+            continue
+        try:
+            ended = (await store.record(str(child))).status
+        except SessionNotFound:
+            continue
+        if ended in ENDED:
+            await post_child_end(store, record.session_id, str(child), ended, now)
+
+
+def parked_on_child(record: SessionRecord) -> bool:
+    """Whether the session of ``record`` is parked on its child (its step then runs again)."""
+    return isinstance(record.waiting, dict) and "child" in record.waiting
+
+
+def with_subgraphs(machines: Iterable[Machine[Any]]) -> list[Machine[Any]]:
+    """``machines`` and the machines their subgraph stages run, at any depth, each once."""
+    found: list[Machine[Any]] = []
+    todo = list(machines)
+    while todo:
+        machine = todo.pop(0)
+        if any(machine is seen for seen in found):
+            continue
+        found.append(machine)
+        if isinstance(machine, Machine):
+            todo.extend(_subgraphs(machine).values())
+    return found
+
+
+def _served(postman: Postman, name: str) -> Machine[Any] | None:
+    """The machine named ``name`` that ``postman`` serves, or a subgraph of one (at any depth)."""
+    seen: set[int] = set()
+    todo = [*postman.served.values(), *postman.given]
+    while todo:
+        machine = todo.pop()
+        if id(machine) in seen:
+            continue
+        seen.add(id(machine))
+        if machine.name == name:
+            return machine
+        todo.extend(_subgraphs(machine).values())
+    return None
 
 
 def _subgraphs(machine: Machine[Any]) -> dict[str, Machine[Any]]:

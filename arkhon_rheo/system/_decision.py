@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ConfigurationError, UndeclaredWrite
+from .._errors import ConfigurationError, MessageRefused, UndeclaredWrite
 from ..core._seams import compiled
 from ..protocols import (
     SUPERVISOR_FIELDS,
+    Abort,
     AgentState,
     Approve,
     Edit,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from ..protocols import Machine
 
-__all__ = ["SUPERVISOR_OWNED", "decision_updates", "recorded_decision"]
+__all__ = ["SUPERVISOR_OWNED", "decision_of_message", "decision_updates", "recorded_decision"]
 
 #: The fields a human edit may not write: those every state has, which the
 #: supervisor keeps (the lifecycle, the session's id, its loop count, the failure
@@ -103,3 +104,24 @@ def recorded_decision(
         if gate is not None and gate.field in hidden:
             return Approve(value=SENSITIVE)
     return decision
+
+
+def decision_of_message(
+    machine: Machine[Any], gate_name: str | None, decision: BaseModel, session_id: str
+) -> tuple[str, Any, Mapping[str, Any] | None]:
+    """The decision's name ("approve", "abort" or "edit"), value and edit, checked."""
+    if isinstance(decision, Approve):
+        gate = next((g for g in machine.gates if g.name == gate_name), None)
+        value = decision.value
+        if gate is not None and value is not None:
+            value = gate.check_answer(value, session_id=session_id)
+        return "approve", value, None
+    if isinstance(decision, Abort):
+        return "abort", None, None
+    if isinstance(decision, Edit):
+        return "edit", None, decision.fields
+    raise MessageRefused(
+        f"a session paused at a gate takes a decision (Approve, Abort or Edit), got "
+        f"{type(decision).__name__}; nothing was stored",
+        session_id=session_id,
+    )

@@ -22,14 +22,14 @@ from ..graphs._seams import session_scope
 from ..protocols import AgentState, WallClock
 from ..protocols._seams import gate_commits, installed, resources_scope
 from ..supervision import ExitReason
-from ..supervision._seams import Session, SessionSupervisor
+from ..supervision._seams import Session, SessionSupervisor, post_child_end
 from ._handle import new_handle, session_of
 from ._journal import Journal
 from ._options import check_budget, check_keyring
 from ._secrets import HeldValues, held_values
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from ..actors import ActorSystem
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ._registry import Registry
     from ._resources import Resources
 
-__all__ = ["SessionHost"]
+__all__ = ["SessionHost", "child_link"]
 
 S = TypeVar("S", bound=AgentState)
 
@@ -82,6 +82,7 @@ class SessionHost:
         "_counter",
         "_faults",
         "_listeners",
+        "_on_child_run",
         "_on_closed",
         "_on_park",
         "_owner_name",
@@ -133,6 +134,9 @@ class SessionHost:
         self.clock: Clock = WallClock() if clock is None else clock
         #: Called when a session launched here parks (the system's timer watch looks again).
         self._on_park: Callable[[], None] | None = None
+        #: Called with a child's id and link when a decision or a message runs it on
+        #: here, or ends it (its parent, parked on it, is woken here if served).
+        self._on_child_run: Callable[[str, Mapping[str, Any]], Awaitable[None]] | None = None
         #: Called with a session's id whenever a run of it here ends (its asks look again).
         self._on_closed: Callable[[str], None] | None = None
         self._resources = resources
@@ -235,6 +239,30 @@ class SessionHost:
         """Call ``callback`` whenever a session launched here parks."""
         self._on_park = callback
 
+    def on_child_run(self, callback: Callable[[str, Mapping[str, Any]], Awaitable[None]]) -> None:
+        """Await ``callback(child_id, link)`` when a child its parent does not await runs on."""
+        self._on_child_run = callback
+
+    async def child_ended(self, session_id: str, parent: str | None, exit_reason: str) -> None:
+        """Tell the parent of ``session_id``, ended out of band (aborted), that it ended."""
+        link = self.link_of(session_id, parent)
+        if link is None or self.store is None:
+            return
+        now = self.clock.now()
+        await post_child_end(self.store, str(link["session_id"]), session_id, exit_reason, now)
+        await self._child_ran(session_id, link)
+
+    def link_of(self, session_id: str, parent: str | None) -> dict[str, Any] | None:
+        """The link of child session ``session_id`` to its parent's step (``None``: no child).
+
+        ``parent`` is the parent its record names, if it was read.
+        """
+        return self._registry.links.get(session_id) or child_link(session_id, parent)
+
+    async def _child_ran(self, session_id: str, link: Mapping[str, Any]) -> None:
+        if self._on_child_run is not None:
+            await self._on_child_run(session_id, link)
+
     def on_closed(self, callback: Callable[[str], None]) -> None:
         """Call ``callback`` with its id whenever a run of a session here ends."""
         self._on_closed = callback
@@ -249,7 +277,10 @@ class SessionHost:
 
     def _closed(self, session: Session) -> None:
         self._registry.closed(session)
-        if session.exit_reason is ExitReason.WAITING and self._on_park is not None:
+        # Parked, or a child that posted its end to its parent: the timer watch looks again.
+        if self._on_park is not None and (
+            session.exit_reason is ExitReason.WAITING or session.tell_parent
+        ):
             self._on_park()
         if self._on_closed is not None:
             self._on_closed(session.session_id)
@@ -328,6 +359,8 @@ class SessionHost:
             claim.hand_over()
         handle: SessionHandle[S] = new_handle(session, ref)
         self._registry.add(handle)  # replaces a run before this one (a pause decided here)
+        if session.tell_parent and session.link is not None:
+            await self._child_ran(session_id, session.link)  # its parent, parked, wakes
         return handle
 
     async def _gate_commits(
@@ -366,6 +399,8 @@ class SessionHost:
         """
         seed = None if self._seed is None else f"{self._seed}/{next(self._counter)}"
         link = self._registry.links.get(session_id)
+        if link is None and journal is not None:  # a child run on by a decision, a message
+            link = child_link(session_id, journal.parent)
         persistence = None
         if self.store is not None:
             journal = journal or self.journal(machine, session_id)
@@ -373,7 +408,7 @@ class SessionHost:
                 state, snapshot_every=self._snapshot_every, owner=self._owner_name, link=link
             )
         listeners = self._listeners if held is None else (*self._listeners, held.event)
-        return Session(
+        session = Session(
             session_id,
             machine,
             state,
@@ -387,3 +422,25 @@ class SessionHost:
             anchor_seq=anchor_seq,
             clock=self.clock,
         )
+        # A run its parent's step does not await here: its end wakes the parent.
+        session.tell_parent = link is not None and session_id not in self._registry.awaited
+        return session
+
+    def parent_of(self, session_id: str) -> str | None:
+        """The parent session of child ``session_id``, when a parent's step here starts it."""
+        link = self._registry.links.get(session_id)
+        return None if link is None else str(link["session_id"])
+
+
+def child_link(session_id: str, parent: str | None) -> dict[str, Any] | None:
+    """The link of child ``session_id`` to its parent's step, read off its id and record.
+
+    A subgraph's child is named ``"<parent>/<stage>/<seq>"`` and its record names
+    its parent; a session that is no such child (a fork, say) has no link.
+    """
+    if parent is None or not session_id.startswith(parent + "/"):
+        return None
+    stage, _, seq = session_id[len(parent) + 1 :].rpartition("/")
+    if not stage or not seq.isdigit():
+        return None
+    return {"session_id": parent, "stage": stage, "seq": int(seq)}

@@ -89,6 +89,7 @@ class Journal:
         "_upgraded",
         "codec",
         "machine",
+        "parent",
         "secrets",
         "session_id",
         "store",
@@ -114,6 +115,8 @@ class Journal:
         self._form: SessionForm | None = None
         #: The session's state read in the current form, while its upgrade is unrecorded.
         self._upgraded: AgentState | None = None
+        #: The parent its record named at the last `load` (a fork's, or a child's).
+        self.parent: str | None = None
 
     async def create(
         self, state: AgentState, *, parent: str | None = None, status: str = "running"
@@ -149,6 +152,7 @@ class Journal:
         an earlier one).
         """
         loaded = await self.store.load(self.session_id)
+        self.parent = loaded.record.parent
         mine = self._compiled.fingerprint
         form = await form_of(self.store, self.machine, mine, loaded.record, loaded.snapshot)
         self._form = form

@@ -453,6 +453,7 @@ class Postman:
                 host.config,
                 session_id,
                 base_seq=last,
+                gates_passed=isinstance(record.waiting, dict) and "child" in record.waiting,
                 claim=claim,
                 journal=journal,
             )

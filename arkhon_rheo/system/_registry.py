@@ -57,7 +57,7 @@ class Registry:
         keep: How many ended sessions to keep, newest (see ``keep_ended``).
     """
 
-    __slots__ = ("_ended", "_held", "_sessions", "keep", "links")
+    __slots__ = ("_ended", "_held", "_sessions", "awaited", "keep", "links")
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
@@ -71,6 +71,8 @@ class Registry:
         )
         # Subgraphs: each child session's link to its parent step, by child id.
         self.links: dict[str, dict[str, Any]] = {}
+        # The child sessions a parent's step here started and awaits.
+        self.awaited: set[str] = set()
 
     def __contains__(self, session_id: object) -> bool:
         """Whether a session of that id is held, kept, or released but still referenced."""

@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .._construct import internal_only, make
-from .._errors import ConfigurationError, MessageRefused, SessionError
+from .._errors import ConfigurationError, SessionError
 from ..protocols import Abort, AgentState, Approve, Edit, EventKind, Machine
-from ._children import linked_history
-from ._decision import decision_updates, recorded_decision
+from ._children import linked_history, parked_on_child
+from ._decision import decision_of_message, decision_updates, recorded_decision
 from ._journal import Journal
 from ._ledger import MemoryJournal, out_of_band_event
 from ._mail import Mailbox, Sent, message_record
@@ -291,6 +291,7 @@ class StoredSession(Generic[S]):
                 config,
                 self.session_id,
                 base_seq=event.seq,
+                gates_passed=parked_on_child(record),  # past the gate that let it through
                 claim=claim,
                 anchor_seq=anchor,
                 journal=journal,
@@ -413,10 +414,12 @@ class StoredSession(Generic[S]):
                     return Sent(session_id, message_id, known.position, True, None)
             paused = await ledger.paused()
             state, gate = paused.state, paused.gate
-            name, value, edit = _decision_of(machine, gate, decision, session_id)
+            name, value, edit = decision_of_message(machine, gate, decision, session_id)
             updates, kind, error = decision_updates(machine, state, gate, name, value, edit)
             decided = cast("S", state.model_copy(update=updates))
-            info = {"decision": name, "gate": gate}
+            info: dict[str, Any] = {"decision": name, "gate": gate}
+            if (link := host.link_of(session_id, getattr(ledger, "parent", None))) is not None:
+                info["parent"] = link  # a child's decision names its parent's step, as its steps
             event = out_of_band_event(
                 session_id, paused.next_seq, kind, state, decided, updates, info, error
             )
@@ -448,28 +451,9 @@ class StoredSession(Generic[S]):
                     history=paused.history,
                     journal=ledger if isinstance(ledger, Journal) else None,
                 )
+            elif name == "abort" and isinstance(ledger, Journal):
+                await host.child_ended(session_id, ledger.parent, "aborted")  # if a child
             return Sent(session_id, message_id, position, not new, handle)
-
-
-def _decision_of(
-    machine: Machine[Any], gate_name: str | None, decision: BaseModel, session_id: str
-) -> tuple[str, Any, Mapping[str, Any] | None]:
-    """The decision's name ("approve", "abort" or "edit"), value and edit, checked."""
-    if isinstance(decision, Approve):
-        gate = next((g for g in machine.gates if g.name == gate_name), None)
-        value = decision.value
-        if gate is not None and value is not None:
-            value = gate.check_answer(value, session_id=session_id)
-        return "approve", value, None
-    if isinstance(decision, Abort):
-        return "abort", None, None
-    if isinstance(decision, Edit):
-        return "edit", None, decision.fields
-    raise MessageRefused(
-        f"a session paused at a gate takes a decision (Approve, Abort or Edit), got "
-        f"{type(decision).__name__}; nothing was stored",
-        session_id=session_id,
-    )
 
 
 async def _ledger(

@@ -11,6 +11,7 @@ default it keeps its sessions in a SQLite file.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
@@ -26,7 +27,7 @@ from ..store._seams import owned_store
 from ..supervision import StageMode
 from ..supervision._seams import EventListener
 from ._ask import Replies
-from ._children import ChildHost
+from ._children import ChildHost, tell_parked_parents, wake_parent, with_subgraphs
 from ._claims import Claims
 from ._client import checked_start, submit
 from ._default_store import DEFAULT_PATH, announce_default_store
@@ -219,9 +220,10 @@ class AgentSystem(Messaging):
             secrets=secrets,
         )
         self._postman = Postman(
-            self._host, inbox_capacity, poll_interval, machines, max_message_bytes
+            self._host, inbox_capacity, poll_interval, with_subgraphs(machines), max_message_bytes
         )
         self._postman.resume = self._resume_for_message
+        self._host.on_child_run(functools.partial(wake_parent, self._postman))
         #: The asks waiting here, woken by the commits of the sessions they ask.
         check_positive("reply_poll", reply_poll)
         self._replies = Replies(self._host, reply_poll)
@@ -311,7 +313,8 @@ class AgentSystem(Messaging):
         await host.open_resources(machine)  # before anything is stored
         async with host.claim(session_id) as claim:
             if self._store is not None:
-                await host.journal(machine, session_id).create(state)
+                parent = host.parent_of(session_id)  # a subgraph's child names its parent
+                await host.journal(machine, session_id).create(state, parent=parent)
                 await claim.lease()
             return await host.launch(machine, state, config, session_id, base_seq=0, claim=claim)
 
@@ -420,6 +423,7 @@ class AgentSystem(Messaging):
             except (SessionLocked, SessionError):
                 continue  # taken by another system, or ended: not an orphan any more
         # Woken here before the timer watch serves the machine, which would race us.
+        await tell_parked_parents(self._host, [machine])  # a child's end its process did not post
         handles.extend(await self._postman.wake_due(machine))
         self._postman.serve(machine)
         return handles

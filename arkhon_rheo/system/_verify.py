@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..core import Keyring
     from ..core._seams import EventCodec, PatchValidator, StateHasher
     from ..protocols import Machine, Stage
+    from ..protocols._seams import ScheduledMessage
     from ._secrets import HeldValues
 
 __all__ = ["Divergence", "ReplayReport", "digest_differs", "stored_differs", "verify"]
@@ -102,6 +103,12 @@ class _Verifier:
         self.validator = validator
         self.session_id = session_id
 
+    def _opened(self, timer: Any, scheduled: list[ScheduledMessage] | None) -> Any:
+        """A recorded timer's payload opened, by its kind's class (this run's or the machine's)."""
+        models: dict[str, Any] = dict(self.machine.messages)
+        models.update((t.kind, t.model) for t in scheduled or () if t.model is not None)
+        return _opened_payload(timer, models, self.keyring, self.session_id)
+
     async def reexecute(self, state: AgentState, event: TransitionEvent) -> str | None:
         """Run the event's stage again on ``state``; say how it differs, if it does."""
         machine = self.machine
@@ -147,7 +154,10 @@ class _Verifier:
             stored = self.codec.describe_patch(recorded, stage=name)
             return f"stage {name!r} proposed {proposed}, the recorded run {stored}"
         timers = [timer.describe(0.0) for timer in playback.timers or ()]
-        recorded_timers = [{**timer, "due_at": 0.0} for timer in info.get("timers", ())]
+        recorded_timers = [
+            {**timer, "due_at": 0.0, "payload": self._opened(timer, playback.timers)}
+            for timer in info.get("timers", ())
+        ]
         if timers != recorded_timers:
             return f"stage {name!r} scheduled {timers}, the recorded run {recorded_timers}"
         if not (isinstance(target, enum.Enum) and target is event.to_state):
@@ -282,6 +292,19 @@ def stored_differs(
             "replay of the whole log: the snapshot does not match the events before it",
         )
     return None
+
+
+def _opened_payload(
+    timer: Any, models: dict[str, Any], keyring: Keyring | None, session_id: str
+) -> Any:
+    """A recorded timer's payload, its sealed fields opened (see ``core._sealed_mail``)."""
+    if not isinstance(timer, dict):
+        return None
+    kind, payload = timer.get("kind"), timer.get("payload")
+    model = models.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        return payload
+    return open_message(model, str(kind), payload, keyring, session_id)
 
 
 def _deliver(instance: Any, message: Any, keyring: Keyring | None, session_id: str) -> str | None:

@@ -46,6 +46,7 @@ from .._errors import (
 from .._log import get_logger
 from .._redact import scrub
 from ..protocols import Machine, WorkQueue
+from ._children import tell_parked_parents
 from ._handle import session_of
 from ._options import check_positive
 from ._system import AgentSystem
@@ -247,12 +248,20 @@ class Worker:
         self._started = True
         async with self._system, anyio.create_task_group() as group:
             try:
+                await self._tell_parents()
                 await self._serve(group)
             finally:
                 # Drained: the steps under way finish first; otherwise (cancelled,
                 # a store failure) they stop now, and run again elsewhere.
                 with anyio.CancelScope(shield=True):
                     await self._hand_over(self._drain_timeout if self._draining else 0.0)
+
+    async def _tell_parents(self) -> None:
+        """Post the ends of children a dead process did not post to their parked parents."""
+        try:
+            await tell_parked_parents(self._system._host, self._machines.values())
+        except StoreError as exc:  # the parents stay parked: `recover` posts them too
+            _logger.warning("parents_not_told", owner=self.owner, error=str(exc))
 
     async def _serve(self, group: TaskGroup) -> None:
         clock = self._system._host.clock

@@ -38,9 +38,9 @@ import anyio
 
 from .._errors import ConfigurationError, CrashRunFailed
 from ..protocols import Durability
-from ..protocols._seams import load_machine, load_state_factory
 from ..store import SQLiteStore
 from ..system import AgentSystem
+from ._crash_child import load_machine, load_state_factory
 from ._crash_report import CrashReport, LostCommit
 
 if TYPE_CHECKING:

@@ -26,16 +26,49 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..protocols import Durability
-from ..protocols._seams import load_machine, load_state_factory
+from .._errors import ConfigurationError
+from .._load import as_configuration, load_factory, load_target
+from ..protocols import AgentState, Durability, Machine
 from ..store import SQLiteStore
 from ..system import AgentSystem
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..protocols import TransitionEvent
     from ..system import SessionHandle
 
-__all__ = ["planned"]
+__all__ = ["load_machine", "load_state_factory", "planned"]
+
+
+def load_machine(spec: str) -> Machine[Any]:
+    """The `Machine` that ``spec`` (``module:attr``) names: the machine, or what its factory makes.
+
+    Raises:
+        ConfigurationError: If it names neither, or does not resolve.
+    """
+    machine: Machine[Any] = load_target(spec, Machine, errors=as_configuration)
+    return machine
+
+
+def load_state_factory(spec: str) -> Callable[[], AgentState]:
+    """A function making a fresh initial state, from ``spec``: a callable taking no argument.
+
+    Raises:
+        ConfigurationError: If ``spec`` names no callable (or does not resolve); the
+            function it returns raises it if the callable returns no `AgentState`.
+    """
+    factory = load_factory(spec, errors=as_configuration)
+
+    def make() -> AgentState:
+        state = factory()
+        if not isinstance(state, AgentState):
+            raise ConfigurationError(
+                f"the initial state factory {spec!r} must return an AgentState, got {state!r}"
+            )
+        return state
+
+    return make
 
 
 def planned(run: int, sessions: int, new_per_run: int) -> list[str]:

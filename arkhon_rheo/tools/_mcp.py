@@ -380,6 +380,15 @@ class MCPToolbox(Toolbox):
             return named.get(name, self.default_policy)
         return RunPolicy.ALLOW
 
+    def argument_problems(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """As `Toolbox`'s; a server's tool's by its input schema, as listed (or as ``specs=``)."""
+        if name in self:
+            return super().argument_problems(name, arguments)
+        check = self._checks.get(name)
+        if check is None and (spec := next((s for s in self._mcp_specs if s.name == name), None)):
+            check = ArgumentCheck(spec.parameters)
+        return "" if check is None else check.problems(arguments)
+
     def _refuse_unfit(self, one: MCPTool, offered: list[MCPTool]) -> None:
         """Refuse a tool the model cannot be offered: no name, or a schema that cannot be followed.
 

@@ -202,6 +202,15 @@ class Toolbox:
         """The run policy of tool ``name`` here (``ALLOW`` for a tool it lacks)."""
         return self._policies.get(name, RunPolicy.ALLOW)
 
+    def argument_problems(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """What is wrong with ``arguments`` for tool ``name`` (``""``: nothing, or no such tool)."""
+        if name in self:
+            try:
+                self[name].validate(arguments)
+            except ValidationError as exc:
+                return _compact(exc)
+        return ""
+
     def statistics(self) -> ToolboxStatistics:
         """How many calls were answered, failed, and are running or waiting now."""
         return ToolboxStatistics(

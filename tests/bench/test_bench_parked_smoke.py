@@ -14,7 +14,7 @@ def test_parked_bench_quick_run_prints_every_figure_and_holds_no_session() -> No
         "parked.py",
         timeout=300,
         # Sizes smaller than --quick's: the figures' code, not their size, is under test.
-        smaller={"QUICK": "Sizes(parked=300, traced=200, waiting=100, sends=30)"},
+        smaller={"QUICK": "Sizes(parked=300, traced=200, waiting=100, sends=30, flood=12)"},
     )
     for backend, section in backends.items():
         for label in (
@@ -23,6 +23,8 @@ def test_parked_bench_quick_run_prints_every_figure_and_holds_no_session() -> No
             "(2) send -> applied",
             "p50",
             "p99",
+            "(3) flood",
+            "ratio",
         ):
             assert label in section, f"{label!r} missing for {backend}:\n{section}"
         assert section.count("(sessions held in memory: 0)") == 2, section

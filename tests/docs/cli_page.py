@@ -142,16 +142,26 @@ def _command(name: str, sub: argparse.ArgumentParser) -> str:
 
 def render() -> str:
     """The whole page, as markdown."""
-    os.environ["COLUMNS"] = "100"  # argparse wraps usage lines at the terminal's width
-    parser = build_parser()
-    subs = subcommands(parser)
-    choices = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    helps = {action.dest: action.help for action in choices._choices_actions}
-    table = "\n".join(
-        f"| [`{name}`](#arkhon-rheo-{name}) | {_cell(helps.get(name))} |" for name in subs
-    )
-    head = _HEAD.format(usage=parser.format_usage().strip().removeprefix("usage: "), commands=table)
-    return head + "\n" + "\n".join(_command(name, sub) for name, sub in subs.items())
+    # argparse wraps usage lines at the terminal's width; the caller's value comes back after
+    # (a test rendering the page must not change the width the CLI tests print at).
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        parser = build_parser()
+        subs = subcommands(parser)
+        choices = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        helps = {action.dest: action.help for action in choices._choices_actions}
+        table = "\n".join(
+            f"| [`{name}`](#arkhon-rheo-{name}) | {_cell(helps.get(name))} |" for name in subs
+        )
+        usage = parser.format_usage().strip().removeprefix("usage: ")
+        head = _HEAD.format(usage=usage, commands=table)
+        return head + "\n" + "\n".join(_command(name, sub) for name, sub in subs.items())
+    finally:
+        if saved is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved
 
 
 if __name__ == "__main__":

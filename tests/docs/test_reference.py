@@ -77,9 +77,9 @@ def test_every_table_column_and_index_of_a_live_sqlite_store_is_on_the_schema_pa
 
     anyio.run(create)
     page = _page("store-schema.md")
-    sqlite_part = _section(page, "## SQLite (schema version 7)")
+    sqlite_part = _section(page, "## SQLite (schema version 8)")
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 7
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 8
         objects = db.execute(
             "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
         ).fetchall()
@@ -97,7 +97,7 @@ def test_every_table_column_and_index_of_a_live_sqlite_store_is_on_the_schema_pa
 
 def test_every_postgres_table_column_and_index_is_on_the_schema_page() -> None:
     postgres_part = _section(_page("store-schema.md"), "## PostgreSQL (schema version 1)")
-    sqlite_part = _section(_page("store-schema.md"), "## SQLite (schema version 7)")
+    sqlite_part = _section(_page("store-schema.md"), "## SQLite (schema version 8)")
     seen = 0
     for statement in POSTGRES_SCHEMA:
         if match := re.match(r"CREATE INDEX (\w+)", statement):

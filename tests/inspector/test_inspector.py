@@ -411,19 +411,20 @@ def test_without_the_extra_the_error_names_what_to_install(
 def test_the_module_entry_refuses_bad_arguments(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    from arkhon_rheo._load import as_configuration, load_target
     from arkhon_rheo.inspector.__main__ import main
-    from arkhon_rheo.protocols._spec import load_machine
+    from arkhon_rheo.protocols import Machine
 
-    assert load_machine("tests.support.inspector_fixture:desk") is desk
+    assert load_target("tests.support.inspector_fixture:desk", Machine) is desk
     for spec, expected in [
-        ("nocolon", "'module:attr'"),
-        ("no_such_module_xyz:m", "cannot import"),
+        ("nocolon", "expected MODULE:ATTR"),
+        ("no_such_module_xyz:m", "no module"),
         ("tests.support.inspector_fixture:nothing", "has no attribute"),
         ("tests.support.inspector_fixture:TOKEN_IS_NOT_HERE", "has no attribute"),
-        ("tests.support.inspector_fixture:Reply", "must name a Machine"),
+        ("tests.support.inspector_fixture:Reply", "not a Machine"),
     ]:
         with pytest.raises(ConfigurationError, match=expected):
-            load_machine(spec)
+            load_target(spec, Machine, errors=as_configuration)
     assert (
         main(["--store", str(tmp_path / "missing.db"), "--port", "0"]) == 3
     )  # not found, as the command line says

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from arkhon_rheo import AgentSystem
-from arkhon_rheo.protocols._seams import load_machine
+from arkhon_rheo.cli._load import load_machine
 from arkhon_rheo.react import ReactState
 from tests.support.chat_server import Canned, open_chat_server
 from tests.support.real_agent import URL_VARIABLE

@@ -14,7 +14,7 @@ import pytest
 from arkhon_rheo import AgentSystem
 from arkhon_rheo.models import AnthropicClient
 from arkhon_rheo.protocols import ReplyDelta, ToolMessage, Usage
-from arkhon_rheo.react import ReactState, react_agent
+from arkhon_rheo.react import Calls, ReactState, react_agent
 from arkhon_rheo.supervision import Backoff
 from arkhon_rheo.tools import tool
 from tests.support.anthropic_server import error, message, streamed
@@ -92,7 +92,7 @@ async def test_a_streaming_agent_assembles_tool_input_split_across_events(
             streamed("The sum ", "is 42."),
         )
         client = AnthropicClient("claude-test", api_key=KEY, base_url=server.root)
-        agent = react_agent(client, [add], stream=True)
+        agent = react_agent(client, [add], calls=Calls(stream=True))
         async with AgentSystem(path=tmp_path / "s.db") as system:
             handle = await system.start(agent, ReactState(task="20 + 22?"), session_id="s")
             pieces: list[str] = []

@@ -27,7 +27,7 @@ from arkhon_rheo.models import (
     set_default_governor,
 )
 from arkhon_rheo.protocols import AssistantMessage, ModelReply, ReplyDelta, Usage, UserMessage
-from arkhon_rheo.react import Budget, ReactState, react_agent
+from arkhon_rheo.react import Budget, Calls, Limits, ReactState, react_agent
 from arkhon_rheo.react._budget import Used
 from arkhon_rheo.testing import ScriptedModel, VirtualClock
 from tests.support.chat_server import Canned, open_chat_server, text_chunks
@@ -350,7 +350,10 @@ class _Recorder:
 
 async def test_the_engine_asks_with_the_fraction_of_its_budget_left() -> None:
     model = _Recorder()
-    agent = react_agent(model, budget=Budget(max_turns=4), max_format_retries=3)
+    agent = react_agent(
+        model,
+        limits=Limits(budget=Budget(max_turns=4), max_format_retries=3),
+    )
     async with AgentSystem(path=None) as system:
         result = await system.run(agent, ReactState(task="x"))
     assert result.ok, result.failure
@@ -434,7 +437,13 @@ async def test_a_streaming_agent_is_governed_and_counts_its_usage(
         client = OpenAIChatClient("m", api_key="k", base_url=server.url)
         key = governor.set_limit(client, RateLimit(tokens_per_minute=10_000))
         async with AgentSystem(path=None) as system:
-            result = await system.run(react_agent(client, stream=True), ReactState(task="6*7"))
+            result = await system.run(
+                react_agent(
+                    client,
+                    calls=Calls(stream=True),
+                ),
+                ReactState(task="6*7"),
+            )
     assert result.state.answer == "42"
     assert governor.statistics(key).tokens_in_window == 13
     assert governor.statistics(key).requests == 1

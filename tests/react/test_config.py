@@ -16,7 +16,7 @@ from arkhon_rheo.protocols import (
     NamedModelClient,
     StreamingModelClient,
 )
-from arkhon_rheo.react import Budget, ReactState, react_agent
+from arkhon_rheo.react import Budget, Limits, ReactState, react_agent
 from arkhon_rheo.react._config import DEFAULT_SYSTEM_PROMPT, ReactConfig
 from arkhon_rheo.react._stages import ActStage, ThinkStage
 from arkhon_rheo.testing import ScriptedModel
@@ -117,7 +117,12 @@ def test_model_call_spans_are_named_by_the_clients_system_and_model() -> None:
 
 
 def test_each_machine_binds_its_own_config_to_module_level_stages() -> None:
-    first = react_agent(ScriptedModel(), [add], max_steps=3, state_type=SubState)
+    first = react_agent(
+        ScriptedModel(),
+        [add],
+        state_type=SubState,
+        limits=Limits(max_steps=3),
+    )
     second = react_agent(ScriptedModel(), name="other")
     think = first.stages[Lifecycle.THINKING]
     assert issubclass(think, ThinkStage)

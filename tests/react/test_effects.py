@@ -223,7 +223,7 @@ async def test_a_call_that_may_have_happened_waits_for_a_human_who_sees_and_edit
         assert question["arguments"] == {"to": "bob"}
         assert question["schema"]["properties"]["to"]["type"] == "string"
         # An edit its tool would refuse is refused before anything is stored.
-        with pytest.raises(InvariantViolation, match="to"):
+        with pytest.raises(InvariantViolation, match=r"'send'.*to"):
             await stored.approve({"to": 7})
         with pytest.raises(MessageRefused):
             await stored.approve(["bob"])

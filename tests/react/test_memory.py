@@ -1,4 +1,4 @@
-"""``react_agent(memory=Summarize(...))``: the oldest turns folded into a recorded summary."""
+"""``Memory(summarize=Summarize(...))``: the oldest turns folded into a recorded summary."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from arkhon_rheo.protocols import (
     ToolMessage,
     UserMessage,
 )
-from arkhon_rheo.react import ReactState, StopReason, Summarize, react_agent
+from arkhon_rheo.react import Checks, Memory, ReactState, StopReason, Summarize, react_agent
 from arkhon_rheo.react._memory import SUMMARY_PREFIX, fold_point
 from arkhon_rheo.testing import ScriptedModel
 from arkhon_rheo.tools import tool
@@ -44,7 +44,7 @@ def script() -> list[Any]:
 
 
 #: One lookup's turn fits (about 80 tokens); two do not (about 140).
-MEMORY = Summarize(max_tokens=120, keep_last=2, prompt="Summarise.")
+MEMORY = Memory(summarize=Summarize(max_tokens=120, keep_last=2, prompt="Summarise."))
 
 
 async def test_a_conversation_past_the_budget_is_summarised() -> None:
@@ -107,7 +107,11 @@ async def test_without_memory_nothing_is_summarised() -> None:
 
 async def test_a_conversation_within_the_budget_is_not_summarised() -> None:
     model = ScriptedModel([call(1), "done"])
-    agent = react_agent(model, [look], memory=Summarize(max_tokens=10_000))
+    agent = react_agent(
+        model,
+        [look],
+        memory=Memory(summarize=Summarize(max_tokens=10_000)),
+    )
     async with AgentSystem(path=None) as system:
         result = await system.run(agent, ReactState(task="look up 1"))
     assert (result.state.answer, result.state.summaries, len(model.requests)) == ("done", 0, 2)
@@ -115,7 +119,7 @@ async def test_a_conversation_within_the_budget_is_not_summarised() -> None:
 
 async def test_a_summarised_agent_with_checks_still_checks() -> None:
     model = ScriptedModel(script())
-    agent = react_agent(model, [look], memory=MEMORY, stuck="soft")
+    agent = react_agent(model, [look], memory=MEMORY, checks=Checks(stuck="soft"))
     async with AgentSystem(path=None) as system:
         result = await system.run(agent, ReactState(task="look up 1 and 2"))
     assert result.ok, result.failure
@@ -146,3 +150,5 @@ def test_summarize_checks_its_settings() -> None:
         Summarize(max_tokens=10, prompt=" ")
     with pytest.raises(ConfigurationError, match="memory"):
         react_agent(ScriptedModel(), memory=100)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="summarize"):
+        react_agent(ScriptedModel(), memory=Memory(summarize=100))  # type: ignore[arg-type]

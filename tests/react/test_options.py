@@ -26,8 +26,10 @@ from arkhon_rheo.protocols import (
 )
 from arkhon_rheo.react import (
     Budget,
+    Checks,
     Conversation,
     GlobalBudget,
+    Limits,
     Phase,
     Proposal,
     ReactState,
@@ -113,7 +115,7 @@ def agent_state(model: ScriptedModel, request: int) -> dict[str, Any]:
 
 async def test_hard_stuck_lets_the_third_search_run_then_offers_no_tool(tmp_path: Path) -> None:
     model = ScriptedModel([*searches(3), "No quantum module is documented."])
-    agent = react_agent(model, [search, add], stuck="hard")
+    agent = react_agent(model, [search, add], checks=Checks(stuck="hard"))
     state, events = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "No quantum module is documented.")
     assert len(tool_results(state)) == 3
@@ -140,7 +142,7 @@ async def test_hard_stuck_lets_the_third_search_run_then_offers_no_tool(tmp_path
 
 async def test_soft_stuck_warns_and_tells_the_model_the_way_out(tmp_path: Path) -> None:
     model = ScriptedModel([*searches(3), "Nothing found."])
-    agent = react_agent(model, [search], stuck=StuckPolicy.SOFT)
+    agent = react_agent(model, [search], checks=Checks(stuck=StuckPolicy.SOFT))
     with capture_logs() as logs:
         state, _ = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "Nothing found.")
@@ -154,7 +156,7 @@ async def test_soft_stuck_warns_and_tells_the_model_the_way_out(tmp_path: Path) 
 
 async def test_auto_finish_ends_at_once_with_the_best_answer_so_far(tmp_path: Path) -> None:
     model = ScriptedModel([*searches(3), "never asked"])
-    agent = react_agent(model, [search], stuck="auto_finish")
+    agent = react_agent(model, [search], checks=Checks(stuck="auto_finish"))
     state, _ = await run(agent, tmp_path)
     assert state.exit is StopReason.STUCK
     assert state.answer is not None
@@ -176,7 +178,7 @@ async def test_a_forbidden_move_is_suggested_the_allowed_ones_under_soft(tmp_pat
             "3",
         ]
     )
-    agent = react_agent(model, [search, add], stuck="soft")
+    agent = react_agent(model, [search, add], checks=Checks(stuck="soft"))
     state, _ = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "3")
     refused = next(m for m in tool_results(state) if m.tool_call_id == "2")
@@ -201,7 +203,11 @@ async def test_a_forbidden_move_forces_the_stuck_phase_under_hard(tmp_path: Path
     model = ScriptedModel(
         [call("context_fts_search", "1", query="savant"), call("add", "2", a=1, b=2), "savant-1"]
     )
-    agent = react_agent(model, [search, add], stuck=StuckDetector(policy=StuckPolicy.HARD))
+    agent = react_agent(
+        model,
+        [search, add],
+        checks=Checks(stuck=StuckDetector(policy=StuckPolicy.HARD)),
+    )
     state, _ = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "savant-1")
     refused = tool_results(state)[-1]
@@ -215,7 +221,7 @@ async def test_a_forbidden_move_finishes_at_once_under_auto_finish(tmp_path: Pat
     model = ScriptedModel(
         [call("context_fts_search", "1", query="savant"), call("add", "2", a=1, b=2), "unused"]
     )
-    agent = react_agent(model, [search, add], stuck="auto_finish")
+    agent = react_agent(model, [search, add], checks=Checks(stuck="auto_finish"))
     state, _ = await run(agent, tmp_path)
     assert state.exit is StopReason.STUCK
     assert state.answer == (
@@ -228,7 +234,7 @@ async def test_a_forbidden_first_move_is_suggested_under_hard(tmp_path: Path) ->
     model = ScriptedModel(
         [call("analyze", "1", notes="nothing yet"), call("add", "2", a=1, b=1), "2"]
     )
-    state, _ = await run(react_agent(model, [add], stuck="hard"), tmp_path)
+    state, _ = await run(react_agent(model, [add], checks=Checks(stuck="hard")), tmp_path)
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "2")
     refused = tool_results(state)[0]
     assert refused.content == (
@@ -251,7 +257,7 @@ async def test_failed_calls_in_a_row_while_deciding_are_stuck(tmp_path: Path) ->
 
     calls = [call(name, str(n), a=1, b=0) for n, name in enumerate(["div", "mod"] * 2)]
     model = ScriptedModel([*calls, "cannot divide by zero"])
-    state, _ = await run(react_agent(model, [div, mod], stuck="hard"), tmp_path)
+    state, _ = await run(react_agent(model, [div, mod], checks=Checks(stuck="hard")), tmp_path)
     assert state.stuck_reason is StuckReason.FAILED_DECISIONS
     assert all(m.is_error for m in tool_results(state))
     assert "deciding->stuck_decide" in state.track.transitions
@@ -266,7 +272,7 @@ async def test_routes_send_a_tool_of_yours_to_a_phase(tmp_path: Path) -> None:
 
     model = ScriptedModel([call("lookup", f"l{n}", key="k") for n in range(3)] + ["K"])
     detector = StuckDetector(routes={"lookup": P.SEARCHING})
-    state, _ = await run(react_agent(model, [lookup], stuck=detector), tmp_path)
+    state, _ = await run(react_agent(model, [lookup], checks=Checks(stuck=detector)), tmp_path)
     assert state.answer == "K"
     assert "searching->stuck_search" in state.track.transitions
 
@@ -327,7 +333,7 @@ async def test_the_seeds_scenarios_on_the_engine(
     tmp_path: Path, script: list[Any], moves: list[str]
 ) -> None:
     model = ScriptedModel(script)
-    state, _ = await run(react_agent(model, [search], stuck="hard"), tmp_path)
+    state, _ = await run(react_agent(model, [search], checks=Checks(stuck="hard")), tmp_path)
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "the answer")
     assert list(state.track.transitions) == moves
 
@@ -355,7 +361,12 @@ async def test_a_checked_agent_stopped_midway_resumes_and_replays(tmp_path: Path
 
     def build() -> Machine[ReactState]:
         budget = GlobalBudget(rounds(4), strategies={"fetch": "exploit"})
-        return react_agent(model, [fetch], stuck="hard", rules=[positive], budget=budget)
+        return react_agent(
+            model,
+            [fetch],
+            limits=Limits(budget=budget),
+            checks=Checks(stuck="hard", rules=[positive]),
+        )
 
     db = tmp_path / "a.db"
     with anyio.CancelScope() as scope:
@@ -413,7 +424,11 @@ async def test_a_rule_violation_is_an_observation_and_the_corrected_step_runs(
             "5 + 2 = 7",
         ]
     )
-    agent = react_agent(model, [add], rules=[no_subtraction, answer_has_a_number])
+    agent = react_agent(
+        model,
+        [add],
+        checks=Checks(rules=[no_subtraction, answer_has_a_number]),
+    )
     state, _ = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.ANSWERED, "5 + 2 = 7")
     first, second = tool_results(state)
@@ -434,7 +449,11 @@ async def test_a_rule_violation_is_an_observation_and_the_corrected_step_runs(
 async def test_a_terminal_violation_ends_the_agent(tmp_path: Path) -> None:
     thought = AssistantMessage(content="I will delete it", tool_calls=(call("add", "1", a=1, b=1),))
     model = ScriptedModel([ModelReply(message=thought, finish_reason="tool_calls")])
-    agent = react_agent(model, [add], rules=RuleSet(never_delete, no_subtraction))
+    agent = react_agent(
+        model,
+        [add],
+        checks=Checks(rules=RuleSet(never_delete, no_subtraction)),
+    )
     state, _ = await run(agent, tmp_path)
     assert state.exit is StopReason.VIOLATION
     assert state.answer is None
@@ -448,7 +467,7 @@ async def test_a_terminal_violation_ends_the_agent(tmp_path: Path) -> None:
 
 async def test_retryable_violations_past_their_retries_end_the_agent(tmp_path: Path) -> None:
     model = ScriptedModel([call("add", str(n), a=1, b=-1) for n in range(4)])
-    agent = react_agent(model, [add], rules=[no_subtraction])
+    agent = react_agent(model, [add], checks=Checks(rules=[no_subtraction]))
     state, _ = await run(agent, tmp_path)
     assert state.exit is StopReason.VIOLATION
     assert state.rule_retries == 4
@@ -472,7 +491,7 @@ def rounds(decisions: int, tools: int = 10, explore: int = 5, exploit: int = 0) 
 
 async def test_the_global_budget_ends_with_the_wrapup_turn(tmp_path: Path) -> None:
     model = ScriptedModel([*searches(2), "what I found"])
-    agent = react_agent(model, [search], budget=rounds(2))
+    agent = react_agent(model, [search], limits=Limits(budget=rounds(2)))
     state, _ = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.BUDGET_EXHAUSTED, "what I found")
     assert state.decisions is not None
@@ -500,7 +519,7 @@ async def test_the_exploit_overdraft_then_a_blocked_explore_round(tmp_path: Path
         ]
     )
     budget = GlobalBudget(rounds(1, exploit=2), strategies={"add": "exploit"})
-    agent = react_agent(model, [search, add], budget=budget)
+    agent = react_agent(model, [search, add], limits=Limits(budget=budget))
     state, _ = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.BUDGET_EXHAUSTED, "5")
     assert [m.content for m in tool_results(state)][1] == "5"
@@ -519,7 +538,12 @@ async def test_the_exploit_overdraft_then_a_blocked_explore_round(tmp_path: Path
 
 async def test_a_plain_budget_keeps_working_beside_the_options(tmp_path: Path) -> None:
     model = ScriptedModel([*searches(1), "done"])
-    agent = react_agent(model, [search], budget=Budget(max_tool_calls=1), stuck="soft")
+    agent = react_agent(
+        model,
+        [search],
+        limits=Limits(budget=Budget(max_tool_calls=1)),
+        checks=Checks(stuck="soft"),
+    )
     state, _ = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.BUDGET_EXHAUSTED, "done")
     assert last_system_line(model, 1).startswith("BUDGET tool_calls 1/1 | wrap-up")
@@ -542,9 +566,8 @@ async def test_the_three_options_together(tmp_path: Path) -> None:
     agent = react_agent(
         model,
         [search, add],
-        stuck="hard",
-        rules=[no_subtraction, answer_has_a_number],
-        budget=GlobalBudget(rounds(4), strategies={"add": "exploit"}),
+        limits=Limits(budget=GlobalBudget(rounds(4), strategies={"add": "exploit"})),
+        checks=Checks(stuck="hard", rules=[no_subtraction, answer_has_a_number]),
     )
     state, _ = await run(agent, tmp_path)
     assert (state.exit, state.answer) == (StopReason.BUDGET_EXHAUSTED, "2 + 1 = 3")
@@ -564,7 +587,12 @@ async def test_the_three_options_together(tmp_path: Path) -> None:
 
 async def test_a_conversational_agent_checks_every_answer() -> None:
     model = ScriptedModel(["no number", "4", "and 5"])
-    agent = react_agent(model, [add], rules=[answer_has_a_number], conversational=True)
+    agent = react_agent(
+        model,
+        [add],
+        conversational=True,
+        checks=Checks(rules=[answer_has_a_number]),
+    )
     async with MemoryStore() as store, AgentSystem(store=store) as system:
         chat = Conversation(system, agent)
         assert await chat.start("2 + 2?") == "4"
@@ -581,11 +609,11 @@ async def test_a_conversational_agent_checks_every_answer() -> None:
 async def test_options_of_no_type_taken_are_refused() -> None:
     model = ScriptedModel()
     with pytest.raises(ConfigurationError, match=r"stuck='sideways'.*'soft', 'hard'"):
-        react_agent(model, stuck="sideways")
+        react_agent(model, checks=Checks(stuck="sideways"))
     with pytest.raises(ConfigurationError, match="give a RuleSet"):
-        react_agent(model, rules="no_delete")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="give a Budget, or seed 001's GlobalBudget"):
-        react_agent(model, budget=42)  # type: ignore[arg-type]
+        react_agent(model, checks=Checks(rules="no_delete"))  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="give a Budget, or a GlobalBudget of rounds"):
+        react_agent(model, limits=Limits(budget=42))  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="strategy 'hoard'"):
         GlobalBudget(rounds(1), strategies={"add": "hoard"})  # type: ignore[dict-item]
     with pytest.raises(ConfigurationError, match="give a RoundBudget"):
@@ -596,7 +624,11 @@ async def test_options_of_no_type_taken_are_refused() -> None:
 
 async def test_without_options_the_think_stage_is_the_plain_one() -> None:
     plain = react_agent(ScriptedModel(), [add])
-    checked = react_agent(ScriptedModel(), [add], rules=[no_subtraction])
+    checked = react_agent(
+        ScriptedModel(),
+        [add],
+        checks=Checks(rules=[no_subtraction]),
+    )
     think, checking = plain.stages[Lifecycle.THINKING], checked.stages[Lifecycle.THINKING]
     assert think.name == checking.name == "think"
     assert "track" not in think.reads | think.writes

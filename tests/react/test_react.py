@@ -25,6 +25,9 @@ from arkhon_rheo.protocols import (
 )
 from arkhon_rheo.react import (
     Budget,
+    Calls,
+    Checks,
+    Limits,
     MalformedModelOutput,
     PromptCache,
     ReactState,
@@ -101,7 +104,7 @@ async def test_parallel_tool_calls_run_together_and_merge_in_call_order() -> Non
         return name.upper()
 
     model = ScriptedModel([[call("slow", {"name": n}, id=n) for n in ("a", "b", "c")], "done"])
-    agent = react_agent(model, Toolbox(slow), max_parallel_tools=8)
+    agent = react_agent(model, Toolbox(slow), calls=Calls(max_parallel_tools=8))
     async with AgentSystem(path=None) as system:
         handle = await system.start(agent, ReactState(task="go"))
         with anyio.fail_after(10):
@@ -171,7 +174,7 @@ async def test_an_answer_that_does_not_fit_the_schema_is_retried_then_accepted()
 
 async def test_format_retries_run_out_as_a_classified_failure() -> None:
     model = ScriptedModel([reply("")] * 40)
-    agent = react_agent(model, max_format_retries=1)
+    agent = react_agent(model, limits=Limits(max_format_retries=1))
     async with AgentSystem(path=None, backoff=Backoff(base=0, cap=0)) as system:
         handle = await system.start(agent, ReactState(task="hi"))
         result = await handle.result()
@@ -192,7 +195,11 @@ async def test_a_budget_reached_mid_loop_ends_with_the_wrapup_turn() -> None:
             "final: 2",
         ]
     )
-    agent = react_agent(model, [add], budget=Budget(max_tool_calls=1, max_turns=10))
+    agent = react_agent(
+        model,
+        [add],
+        limits=Limits(budget=Budget(max_tool_calls=1, max_turns=10)),
+    )
     async with AgentSystem(path=None) as system:
         result = await system.run(agent, ReactState(task="1+1"))
     assert result.state.exit is StopReason.BUDGET_EXHAUSTED
@@ -211,7 +218,7 @@ async def test_a_budget_reached_mid_loop_ends_with_the_wrapup_turn() -> None:
 
 async def test_a_tool_call_in_the_wrapup_turn_is_sent_back() -> None:
     model = ScriptedModel([call("add", {"a": 1, "b": 2}), "3"])
-    agent = react_agent(model, [add], budget=Budget(max_turns=0))
+    agent = react_agent(model, [add], limits=Limits(budget=Budget(max_turns=0)))
     async with AgentSystem(path=None) as system:
         result = await system.run(agent, ReactState(task="1+2"))
     assert result.state.exit is StopReason.BUDGET_EXHAUSTED
@@ -221,7 +228,7 @@ async def test_a_tool_call_in_the_wrapup_turn_is_sent_back() -> None:
 
 async def test_max_steps_ends_the_agent_with_a_warning() -> None:
     model = ScriptedModel([call("add", {"a": 1, "b": 1}, id=str(i)) for i in range(5)])
-    agent = react_agent(model, [add], max_steps=2)
+    agent = react_agent(model, [add], limits=Limits(max_steps=2))
     with capture_logs() as logs:
         async with AgentSystem(path=None) as system:
             result = await system.run(agent, ReactState(task="loop"))
@@ -236,7 +243,11 @@ async def test_max_steps_ends_the_agent_with_a_warning() -> None:
 
 async def test_a_human_stop_at_a_gate_ends_the_agent(tmp_path: Path) -> None:
     model = ScriptedModel([call("add", {"a": 1, "b": 1}), "never asked"])
-    agent = react_agent(model, [add], gates=[Gate.before("think", name="review")])
+    agent = react_agent(
+        model,
+        [add],
+        checks=Checks(gates=[Gate.before("think", name="review")]),
+    )
     async with AgentSystem(path=tmp_path / "a.db") as system:
         result = await system.run(agent, ReactState(task="1+1"), session_id="s")
         assert result.exit_reason.value == "paused"
@@ -257,7 +268,14 @@ async def test_usage_and_cost_accumulate_in_the_state() -> None:
     )
     prices = Pricing({"gpt-4o-mini": (0.15, 0.60)})
     async with AgentSystem(path=None) as system:
-        result = await system.run(react_agent(model, [add], prices=prices), ReactState(task="x"))
+        result = await system.run(
+            react_agent(
+                model,
+                [add],
+                calls=Calls(prices=prices),
+            ),
+            ReactState(task="x"),
+        )
     assert result.state.usage == Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000)
     assert result.state.cost == pytest.approx(0.75)
 
@@ -266,7 +284,11 @@ async def test_a_finished_agent_replays_without_the_model(tmp_path: Path) -> Non
     model = ScriptedModel(
         [[call("add", {"a": 2, "b": 2}, id="1"), call("add", {"a": 1, "b": 1}, id="2")], "4 and 2"]
     )
-    agent = react_agent(model, [add], budget=Budget(max_seconds=3600))
+    agent = react_agent(
+        model,
+        [add],
+        limits=Limits(budget=Budget(max_seconds=3600)),
+    )
     async with AgentSystem(path=tmp_path / "a.db") as system:
         result = await system.run(agent, ReactState(task="sums"), session_id="s")
         assert result.ok
@@ -324,7 +346,11 @@ async def test_a_tool_past_its_timeout_is_retried_by_the_supervisor() -> None:
 
     model = ScriptedModel([call("flaky", {}), "fine"])
     async with AgentSystem(path=None, backoff=Backoff(base=0, cap=0)) as system:
-        agent = react_agent(model, [flaky], tool_failures="escalate")  # the supervisor retries
+        agent = react_agent(
+            model,
+            [flaky],
+            calls=Calls(tool_failures="escalate"),
+        )  # the supervisor retries
         result = await system.run(agent, ReactState(task="t"))
     assert result.ok
     assert result.retries == 1
@@ -361,7 +387,7 @@ async def test_the_prompt_cache_answers_a_repeated_prompt_and_stays_replay_safe(
 ) -> None:
     model = ScriptedModel([reply("cached answer", usage=(10, 5))])
     cache = PromptCache(maxsize=4)
-    agent = react_agent(model, cache=cache)
+    agent = react_agent(model, calls=Calls(cache=cache))
     async with AgentSystem(path=tmp_path / "a.db") as system:
         first = await system.run(agent, ReactState(task="same"), session_id="a")
         second = await system.run(agent, ReactState(task="same"), session_id="b")
@@ -375,7 +401,7 @@ async def test_the_prompt_cache_answers_a_repeated_prompt_and_stays_replay_safe(
 
 async def test_streamed_replies_reach_subscribers_and_replay(tmp_path: Path) -> None:
     model = ScriptedModel([Chunks(("The ", "answer ", "is 42.")), "unused"])
-    agent = react_agent(model, stream=True)
+    agent = react_agent(model, calls=Calls(stream=True))
     async with AgentSystem(path=tmp_path / "a.db") as system:
         handle = await system.start(agent, ReactState(task="?"), session_id="s")
         pieces: list[str] = []
@@ -392,9 +418,9 @@ async def test_streamed_replies_reach_subscribers_and_replay(tmp_path: Path) -> 
 
 async def test_bad_configuration_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="max_steps"):
-        react_agent(ScriptedModel(), max_steps=0)
+        react_agent(ScriptedModel(), limits=Limits(max_steps=0))
     with pytest.raises(ConfigurationError, match="stream"):
-        react_agent(object(), stream=True)  # type: ignore[arg-type]
+        react_agent(object(), calls=Calls(stream=True))  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="limit"):
         Budget(max_tool_calls=-1)
     async with AgentSystem(path=None) as system:

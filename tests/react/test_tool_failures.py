@@ -28,7 +28,7 @@ from arkhon_rheo.protocols import (
     ToolMessage,
     Usage,
 )
-from arkhon_rheo.react import ReactState, StopReason, react_agent
+from arkhon_rheo.react import Calls, ReactState, StopReason, react_agent
 from arkhon_rheo.supervision import Backoff
 from arkhon_rheo.testing import ScriptedModel
 from arkhon_rheo.tools import Toolbox, ToolContext, tool
@@ -149,11 +149,11 @@ async def test_the_engine_may_escalate_by_default_and_a_tool_may_still_be_observ
     )
     async with AgentSystem(path=None, backoff=FAST) as system:
         failed = await system.run(
-            react_agent(model, box, tool_failures="escalate"), ReactState(task="t")
+            react_agent(model, box, calls=Calls(tool_failures="escalate")), ReactState(task="t")
         )
         model = ScriptedModel([call("observed"), "fine without it"])
         result = await system.run(
-            react_agent(model, box, tool_failures="escalate"), ReactState(task="t")
+            react_agent(model, box, calls=Calls(tool_failures="escalate")), ReactState(task="t")
         )
     assert not failed.ok
     assert result.ok, result.failure
@@ -206,7 +206,7 @@ def test_bad_failure_options_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="retries must be an int >= 0"):
         lookup_tool(Service(), retries=-1)
     with pytest.raises(ConfigurationError, match="tool_failures must be 'observe' or 'escalate'"):
-        react_agent(ScriptedModel([]), tool_failures="retry")  # type: ignore[arg-type]
+        react_agent(ScriptedModel([]), calls=Calls(tool_failures="retry"))  # type: ignore[arg-type]
 
 
 async def test_a_toolbox_called_directly_escalates_unless_asked_to_observe() -> None:

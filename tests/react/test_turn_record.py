@@ -10,7 +10,7 @@ from arkhon_rheo import AgentSystem
 from arkhon_rheo.models import Pricing
 from arkhon_rheo.protocols import AssistantMessage, ModelReply, ToolCall, Usage
 from arkhon_rheo.protocols._seams import record_plain_call
-from arkhon_rheo.react import Budget, ReactState, react_agent
+from arkhon_rheo.react import Budget, Calls, Limits, ReactState, react_agent
 from arkhon_rheo.supervision._seams import CallRecorder
 from arkhon_rheo.testing import ScriptedModel
 from arkhon_rheo.tools import tool
@@ -64,7 +64,12 @@ async def test_usage_cost_and_time_are_written_when_they_change(tmp_path: Path) 
     used = Usage(prompt_tokens=10, completion_tokens=5)
     model = ScriptedModel([ask("a", used), ask("b", used), "done"], model="gpt-4o-mini")
     prices = Pricing({"gpt-4o-mini": (0.15, 0.60)})
-    agent = react_agent(model, [lookup], prices=prices, budget=Budget(max_seconds=3600))
+    agent = react_agent(
+        model,
+        [lookup],
+        limits=Limits(budget=Budget(max_seconds=3600)),
+        calls=Calls(prices=prices),
+    )
     result, patches = await think_patches(tmp_path, agent)
     assert result.ok
     assert result.state.usage.prompt_tokens == 20

@@ -17,16 +17,20 @@ import typing
 from typing import TYPE_CHECKING, Any, assert_type
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 from typing_extensions import TypedDict
 
 from arkhon_rheo import AgentSystem, ConfigurationError, Gate
 from arkhon_rheo.core._seams import fingerprint
-from arkhon_rheo.protocols import UserMessage
+from arkhon_rheo.protocols import ResponseSchema, UserMessage
 from arkhon_rheo.react import (
     AnswerUnavailable,
+    Calls,
+    Checks,
     Conversation,
+    Limits,
     MalformedModelOutput,
+    PromptCache,
     ReactState,
     StopReason,
     react_agent,
@@ -65,7 +69,11 @@ async def test_a_typed_answer_is_kept_as_data_and_read_typed_after_a_retry() -> 
     model = ScriptedModel(
         ['{"name": "Paris", "population": "many"}', '{"name": "Paris", "population": "2100000"}']
     )
-    agent = react_agent(model, answer_type=City, max_format_retries=1)
+    agent = react_agent(
+        model,
+        answer_type=City,
+        limits=Limits(max_format_retries=1),
+    )
     async with AgentSystem(path=None) as system:
         result = await system.run(agent, ReactState(task="the biggest city of France"))
     assert result.ok, result.failure
@@ -86,7 +94,11 @@ async def test_a_typed_answer_is_kept_as_data_and_read_typed_after_a_retry() -> 
 
 async def test_an_answer_that_never_fits_ends_as_malformed_output() -> None:
     model = ScriptedModel(['{"name": "Paris"}'] * 40)
-    agent = react_agent(model, answer_type=City, max_format_retries=1)
+    agent = react_agent(
+        model,
+        answer_type=City,
+        limits=Limits(max_format_retries=1),
+    )
     async with AgentSystem(path=None, backoff=Backoff(base=0, cap=0)) as system:
         handle = await system.start(agent, ReactState(task="a city"))
         result = await handle.result()
@@ -119,12 +131,20 @@ async def test_any_type_pydantic_validates_is_an_answer_type(
 async def test_the_typed_answer_survives_the_store_a_resume_and_a_replay(tmp_path: Path) -> None:
     script = ['{"name": "Lyon", "population": 520000}']
     db = tmp_path / "a.db"
-    gated = react_agent(ScriptedModel(script), answer_type=City, gates=[Gate.before("think")])
+    gated = react_agent(
+        ScriptedModel(script),
+        answer_type=City,
+        checks=Checks(gates=[Gate.before("think")]),
+    )
     async with AgentSystem(path=db) as system:
         paused = await system.run(gated, ReactState(task="a city"), session_id="s")
         assert paused.exit_reason.value == "paused"
     # Another process: the paused session resumes from the store and answers.
-    resumed = react_agent(ScriptedModel(script), answer_type=City, gates=[Gate.before("think")])
+    resumed = react_agent(
+        ScriptedModel(script),
+        answer_type=City,
+        checks=Checks(gates=[Gate.before("think")]),
+    )
     async with AgentSystem(path=db) as system:
         handle = await system.stored(resumed, "s").approve()
         result = await handle.result()
@@ -134,7 +154,11 @@ async def test_the_typed_answer_survives_the_store_a_resume_and_a_replay(tmp_pat
     # And another: the stored state, and a replay that runs the stages again
     # (the model answered from the record), give the same object.
     model = ScriptedModel([])
-    again = react_agent(model, answer_type=City, gates=[Gate.before("think")])
+    again = react_agent(
+        model,
+        answer_type=City,
+        checks=Checks(gates=[Gate.before("think")]),
+    )
     async with AgentSystem(path=db) as system:
         stored = system.stored(again, "s")
         state = await stored.state()
@@ -241,3 +265,33 @@ def test_output_as_is_typed_for_the_type_asked() -> None:
     assert_type(ReactState(output=[1, 2]).output_as(list[int]), list[int])
     assert_type(ReactState(output={"x": 0, "y": 1}).output_as(Point), Point)
     assert state.output_as(Pair) == {"left": 1, "right": "r"}
+
+
+async def test_a_shared_prompt_cache_keeps_the_replies_of_different_answer_types_apart() -> None:
+    # The same prompt (a system prompt of one's own: the schema is not in the
+    # messages) for two answer types: each is a prompt of its own, never a hit.
+    cache = PromptCache(maxsize=8)
+    city_model = ScriptedModel(['{"name": "Lyon", "population": 522250}'])
+    point_model = ScriptedModel(['{"x": 1.0, "y": 2.0}'])
+    city = react_agent(
+        city_model, answer_type=City, calls=Calls(cache=cache), system_prompt="Answer."
+    )
+    point = react_agent(
+        point_model, answer_type=Point, calls=Calls(cache=cache), system_prompt="Answer."
+    )
+    async with AgentSystem(path=None) as system:
+        first = await system.run(city, ReactState(task="where?"))
+        second = await system.run(point, ReactState(task="where?"))
+        again = await system.run(point, ReactState(task="where?"))
+    assert first.state.output_as(City) == City(name="Lyon", population=522250)
+    assert second.state.output_as(Point) == Point(x=1.0, y=2.0)
+    assert again.state.output_as(Point) == Point(x=1.0, y=2.0)  # its own entry: a hit
+    assert (len(city_model.requests), len(point_model.requests)) == (1, 1)
+    assert (cache.hits, cache.misses) == (1, 2)
+    schemas = [
+        None,
+        ResponseSchema(name="City", json_schema=City.model_json_schema()),
+        ResponseSchema(name="Pair", json_schema=TypeAdapter(Pair).json_schema()),
+    ]
+    keys = {PromptCache.key([UserMessage(content="x")], (), True, schema) for schema in schemas}
+    assert len(keys) == 3

@@ -69,7 +69,7 @@ async def test_a_version_5_file_keeps_its_sessions_and_inboxes_and_gains_ledgers
         assert began
         await store.finish_effect("a", "k", result="sent")
     with contextlib.closing(sqlite3.connect(old_file)) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (8,)
         meta = dict(db.execute("SELECT key, value FROM meta"))
         assert meta["schema_version"] == str(SCHEMA_VERSION)
         names = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}

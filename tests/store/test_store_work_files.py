@@ -62,9 +62,9 @@ async def test_a_version_6_file_keeps_everything_and_serves_claims(old_file: Pat
         assert [r.session_id for r in await store.claim("w", machines=["counter"], limit=5,
                                                           ttl=5, now=5000.0)] == ["b"]  # fmt: skip
     with contextlib.closing(sqlite3.connect(old_file)) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (8,)
         meta = dict(db.execute("SELECT key, value FROM meta"))
-        assert meta["schema_version"] == "7"
+        assert meta["schema_version"] == "8"
         names = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
         assert "sessions_live" in names
         columns = {row[1] for row in db.execute("PRAGMA table_info(sessions)")}

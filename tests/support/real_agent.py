@@ -23,7 +23,7 @@ from typing import Any
 
 from arkhon_rheo import Gate, Machine
 from arkhon_rheo.models import AnthropicClient, OpenAIChatClient
-from arkhon_rheo.react import ReactState, react_agent
+from arkhon_rheo.react import Checks, ReactState, react_agent
 from arkhon_rheo.tools import ToolContext, tool
 
 #: The environment variable holding the chat server's base URL.
@@ -64,7 +64,7 @@ def make_agent(*, gated: bool = False) -> Machine[ReactState]:
         client(),
         [add],
         name="real-agent-gated" if gated else "real-agent",
-        gates=[Gate.before("act")] if gated else (),
+        checks=Checks(gates=[Gate.before("act")] if gated else ()),
     )
 
 

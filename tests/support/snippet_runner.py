@@ -6,23 +6,44 @@ of a JSON file of the page's programs (``{"name", "code"}`` each) and the path
 to write the results to: ``{"ok": true}`` or ``{"ok": false, "error": traceback}``
 per program, in order. Each program runs in a fresh ``__main__`` namespace (no
 name of one block reaches the next); a program that calls ``sys.exit(0)`` ran.
-What the programs print goes to this process's stdout and stderr. One process
-per page instead of one per block: the interpreter and the package are imported
-once for the page. Nothing here imports the package itself.
+What each program prints to its standard output (file descriptor 1, so what
+its subprocesses and log handlers write there too) is captured on its own and
+kept as its result's ``"stdout"``: `tests/test_docs.py` compares it with the
+output its page shows. What it writes to stderr goes to this process's stderr.
+One process per page instead of one per block: the interpreter and the package
+are imported once for the page. Nothing here imports the package itself.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
+import os
 import sys
+import tempfile
 import traceback
 import types
 from pathlib import Path
 
 
 def run_program(name: str, code: str) -> dict[str, object]:
-    """Run ``code`` as ``__main__``; its outcome as a JSON-able dict."""
+    """Run ``code`` as ``__main__``; its outcome and what it printed, as a JSON-able dict."""
+    with tempfile.TemporaryFile() as sink:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(sink.fileno(), 1)
+        try:
+            result = _run(name, code)
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+        sink.seek(0)
+        result["stdout"] = sink.read().decode(errors="replace")
+    return result
+
+
+def _run(name: str, code: str) -> dict[str, object]:
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = builtins
     saved = sys.modules["__main__"]

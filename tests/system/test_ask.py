@@ -20,7 +20,16 @@ from arkhon_rheo.protocols import (
     ToolSpec,
     UserMessage,
 )
-from arkhon_rheo.react import Close, Conversation, ReactState, StopReason, UserInput, react_agent
+from arkhon_rheo.react import (
+    Calls,
+    Close,
+    Conversation,
+    Limits,
+    ReactState,
+    StopReason,
+    UserInput,
+    react_agent,
+)
 from arkhon_rheo.system import Reply
 from arkhon_rheo.tools import tool
 
@@ -152,7 +161,7 @@ async def test_reject_refuses_a_message_while_a_turn_runs_and_stores_nothing() -
 
 async def test_interrupt_cuts_the_turn_under_way_and_applies_the_new_message() -> None:
     model = Echo()
-    agent = chat(model, max_steps=10_000)
+    agent = chat(model, limits=Limits(max_steps=10_000))
     async with MemoryStore() as store, AgentSystem(store=store, max_steps=100_000) as system:
         talk = await Conversation.open(system, agent, "t")
         await talk.say("hello")
@@ -268,7 +277,7 @@ async def test_a_burst_of_a_thousand_messages_is_applied_whole_and_never_ends_th
 
 
 async def test_a_conversation_goes_on_past_max_steps_turns(tmp_path: Path) -> None:
-    agent = chat(max_steps=50)
+    agent = chat(limits=Limits(max_steps=50))
     async with AgentSystem(path=tmp_path / "s.db", max_steps=50) as system:
         talk = await Conversation.open(system, agent, "long")
         for turn in range(60):
@@ -280,7 +289,7 @@ async def test_a_conversation_goes_on_past_max_steps_turns(tmp_path: Path) -> No
 
 
 async def test_a_turn_out_of_model_turns_ends_with_a_typed_reason_and_the_session_waits() -> None:
-    agent = chat(max_steps=3)
+    agent = chat(limits=Limits(max_steps=3))
     async with MemoryStore() as store, AgentSystem(store=store) as system:
         talk = await Conversation.open(system, agent, "t")
         reply = await talk.ask("loop")
@@ -339,7 +348,12 @@ async def test_ask_refuses_bad_arguments_before_storing_anything() -> None:
 async def test_a_stream_yields_the_turns_deltas_then_the_reply() -> None:
     from tests.support.ask_agent import Repeat
 
-    agent = react_agent(Repeat(), conversational=True, stream=True, name="streamed")
+    agent = react_agent(
+        Repeat(),
+        conversational=True,
+        name="streamed",
+        calls=Calls(stream=True),
+    )
     async with MemoryStore() as store, AgentSystem(store=store) as system:
         talk = await Conversation.open(system, agent, "t")
         pieces = [piece async for piece in talk.stream("one two three")]

@@ -262,11 +262,11 @@ def test_a_report_says_what_was_lost() -> None:
 @pytest.mark.parametrize(
     ("machine", "state", "words"),
     [
-        ("tests.support.crash_child", STATE, "'module:attr'"),
-        ("tests.no_such_module:machine", STATE, "cannot import module"),
+        ("tests.support.crash_child", STATE, "expected MODULE:ATTR"),
+        ("tests.no_such_module:machine", STATE, "no module 'tests.no_such_module'"),
         ("tests.support.crash_child:nothing", STATE, "has no attribute 'nothing'"),
-        ("tests.support.crash_child:ROUNDS", STATE, "must name a Machine"),
-        (MACHINE, "tests.support.crash_child:ROUNDS", "fresh initial state"),
+        ("tests.support.crash_child:ROUNDS", STATE, "expected a Machine"),
+        (MACHINE, "tests.support.crash_child:ROUNDS", "expected a function of no arguments"),
     ],
 )
 def test_a_bad_name_is_refused_before_any_child_runs(

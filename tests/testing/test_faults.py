@@ -20,7 +20,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo import Lifecycle as L
 from arkhon_rheo.protocols import ToolCall
-from arkhon_rheo.react import ReactState, StopReason, react_agent
+from arkhon_rheo.react import Calls, Limits, ReactState, StopReason, react_agent
 from arkhon_rheo.store import MemoryStore
 from arkhon_rheo.supervision import Backoff, ExitReason
 from arkhon_rheo.testing import (
@@ -164,7 +164,7 @@ async def test_a_streamed_reply_is_faulted_too() -> None:
     plan = FaultPlan()
     plan.model().truncated_reply(nth=1)
     model = ScriptedModel(["abcdef"])
-    machine = react_agent(model, (), system_prompt=None, stream=True)
+    machine = react_agent(model, (), system_prompt=None, calls=Calls(stream=True))
     async with AgentSystem(path=None, fault_plan=plan) as system:
         result = await system.run(machine, ReactState(task="x"), session_id="r")
     assert result.state.answer == "abc"
@@ -177,7 +177,12 @@ async def test_a_tool_timeout_is_retried(failures: Any, stage_retries: int) -> N
     plan = FaultPlan()
     plan.tool("add").tool_timeout(nth=1)
     model = ScriptedModel([ADD, "5"])
-    machine = react_agent(model, Toolbox(add), system_prompt=None, tool_failures=failures)
+    machine = react_agent(
+        model,
+        Toolbox(add),
+        system_prompt=None,
+        calls=Calls(tool_failures=failures),
+    )
     async with AgentSystem(path=None, backoff=FAST, fault_plan=plan) as system:
         result = await system.run(machine, ReactState(task="2+3"), session_id="r")
     assert result.ok
@@ -199,7 +204,12 @@ async def test_tool_faults(configure: Any, reason: ExitReason) -> None:
     plan = FaultPlan()
     configure(plan.tool())  # every tool
     model = ScriptedModel([ADD, "5", "5"])
-    machine = react_agent(model, Toolbox(add), system_prompt=None, deadlines={L.ACTING: 0.02})
+    machine = react_agent(
+        model,
+        Toolbox(add),
+        system_prompt=None,
+        limits=Limits(deadlines={L.ACTING: 0.02}),
+    )
     async with AgentSystem(path=None, backoff=FAST, fault_plan=plan) as system:
         result = await system.run(machine, ReactState(task="2+3"), session_id="r")
     assert result.exit_reason is reason

@@ -22,7 +22,7 @@ from arkhon_rheo.protocols import (
     ToolSpec,
     UserMessage,
 )
-from arkhon_rheo.react import ReactState, react_agent
+from arkhon_rheo.react import Calls, ReactState, react_agent
 from arkhon_rheo.testing import Chunks, Delay, ScriptedModel, ScriptedRequest
 from arkhon_rheo.tools import tool
 
@@ -196,7 +196,7 @@ async def test_a_resumed_agent_with_a_fresh_model_does_not_run_its_tool_again(
     script: list[Step] = [ToolCall(id="1", name="population", arguments=arguments), "522."]
     db = tmp_path / "agents.db"
     stopping = Stopping(ScriptedModel(script), at=2)  # stops before the answer
-    first = react_agent(stopping, [population], stream=stream)
+    first = react_agent(stopping, [population], calls=Calls(stream=stream))
     async with AgentSystem(path=db) as system:
         handle = await system.start(first, ReactState(task="Lyon?"), session_id="s")
         await stopping.entered.wait()

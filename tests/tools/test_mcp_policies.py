@@ -15,7 +15,8 @@ import anyio
 import pytest
 
 from arkhon_rheo import AgentSystem, ConfigurationError, ExitReason
-from arkhon_rheo.protocols import EffectStatus, ToolMessage
+from arkhon_rheo.errors import InvariantViolation
+from arkhon_rheo.protocols import EffectStatus, ToolMessage, ToolSpec
 from arkhon_rheo.react import ReactState, react_agent
 from arkhon_rheo.store import SQLiteStore
 from arkhon_rheo.testing import ScriptedModel
@@ -82,6 +83,61 @@ async def test_a_server_tool_to_approve_pauses_the_agent_and_runs_once_approved(
     answers = [m.content for m in result.state.messages if isinstance(m, ToolMessage)]
     assert answers == [f'{{"result":"sent \'hi\' to {to}"}}', '{"result":1}']
     assert report.ok, report.divergence
+
+
+@transports
+async def test_an_edit_that_does_not_fit_the_servers_schema_is_refused_at_the_approval(
+    transport: str, shared_url: str, tmp_path: Path
+) -> None:
+    to = recipient()
+    model = ScriptedModel([call("send_email", {"to": to, "subject": "hi"}), "sent"])
+    tools = toolbox(transport, server_of(transport, shared_url), policies={"send_email": "approve"})
+    agent = react_agent(model, tools)
+    async with AgentSystem(path=tmp_path / "a.db") as system:
+        paused = await system.run(agent, ReactState(task="mail bob"), session_id="s")
+        assert paused.exit_reason is ExitReason.PAUSED
+        stored = system.stored(agent, "s")
+        before = await stored.record()
+        # Each edit is checked against the server's input schema when it is given:
+        # refused, naming the tool and the field, and nothing is stored.
+        for edit, field in (
+            ({"to": 7, "subject": "hi"}, "to"),  # the wrong type
+            ({"to": to}, "subject"),  # a required field left out
+        ):
+            with pytest.raises(InvariantViolation, match=f"'send_email'.*{field}"):
+                await stored.approve(edit)
+            after = await stored.record()
+            assert (after.status, after.last_seq) == ("paused", before.last_seq)
+            assert after.waiting == before.waiting
+        assert await count(tools, to) == 0  # no call reached the server
+        result = await (await stored.approve({"to": to, "subject": "edited"})).result()
+        assert await count(tools, to) == 1
+    assert result.ok, result.failure
+    answers = [m.content for m in result.state.messages if isinstance(m, ToolMessage)]
+    assert answers == [f'{{"result":"sent \'edited\' to {to}"}}']
+
+
+def test_a_server_tool_given_by_specs_is_checked_before_the_toolbox_opens() -> None:
+    spec = ToolSpec(
+        name="send_email",
+        parameters={
+            "type": "object",
+            "properties": {"to": {"type": "string"}},
+            "required": ["to"],
+        },
+    )
+    tools = toolbox("stdio", None, specs=[spec], tools=[celsius])
+    assert not tools.is_open
+    assert "to" in tools.argument_problems("send_email", {"to": 7})
+    assert tools.argument_problems("send_email", {"to": "bob"}) == ""
+    assert "fahrenheit" in tools.argument_problems("celsius", {"fahrenheit": "hot"})
+    assert tools.argument_problems("nothing", {"x": 1}) == ""
+
+
+@tool
+def celsius(fahrenheit: float) -> float:
+    """Fahrenheit to Celsius."""
+    return round((fahrenheit - 32) * 5 / 9, 1)
 
 
 async def test_a_blocked_server_tool_is_not_offered_and_its_call_is_an_observation(

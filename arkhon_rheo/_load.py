@@ -1,4 +1,8 @@
-"""``MODULE:ATTR``: the user's machine, loaded from their own module (CLI and inspector).
+"""``MODULE:ATTR``: the user's object (a machine, a state factory), loaded from their module.
+
+The one loader of the package: the command line, the inspector and the crash
+harness (in its parent and in each child process) load what a target names
+through it, so a target means the same everywhere.
 
 The module is imported as Python would run it: the working directory is on
 ``sys.path`` (as with ``python -m``), and a module in a folder of scripts (a
@@ -10,8 +14,13 @@ through the package, as they are under ``python -m``.
 
 What the user's code raises (a syntax error, a failed import inside the
 module, a factory that raises) becomes one `CommandError` line naming the
-module and what to do; its traceback is the error's cause, which ``--debug``
-prints.
+module and what to do, with the exit status the command line ends with; its
+traceback is the error's cause, which ``--debug`` prints. A caller that is no
+command (the crash harness) gets the same line as a `ConfigurationError`
+(``errors=as_configuration``).
+
+A leaf of the package: it imports no layer, so any layer may load with it;
+the kind of object it loads (`Machine`) is the caller's.
 """
 
 from __future__ import annotations
@@ -22,31 +31,20 @@ import inspect
 import os
 import sys
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._errors import CommandError
-from ._machine import Machine
+from ._errors import CommandError, ConfigurationError
+from ._errors._cli import ExitStatus
 
 if TYPE_CHECKING:
     from types import ModuleType
 
-__all__ = ["load_user_machine"]
+__all__ = ["as_configuration", "load_factory", "load_target"]
 
-
-class ExitStatus:
-    """The command line's exit statuses an error here ends with (as ``cli.ExitStatus``)."""
-
-    #: The user's code raised.
-    FAILED = 1
-    #: A bad target: malformed, or not a machine.
-    USAGE = 2
-    #: No such module, file or attribute.
-    NOT_FOUND = 3
-
-
-#: What a target must name, for the errors that say what was found instead.
-_EXPECTED = "expected a Machine, or a function of no arguments that returns one"
+#: How an error is made: ``errors(message, code=status)``.
+Errors = Callable[..., Exception]
 #: How much of an exception's message an error line quotes.
 _QUOTED = 300
 
@@ -155,23 +153,23 @@ def _resolve(target: str) -> Any:
     return found
 
 
-def _not_a_factory(found: Any) -> str | None:
-    """What ``found`` is when it is certainly no machine factory ("a function returning int").
+def _not_a_factory(found: Any, kind: type) -> str | None:
+    """What ``found`` is when it is certainly no factory of ``kind`` ("a function returning int").
 
-    ``None``: it may be one (a function returning a `Machine`, or of unknown return type).
+    ``None``: it may be one (a function returning a ``kind``, or of unknown return type).
     """
     if isinstance(found, type):
-        return None if issubclass(found, Machine) else f"the class {found.__name__}"
+        return None if issubclass(found, kind) else f"the class {found.__name__}"
     if not (inspect.isfunction(found) or inspect.ismethod(found)):
         return None
     returns = _return_type(found)
     if returns is Any:
         return None
-    kind = typing.get_origin(returns) or returns
+    origin = typing.get_origin(returns) or returns
     if returns is type(None):
         return "a function returning None"
-    if isinstance(kind, type) and kind is not object and not issubclass(kind, Machine):
-        return f"a function returning {kind.__name__}"
+    if isinstance(origin, type) and origin is not object and not issubclass(origin, kind):
+        return f"a function returning {origin.__name__}"
     return None
 
 
@@ -201,40 +199,84 @@ def _takes_arguments(found: Any) -> str | None:
     return None
 
 
-def load_user_machine(target: str) -> Machine[Any]:
-    """The `Machine` named by ``MODULE:ATTR``: the attribute, or what calling it returns.
+def as_configuration(message: str, *, code: int) -> ConfigurationError:
+    """The loader's error as a `ConfigurationError`, for a caller that is no command."""
+    del code  # the exit status is the command line's
+    return ConfigurationError(message)
+
+
+def load_target(target: str, kind: type, *, errors: Errors = CommandError) -> Any:
+    """The ``kind`` named by ``MODULE:ATTR``: the attribute, or what calling it returns.
+
+    Args:
+        target: ``module:attr`` or ``path/to/file.py:attr`` (the attribute may be dotted).
+        kind: What the target must name (`Machine`), or a function of no arguments
+            returning one.
+        errors: Makes the error raised, as ``errors(message, code=status)``:
+            `CommandError` (the default), or `as_configuration`.
 
     Raises:
         CommandError: If the target is malformed (2), is missing (3), is neither
-            a machine nor a factory of one taking no arguments (2), or if the
+            a ``kind`` nor a factory of one taking no arguments (2), or if the
             user's module or factory raised (1: the exception is the cause).
+            What ``errors`` makes instead, if given.
     """
+    try:
+        return _load(target, kind)
+    except CommandError as exc:
+        if errors is CommandError:
+            raise
+        raise errors(str(exc), code=exc.code) from exc.__cause__
+
+
+def load_factory(target: str, *, errors: Errors = CommandError) -> Callable[[], Any]:
+    """The function of no arguments named by ``MODULE:ATTR`` (a state factory, say), uncalled.
+
+    Raises:
+        CommandError: As `load_target` does, or if the target is not callable (2);
+            what ``errors`` makes instead, if given.
+    """
+    try:
+        found = _resolve(target)
+        if not callable(found):
+            raise CommandError(
+                f"{target} is a {type(found).__name__}: expected a function of no arguments",
+                code=ExitStatus.USAGE,
+            )
+    except CommandError as exc:
+        if errors is CommandError:
+            raise
+        raise errors(str(exc), code=exc.code) from exc.__cause__
+    return typing.cast("Callable[[], Any]", found)
+
+
+def _load(target: str, kind: type) -> Any:
+    name = kind.__name__
+    expected = f"expected a {name}, or a function of no arguments that returns one"
     found = _resolve(target)
-    if isinstance(found, Machine):
+    if isinstance(found, kind):
         return found
     if not callable(found):
         raise CommandError(
-            f"{target} is a {type(found).__name__}: {_EXPECTED}", code=ExitStatus.USAGE
+            f"{target} is a {type(found).__name__}: {expected}", code=ExitStatus.USAGE
         )
-    other = _not_a_factory(found)
+    other = _not_a_factory(found, kind)
     if other is not None:
-        raise CommandError(
-            f"{target} is {other}, not a Machine: {_EXPECTED}", code=ExitStatus.USAGE
-        )
+        raise CommandError(f"{target} is {other}, not a {name}: {expected}", code=ExitStatus.USAGE)
     why = _takes_arguments(found)
     if why is not None:
         raise CommandError(
-            f"{target} is not a Machine, and it cannot be called with no arguments ({why}): "
-            f"{_EXPECTED}",
+            f"{target} is not a {name}, and it cannot be called with no arguments ({why}): "
+            f"{expected}",
             code=ExitStatus.USAGE,
         )
     try:
         made = found()
     except (Exception, SystemExit) as exc:
         raise _users_error(f"{target}()", exc, "fix the factory") from exc
-    if isinstance(made, Machine):
+    if isinstance(made, kind):
         return made
     raise CommandError(
-        f"{target}() returned a {type(made).__name__}, not a Machine: {_EXPECTED}",
+        f"{target}() returned a {type(made).__name__}, not a {name}: {expected}",
         code=ExitStatus.USAGE,
     )

@@ -1,6 +1,6 @@
 """Seed 003: phases, stuck detection and the seed's hand-built phase machine (phase_machine.py).
 
-``react_agent(stuck=...)`` gives any agent the same machinery in one line
+``react_agent(checks=Checks(stuck=...))`` gives any agent the same machinery in one line
 (tests/react/test_options.py, and the seed's scenarios on it at the end here).
 """
 
@@ -34,7 +34,7 @@ from arkhon_rheo.react import (
     offered_actions,
 )
 from arkhon_rheo.testing import Delay, ScriptedModel
-from tests.seeds import phase_machine as phase_agent
+from tests.scenarios import phase_machine as phase_agent
 from tests.support.helpers import on_virtual_clock
 
 if TYPE_CHECKING:

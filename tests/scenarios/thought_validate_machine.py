@@ -17,10 +17,10 @@ total_cost, tool_history, summary, user_feedback (and retry_reason, exit_reason)
 
 The model is a `ScriptedModel` by default, or the OpenAI-compatible server at
 ``OPENAI_BASE_URL`` when that is set. Run it with
-``python tests/seeds/thought_validate_machine.py [asyncio|trio]``.
+``python tests/scenarios/thought_validate_machine.py [asyncio|trio]``.
 
 This is the seeds' machine built by hand, kept as the reference that
-tests/seeds/test_seed_000_002.py checks; ``react_agent(rules=...)`` gives any
+tests/scenarios/test_thought_validate.py checks; ``react_agent(checks=Checks(rules=...))`` gives any
 agent the Validate step in one line (examples/thought_validate_agent.py).
 """
 

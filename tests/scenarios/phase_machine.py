@@ -13,10 +13,11 @@ once with the best answer so far (auto-finish).
 
 The model is scripted (``ScriptedModel``) unless ``OPENAI_BASE_URL`` is set;
 model, clock and tool calls are recorded, so a stored run replays without the
-model. Run it with ``python tests/seeds/phase_machine.py [asyncio|trio] [soft|hard|auto_finish]``.
+model. Run it with
+``python tests/scenarios/phase_machine.py [asyncio|trio] [soft|hard|auto_finish]``.
 
 This is the seed's machine built by hand, kept as the reference that
-tests/seeds/test_seed_003.py checks; ``react_agent(stuck=...)`` gives any agent
+tests/scenarios/test_phases.py checks; ``react_agent(checks=Checks(stuck=...))`` gives any agent
 the same machinery in one line (examples/phase_agent.py).
 """
 
