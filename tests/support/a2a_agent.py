@@ -26,7 +26,7 @@ from arkhon_rheo.protocols import (
     ToolSpec,
     UserMessage,
 )
-from arkhon_rheo.react import react_agent
+from arkhon_rheo.react import Calls, Checks, react_agent
 from arkhon_rheo.tools import tool
 
 if TYPE_CHECKING:
@@ -88,12 +88,12 @@ class Repeat:
         yield reply
 
 
-agent = react_agent(Repeat(), [wait], conversational=True, stream=True, name="repeat")
+agent = react_agent(Repeat(), [wait], conversational=True, calls=Calls(stream=True), name="repeat")
 gated = react_agent(
     Repeat(),
     [wait],
     conversational=True,
-    stream=True,
+    calls=Calls(stream=True),
+    checks=Checks(gates=[Gate.before("act", name="tool review", question="run the tool?")]),
     name="gated",
-    gates=[Gate.before("act", name="tool review", question="run the tool?")],
 )

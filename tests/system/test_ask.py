@@ -200,7 +200,7 @@ async def test_interrupt_cuts_the_turn_under_way_and_applies_the_new_message() -
 
 async def test_interrupt_without_a_message_cuts_the_turn_run_here() -> None:
     model = Echo()
-    agent = chat(model, max_steps=10_000)
+    agent = chat(model, limits=Limits(max_steps=10_000))
     async with MemoryStore() as store, AgentSystem(store=store, max_steps=100_000) as system:
         talk = await Conversation.open(system, agent, "t")
         assert not system.interrupt("t", by="cancel-1")  # between turns: nothing to cut
