@@ -63,7 +63,10 @@ ALLOWED: dict[str, set[str]] = {
         "testing",
         "models",
         "inspector",
+        "serve",
     },
+    # Serving agents over A2A: asks of the agent system, served as the inspector is served.
+    "serve": {"protocols", "core", "system", "inspector"},
     # The inspector sits on top: the agent system, the store and what they build on.
     "inspector": {"protocols", "core", "supervision", "system"},
     # Metrics read the AgentSystem's statistics (its type only, for annotations).

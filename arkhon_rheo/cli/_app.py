@@ -36,6 +36,7 @@ from ._common import (
 )
 from ._demo_workers import demo_command
 from ._read import graph, list_sessions, show
+from ._serve import SERVE_HELP, serve, serve_arguments
 from ._steer import decide, fork, replay, resume, rollback, run
 from ._talk import ask, send
 from ._worker import worker
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_session_commands(add)
     _add_steering_commands(add)
     _add_worker(add)
+    _add_serve(add)
     sub = commands.add_parser(
         "inspect",
         help="serve the session inspector page ('inspector' extra); --help for its options",
@@ -197,6 +199,13 @@ def _add_worker(add: _Add) -> None:
         help="fail a session claimed this many times without a commit (a step that kills "
         "its worker); 0: never",
     )
+
+
+def _add_serve(add: _Add) -> None:
+    """``serve``: serve agents over A2A until SIGTERM."""
+    sub = add("serve", serve, SERVE_HELP)
+    _common(sub, json=False)
+    serve_arguments(sub)
 
 
 def _add_read_commands(add: _Add) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 import sys
 import traceback
 from pathlib import Path
@@ -20,6 +19,7 @@ from .._errors._cli import ExitStatus, run_on
 from .._load import load_target
 from ..core import Keyring
 from ..protocols import Machine
+from ._serve import read_token_file as _read_token_file
 from ._serve import serve
 
 if TYPE_CHECKING:
@@ -42,28 +42,6 @@ def _token(args: argparse.Namespace) -> str | None:
     if args.token_file is not None:
         return _read_token_file(args.token_file)
     return os.environ.get(TOKEN_ENV, "").strip() or None
-
-
-def _read_token_file(name: str) -> str:
-    """The token in the file ``name`` (surrounding whitespace, such as its newline, dropped)."""
-    path = Path(name)
-    try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode):
-            raise ConfigurationError(f"the token file {name!r} is not a regular file")
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
-        raise ConfigurationError(f"cannot read the token file {name!r}: {why}") from None
-    token = text.strip()
-    if not token:
-        raise ConfigurationError(f"the token file {name!r} is empty: write the token in it")
-    if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
-        print(
-            f"warning: other users can read the token file {name!r}: chmod 600 it",
-            file=sys.stderr,
-        )
-    return token
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

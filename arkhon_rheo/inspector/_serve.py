@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import importlib
 import ipaddress
+import os
 import socket
+import stat
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from secrets import token_urlsafe
@@ -23,8 +26,7 @@ from .._log import get_logger
 from ..protocols import Machine
 
 if TYPE_CHECKING:
-    import os
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from starlette.applications import Starlette
 
@@ -145,6 +147,28 @@ def create_app(
     )
 
 
+def read_token_file(name: str) -> str:
+    """The token in the file ``name`` (surrounding whitespace, such as its newline, dropped)."""
+    path = Path(name)
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigurationError(f"the token file {name!r} is not a regular file")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
+        raise ConfigurationError(f"cannot read the token file {name!r}: {why}") from None
+    token = text.strip()
+    if not token:
+        raise ConfigurationError(f"the token file {name!r} is empty: write the token in it")
+    if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        print(
+            f"warning: other users can read the token file {name!r}: chmod 600 it",
+            file=sys.stderr,
+        )
+    return token
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names this machine only (``localhost``, ``127.0.0.0/8``, ``::1``)."""
     if host == "localhost":
@@ -176,8 +200,10 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _check_address(host: str, port: int, *, token: str | None, allow_remote: bool) -> bool:
-    """Refuse a port out of range, and an address that would expose the inspector unasked.
+def _check_address(
+    host: str, port: int, *, token: str | None, allow_remote: bool, what: str = "the inspector"
+) -> bool:
+    """Refuse a port out of range, and an address that would expose ``what`` unasked.
 
     Returns:
         Whether ``host`` is reachable from other machines (it is then allowed).
@@ -185,13 +211,13 @@ def _check_address(host: str, port: int, *, token: str | None, allow_remote: boo
     remote = not is_loopback(host)
     if remote and not allow_remote:
         raise ConfigurationError(
-            f"refusing to serve the inspector on {host!r}, which other machines can reach: "
+            f"refusing to serve {what} on {host!r}, which other machines can reach: "
             f"pass allow_remote=True (--allow-remote) and a token to do so"
         )
     if remote and not token:
         raise ConfigurationError(
-            f"serving on {host!r} needs a token of your own (token=..., --token-file "
-            f"or ARKHON_INSPECTOR_TOKEN): "
+            f"serving on {host!r} needs a token of your own (token=..., --token-file"
+            f"{' or ARKHON_INSPECTOR_TOKEN' if what == 'the inspector' else ''}): "
             f"everyone who can reach the address would otherwise depend on a printed one"
         )
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
@@ -242,12 +268,28 @@ async def serve(
         allowed_hosts=["*"] if remote else None,
         secrets=secrets,
     )
-    from hypercorn.config import Config
-
     sock = _listen(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     url = f"http://{shown}:{bound}/?token={app.state.token}"
+
+    def listening() -> None:
+        print(f"arkhon-rheo inspector: open {url}", flush=True)
+        _log.info("inspector listening", host=host, port=bound, store=str(store_path))
+        task_status.started(url)
+
+    await serve_asgi(app, sock, listening)
+
+
+async def serve_asgi(app: Any, sock: socket.socket, listening: Callable[[], None]) -> None:
+    """Serve the ASGI ``app`` with Hypercorn on the listening ``sock`` until cancelled.
+
+    On asyncio or trio, whichever runs. ``listening`` is called once it is
+    served. Cancelling asks the server to stop, open requests getting
+    ``_GRACE`` seconds to finish.
+    """
+    from hypercorn.config import Config
+
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None
@@ -265,9 +307,7 @@ async def serve(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_server)
-        print(f"arkhon-rheo inspector: open {url}", flush=True)
-        _log.info("inspector listening", host=host, port=bound, store=str(store_path))
-        task_status.started(url)
+        listening()
         try:
             await anyio.sleep_forever()
         finally:

@@ -290,17 +290,19 @@ class Replies:
                 session_id=session_id,
             )
 
-    def interrupt(self, session_id: str, message_id: str) -> None:
+    def interrupt(self, session_id: str, message_id: str) -> bool:
         """Ask the turn under way here to be cut at its next commit (``on_busy="interrupt"``).
 
         A session driven by another process is not reached: the message waits
-        for its turn there.
+        for its turn there. Returns whether a turn under way here was asked.
         """
         handle = self.host.running(session_id)
         if handle is not None:
             session = self.host.held(session_id)
             if session.turn_start is not None:
                 session.interrupt = message_id
+                return True
+        return False
 
     async def wait(
         self,

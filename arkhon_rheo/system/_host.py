@@ -86,6 +86,7 @@ class SessionHost:
         "_on_closed",
         "_on_park",
         "_owner_name",
+        "_presubscribed",
         "_registry",
         "_resources",
         "_seed",
@@ -142,11 +143,34 @@ class SessionHost:
         check_keyring(secrets)
         #: The keyring sensitive values are sealed with in the store (``None``: none given).
         self.secrets = secrets
+        #: The partial output wanted of the next run here of a session, by its id: each run
+        #: launched subscribes these before it starts (see `presubscribe`).
+        self._presubscribed: dict[str, list[list[Any]]] = {}
         #: A worker's system: a run cancelled is handed over, not ended (see `Session`).
         self.hand_over_on_cancel = False
         #: A worker's system: a resume finding this many claims since the session's
         #: last commit fails it instead (see `_poison`); ``None``: never.
         self.poison_after: int | None = None
+
+    def presubscribe(self, session_id: str) -> list[Any]:
+        """Want the partial output of a run of ``session_id`` launched here from now on.
+
+        Returns a list that gets, before such a run starts, its subscription
+        (so nothing it emits is missed); call `unsubscribe_next` when done.
+        """
+        slot: list[Any] = []
+        self._presubscribed.setdefault(session_id, []).append(slot)
+        return slot
+
+    def unsubscribe_next(self, session_id: str, slot: list[Any]) -> None:
+        """Give up what `presubscribe` asked (closing any subscription it got)."""
+        slots = self._presubscribed.get(session_id, [])
+        if slot in slots:
+            slots.remove(slot)
+        if not slots:
+            self._presubscribed.pop(session_id, None)
+        for subscription in slot:
+            subscription.close()
 
     def journal(self, machine: Machine[Any], session_id: str) -> Journal:
         """The store's record of session ``session_id`` of ``machine`` (a store is needed)."""
@@ -311,6 +335,8 @@ class SessionHost:
             )
         session.log.extend(history)
         session.seq += len(history)
+        for slot in self._presubscribed.get(session_id, ()):
+            slot.append(session.partials.subscribe())
         session.on_close = self._closed if held is None else functools.partial(self._release, held)
         try:
             # Shielded: the session starts whole (and the lease passes to it) or not at all.

@@ -125,6 +125,25 @@ class Messaging:
             before_post=refuse_if_busy if on_busy == "reject" else None,
         )
 
+    def interrupt(self, session_id: str, *, by: str) -> bool:
+        """Cut the turn this process drives on session ``session_id`` at its next commit.
+
+        As a message sent with ``on_busy="interrupt"`` does, without a message:
+        the turn is recorded as a rollback to where it began (``info``:
+        ``interrupted_by`` is ``by``), and its ask's `Reply` is ``interrupted``.
+        A turn driven by another process (a worker, another replica) is not
+        reached; nor is a session between turns.
+
+        Args:
+            session_id: The session.
+            by: Who cuts it, recorded in the rollback (a cancel's id, say).
+
+        Returns:
+            Whether a turn under way here was asked to be cut.
+        """
+        check_message_id(by)
+        return self._replies.interrupt(session_id, by)
+
     async def ask(
         self,
         machine: Machine[S],
@@ -228,11 +247,22 @@ class Messaging:
         # A deadline, not a scope: no cancel scope may span a yield of this generator.
         deadline = anyio.current_time() + timeout if timeout is not None else float("inf")
         watch = replies.watch(machine, session_id, message_id)
+        # A run here may apply the message (and stream) before the post returns: its
+        # partial output is subscribed to first (what comes of other turns is left out),
+        # the run under way's, or that of a run the post launches.
+        host = replies.host
+        early = host.running(session_id) if stream else None
+        subscription = early.partials() if early is not None else None
+        launched = host.presubscribe(session_id) if stream else []
         try:
             sent = await self._post(machine, session_id, message, message_id, drive, on_busy)
             try:
+                if sent.handle is not early:  # not the run under way: the one launched
+                    if subscription is not None:
+                        subscription.close()
+                    subscription = launched.pop() if launched and sent.handle else None
                 if stream and sent.handle is not None:
-                    subscription = sent.handle.partials()
+                    subscription = subscription or sent.handle.partials()
                     try:
                         while True:
                             ended = message_id in watch.replies
@@ -257,6 +287,10 @@ class Messaging:
                     timed_out=True,
                 ) from None
         finally:
+            if subscription is not None:
+                subscription.close()
+            if stream:
+                host.unsubscribe_next(session_id, launched)
             replies.unwatch(session_id, message_id)
         yield reply
 

@@ -198,6 +198,32 @@ async def test_interrupt_cuts_the_turn_under_way_and_applies_the_new_message() -
         assert report.ok, report.divergence
 
 
+async def test_interrupt_without_a_message_cuts_the_turn_run_here() -> None:
+    model = Echo()
+    agent = chat(model, limits=Limits(max_steps=10_000))
+    async with MemoryStore() as store, AgentSystem(store=store, max_steps=100_000) as system:
+        talk = await Conversation.open(system, agent, "t")
+        assert not system.interrupt("t", by="cancel-1")  # between turns: nothing to cut
+        with pytest.raises(ConfigurationError, match="message id"):
+            system.interrupt("t", by="")
+        cut: list[Reply[Any]] = []
+        async with anyio.create_task_group() as group:
+
+            async def looping() -> None:
+                cut.append(await system.ask(agent, "t", UserInput(text="loop")))
+
+            group.start_soon(looping)
+            await model.inside.wait()
+            assert system.interrupt("t", by="cancel-1")
+        (looped,) = cut
+        assert looped.interrupted
+        assert looped.status == "waiting"
+        history = await system.stored(agent, "t").history()
+        (rollback,) = [e for e in history if e.info and e.info.get("interrupted_by")]
+        assert rollback.info["interrupted_by"] == "cancel-1"  # type: ignore[index]
+        assert (await talk.ask("again")).value == "echo: again"
+
+
 class Phase(enum.Enum):
     WAIT = "wait"
     DONE = "done"
