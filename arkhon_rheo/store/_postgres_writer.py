@@ -47,7 +47,8 @@ class _Connection:
     first (an empty statement), so one dropped while idle fails no write. Each
     statement runs under ``watchdog``. A server that does not answer (the
     watchdog cut a statement, or a new connection timed out) is not asked again
-    for `RETRY_AFTER` seconds: the scripts meanwhile are refused at once, so a
+    for `RETRY_AFTER` seconds (one that refuses a connection at once, restarting,
+    is asked again by the next script): the scripts meanwhile are refused at once, so a
     frozen server costs the writer's queue one wait, not one per batch (and per
     append whose landing is checked).
     """
@@ -86,10 +87,14 @@ class _Connection:
                     self._check()
                 if self._connection.closed:  # dropped (psycopg marks it closed, or broken)
                     self._connection.close()
+                    started = time.monotonic()
                     try:
                         self._connection = self._reconnect()
                     except StoreError:
-                        self._quiet_until = time.monotonic() + RETRY_AFTER
+                        # Kept waiting (a connect timeout is 2 s at least): the server is
+                        # silent. One refused at once (a restart) is asked again next time.
+                        if time.monotonic() - started >= RETRY_AFTER:
+                            self._quiet_until = time.monotonic() + RETRY_AFTER
                         raise
                 return run_now(self._connection, script, self._location, self._watchdog)
             except StoreUnavailable:

@@ -217,3 +217,30 @@ async def test_a_new_session_runs_after_the_idle_connections_are_dropped(
         second = await system.run(COUNTER, Counting(target=2), session_id="second")
         assert second.exit_reason is ExitReason.FINISHED, second.failure
         assert (await store.record("second")).status == "finished"
+
+
+def _pg_ctl(server: Any, *args: str) -> None:
+    import subprocess
+
+    data = str(server.root / "data")
+    command = [*server.prefix, f"{server.bindir}/pg_ctl", "-D", data, *args]
+    subprocess.run(command, capture_output=True, check=True, timeout=60)
+
+
+async def test_a_store_whose_server_restarted_writes_again_at_once(own_server: Any) -> None:
+    # A connection refused at once (the server restarting) is no silence: unlike a
+    # connect that timed out, it does not keep the writes of the next second away.
+    options = (
+        f"-c listen_addresses=127.0.0.1 -c port={own_server.port} "
+        f"-c unix_socket_directories={own_server.root}"
+    )
+    log = str(own_server.root / "log")
+    async with PostgresStore(own_server.url, connect_timeout=2.0) as store:
+        await store.create_session("before", machine="m", snapshot={"n": 0})
+        await anyio.to_thread.run_sync(_pg_ctl, own_server, "-m", "fast", "-w", "stop")
+        for n in range(2):  # the first finds its connection dropped, the second is refused
+            with pytest.raises(StoreUnavailable):
+                await store.create_session(f"down{n}", machine="m", snapshot={"n": 0})
+        await anyio.to_thread.run_sync(_pg_ctl, own_server, "-o", options, "-l", log, "-w", "start")
+        await store.create_session("after", machine="m", snapshot={"n": 0})  # not refused
+        assert (await store.record("after")).status == "running"
