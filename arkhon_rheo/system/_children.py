@@ -9,7 +9,11 @@ children through the agent system's public operations (`SessionRunner`).
 A parked parent wakes when its child runs on here (`wake_parent`, once a
 decision or a message launched the child) or, wherever the child ran, when its
 end reaches the parent's inbox; `tell_parked_parents` posts an end a dead
-process did not.
+process did not, and finds the parents whose child's run was cut before it
+ended (its process killed, its system left): `wake_cut_parents` wakes those
+here, whose step resumes the child. Such a parent is woken, never sent a
+message: a child resumed so may pause again, and the one message that tells a
+parent of its child's end (by the child's id) must still be its end.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ..supervision._seams import post_child_end
 from ._handle import session_of
 from ._journal import Journal
 from ._mail import ENDED
+from ._owner import is_dead
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -43,6 +48,7 @@ __all__ = [
     "linked_history",
     "parked_on_child",
     "tell_parked_parents",
+    "wake_cut_parents",
     "wake_parent",
     "with_subgraphs",
 ]
@@ -92,6 +98,8 @@ _INTERRUPTED = frozenset({ExitReason.CANCELLED, ExitReason.CRASHED})
 #: How a child stops without ending: it waits (at a gate, for a message), and its parent parks.
 _STOPPED = frozenset({ExitReason.PAUSED, ExitReason.WAITING})
 _STOPPED_STATUS = frozenset(reason.value for reason in _STOPPED)
+#: How a child whose run was cut before it ended is stored, if not ``"running"``.
+_CUT_STATUS = frozenset(reason.value for reason in _INTERRUPTED)
 
 
 class ChildHost:
@@ -201,28 +209,74 @@ async def wake_parent(postman: Postman, child_id: str, link: Mapping[str, Any]) 
         _logger.error("parent_not_woken", session_id=parent_id, child=child_id, error=repr(exc))
 
 
-async def tell_parked_parents(host: SessionHost, machines: Iterable[Machine[Any]]) -> None:
+async def tell_parked_parents(
+    host: SessionHost, machines: Iterable[Machine[Any]]
+) -> list[SessionRecord]:
     """Post the end of each ended child whose parent, of one of ``machines``, still waits on it.
 
     A child's end is posted after its last commit: a process that died between
     the two left its parent parked. This posts it again (once: by its id). It
     reads nothing unless one of ``machines`` has a subgraph stage.
+
+    Returns:
+        The records of the parents, of ``machines``, parked on a child whose run
+        was cut before it ended: stored ``"cancelled"`` or ``"crashed"``, or
+        ``"running"`` where it runs nowhere here and its lease is free or its
+        owner dead (as `AgentSystem.orphans` finds). Nothing would wake them:
+        `wake_cut_parents` does.
     """
     names = {machine.name for machine in machines if _subgraphs(machine)}
     if not names:
-        return
+        return []
     store, now = host.require_store("recover sessions"), host.clock.now()
+    cut: list[SessionRecord] = []
+    leases: dict[str, str] | None = None  # read once, if a child is stored "running"
     for record in await store.sessions():
         waiting = record.waiting if isinstance(record.waiting, dict) else {}
         child = waiting.get("child")
         if record.status != "waiting" or record.machine not in names or child is None:
             continue
         try:
-            ended = (await store.record(str(child))).status
+            status = (await store.record(str(child))).status
         except SessionNotFound:
             continue
-        if ended in ENDED:
-            await post_child_end(store, record.session_id, str(child), ended, now)
+        if status in ENDED:
+            await post_child_end(store, record.session_id, str(child), status, now)
+        elif status in _CUT_STATUS:
+            cut.append(record)
+        elif status == "running" and host.running(str(child)) is None:
+            if leases is None:
+                leases = {lease.session_id: lease.owner for lease in await store.leases()}
+            owner = leases.get(str(child))
+            if owner is None or is_dead(owner):
+                cut.append(record)
+    return cut
+
+
+async def wake_cut_parents(
+    postman: Postman, machine: Machine[Any], parents: Iterable[SessionRecord]
+) -> list[SessionHandle[Any]]:
+    """Wake here each of ``parents`` (of ``machine``), parked on a child whose run was cut.
+
+    Its step runs again and resumes the child (see `ChildHost.run_child`): the
+    child ends, and the step goes on with its result, or it waits again (a gate
+    before the stage it was cut in pauses it again), and the parent parks on it
+    again. A parent another process wakes meanwhile is left to it (the lease
+    decides), so is one that runs or ended since.
+
+    Returns:
+        The handles of the parents woken here.
+    """
+    handles = []
+    for record in parents:
+        try:
+            handle = await postman.wake(machine, record.session_id)
+        except ArkhonError as exc:  # one parent's trouble never stops the others'
+            _logger.error("parent_not_woken", session_id=record.session_id, error=repr(exc))
+            continue
+        if handle is not None:
+            handles.append(handle)
+    return handles
 
 
 def parked_on_child(record: SessionRecord) -> bool:

@@ -27,7 +27,7 @@ from ..store._seams import owned_store
 from ..supervision import StageMode
 from ..supervision._seams import EventListener
 from ._ask import Replies
-from ._children import ChildHost, tell_parked_parents, wake_parent, with_subgraphs
+from ._children import ChildHost, tell_parked_parents, wake_cut_parents, wake_parent, with_subgraphs
 from ._claims import Claims
 from ._client import checked_start, submit
 from ._default_store import DEFAULT_PATH, announce_default_store
@@ -398,8 +398,9 @@ class AgentSystem(Messaging):
         records who resumed it and the stage that runs again). A session
         another system takes meanwhile, or that turns out to have ended, is
         skipped. Then the parked sessions of ``machine`` whose timers fell due
-        (while no process served them) are woken, and from now on this system
-        serves the machine's timers.
+        (while no process served them) are woken, and so are those parked on a
+        child session whose run was cut before it ended (their step resumes the
+        child); from now on this system serves the machine's timers.
 
         Returns:
             The handles of the sessions resumed, oldest first, then those woken.
@@ -423,7 +424,8 @@ class AgentSystem(Messaging):
             except (SessionLocked, SessionError):
                 continue  # taken by another system, or ended: not an orphan any more
         # Woken here before the timer watch serves the machine, which would race us.
-        await tell_parked_parents(self._host, [machine])  # a child's end its process did not post
+        cut = await tell_parked_parents(self._host, [machine])  # a child's end not posted
+        handles.extend(await wake_cut_parents(self._postman, machine, cut))
         handles.extend(await self._postman.wake_due(machine))
         self._postman.serve(machine)
         return handles

@@ -248,7 +248,7 @@ class Worker:
         self._started = True
         async with self._system, anyio.create_task_group() as group:
             try:
-                await self._tell_parents()
+                await self._tell_parents(group)
                 await self._serve(group)
             finally:
                 # Drained: the steps under way finish first; otherwise (cancelled,
@@ -256,12 +256,21 @@ class Worker:
                 with anyio.CancelScope(shield=True):
                     await self._hand_over(self._drain_timeout if self._draining else 0.0)
 
-    async def _tell_parents(self) -> None:
-        """Post the ends of children a dead process did not post to their parked parents."""
+    async def _tell_parents(self, group: TaskGroup) -> None:
+        """Post the ends of children a dead process did not post to their parked parents.
+
+        And drive the parents parked on a child whose run was cut before it ended
+        (nothing else would wake them): each is woken as a claim of it would be;
+        its step resumes the child.
+        """
         try:
-            await tell_parked_parents(self._system._host, self._machines.values())
+            cut = await tell_parked_parents(self._system._host, self._machines.values())
         except StoreError as exc:  # the parents stay parked: `recover` posts them too
             _logger.warning("parents_not_told", owner=self.owner, error=str(exc))
+            return
+        for record in cut:
+            self._starting.add(record.session_id)
+            group.start_soon(self._start, record, group)
 
     async def _serve(self, group: TaskGroup) -> None:
         clock = self._system._host.clock
