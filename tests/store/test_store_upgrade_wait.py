@@ -202,3 +202,45 @@ async def test_the_wait_for_another_process_s_upgrade_can_be_cancelled(old_file:
 async def test_a_bad_upgrade_timeout_is_refused(bound: float) -> None:
     with pytest.raises(ConfigurationError, match="upgrade_timeout must be >= 0 seconds"):
         SQLiteStore("never.db", upgrade_timeout=bound)
+
+
+async def test_the_upgrade_writes_the_new_inbox_not_the_old_one_zeroed(old_file: Path) -> None:
+    # 2,000 applied messages of 1.5 KB: in the version 7 table each spills to an
+    # overflow page, about 2.6 times the pages the rowid table gives them.
+    payload = json.dumps({"q": "x" * 1500})
+    with contextlib.closing(sqlite3.connect(old_file)) as db:
+        (n,) = db.execute("SELECT n FROM sessions WHERE id = 'a'").fetchone()
+        db.executemany(
+            "INSERT INTO inbox (session, position, message_id, kind, payload, posted_at, "
+            "due_at, applied_seq) VALUES (?, ?, ?, 'Ask', ?, 1.0, 1.0, 1)",
+            ((n, 1000 + i, f"bulk{i}", payload) for i in range(2000)),
+        )
+        db.commit()
+        (secure,) = db.execute("PRAGMA secure_delete").fetchone()
+    async with SQLiteStore(old_file) as store:
+        # The upgrade's log, checkpointed at its commit, is still its full size here.
+        log = (old_file.parent / (old_file.name + "-wal")).stat().st_size
+        with contextlib.closing(sqlite3.connect(old_file)) as db:
+            (freed,) = db.execute("PRAGMA freelist_count").fetchone()
+            (page,) = db.execute("PRAGMA page_size").fetchone()
+        assert len(await store.messages("a")) == 2002
+    # The old table's pages were freed, not each written again as zeros (an SQLite
+    # built with SECURE_DELETE, as Debian's is, zeroes them: then the log held them too).
+    assert freed > 2000
+    assert log < freed * page, (secure, log, freed)
+
+
+def test_the_inbox_rebuild_leaves_the_connection_s_secure_delete_as_it_was(
+    old_file: Path,
+) -> None:
+    from arkhon_rheo.store._driver import step
+    from arkhon_rheo.store._schema import _UPGRADES
+
+    with contextlib.closing(sqlite3.connect(old_file, isolation_level=None)) as db:
+        for setting, reads in (("ON", 1), ("OFF", 0), ("FAST", 2)):
+            db.execute(f"PRAGMA secure_delete = {setting}")
+            db.execute("BEGIN IMMEDIATE")
+            script = _UPGRADES[7]()
+            step(script, next(script), lambda s: db.execute(s[0], tuple(s[1])).fetchall())
+            db.execute("ROLLBACK")
+            assert db.execute("PRAGMA secure_delete").fetchone() == (reads,)
