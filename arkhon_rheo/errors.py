@@ -47,6 +47,7 @@ catch the lot with ``except ArkhonError``, or one branch at a time::
     │   └── ReplayDiverged        a re-executed stage called out unlike the recorded run
     ├── StoreError                the store failed, or refused what was asked
     │   ├── StoreUnavailable      unreachable, or the connection dropped: the run stops, resumable
+    │   ├── StoreUpgrading        another process upgrades the file's schema: waited, not done
     │   ├── StoreCorrupt          not our file, another schema version, or damaged
     │   │   └── SessionsDamaged   some sessions' records are damaged: the rest listed in it
     │   ├── DuplicateEvent        an event number is taken or out of order

@@ -43,6 +43,7 @@ from ._sessions import SessionsDamaged as SessionsDamaged
 from ._sessions import StoreCorrupt as StoreCorrupt
 from ._sessions import StoreError as StoreError
 from ._sessions import StoreUnavailable as StoreUnavailable
+from ._sessions import StoreUpgrading as StoreUpgrading
 from ._sessions import UnrecordableCall as UnrecordableCall
 from ._sessions import UnserializablePatch as UnserializablePatch
 from ._stages import ContractViolation as ContractViolation
@@ -108,6 +109,7 @@ __all__ = [
     "StoreCorrupt",
     "StoreError",
     "StoreUnavailable",
+    "StoreUpgrading",
     "SubgraphFailed",
     "SystemNotRunning",
     "ToolCallHeld",

@@ -21,6 +21,7 @@ __all__ = [
     "StoreCorrupt",
     "StoreError",
     "StoreUnavailable",
+    "StoreUpgrading",
     "UnrecordableCall",
     "UnserializablePatch",
 ]
@@ -178,6 +179,34 @@ class StoreUnavailable(StoreError):
     given up (or left to run out), and a worker (or `AgentSystem.resume`) goes on
     from its last commit.
     """
+
+
+class StoreUpgrading(StoreError):
+    """Another process is upgrading the store file's schema, and it did not finish in time.
+
+    A file of an older schema version is upgraded in place, in one transaction,
+    by the first process that opens it; one that opens it meanwhile waits for
+    that upgrade, up to its ``upgrade_timeout`` (`SQLiteStore`), and then opens
+    the upgraded file. Past that bound it raises this; the file is left to the
+    upgrading process. Open the store again once that process has opened it, or
+    give the others a longer ``upgrade_timeout``.
+
+    Attributes:
+        version: The file's schema version as this process found it.
+        waited: How long this process waited, in seconds.
+    """
+
+    def __init__(self, *, location: str, version: int, waited: float) -> None:
+        super().__init__(
+            f"another process is upgrading the schema of the store {location} (version "
+            f"{version}, older than this code's) and holds the file's write lock: this "
+            f"process waited {waited:g} s (its upgrade_timeout) for the upgrade to finish. "
+            "Open the store again once that process has opened it (a large inbox takes a "
+            "while to rebuild), or give SQLiteStore a longer upgrade_timeout",
+            location=location,
+        )
+        self.version = version
+        self.waited = waited
 
 
 class StoreCorrupt(StoreError):

@@ -50,6 +50,7 @@ __all__ = [
     "Script",
     "Statement",
     "ThreadDriver",
+    "is_busy",
     "step",
     "translate",
 ]
@@ -110,6 +111,17 @@ def translate(exc: sqlite3.Error, location: str) -> StoreError:
         error = StoreError(f"SQLite failed on {location}: {text}", location=location)
     error.__cause__ = exc
     return error
+
+
+#: SQLite's primary result codes for a lock another connection holds.
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def is_busy(error: StoreError) -> bool:
+    """Whether ``error`` (from `translate`) is SQLite's: another connection holds a lock."""
+    cause = error.__cause__
+    code = getattr(cause, "sqlite_errorcode", None)
+    return isinstance(cause, sqlite3.Error) and code is not None and code & 0xFF in _BUSY_CODES
 
 
 def refused_value(exc: Exception, location: str) -> StoreError:

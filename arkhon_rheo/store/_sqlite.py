@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 import anyio.to_thread
 
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, StoreUpgrading
+from .._log import get_logger
 from ..protocols import Durability, LeaseRecord, LoadedSession, SessionRecord
 from . import _effects_sql as effects_sql
 from . import _inbox_sql as inbox_sql
@@ -32,18 +33,21 @@ from ._work import check_claim
 from ._writer import Writer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Awaitable, Callable, Collection
     from types import TracebackType
 
     from anyio.abc import TaskGroup, TaskStatus
 
     from ..protocols import StoredEvent, StoredMessage
-    from ._driver import Driver, Rows, Script
+    from ._driver import Rows, Script
     from ._thread_writer import Batch
     from ._writer import Ticket
 
 __all__ = ["SQLiteStore"]
 
+#: Seconds between tries at the write lock of a file another process is upgrading.
+_UPGRADE_POLL = 0.1
+logger = get_logger("arkhon_rheo.store")
 _SYNCHRONOUS = {Durability.SYNC: "FULL", Durability.BATCHED: "NORMAL", Durability.ASYNC: "NORMAL"}
 
 
@@ -86,7 +90,10 @@ class SQLiteStore(GroupCommitStore):
 
     Opening a file that is not SQLite, another application's SQLite database, a
     store of another schema version or a damaged one raises `StoreCorrupt` and
-    leaves the file as it was. A missing or empty file gets the schema.
+    leaves the file as it was. A missing or empty file gets the schema. A file
+    of an older schema version is upgraded in place, in one transaction; several
+    processes opening it at once (workers restarted after a package upgrade)
+    each wait for the one that upgrades it, up to ``upgrade_timeout``.
 
     Args:
         path: The database file.
@@ -94,6 +101,10 @@ class SQLiteStore(GroupCommitStore):
         batch_max: The most requests one transaction carries.
         max_pending: How many requests may wait for the writer; more wait for room.
         busy_timeout: How long to wait for another process's write lock, in seconds.
+        upgrade_timeout: How long opening a file of an older schema version waits
+            for another process that is upgrading it, in seconds (a large file
+            takes a while: its whole inbox is rewritten); past it, opening raises
+            `StoreUpgrading`. The wait can be cancelled.
         driver: ``"auto"`` (the same as ``"thread"``), ``"thread"`` or ``"aiosqlite"``
             (asyncio only).
         clock: Returns the wall-clock time in seconds; records are stamped and
@@ -111,6 +122,7 @@ class SQLiteStore(GroupCommitStore):
         batch_max: int = 1024,
         max_pending: int = 8192,
         busy_timeout: float = 5.0,
+        upgrade_timeout: float = 300.0,
         driver: DriverName = "auto",
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -121,6 +133,10 @@ class SQLiteStore(GroupCommitStore):
             )
         if not busy_timeout >= 0:
             raise ConfigurationError(f"busy_timeout must be >= 0 seconds, not {busy_timeout!r}")
+        if not upgrade_timeout >= 0:
+            raise ConfigurationError(
+                f"upgrade_timeout must be >= 0 seconds, not {upgrade_timeout!r}"
+            )
         if driver not in ("auto", "aiosqlite", "thread"):
             raise ConfigurationError(
                 f"driver must be 'auto', 'aiosqlite' or 'thread', not {driver!r}"
@@ -128,15 +144,22 @@ class SQLiteStore(GroupCommitStore):
         self._batch_max = batch_max
         self._max_pending = max_pending
         self._busy_timeout = busy_timeout
+        self._upgrade_timeout = upgrade_timeout
         self._driver_name: DriverName = driver
         self._task_group: TaskGroup | None = None
 
     async def __aenter__(self) -> Self:
         """Open (or create) the file and start the writer.
 
+        A file of an older schema version is upgraded first; if another process
+        is upgrading it, wait for that (up to ``upgrade_timeout``) and open the
+        upgraded file.
+
         Raises:
             StoreCorrupt: The file is not a store of this schema version, or is
                 damaged; it is left untouched.
+            StoreUpgrading: Another process was still upgrading the file's schema
+                after ``upgrade_timeout`` seconds.
             StoreError: It cannot be opened, or the store was open already.
         """
         self._begin_enter()
@@ -150,51 +173,76 @@ class SQLiteStore(GroupCommitStore):
             except BaseException:
                 self._state = StoreState.CLOSED
                 raise
-            script = prepare(path, new=new, synchronous=_SYNCHRONOUS[self._durability])
-            if isinstance(db, ThreadDriver):
-                await self._open_thread_writer(db, script)
-            else:
-                await self._open_task_writer(db, script)
-        if isinstance(self._writer, Writer):
+        run: Callable[[Script[None]], Awaitable[object]]
+        close: Callable[[], Awaitable[object]]
+        writer: Writer | ThreadWriter
+        if isinstance(db, ThreadDriver):
+            thread_writer = writer = ThreadWriter(
+                db,
+                location=path,
+                clock=self._clock,
+                batch_max=self._batch_max,
+                max_pending=self._max_pending,
+                on_unacknowledged_error=self._defer,
+            )
+            run, close = thread_writer.run_script, thread_writer.aclose
+        else:  # aiosqlite: the group-commit writer task of `._writer` (one await per statement)
+            writer = Writer(
+                db,
+                location=path,
+                clock=self._clock,
+                batch_max=self._batch_max,
+                max_pending=self._max_pending,
+                on_unacknowledged_error=self._defer,
+            )
+            run, close = db.run, db.close
+        try:
+            await self._prepare(run, new=new)
+        except BaseException:
+            self._state = StoreState.CLOSED
+            with anyio.CancelScope(shield=True):
+                await close()
+            raise
+        self._writer = writer
+        if isinstance(writer, Writer):
             self._task_group = anyio.create_task_group()
             await self._task_group.__aenter__()
-            await self._task_group.start(self._run_writer, self._writer)
+            await self._task_group.start(self._run_writer, writer)
         self._state = StoreState.OPEN
         return self
 
-    async def _open_thread_writer(self, db: ThreadDriver, script: Script[None]) -> None:
-        writer = ThreadWriter(
-            db,
-            location=self._location,
-            clock=self._clock,
-            batch_max=self._batch_max,
-            max_pending=self._max_pending,
-            on_unacknowledged_error=self._defer,
-        )
-        try:
-            await writer.run_script(script)
-        except BaseException:
-            self._state = StoreState.CLOSED
-            await writer.aclose()
-            raise
-        self._writer = writer
+    async def _prepare(
+        self, run: Callable[[Script[None]], Awaitable[object]], *, new: bool
+    ) -> None:
+        """Give the file the schema, or check (and upgrade) its own.
 
-    async def _open_task_writer(self, db: Driver, script: Script[None]) -> None:
-        # aiosqlite: the group-commit writer task of `._writer` (one await per statement).
-        try:
-            await db.run(script)
-        except BaseException:
-            self._state = StoreState.CLOSED
-            await db.close()
-            raise
-        self._writer = Writer(
-            db,
-            location=self._location,
-            clock=self._clock,
-            batch_max=self._batch_max,
-            max_pending=self._max_pending,
-            on_unacknowledged_error=self._defer,
-        )
+        Each try runs shielded; between tries, waiting out another process's
+        upgrade (`StoreUpgrading` with nothing waited), this can be cancelled.
+        """
+        deadline = anyio.current_time() + self._upgrade_timeout
+        waiting = False
+        while True:
+            script = prepare(self._location, new=new, synchronous=_SYNCHRONOUS[self._durability])
+            try:
+                with anyio.CancelScope(shield=True):
+                    await run(script)
+            except StoreUpgrading as exc:
+                left = deadline - anyio.current_time()
+                if left <= 0:
+                    raise StoreUpgrading(
+                        location=self._location, version=exc.version, waited=self._upgrade_timeout
+                    ) from exc.__cause__
+                if not waiting:
+                    waiting = True
+                    logger.info(
+                        "store.upgrade_wait",
+                        location=self._location,
+                        version=exc.version,
+                        upgrade_timeout=self._upgrade_timeout,
+                    )
+                await anyio.sleep(min(_UPGRADE_POLL, left))
+            else:
+                return
 
     @staticmethod
     async def _run_writer(
