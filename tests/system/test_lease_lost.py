@@ -101,7 +101,7 @@ async def test_a_wake_that_stalled_past_its_lease_never_stores_running_over_fini
     ):
         await other.start(COUNTER, Counting(target=1, wait_for=1), session_id="s")
         with anyio.fail_after(10):
-            while (await second.record("s")).status != "waiting":
+            while (await second.record("s")).status != "waiting":  # noqa: ASYNC110 - the store
                 await anyio.sleep(0.01)
         load = first.load
 
@@ -119,7 +119,7 @@ async def test_a_wake_that_stalled_past_its_lease_never_stores_running_over_fini
             await anyio.sleep(0.8)  # past its lease
             await other.send(COUNTER, "s", Poke(text="again"))  # wakes it there: it ends
             with anyio.fail_after(10):
-                while (await second.record("s")).status != "finished":
+                while (await second.record("s")).status != "finished":  # noqa: ASYNC110
                     await anyio.sleep(0.01)
             release.set()  # the stale one goes on: refused, it lets the session be
         await anyio.sleep(0.3)
