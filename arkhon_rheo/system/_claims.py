@@ -59,6 +59,11 @@ class Claim:
         self.session_id = session_id
         self._leased = False
 
+    @property
+    def owner(self) -> str:
+        """The lease owner name this claim takes the lease as (its system's)."""
+        return self._claims.owner
+
     async def lease(self) -> str | None:
         """Take the session's lease in the store for this operation.
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 from .._errors import (
     ArkhonError,
     ConfigurationError,
+    LeaseLost,
     MessageRefused,
     SessionBusy,
     SessionLocked,
@@ -427,13 +428,13 @@ class Postman:
                 return None  # driven elsewhere, paused at a gate, or not running at all
             try:
                 return await self._launch(machine, session_id)
-            except SessionLocked:
+            except (SessionLocked, LeaseLost):
                 return None  # another process woke it: it receives the message there
             except SessionBusy:
                 await anyio.sleep(_BUSY_RETRY)  # another call here is waking it
 
     async def _launch(self, machine: Machine[Any], session_id: str) -> SessionHandle[Any] | None:
-        """Wake parked session ``session_id``: lease it, load it and launch its supervisor."""
+        """Wake parked ``session_id``: lease, load, launch it (`LeaseLost`: stalled past lease)."""
         host = self.host
         store = host.require_store("wake a session")
         journal = Journal(store, machine, session_id, secrets=host.secrets)
@@ -445,7 +446,7 @@ class Postman:
                 return host.running(session_id)  # woken and parked again meanwhile, or ended
             state = journal.current(loaded)
             last = await journal.settle(record)  # an upgrade goes before the run's first commit
-            await store.set_status(session_id, "running")
+            await store.append(session_id, [], status="running", owner=claim.owner)
             host.drop(session_id)
             return await host.launch(
                 machine,

@@ -18,7 +18,10 @@ another had replaced; PostgreSQL's tokens: the other stores record none), and
 none is newer than the session's lease token in the store. The workers' logs
 tell how many appends were refused (``LeaseLost``) and how many leases a
 renewal found taken, and whether a worker that was paused found its sessions
-taken when it woke (`ChaosReport.paused_lost`).
+taken when it woke (`ChaosReport.paused_lost`). Every start, kill, pause and
+wake of a worker is a line of ``actions.log`` beside the workers' logs (time,
+what, pid; a pause, how many leases it held): with a failure's kept files, the
+chaos each session met can be read against its history.
 
 The store is a parameter: `open_store` turns a spec into a store, the one
 place to teach another kind of store (an SQLite path or a PostgreSQL URL).
@@ -101,7 +104,8 @@ class ChaosReport:
     renewals_lost: int = 0
     #: The paused workers that, woken, found sessions of theirs taken.
     paused_lost: int = 0
-    #: The sessions that ended otherwise than finished: id, status (their histories
+    #: The sessions that ended otherwise than finished: id, status, the error type their
+    #: histories end on (``PoisonSession``: claimed too often without a commit; their histories
     #: are in ``unfinished.txt`` beside the workers' logs).
     unfinished: list[str] = field(default_factory=list)
 
@@ -118,6 +122,13 @@ class _Workers:
         self.outs: dict[int, Path] = {}
         self.paused: set[int] = set()  # ever paused
         self.stopped: set[int] = set()  # paused now
+        #: What the harness did to which worker, when: one line each (kept with a failure).
+        self.actions = acks.parent / "actions.log"
+
+    def note(self, action: str, pid: int, held: int | None = None) -> None:
+        """Append ``TIME ACTION PID [HELD]`` to the actions' log (``held``: leases it held)."""
+        with self.actions.open("a") as out:
+            out.write(f"{time.time():.3f} {action} {pid}{'' if held is None else f' {held}'}\n")
 
     def start(self) -> None:
         path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
@@ -131,6 +142,7 @@ class _Workers:
         out.close()
         self.live.append(process)
         self.outs[process.pid] = log
+        self.note("start", process.pid)
 
     def kill(self, rng: random.Random) -> None:
         # Not one paused now: it is to wake and find its sessions taken.
@@ -139,6 +151,7 @@ class _Workers:
         self.live.remove(process)
         process.send_signal(signal.SIGKILL)
         process.wait()
+        self.note("kill", process.pid)
         self.dead.append(process)
         self.start()
 
@@ -162,6 +175,7 @@ class _Workers:
         self.paused.add(process.pid)
         self.stopped.add(process.pid)
         process.send_signal(signal.SIGSTOP)
+        self.note("pause", process.pid, len(mine))
         try:
             await anyio.sleep(seconds)
             if self.spec.startswith("postgresql://"):
@@ -175,6 +189,7 @@ class _Workers:
         finally:
             process.send_signal(signal.SIGCONT)
             self.stopped.discard(process.pid)
+            self.note("wake", process.pid)
 
     async def taken(self, store: Store, pid: int, sessions: set[str]) -> bool:
         """Whether another process holds the lease of one of ``sessions`` now."""
@@ -220,6 +235,12 @@ async def _eventually(check: Callable[[], bool], limit: float = 60.0) -> None:
             if check():
                 return
             await anyio.sleep(0.05)
+
+
+def _why(history: list[TransitionEvent]) -> str:
+    """The error type a session's history ends on (``PoisonSession``, say), or ``-``."""
+    last = history[-1] if history else None
+    return last.error.error_type if last is not None and last.error is not None else "-"
 
 
 async def _statuses(store: Store, ids: list[str]) -> dict[str, str]:
@@ -398,11 +419,11 @@ async def run_chaos(
             for sid in ids:
                 stored = service.stored(COUNTER, sid)
                 status = (await stored.record()).status
+                history = histories[sid] = await stored.history()
                 if status == "finished":
                     report.finished += 1
                 else:
-                    report.unfinished.append(f"{sid} {status}")
-                history = histories[sid] = await stored.history()
+                    report.unfinished.append(f"{sid} {status} {_why(history)}")
                 report.takeovers += sum(1 for e in history if e.kind.value == "resume") - 1
                 try:
                     check_history(history, await stored.state())

@@ -10,6 +10,16 @@ lease's fencing token the append carried), to ``ACKS/<pid>.log`` with a single
 acknowledged, whatever kills the process after. Its warnings and errors (a
 lease lost: ``session_lease_lost``) go to stderr. Prints ``ready`` once
 SIGTERM drains it.
+
+Its poison guard (`Worker`'s ``max_claims_without_progress``) is `CLAIMS`, not
+the default 5: the harness's chaos takes the same sessions from their holder
+again and again. Near a run's end the last sessions still running are all
+one worker's, and a pause picks a worker that holds leases (within 20 ms of
+its claim), past the lease: the next worker to claim them is paused or killed
+in turn before its first step (0.25 s) commits. Five such claims in a row, and
+the default guard failed them (``PoisonSession``, about one slow run in
+three). That is the guard's right call for a crash loop, and not what the
+chaos tests (tests/system/test_poison_sessions.py tests the guard).
 """
 
 from __future__ import annotations
@@ -30,6 +40,11 @@ from tests.support.work_machine import COUNTER
 
 if TYPE_CHECKING:
     from arkhon_rheo import TransitionEvent
+
+#: Claims without a commit before a session is failed as poison: more than the
+#: harness's actions (40 in the slow test), each of which takes a session from its
+#: holder at most once; a real crash loop still ends, in ``CLAIMS`` lease spans.
+CLAIMS = 50
 
 
 async def work(store_spec: str, acks: str, ttl: float, concurrency: int) -> None:
@@ -55,6 +70,7 @@ async def work(store_spec: str, acks: str, ttl: float, concurrency: int) -> None
             lease_ttl=ttl,
             poll_interval=0.05,
             listeners=[acknowledged],
+            max_claims_without_progress=CLAIMS,
         )
         async with anyio.create_task_group() as group:
             with anyio.open_signal_receiver(signal.SIGTERM) as received:

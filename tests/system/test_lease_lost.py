@@ -74,3 +74,54 @@ async def test_a_renewal_never_takes_back_a_lease_another_owner_took_and_gave_up
         assert await store.leases() == ()
         lost = [entry for entry in logs if entry["event"] == "session_lease_lost"]
         assert [(entry["stage"], entry["holder"]) for entry in lost] == [("renewal", None)]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_wake_that_stalled_past_its_lease_never_stores_running_over_finished(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # The workers' chaos (1 slow run in 5): a worker waking a parked session for its
+    # message was paused (SIGSTOP) between loading the record ("waiting") and storing
+    # "running"; another worker took the lease, ran the session to its end and gave the
+    # lease up; woken, the first stored "running" over "finished" (unfenced) and the
+    # session stayed "running" for good. Two systems on one store, no signals needed.
+    from tests.support.work_machine import COUNTER, Counting, Poke
+
+    def open_store() -> Any:
+        if kind == "sqlite":
+            return SQLiteStore(tmp_path / "s.db")
+        return PostgresStore(request.getfixturevalue("postgres_url"))
+
+    stalled, release = anyio.Event(), anyio.Event()
+    async with (
+        open_store() as first,
+        open_store() as second,
+        AgentSystem(store=first, lease_ttl=0.5) as stale,
+        AgentSystem(store=second, lease_ttl=0.5) as other,
+    ):
+        await other.start(COUNTER, Counting(target=1, wait_for=1), session_id="s")
+        with anyio.fail_after(10):
+            while (await second.record("s")).status != "waiting":  # noqa: ASYNC110 - the store
+                await anyio.sleep(0.01)
+        load = first.load
+
+        async def stalling(session_id: str) -> Any:  # the record read, then the "pause"
+            loaded = await load(session_id)
+            if not stalled.is_set():
+                stalled.set()
+                await release.wait()
+            return loaded
+
+        first.load = stalling
+        async with anyio.create_task_group() as group:
+            group.start_soon(stale.send, COUNTER, "s", Poke(text="poke"))
+            await stalled.wait()  # leased and loaded: "waiting"
+            await anyio.sleep(0.8)  # past its lease
+            await other.send(COUNTER, "s", Poke(text="again"))  # wakes it there: it ends
+            with anyio.fail_after(10):
+                while (await second.record("s")).status != "finished":  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            release.set()  # the stale one goes on: refused, it lets the session be
+        await anyio.sleep(0.3)
+        assert (await second.record("s")).status == "finished"
+        assert not await second.leases()
