@@ -96,7 +96,11 @@ class Agent:
             if "task" in type(initial).model_fields:
                 initial = initial.model_copy(update={"task": ""})
             try:
-                await self.system.start(self.machine, initial, session_id=session_id)
+                handle = await self.system.start(self.machine, initial, session_id=session_id)
+                # Its first run comes to rest (parked, waiting for messages) before the
+                # first message is asked: a stream then subscribes to the run that message
+                # launches, never to one on its way to park (whose deltas it would miss).
+                await handle.result()
                 break
             except (SessionBusy, SessionLocked):
                 pass  # another request (or replica) is creating it
