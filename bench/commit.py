@@ -73,9 +73,9 @@ import structlog
 from _loop import SESSION_CYCLES, Gate, build_machine, check_finished
 
 from arkhon_rheo import AgentSystem, History, Lifecycle, Machine, Patch
+from arkhon_rheo._hooks import current_injector
 from arkhon_rheo.actors import Actor, ActorSystem
 from arkhon_rheo.core._seams import PatchValidator
-from arkhon_rheo.protocols._faults import current_injector
 from arkhon_rheo.supervision import StageMode
 from arkhon_rheo.supervision._record import Session
 from arkhon_rheo.supervision._seams import SessionConfig

@@ -8,7 +8,11 @@ uses rules, to check each proposal of a model);
 system (the `AgentSystem`) sits above supervision, core, store and graphs;
 testing, cli and the inspector on top. Every
 layer may use the leaf modules ``_construct``, ``_errors``, ``_exports``,
-``_json``, ``_load``, ``_log``, ``_lru``, ``_redact`` and ``_tracing``. A subpackage's
+``_json``, ``_load``, ``_log``, ``_lru``, ``_redact`` and ``_tracing``. Below protocols
+lies ``_hooks`` (the context variables a running stage is seen through: fault
+injector, call recorder, partial-output scope, resources): it imports only
+leaves, and only the layers whose code runs in or around a stage may import it
+(protocols, store, tools, react, supervision, system, testing). A subpackage's
 private modules are its own: another layer imports its public namespace or its
 ``_seams`` module (the insides the layers above may use, listed in one place).
 
@@ -36,21 +40,23 @@ LEAVES = {
     "_tracing",
 }
 ALLOWED: dict[str, set[str]] = {
-    "protocols": set(),
+    # The hooks of a running stage (fault injector, recorder, output scope, resources).
+    "_hooks": set(),
+    "protocols": {"_hooks"},
     "actors": {"protocols"},
     # The pure core: what a machine compiles to, no event loop (no anyio, no actors).
     "core": {"protocols"},
-    "supervision": {"protocols", "actors", "core"},
-    "store": {"protocols"},
-    "tools": {"protocols"},
+    "supervision": {"_hooks", "protocols", "actors", "core"},
+    "store": {"_hooks", "protocols"},
+    "tools": {"_hooks", "protocols"},
     # The engine checks each proposal with the rules engine (``Checks(rules=...)``).
-    "react": {"protocols", "models", "tools", "rules"},
+    "react": {"_hooks", "protocols", "models", "tools", "rules"},
     "models": {"protocols"},
-    "testing": {"protocols", "models", "supervision", "store", "system"},
+    "testing": {"_hooks", "protocols", "models", "supervision", "store", "system"},
     "graphs": {"protocols", "supervision"},
     "rules": {"protocols"},
     # The agent system: sessions under supervision, kept in a store, subgraphs run.
-    "system": {"protocols", "actors", "core", "supervision", "store", "graphs"},
+    "system": {"_hooks", "protocols", "actors", "core", "supervision", "store", "graphs"},
     # The command line sits on top: it drives AgentSystem (``system``) and reads the store.
     "cli": {
         "system",
@@ -195,8 +201,10 @@ def test_the_private_module_checker_sees_a_reach() -> None:
     # ...and the checker would notice a reach past them, relative or absolute.
     reach = "from ..supervision._persist import Persistence\n"
     assert _private_reaches(module, reach) == ["arkhon_rheo.supervision._persist"]
-    absolute = "from arkhon_rheo.protocols._faults import installed\n"
-    assert _private_reaches(module, absolute) == ["arkhon_rheo.protocols._faults"]
+    absolute = "from arkhon_rheo.protocols._io import record_call\n"
+    assert _private_reaches(module, absolute) == ["arkhon_rheo.protocols._io"]
+    hooks = "from .._hooks._faults import installed\nfrom .._hooks import installed\n"
+    assert _private_reaches(module, hooks) == ["arkhon_rheo._hooks._faults"]
     by_name = "from ..supervision import _persist\n"
     assert _private_reaches(module, by_name) == ["arkhon_rheo.supervision._persist"]
     plain = "import arkhon_rheo.store._sqlite\n"
@@ -210,6 +218,9 @@ def test_the_private_module_checker_sees_a_reach() -> None:
 def test_the_checker_sees_a_violation() -> None:
     # ``actors/_cell.py`` imports the leaf ``_errors``: the checker must notice it.
     assert "_errors" in _imported_subpackages(PACKAGE / "actors" / "_cell.py")
+    # ...and the hooks, which are no leaf: a layer not allowed them is told so.
+    assert "_hooks" in _imported_subpackages(PACKAGE / "store" / "_base.py")
+    assert "_hooks" not in ALLOWED["core"] | ALLOWED["actors"] | ALLOWED["models"]
 
 
 #: The most lines a function of the package may have, from ``def`` to its last line.

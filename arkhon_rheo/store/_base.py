@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, StoreError
-from ..protocols._seams import current_injector
+from .._hooks import current_injector
 from ._codec import dumps, encode_events, encode_snapshot
 from ._plan import Append, Create, Park, Post
 from ._work import WorkSignal, check_timeout

@@ -1,43 +1,26 @@
-"""Partial output: what a stage emits while it runs, as `Partial` items for subscribers.
+"""The partial-output hub: a session's subscribers, and the scope each stage attempt emits in.
 
-A stage that produces its result piece by piece (a model reply streamed token
-by token) calls ``emit(delta)`` for each piece. Whoever subscribed to the
-session (``handle.partials()``, or ``handle.stream()`` for the transition
-events and the partial items in one order) receives each piece as a
-`Partial` as soon as it is emitted. The stage host (the session supervisor)
-sets, for each attempt of each stage, the scope that ``emit`` publishes in.
-
-The contract:
-
-* ``emit`` never waits and never raises. Each subscriber has its own bounded
-  buffer; when it is full the new piece is dropped *for that subscriber only*
-  (drop-newest: the pieces already buffered stay, in order). The next piece the
-  subscriber does get carries ``dropped``, the number it lost just before it,
-  and ``statistics().dropped`` counts every loss (those after its last item too).
-* A session never waits for its subscribers: not for a slow one, not for one
-  that never reads.
-* Partial output is advisory: it is not recorded, stored or replayed. The
-  stage's patch carries its full result and the committed state is the truth.
-* Every piece names its stage attempt. A stage retried after a transient
-  failure emits again under the next ``attempt``; the pieces of the failed
-  attempt keep theirs, so a consumer discards them when it sees a higher
-  ``attempt`` for the same ``seq`` (the event ``seq`` finally commits names the
-  attempt that counted).
-* Outside a stage run (no session, or after the stage returned) ``emit`` does
-  nothing. With no subscriber it costs a context-variable read and two checks.
+The supervisor makes one `PartialHub` per session and opens a `StageScope`
+of it around each attempt of each stage; `emit` (``arkhon_rheo.protocols``)
+publishes into the scope it finds in the running task, and each
+`Subscription` (what ``handle.partials()`` and ``handle.stream()`` return:
+a `SessionStream`) buffers what reaches it. The contract they keep (drop the
+newest piece for a full subscriber only, never wait, never raise) is drawn
+in ``arkhon_rheo.protocols``, beside `emit` and `Partial`.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
 from anyio.lowlevel import checkpoint_if_cancelled
 
 from .._errors import ConfigurationError
+from .._hooks import STAGE_SCOPE
+from ..protocols import Partial, SessionStreamStatistics
+from ..protocols._seams import DEFAULT_CAPACITY
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -45,90 +28,15 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import TypeAlias
 
-    from ._events import TransitionEvent
+    from .._hooks import OutputScope
+    from ..protocols import TransitionEvent
 
     #: Returns the events a session committed so far (read from its store).
     CatchUp: TypeAlias = Callable[[], Awaitable[Sequence[TransitionEvent]]]
 
-__all__ = [
-    "Partial",
-    "PartialHub",
-    "SessionStream",
-    "SessionStreamStatistics",
-    "StageScope",
-    "emit",
-]
+__all__ = ["PartialHub", "StageScope", "Subscription"]
 
 T = TypeVar("T")
-
-#: The buffer bound of a subscription unless the caller picks one.
-DEFAULT_CAPACITY = 256
-
-_SCOPE: ContextVar[StageScope | None] = ContextVar("arkhon_rheo_stage_scope", default=None)
-
-
-class Partial(NamedTuple):
-    """One piece of a stage's partial output, as a subscriber receives it.
-
-    A named tuple, like `TransitionEvent`: immutable, and several times cheaper
-    to build than a frozen dataclass, which matters at one per delta.
-
-    Attributes:
-        session_id: The session.
-        stage: The stage that emitted it.
-        seq: The number of the event that will record this step's outcome (its
-            commit, or the failure recorded instead): partials of step ``seq``
-            come before event ``seq`` in ``handle.stream()``.
-        attempt: The attempt of the stage that emitted it (1-based). Pieces of an
-            attempt that failed and was retried are not part of the result:
-            discard them when a higher attempt of the same ``seq`` shows up.
-        position: Its place among the pieces its attempt emitted, from 0 (counting
-            the ones nobody received), so a gap shows.
-        data: What the stage emitted (for a model reply, typically a `ReplyDelta`).
-        dropped: Pieces this subscriber lost just before this one (its buffer was full).
-    """
-
-    session_id: str
-    stage: str
-    seq: int
-    attempt: int
-    position: int
-    data: Any
-    dropped: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class SessionStreamStatistics:
-    """A snapshot of one subscription's counters.
-
-    Attributes:
-        received: Partial items handed to the consumer.
-        dropped: Partial items lost because the buffer was full (drop-newest).
-        buffered: Partial items waiting to be read.
-        capacity: The most partial items the buffer holds.
-        open: Whether more items may come (the session runs and the stream is open).
-    """
-
-    received: int
-    dropped: int
-    buffered: int
-    capacity: int
-    open: bool
-
-
-def emit(data: Any) -> None:
-    """Publish ``data`` as partial output of the stage running in this task.
-
-    Never waits and never raises: each subscriber that has no room loses it
-    (and is told so on its next item). Does nothing outside a running stage.
-
-    Args:
-        data: The piece, as subscribers will receive it in `Partial.data` (for
-            a streamed model reply, a `ReplyDelta`).
-    """
-    scope = _SCOPE.get()
-    if scope is not None:
-        scope.publish(data)
 
 
 class StageScope:
@@ -148,14 +56,19 @@ class StageScope:
         self.index = 0
         self.closed = False
 
-    def open(self) -> Token[StageScope | None]:
-        """Make this the scope the current context publishes to; `close` undoes it."""
-        return _SCOPE.set(self)
+    @property
+    def session_id(self) -> str:
+        """The session the stage runs in (a tool's `ToolContext` reads it)."""
+        return self.hub.session_id
 
-    def close(self, token: Token[StageScope | None]) -> None:
+    def open(self) -> Token[OutputScope | None]:
+        """Make this the scope the current context publishes to; `close` undoes it."""
+        return STAGE_SCOPE.set(self)
+
+    def close(self, token: Token[OutputScope | None]) -> None:
         """Restore the scope ``token`` replaced; nothing is published here after this."""
         try:
-            _SCOPE.reset(token)
+            STAGE_SCOPE.reset(token)
         finally:
             self.closed = True
 
@@ -205,7 +118,7 @@ class PartialHub:
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
-        self.subscribers: tuple[SessionStream[Any], ...] = ()
+        self.subscribers: tuple[Subscription[Any], ...] = ()
         self.closed = False
 
     def scope(self, stage: str, seq: int, attempt: int) -> StageScope:
@@ -219,7 +132,7 @@ class PartialHub:
         log: Sequence[TransitionEvent] | None = None,
         catch_up: CatchUp | None = None,
         partials: bool = True,
-    ) -> SessionStream[Any]:
+    ) -> Subscription[Any]:
         """A new subscription; with ``log`` or ``catch_up``, the session's events come in it too.
 
         ``log`` is the session's event log, kept in memory and read in place.
@@ -235,7 +148,7 @@ class PartialHub:
             raise ConfigurationError(
                 f"capacity must be a positive integer (partial items buffered), got {capacity!r}"
             )
-        stream: SessionStream[Any] = SessionStream(
+        stream: Subscription[Any] = Subscription(
             self, capacity, log, catch_up=catch_up, partials=partials
         )
         if self.closed:
@@ -244,7 +157,7 @@ class PartialHub:
             self.subscribers = (*self.subscribers, stream)
         return stream
 
-    def unsubscribe(self, stream: SessionStream[Any]) -> None:
+    def unsubscribe(self, stream: Subscription[Any]) -> None:
         """Stop delivering to ``stream`` (nothing if it is not subscribed)."""
         self.subscribers = tuple(s for s in self.subscribers if s is not stream)
 
@@ -271,8 +184,8 @@ class PartialHub:
             subscriber._wake()
 
 
-class SessionStream(Generic[T]):
-    """A live subscription to a session's output: an async iterator that ends with the session.
+class Subscription(Generic[T]):
+    """A live subscription to a session's output (a `SessionStream`): it ends with the session.
 
     ``handle.partials()`` yields `Partial` items; ``handle.stream()`` yields the
     session's transition events (all of them, from the first) and its `Partial`
@@ -397,7 +310,7 @@ class SessionStream(Generic[T]):
         first = live[0].seq if live else None
         live.extendleft(reversed([e for e in earlier if first is None or e.seq < first]))
 
-    def __aiter__(self) -> SessionStream[T]:
+    def __aiter__(self) -> Subscription[T]:
         return self
 
     async def __anext__(self) -> T:
@@ -420,7 +333,7 @@ class SessionStream(Generic[T]):
         """Close it (see `close`)."""
         self.close()
 
-    def __enter__(self) -> SessionStream[T]:
+    def __enter__(self) -> Subscription[T]:
         return self
 
     def __exit__(
@@ -431,7 +344,7 @@ class SessionStream(Generic[T]):
     ) -> None:
         self.close()
 
-    async def __aenter__(self) -> SessionStream[T]:
+    async def __aenter__(self) -> Subscription[T]:
         return self
 
     async def __aexit__(

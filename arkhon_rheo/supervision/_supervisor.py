@@ -20,11 +20,11 @@ import structlog
 from anyio.lowlevel import checkpoint
 
 from .. import _tracing
+from .._hooks import enter_session
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
 from ..core._seams import state_label
 from ..protocols import ErrorClass, EventKind, Patch, StateView
-from ..protocols._seams import enter_session
 from ._child_wait import ChildWaits, tell_parent, wait_for_child
 from ._committing import Committing
 from ._failures import FailureHandler

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from .._errors import ConfigurationError, SessionBusy, SessionNotFound, SystemNotRunning
+from .._hooks import installed, resources_scope
 from ..core._seams import compiled
 from ..graphs._seams import session_scope
 from ..protocols import AgentState, WallClock
-from ..protocols._seams import gate_commits, installed, resources_scope
+from ..protocols._seams import gate_commits
 from ..supervision import ExitReason
 from ..supervision._seams import Session, SessionSupervisor, post_child_end
 from ._handle import new_handle, session_of
@@ -32,11 +33,11 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
 
+    from .._hooks import FaultInjector
     from ..actors import ActorSystem
     from ..core import Keyring
     from ..graphs._seams import SubgraphHost
     from ..protocols import Clock, Machine, Store, TransitionEvent
-    from ..protocols._seams import FaultInjector
     from ..supervision._seams import EventListener, SessionConfig
     from ._claims import Claim, Claims
     from ._handle import SessionHandle

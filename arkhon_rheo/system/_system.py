@@ -53,9 +53,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from types import TracebackType
 
+    from .._hooks import FaultInjector
     from ..core import Keyring
     from ..protocols import Clock, SessionRecord, Store
-    from ..protocols._seams import FaultInjector
     from ..supervision import Backoff, Classifier, RestartIntensity, RestartStrategy
     from ..supervision._seams import EventListener
     from ._handle import SessionHandle, SessionResult
