@@ -1,6 +1,6 @@
 """The layering of the package, kept by reading its imports (trio's `_core` is the model).
 
-protocols imports nothing of the package; actors only protocols; core (the
+protocols imports only `_hooks` (below it); actors only protocols; core (the
 pure, loop-free core: compiled machine, validation, codec, digest, fold) only
 protocols; supervision (the live supervisor) only those three; models only
 protocols; graphs (subgraphs) protocols and supervision; rules only protocols (react
