@@ -320,3 +320,28 @@ def test_no_import_circle_inside_a_package(package: str) -> None:
 def test_the_circle_finder_finds_one() -> None:
     assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _circle({"a": {"b"}, "b": set()}) is None
+
+
+def _context_variables(source: str) -> list[int]:
+    """The lines of ``source`` that make a context variable (``ContextVar(...)``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name == "ContextVar":
+                found.append(node.lineno)
+    return found
+
+
+def test_protocols_keeps_contracts_not_running_state() -> None:
+    # The context variables a running stage is seen through are `_hooks`'s: the
+    # contracts hold no context of their own (hubs, recorders, injectors live with their users).
+    held = {
+        path.name: lines
+        for path in sorted((PACKAGE / "protocols").rglob("*.py"))
+        if (lines := _context_variables(path.read_text()))
+    }
+    assert not held, f"running state in protocols/: {held}"
+    assert _context_variables("import contextvars\nV = contextvars.ContextVar('v')\n") == [2]
+    assert _context_variables((PACKAGE / "_hooks" / "_faults.py").read_text())
