@@ -18,18 +18,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._errors import ConfigurationError, StoreCorrupt
 from ..core._seams import (
-    UPGRADE,
-    Upgrader,
     checked_fingerprint,
     differences,
     legacy_schema,
-    mark_of,
-    read_events,
     same_form,
     upgrade_hint,
     version_of,
 )
 from ..protocols import LoadedSession
+from ._upgrade import UPGRADE, Upgrader, mark_of, read_events
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

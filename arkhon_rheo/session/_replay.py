@@ -24,17 +24,11 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from .._errors import StoreCorrupt
-from ..core._seams import (
-    UPGRADE,
-    StoredForm,
-    compiled,
-    opener,
-    read_events,
-    same_form,
-    unmarked,
-)
+from ..core._seams import StoredForm, opener, same_form
+from ._compiled import compiled
 from ._forms import named
 from ._secrets import held_values
+from ._upgrade import UPGRADE, read_events, unmarked
 from ._verify import Divergence, ReplayReport, digest_differs, verify
 
 if TYPE_CHECKING:

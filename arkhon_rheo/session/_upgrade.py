@@ -22,15 +22,14 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
+from ..core._seams import EventCodec, same_form, version_of
 from ..protocols._seams import EncodedJson
-from ._codec import EventCodec
-from ._fingerprint import same_form, version_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
+    from ..core._seams import Sealer
     from ..protocols import AgentState, Machine, StoredEvent, Upgrade
-    from ._sealed import Sealer
 
 __all__ = ["MARK", "MarkedCodec", "Upgrader", "mark_of", "read_events", "unmarked"]
 
