@@ -20,10 +20,21 @@ from ..core._seams import opener, same_form, session_codec
 from ..protocols import EventKind
 from ..protocols._seams import DECISIONS, parks_on_append
 from ._compiled import compiled
-from ._forms import SessionForm, check_form, decode_error, form_of, named, upgrade_info, upgraded
+from ._forms import (
+    UPGRADE,
+    MarkedCodec,
+    SessionForm,
+    check_form,
+    decode_error,
+    form_mark,
+    form_of,
+    named,
+    read_events,
+    upgrade_info,
+    upgraded,
+)
 from ._ledger import PausedAt, gate_of, not_paused, out_of_band_event
 from ._persist import Persistence
-from ._upgrade import UPGRADE, MarkedCodec, form_mark, read_events
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
