@@ -25,7 +25,7 @@ not recorded on its own.
 This module holds the entry points and the contract of what answers them
 (`Recorder`, found through the `RECORDER` context variable); the recorder and
 the playback that the supervisor installs around a stage live in
-``arkhon_rheo.supervision`` (`CallRecorder`, `CallPlayback`).
+``arkhon_rheo.session`` (`CallRecorder`, `CallPlayback`).
 """
 
 from __future__ import annotations

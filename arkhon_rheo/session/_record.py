@@ -21,17 +21,20 @@ import anyio
 from .._log import get_logger
 from .._redact import scrub_secrets
 from ..actors._seams import LazyEvent
-from ..core._seams import EventLog, compiled, state_label
+from ..core._seams import state_label
 from ..protocols import Clock, ErrorClass, EventKind, FailureRecord, TransitionEvent, WallClock
 from ..protocols._seams import PartialHub
+from ._compiled import compiled
+from ._eventlog import EventLog
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from ..core._seams import CompiledMachine, PatchValidator
+    from ..core._seams import PatchValidator
     from ..protocols import AgentState, Machine, Patch, StoredMessage
+    from ._compiled import CompiledMachine
     from ._persist import Persistence
 
 __all__ = [
