@@ -6,7 +6,8 @@ In one process and one run, against files in a temporary directory, it measures:
     with trivial stages (no model), each commit durable in the store (3 commits a
     cycle), for N cycles; us per cycle and cycles/s in ``sync`` and ``batched``
     mode, on both drivers (``auto``, which is the thread driver, and
-    ``"aiosqlite"``), next to (a) one transaction per commit (``batch_max=1``: no
+    ``"aiosqlite"``, an optional extra: its lines are skipped with a note
+    without it), next to (a) one transaction per commit (``batch_max=1``: no
     group commit) and (b) LangGraph's SQLite checkpointer (``AsyncSqliteSaver``)
     running the same three-node graph for as many cycles, with its
     ``durability="sync"`` (each checkpoint written before the next step, as our
