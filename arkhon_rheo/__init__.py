@@ -185,7 +185,7 @@ del publish
 
 def __getattr__(name: str) -> object:
     """Import the runtime's facade names (and its subpackages) on first use."""
-    if name.startswith("__"):  # a probe (``__wrapped__``, ``__test__``...): nothing to load
+    if name.startswith("_"):  # a probe (``__wrapped__``) or a private module: nothing to load
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if "_loaded" not in globals():
         import importlib

@@ -44,7 +44,7 @@ import anyio
 import structlog
 
 from arkhon_rheo import AgentSystem, Machine, SessionStream, emit
-from arkhon_rheo.supervision._partials import PartialHub, Subscription
+from arkhon_rheo.session._partials import PartialHub, Subscription
 from arkhon_rheo.testing import ReferenceState, reference_machine
 
 if TYPE_CHECKING:

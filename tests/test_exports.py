@@ -25,6 +25,7 @@ PUBLIC_NAMESPACES = [
     "arkhon_rheo.react",
     "arkhon_rheo.rules",
     "arkhon_rheo.serve",
+    "arkhon_rheo.session",
     "arkhon_rheo.store",
     "arkhon_rheo.supervision",
     "arkhon_rheo.system",

@@ -1,18 +1,19 @@
 """The layering of the package, kept by reading its imports (trio's `_core` is the model).
 
 protocols imports only `_hooks` (below it); actors only protocols; core (the
-pure, loop-free core: compiled machine, validation, codec, digest, fold) only
-protocols; supervision (the live supervisor) only those three; models only
-protocols; graphs (subgraphs) protocols and supervision; rules only protocols (react
-uses rules, to check each proposal of a model);
-system (the `AgentSystem`) sits above supervision, core, store and graphs;
-testing, cli and the inspector on top. Every
+pure, loop-free core: validation, codec, digest, fold, fingerprint, sealed
+values) only protocols; store only protocols; session (the session's one home:
+the compiled machine, the supervisor, the journal, host, postman and claims, the
+`AgentSystem`, subgraphs) sits above those four; supervision, graphs and system
+are the public namespaces of its names, each importing session alone; models
+only protocols; rules only protocols (react uses rules, to check each proposal
+of a model); testing, cli and the inspector on top. Every
 layer may use the leaf modules ``_construct``, ``_errors``, ``_exports``,
 ``_json``, ``_load``, ``_log``, ``_lru``, ``_redact`` and ``_tracing``. Below protocols
 lies ``_hooks`` (the context variables a running stage is seen through: fault
 injector, call recorder, partial-output scope, resources): it imports only
 leaves, and only the layers whose code runs in or around a stage may import it
-(protocols, store, tools, react, supervision, system, testing). A subpackage's
+(protocols, store, tools, react, session, testing). A subpackage's
 private modules are its own: another layer imports its public namespace or its
 ``_seams`` module (the insides the layers above may use, listed in one place).
 
@@ -46,20 +47,24 @@ ALLOWED: dict[str, set[str]] = {
     "actors": {"protocols"},
     # The pure core: what a machine compiles to, no event loop (no anyio, no actors).
     "core": {"protocols"},
-    "supervision": {"_hooks", "protocols", "actors", "core"},
     "store": {"_hooks", "protocols"},
+    # The session's one home: its kernel's session half, its runner (the supervisor),
+    # the agent system's insides (journal, host, postman, claims), subgraphs.
+    "session": {"_hooks", "protocols", "actors", "core", "store"},
+    # The public namespaces of the session's names: facades over `session`.
+    "supervision": {"session"},
+    "graphs": {"session"},
+    "system": {"session"},
     "tools": {"_hooks", "protocols"},
     # The engine checks each proposal with the rules engine (``Checks(rules=...)``).
     "react": {"_hooks", "protocols", "models", "tools", "rules"},
     "models": {"protocols"},
-    "testing": {"_hooks", "protocols", "models", "supervision", "store", "system"},
-    "graphs": {"protocols", "supervision"},
+    "testing": {"_hooks", "protocols", "models", "session", "supervision", "store", "system"},
     "rules": {"protocols"},
-    # The agent system: sessions under supervision, kept in a store, subgraphs run.
-    "system": {"_hooks", "protocols", "actors", "core", "supervision", "store", "graphs"},
     # The command line sits on top: it drives AgentSystem (``system``) and reads the store.
     "cli": {
         "system",
+        "session",
         "protocols",
         "core",
         "supervision",
@@ -74,7 +79,7 @@ ALLOWED: dict[str, set[str]] = {
     # Serving agents over A2A: asks of the agent system, served as the inspector is served.
     "serve": {"protocols", "core", "system", "inspector"},
     # The inspector sits on top: the agent system, the store and what they build on.
-    "inspector": {"protocols", "core", "supervision", "system"},
+    "inspector": {"protocols", "core", "session", "supervision", "system"},
     # Metrics read the AgentSystem's statistics (its type only, for annotations).
     "observe": {"protocols", "system"},
 }
@@ -167,7 +172,7 @@ def _private_reaches(path: Path, source: str | None = None) -> list[str]:
                 module = [*base, *(node.module.split(".") if node.module else [])]
             else:
                 module = (node.module or "").split(".")
-            # ``from ..supervision import _persist`` names a module as an imported name.
+            # ``from ..core import _validate`` names a module as an imported name.
             modules = [module, *([*module, alias.name] for alias in node.names)]
         else:
             continue
@@ -195,24 +200,24 @@ def test_no_layer_reaches_into_another_subpackages_private_modules(layer: str) -
 
 
 def test_the_private_module_checker_sees_a_reach() -> None:
-    # The system layer imports supervision only through its public namespace and seams...
-    module = PACKAGE / "system" / "_system.py"
+    # The session imports the store only through its public namespace and seams...
+    module = PACKAGE / "session" / "_system.py"
     assert _private_reaches(module) == []
     # ...and the checker would notice a reach past them, relative or absolute.
-    reach = "from ..supervision._persist import Persistence\n"
-    assert _private_reaches(module, reach) == ["arkhon_rheo.supervision._persist"]
+    reach = "from ..store._sqlite import SQLiteStore\n"
+    assert _private_reaches(module, reach) == ["arkhon_rheo.store._sqlite"]
     absolute = "from arkhon_rheo.protocols._io import record_call\n"
     assert _private_reaches(module, absolute) == ["arkhon_rheo.protocols._io"]
     hooks = "from .._hooks._faults import installed\nfrom .._hooks import installed\n"
     assert _private_reaches(module, hooks) == ["arkhon_rheo._hooks._faults"]
-    by_name = "from ..supervision import _persist\n"
-    assert _private_reaches(module, by_name) == ["arkhon_rheo.supervision._persist"]
+    by_name = "from ..core import _validate\n"
+    assert _private_reaches(module, by_name) == ["arkhon_rheo.core._validate"]
     plain = "import arkhon_rheo.store._sqlite\n"
     assert _private_reaches(module, plain) == ["arkhon_rheo.store._sqlite"]
-    seams = "from ..supervision._seams import Session\nfrom ..supervision import ExitReason\n"
+    seams = "from ..core._seams import state_label\nfrom ..store import MemoryStore\n"
     assert _private_reaches(module, seams) == []
     own = "from ._persist import Persistence\n"  # its own private modules are its own
-    assert _private_reaches(PACKAGE / "supervision" / "_record.py", own) == []
+    assert _private_reaches(PACKAGE / "session" / "_record.py", own) == []
 
 
 def test_the_checker_sees_a_violation() -> None:

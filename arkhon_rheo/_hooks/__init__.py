@@ -12,7 +12,7 @@ points of `arkhon_rheo.protocols` (`record_call`, `emit`, `schedule`) read them.
 Why a package of its own: these are running code, so they are not contracts
 (``protocols`` keeps those); their readers sit in layers that know nothing of
 each other (``store``, ``tools``, ``react``, ``protocols`` itself), so they
-cannot sit beside any one of them, nor in ``supervision``, which those layers
+cannot sit beside any one of them, nor in ``session``, which those layers
 may not import. This package lies below ``protocols`` and imports nothing of
 the package but the ``_errors`` leaf. It is not a leaf: ``tests/test_layering.py``
 lists the layers that may import it (``ALLOWED``), and they import this

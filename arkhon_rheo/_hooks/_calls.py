@@ -1,7 +1,7 @@
 """The recorder of a stage's calls, as the calls find it: one context variable.
 
 The supervisor puts a recorder (or, in a replay, a playback) in `RECORDER`
-around each stage it runs (``arkhon_rheo.supervision``'s `CallRecorder` and
+around each stage it runs (``arkhon_rheo.session``'s `CallRecorder` and
 `CallPlayback`); `record_call`, `record_stream`, `recorded` and `schedule`
 (the public entry points, in ``arkhon_rheo.protocols``) hand it their calls,
 and a `Toolbox` asks it where a call is made (`call_site`).

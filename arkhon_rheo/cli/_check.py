@@ -19,14 +19,8 @@ from rich.table import Table
 
 from .._errors import ArkhonError, KeyringError, SessionsDamaged
 from ..core import Keyring
-from ..core._seams import (
-    checked_fingerprint,
-    compiled,
-    differences,
-    legacy_schema,
-    same_form,
-    version_of,
-)
+from ..core._seams import checked_fingerprint, differences, legacy_schema, same_form, version_of
+from ..session._seams import compiled
 from ..system import AgentSystem
 from ._common import ExitStatus, console, print_json, read_only_store, shown, styled
 from ._load import load_machine

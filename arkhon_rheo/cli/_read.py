@@ -19,8 +19,8 @@ from rich.table import Table
 from .._errors import SessionsDamaged, StoreCorrupt
 from ..core._seams import differences, fingerprint, masked, waits_for
 from ..protocols import StateGraph
+from ..session._seams import Owner, is_dead
 from ..store._seams import store_at
-from ..system._seams import Owner, is_dead
 from ._common import (
     CommandError,
     ExitStatus,

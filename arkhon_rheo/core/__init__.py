@@ -1,14 +1,13 @@
-"""The pure core of a session: what one `Machine` compiles to, no event loop in sight.
+"""The pure core of a session: the kernel a session and its readers share, no event loop in sight.
 
-The compiled machine (built once per machine, kept on it), patch validation
-(`PatchValidator`), the event codec (`EventCodec`), the state digest
-(`StateHasher`), the machine's fingerprint, the float checks, the fold of a
-session's events (`fold`, `apply_event`) and the in-memory event log.
-Everything here is
-plain functions and objects over `arkhon_rheo.protocols`: nothing runs a task,
-awaits or imports anyio, so it is tested without a backend. The live
-supervisor (`arkhon_rheo.supervision`) and the agent system
-(`arkhon_rheo.system`) are built on it.
+Patch validation (`PatchValidator`), the event codec (`EventCodec`), the state
+digest (`StateHasher`), the machine's fingerprint, the float checks, the fold
+of a session's events (`fold`, `apply_event`), the keyring and sealed values,
+and what a stopped session waits for. Everything here is plain functions and
+objects over `arkhon_rheo.protocols`: nothing runs a task, awaits or imports
+anyio, so it is tested without a backend. The session (`arkhon_rheo.session`:
+the compiled machine, the supervisor, the agent system), the CLI and the
+inspector are built on it.
 
 How states become bytes, in one place:
 

@@ -1,16 +1,13 @@
 """Subgraphs: a machine used as a stage of another, run as a supervised child session.
 
-Built on `arkhon_rheo.protocols` and `arkhon_rheo.supervision`; the agent
-system, above it, runs the child sessions.
+The stage and its child sessions are run by `arkhon_rheo.session` (the host
+that launches a child, the wait of its parent, the session scope a stage finds
+its host in); this is their public namespace.
 """
 
 from __future__ import annotations
 
-from .._exports import publish
-from ._subgraph import SubgraphStage as SubgraphStage
-from ._subgraph import subgraph as subgraph
+from ..session import SubgraphStage as SubgraphStage
+from ..session import subgraph as subgraph
 
 __all__ = ["SubgraphStage", "subgraph"]
-
-publish(__name__, __all__, globals())
-del publish

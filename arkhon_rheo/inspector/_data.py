@@ -21,16 +21,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core import apply_event
-from ..core._seams import (
-    Upgrader,
-    compiled,
-    masked,
-    opener,
-    read_events,
-    session_codec,
-    shown_state,
-    waits_for,
-)
+from ..core._seams import masked, opener, session_codec, shown_state, waits_for
+from ..session._seams import Upgrader, compiled, read_events
 
 if TYPE_CHECKING:
     from ..core import Keyring

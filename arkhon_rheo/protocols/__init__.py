@@ -9,7 +9,7 @@ partial output a stage emits while it runs (`emit`, `Partial`, and the
 replies, tool specs, the model-client protocol).
 
 What answers the entry points is running code and lives beside its users: the
-partial-output hub and the call recorder in ``arkhon_rheo.supervision``, the
+partial-output hub and the call recorder in ``arkhon_rheo.session``, the
 context variables a running stage is seen through (fault injector, recorder,
 output scope, resources) in the private ``arkhon_rheo._hooks`` below this
 layer, the only part of the package it imports.

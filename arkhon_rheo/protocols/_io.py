@@ -25,7 +25,7 @@ not recorded on its own.
 This module holds the entry points. What answers them (a `Recorder`, found
 through the `RECORDER` context variable) is running code: the variable lives
 in ``arkhon_rheo._hooks``, and the recorder and the playback that the
-supervisor puts there around a stage in ``arkhon_rheo.supervision``
+supervisor puts there around a stage in ``arkhon_rheo.session``
 (`CallRecorder`, `CallPlayback`).
 """
 

@@ -7,7 +7,7 @@ events and the partial items in one order) receives each piece as a
 `Partial` as soon as it is emitted. The stage host (the session supervisor)
 sets, for each attempt of each stage, the scope that ``emit`` publishes in;
 that scope, the hub of a session's subscribers and the subscriptions are
-running code, in ``arkhon_rheo.supervision``. This module holds the contract.
+running code, in ``arkhon_rheo.session``. This module holds the contract.
 
 The contract:
 

@@ -2,7 +2,9 @@
 
 aiosqlite runs the connection in its own thread and hands results back through
 ``asyncio`` futures, so it only works on asyncio; `._open.open_driver` loads
-this module only there. Each statement of a script is one awaited call.
+this module only there, and only when asked for: aiosqlite is an optional extra
+(``pip install 'arkhon-rheo[aiosqlite]'``), checked by `._open.check_driver`.
+Each statement of a script is one awaited call.
 """
 
 from __future__ import annotations

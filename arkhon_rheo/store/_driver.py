@@ -9,16 +9,20 @@ script on its connection:
   (`._thread_writer`), whose own thread runs each script whole
   (`ThreadDriver.run_now`). `ThreadDriver.run` (one `anyio.to_thread.run_sync`
   call per script) remains for callers without that thread.
-* ``"aiosqlite"`` (asyncio only, on request): each statement is awaited on
+* ``"aiosqlite"`` (asyncio only, on request, an optional extra:
+  ``pip install 'arkhon-rheo[aiosqlite]'``): each statement is awaited on
   aiosqlite's connection. aiosqlite is asyncio-only (each call awaits an
   ``asyncio`` future; under trio it fails with "trio.run received unrecognized
-  yield message"), so it lives in its own adapter module, `._aiosqlite`.
+  yield message"), so it lives in its own adapter module, `._aiosqlite`, loaded
+  only when asked for.
 
 `._open.open_driver` picks one of them by name.
 
-Why ``"auto"`` is the thread driver on asyncio too: a transaction costs one
-thread hop there, against one per statement (five or six) on aiosqlite
-(``bench/store.py`` compares them; the docs' Performance page quotes its figures).
+Why the thread driver is the one writer (``"auto"``, on asyncio too): it is the
+only one that runs on trio, and a transaction costs one thread hop there,
+against one per statement (five to seven) on aiosqlite, whose public API has no
+way to run a transaction's statements in one hop (``bench/store.py`` compares
+them; the docs' Performance page, "One SQLite writer", quotes the figures).
 
 Every `sqlite3` error is translated here into a `StoreError` (`StoreCorrupt`
 when SQLite says the file is damaged or is not a database) and thrown into the

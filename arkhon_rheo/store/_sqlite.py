@@ -26,7 +26,7 @@ from ._codec import (
 )
 from ._driver import DriverName, ThreadDriver
 from ._group_commit import GroupCommitStore
-from ._open import open_driver
+from ._open import check_driver, open_driver
 from ._schema import inspect_file, prepare
 from ._thread_writer import ThreadWriter
 from ._work import check_claim
@@ -86,7 +86,8 @@ class SQLiteStore(GroupCommitStore):
     commits each batch in one transaction while the event loop builds the next,
     and wakes the batch's callers with one call back into the loop.
     ``driver="aiosqlite"`` runs it on aiosqlite instead, with a writer task
-    (asyncio only; one await per statement, so it is slower).
+    (asyncio only; one await per statement, so it is slower; an optional extra:
+    ``pip install 'arkhon-rheo[aiosqlite]'``).
 
     Opening a file that is not SQLite, another application's SQLite database, a
     store of another schema version or a damaged one raises `StoreCorrupt` and
@@ -106,12 +107,13 @@ class SQLiteStore(GroupCommitStore):
             takes a while: its whole inbox is rewritten); past it, opening raises
             `StoreUpgrading`. The wait can be cancelled.
         driver: ``"auto"`` (the same as ``"thread"``), ``"thread"`` or ``"aiosqlite"``
-            (asyncio only).
+            (asyncio only, and only with the ``aiosqlite`` extra installed).
         clock: Returns the wall-clock time in seconds; records are stamped and
             leases expire by it. Processes sharing a file must share a clock.
 
     Raises:
-        ConfigurationError: An argument is out of range.
+        ConfigurationError: An argument is out of range, or ``driver="aiosqlite"``
+            without the aiosqlite package (the message says what to install).
     """
 
     def __init__(
@@ -137,10 +139,7 @@ class SQLiteStore(GroupCommitStore):
             raise ConfigurationError(
                 f"upgrade_timeout must be >= 0 seconds, not {upgrade_timeout!r}"
             )
-        if driver not in ("auto", "aiosqlite", "thread"):
-            raise ConfigurationError(
-                f"driver must be 'auto', 'aiosqlite' or 'thread', not {driver!r}"
-            )
+        check_driver(driver)
         self._batch_max = batch_max
         self._max_pending = max_pending
         self._busy_timeout = busy_timeout

@@ -1,23 +1,22 @@
-"""Session supervision: the live supervisor of one session.
+"""Session supervision: how the supervisor that runs each session handles its failures.
 
-The session's record, its stages (inline or as actors), the supervisor's step
-and commit, failure classification, the restart policy, the recorder and
-playback of a stage's calls, and the write of each commit to the store. It
-builds on the pure core (`arkhon_rheo.core`: the compiled machine, validation,
-the codec, the digest, the fold), on `arkhon_rheo.actors` and on
-`arkhon_rheo.protocols`.
+The restart policy (`Backoff`, `RestartIntensity`, `RestartWindow`,
+`RestartStrategy`), the classification of a stage's exceptions
+(`Classifier`), how stages run (`StageMode`) and why a session ended
+(`ExitReason`). The supervisor itself, its stages, the commit and the write to
+the store live in `arkhon_rheo.session`, with the rest of the session; this is
+their public namespace.
 """
 
 from __future__ import annotations
 
-from .._exports import publish
-from ._policy import Backoff as Backoff
-from ._policy import Classifier as Classifier
-from ._policy import RestartIntensity as RestartIntensity
-from ._policy import RestartStrategy as RestartStrategy
-from ._policy import RestartWindow as RestartWindow
-from ._record import ExitReason as ExitReason
-from ._record import StageMode as StageMode
+from ..session import Backoff as Backoff
+from ..session import Classifier as Classifier
+from ..session import ExitReason as ExitReason
+from ..session import RestartIntensity as RestartIntensity
+from ..session import RestartStrategy as RestartStrategy
+from ..session import RestartWindow as RestartWindow
+from ..session import StageMode as StageMode
 
 __all__ = [
     "Backoff",
@@ -28,6 +27,3 @@ __all__ = [
     "RestartWindow",
     "StageMode",
 ]
-
-publish(__name__, __all__, globals())
-del publish

@@ -7,21 +7,23 @@ fork, rollback, resume, and the answers to a gate); `ReplayReport` (and its
 `Divergence`) is what checking a stored log found. `Worker` drives the
 sessions a shared store has something to do for (`AgentSystem.submit` stores
 them for it).
+
+This is the facade over sessions, stores and workers: what it exports lives in
+`arkhon_rheo.session`, with the rest of the session.
 """
 
 from __future__ import annotations
 
-from .._exports import publish
-from ._ask import Reply as Reply
-from ._handle import SessionHandle as SessionHandle
-from ._handle import SessionResult as SessionResult
-from ._mail import Sent as Sent
-from ._registry import AgentStatistics as AgentStatistics
-from ._stored import StoredSession as StoredSession
-from ._system import AgentSystem as AgentSystem
-from ._verify import Divergence as Divergence
-from ._verify import ReplayReport as ReplayReport
-from ._worker import Worker as Worker
+from ..session import AgentStatistics as AgentStatistics
+from ..session import AgentSystem as AgentSystem
+from ..session import Divergence as Divergence
+from ..session import ReplayReport as ReplayReport
+from ..session import Reply as Reply
+from ..session import Sent as Sent
+from ..session import SessionHandle as SessionHandle
+from ..session import SessionResult as SessionResult
+from ..session import StoredSession as StoredSession
+from ..session import Worker as Worker
 
 __all__ = [
     "AgentStatistics",
@@ -35,6 +37,3 @@ __all__ = [
     "StoredSession",
     "Worker",
 ]
-
-publish(__name__, __all__, globals())
-del publish

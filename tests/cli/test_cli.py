@@ -24,8 +24,8 @@ import pytest
 from arkhon_rheo import AgentState, Machine, Patch, StateView, stage
 from arkhon_rheo import Lifecycle as L
 from arkhon_rheo.cli import demo_agent, main
+from arkhon_rheo.session._owner import Owner
 from arkhon_rheo.store import SQLiteStore
-from arkhon_rheo.system._owner import Owner
 
 MACHINE = "arkhon_rheo.cli:demo_agent"
 BACKENDS = pytest.mark.parametrize("backend", ["asyncio", "trio"])

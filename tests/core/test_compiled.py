@@ -18,8 +18,8 @@ from arkhon_rheo import (
     StateView,
     stage,
 )
-from arkhon_rheo.core._compiled import compiled
 from arkhon_rheo.errors import IllegalTransition, InvariantViolation
+from arkhon_rheo.session._compiled import compiled
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -11,8 +11,6 @@ import pytest
 from pydantic import ConfigDict
 
 from arkhon_rheo import AgentSystem, FailureRecord, Lifecycle, Machine, Patch
-from arkhon_rheo.core._compiled import compiled
-from arkhon_rheo.core._eventlog import EventLog, Interner
 from arkhon_rheo.protocols import (
     AssistantMessage,
     ErrorClass,
@@ -23,6 +21,8 @@ from arkhon_rheo.protocols import (
     TransitionEvent,
     UserMessage,
 )
+from arkhon_rheo.session._compiled import compiled
+from arkhon_rheo.session._eventlog import EventLog, Interner
 from arkhon_rheo.testing import ReferenceState, ReferenceStep, reference_machine
 
 L = Lifecycle

@@ -22,7 +22,7 @@ from arkhon_rheo import (
     stage,
 )
 from arkhon_rheo.core import fold
-from arkhon_rheo.core._seams import EventCodec
+from arkhon_rheo.core._codec import EventCodec
 from arkhon_rheo.errors import UnserializablePatch
 from arkhon_rheo.protocols import EventKind, StoredEvent
 from arkhon_rheo.supervision import Backoff

@@ -31,7 +31,7 @@ from arkhon_rheo import (
     TransitionEvent,
     stage,
 )
-from arkhon_rheo.core._seams import PatchValidator
+from arkhon_rheo.core._validate import PatchValidator
 from arkhon_rheo.errors import (
     ContractViolation,
     InvalidPatch,

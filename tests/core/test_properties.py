@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from arkhon_rheo import AgentState, Condition, History, Machine, Patch, StateView, stage
-from arkhon_rheo.core._seams import PatchValidator
+from arkhon_rheo.core._validate import PatchValidator
 from arkhon_rheo.errors import InvalidPatch, InvariantViolation, UndeclaredWrite
 from arkhon_rheo.protocols import SUPERVISOR_FIELDS, ErrorClass, FailureRecord
 

@@ -10,9 +10,10 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from arkhon_rheo import AgentState, ConfigurationError, History, Machine, Patch, StateView, stage
-from arkhon_rheo.core._seams import compiled, masked, session_codec, shown_state
+from arkhon_rheo.core._sealed import masked, session_codec, shown_state
 from arkhon_rheo.errors import KeyringError, StoreCorrupt
 from arkhon_rheo.protocols import EventKind, Sensitive, TransitionEvent
+from arkhon_rheo.session._compiled import compiled
 
 pytest.importorskip("cryptography", reason="the `secrets` extra (cryptography) is not installed")
 

@@ -23,8 +23,8 @@ from arkhon_rheo import (
     subgraph,
 )
 from arkhon_rheo.protocols import EventKind, Receive
+from arkhon_rheo.session import _child_wait as child_wait
 from arkhon_rheo.store import PostgresStore
-from arkhon_rheo.supervision import _child_wait as child_wait
 from arkhon_rheo.system import Worker
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 from typing_extensions import TypedDict
 
 from arkhon_rheo import AgentSystem, ConfigurationError, Gate
-from arkhon_rheo.core._seams import fingerprint
+from arkhon_rheo.core._fingerprint import fingerprint
 from arkhon_rheo.protocols import ResponseSchema, UserMessage
 from arkhon_rheo.react import (
     AnswerUnavailable,

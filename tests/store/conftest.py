@@ -2,13 +2,15 @@
 
 ``memory`` is `MemoryStore`; ``sync``, ``batched`` and ``async`` are `SQLiteStore` in
 that mode with the default driver (threads); ``aiosqlite`` is `SQLiteStore` on
-aiosqlite (asyncio only: skipped on trio); ``postgres`` is `PostgresStore` (batched)
+aiosqlite (asyncio only: skipped on trio, and where the optional ``aiosqlite``
+extra is not installed); ``postgres`` is `PostgresStore` (batched)
 on a fresh database of the test run's throwaway server (skipped without PostgreSQL).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -21,6 +23,11 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 AnyStore = MemoryStore | SQLiteStore | PostgresStore
+#: aiosqlite is an optional extra (``pip install 'arkhon-rheo[aiosqlite]'``; in ``dev`` too).
+HAVE_AIOSQLITE = importlib.util.find_spec("aiosqlite") is not None
+NO_AIOSQLITE = (
+    "aiosqlite is not installed (an optional extra: pip install 'arkhon-rheo[aiosqlite]')"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +69,8 @@ def make_store(
     """Make a new store of the kind; SQLite ones all open the same file (Postgres: database)."""
     if kind.driver == "aiosqlite" and anyio_backend != "asyncio":
         pytest.skip("aiosqlite runs on asyncio only")
+    if kind.driver == "aiosqlite" and not HAVE_AIOSQLITE:
+        pytest.skip(NO_AIOSQLITE)
     url = request.getfixturevalue("postgres_url") if kind.postgres else ""
 
     def make(**options: Any) -> AnyStore:

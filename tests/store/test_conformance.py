@@ -1,8 +1,9 @@
 """The store conformance suite (`arkhon_rheo.testing.StoreConformance`) on the package's stores.
 
 `MemoryStore`; `SQLiteStore` in each durability mode on its default driver
-(a thread), and on aiosqlite (asyncio only). The SQLite classes run the
-upgrade tests on copies of the version 3, 4 and 5 files in ``tests/fixtures``.
+(a thread), and on aiosqlite (asyncio only; skipped without the optional extra).
+The SQLite classes run the upgrade tests on copies of the version 3, 4 and 5
+files in ``tests/fixtures``.
 `PostgresStore` in each durability mode on the run's throwaway server (skipped
 without PostgreSQL binaries): ``BATCHED`` in the default suite, ``SYNC`` and
 ``ASYNC`` in the slow one (each mode costs a minute or two: every test opens
@@ -29,6 +30,7 @@ from arkhon_rheo.protocols import Durability
 from arkhon_rheo.store import MemoryStore, PostgresStore, SQLiteStore
 from arkhon_rheo.testing import FaultyStore, StoreConformance
 from tests.fixtures import store_v3, store_v4, store_v5
+from tests.store.conftest import HAVE_AIOSQLITE, NO_AIOSQLITE
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -103,6 +105,7 @@ class TestSQLiteAsync(_SQLite):
     deferred_refusals = True
 
 
+@pytest.mark.skipif(not HAVE_AIOSQLITE, reason=NO_AIOSQLITE)
 class TestSQLiteAiosqlite(_SQLite):
     durability = Durability.BATCHED
     driver = "aiosqlite"

@@ -2,8 +2,9 @@
 
 ``memory`` is `MemoryStore`; ``sync``, ``batched`` and ``async`` are `SQLiteStore` in
 that mode with the default driver (threads); ``aiosqlite`` is `SQLiteStore` on
-aiosqlite (asyncio only: skipped on trio); ``postgres`` is `PostgresStore`. Files that
-must be refused are in ``test_store_files.py``. What the protocol asks of every store
+aiosqlite (asyncio only: skipped on trio, and without the optional extra);
+``postgres`` is `PostgresStore`. Files that must be refused are in
+``test_store_files.py``. What the protocol asks of every store
 (the log, sessions, refusals, leases, inboxes, effects, reopening) is the conformance
 suite's, run on each store by ``test_conformance.py``; these tests are the package's
 stores' own: their options, writers, batching, codec, modes and what their errors say.
@@ -16,6 +17,7 @@ import dataclasses
 import json
 import math
 import sqlite3
+import sys
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,6 +30,7 @@ from arkhon_rheo.errors import DuplicateEvent, InboxFull, LeaseLost, Unserializa
 from arkhon_rheo.protocols import Durability, NewMessage, Store, StoredEvent
 from arkhon_rheo.protocols._encoded import EncodedJson
 from arkhon_rheo.store import SQLiteStore, StoreState
+from tests.store.conftest import HAVE_AIOSQLITE, NO_AIOSQLITE
 from tests.support.store_rows import WriterBegins
 
 if TYPE_CHECKING:
@@ -400,6 +403,7 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         SQLiteStore(tmp_path / "x.db", durability="sync")  # type: ignore[arg-type]
 
 
+@pytest.mark.skipif(not HAVE_AIOSQLITE, reason=NO_AIOSQLITE)
 async def test_aiosqlite_runs_on_asyncio_only(tmp_path: Path, anyio_backend: str) -> None:
     store = SQLiteStore(tmp_path / "x.db", driver="aiosqlite")
     if anyio_backend == "asyncio":
@@ -409,6 +413,18 @@ async def test_aiosqlite_runs_on_asyncio_only(tmp_path: Path, anyio_backend: str
         with pytest.raises(ConfigurationError, match="asyncio only, not trio"):
             await store.__aenter__()
         assert store.state is StoreState.CLOSED
+
+
+async def test_the_aiosqlite_driver_without_its_extra_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if the package were not installed: its import fails, and nothing is found.
+    monkeypatch.setitem(sys.modules, "aiosqlite", None)
+    with pytest.raises(ConfigurationError, match=r"pip install 'arkhon-rheo\[aiosqlite\]'"):
+        SQLiteStore(tmp_path / "x.db", driver="aiosqlite")
+    # The default driver needs nothing of it.
+    async with SQLiteStore(tmp_path / "x.db") as store:
+        await store.create_session("s", machine="m", snapshot={})
 
 
 async def test_a_value_sqlite_cannot_take_fails_only_its_own_write(

@@ -9,12 +9,12 @@ import anyio
 import pytest
 
 from arkhon_rheo import Patch, TransitionEvent
-from arkhon_rheo.core._compiled import compiled
 from arkhon_rheo.errors import DuplicateEvent
 from arkhon_rheo.protocols import EventKind
+from arkhon_rheo.session._compiled import compiled
+from arkhon_rheo.session._persist import Persistence
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.store._done import running_library
-from arkhon_rheo.supervision._persist import Persistence
 from arkhon_rheo.testing import ReferenceState, ReferenceStep, reference_machine
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from arkhon_rheo.errors import UnrecordableCall
 from arkhon_rheo.protocols import AssistantMessage, ModelReply, ToolCall, ToolMessage, Usage
 from arkhon_rheo.protocols._io import _jsonable
 from arkhon_rheo.protocols._seams import json_data
-from arkhon_rheo.supervision._as_recorded import validation_checks_json
-from arkhon_rheo.supervision._seams import CallRecorder
+from arkhon_rheo.session._as_recorded import validation_checks_json
+from arkhon_rheo.session._recording import CallRecorder
 
 
 class _Label(str):

@@ -27,9 +27,9 @@ from arkhon_rheo import (
     stage,
 )
 from arkhon_rheo.errors import ReplayDiverged, UnrecordableCall
+from arkhon_rheo.session._recording import CallPlayback, CallRecorder
 from arkhon_rheo.store._schema import SCHEMA_VERSION
 from arkhon_rheo.supervision import StageMode
-from arkhon_rheo.supervision._seams import CallPlayback, CallRecorder
 from arkhon_rheo.testing import ReferenceState, reference_machine
 
 pytestmark = pytest.mark.anyio

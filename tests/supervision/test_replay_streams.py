@@ -23,7 +23,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.errors import MailboxFull, ReplayDiverged
 from arkhon_rheo.protocols import AssistantMessage, ModelReply, ReplyDelta
-from arkhon_rheo.supervision._seams import CallPlayback, CallRecorder
+from arkhon_rheo.session._recording import CallPlayback, CallRecorder
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

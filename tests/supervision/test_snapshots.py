@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from arkhon_rheo import AgentSystem, ExitReason
-from arkhon_rheo.supervision._persist import EVENT_BYTES, SNAPSHOT_MIN_BYTES
+from arkhon_rheo.session._persist import EVENT_BYTES, SNAPSHOT_MIN_BYTES
 from tests.fixtures.store_v3 import Ledger, ledger_machine
 from tests.support.store_rows import snapshot_state
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from arkhon_rheo import AgentSystem
-from arkhon_rheo.system import _default_store
+from arkhon_rheo.session import _default_store
 
 if TYPE_CHECKING:
     from pathlib import Path

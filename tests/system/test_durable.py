@@ -21,7 +21,7 @@ from arkhon_rheo import (
     stage,
 )
 from arkhon_rheo.core import fold
-from arkhon_rheo.core._seams import EventCodec
+from arkhon_rheo.core._codec import EventCodec
 from arkhon_rheo.protocols import Durability, EventKind, TransitionEvent
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from arkhon_rheo.testing import ReferenceState, reference_machine

@@ -21,8 +21,8 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.errors import InboxFull, MessageRefused
 from arkhon_rheo.protocols import EventKind, Receive
-from arkhon_rheo.supervision._seams import Session
-from arkhon_rheo.system._handle import session_of
+from arkhon_rheo.session._handle import session_of
+from arkhon_rheo.session._record import Session
 from arkhon_rheo.testing import VirtualClock
 from tests.support.tickets import (
     TICKETS,

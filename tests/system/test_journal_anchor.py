@@ -14,8 +14,8 @@ import pytest
 
 from arkhon_rheo import AgentSystem, SQLiteStore
 from arkhon_rheo.protocols import EventKind
+from arkhon_rheo.session._journal import Journal
 from arkhon_rheo.store import MemoryStore
-from arkhon_rheo.system._journal import Journal
 from tests.support.work_machine import COUNTER, Counting
 
 if TYPE_CHECKING:

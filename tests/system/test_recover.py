@@ -22,8 +22,8 @@ import pytest
 
 from arkhon_rheo import AgentSystem, SessionLocked
 from arkhon_rheo.protocols import EventKind
+from arkhon_rheo.session._owner import Owner, is_dead
 from arkhon_rheo.store import MemoryStore, SQLiteStore
-from arkhon_rheo.system._owner import Owner, is_dead
 from tests.support.recover_child import job_machine
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.errors import RecordedCallFailed, ReplayDiverged, UnrecordableCall
 from arkhon_rheo.protocols import EventKind, Gate
-from arkhon_rheo.supervision._seams import CallPlayback, CallRecorder
+from arkhon_rheo.session._recording import CallPlayback, CallRecorder
 from tests.support.store_rows import event_patch, set_event, snapshot_state
 
 if TYPE_CHECKING:

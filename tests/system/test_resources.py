@@ -33,7 +33,7 @@ from arkhon_rheo import Lifecycle as L
 from arkhon_rheo.errors import ResourceUnavailable
 from arkhon_rheo.models import OpenAIChatClient
 from arkhon_rheo.react import ReactState, react_agent
-from arkhon_rheo.system._journal import Journal
+from arkhon_rheo.session._journal import Journal
 from tests.support.chat_server import Canned, open_chat_server
 
 if TYPE_CHECKING:

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from arkhon_rheo import AgentSystem, ExitReason
-from arkhon_rheo.core._seams import compiled, is_sealed
+from arkhon_rheo.core._sealed import is_sealed
 from arkhon_rheo.errors import KeyringError
 from arkhon_rheo.inspector._data import load_timeline
 from arkhon_rheo.protocols import EventKind
 from arkhon_rheo.protocols._seams import SENSITIVE
+from arkhon_rheo.session._compiled import compiled
 from arkhon_rheo.store import SQLiteStore
 from tests.support import sealed_versions as S
 

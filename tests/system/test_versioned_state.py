@@ -23,7 +23,7 @@ import anyio
 import pytest
 
 from arkhon_rheo import AgentSystem, ConfigurationError, ExitReason, Machine
-from arkhon_rheo.core._seams import fingerprint
+from arkhon_rheo.core._fingerprint import fingerprint
 from arkhon_rheo.protocols import EventKind, Upgrade
 from arkhon_rheo.store import MemoryStore, SQLiteStore
 from tests.support import versioned as V

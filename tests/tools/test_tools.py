@@ -26,8 +26,8 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.errors import ToolTimeout
 from arkhon_rheo.protocols import ToolCall, ToolMessage, ToolRunner
+from arkhon_rheo.session._recording import CallPlayback, CallRecorder
 from arkhon_rheo.supervision import Backoff
-from arkhon_rheo.supervision._seams import CallPlayback, CallRecorder
 from arkhon_rheo.tools import Tool, Toolbox, ToolError, tool
 
 L = Lifecycle

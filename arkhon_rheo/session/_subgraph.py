@@ -17,7 +17,7 @@ answers that call from the record: the child does not run again.
 A child that stops without ending (paused at a gate, parked waiting for a
 message) makes the stage raise `ChildWaits`: the parent's supervisor parks the
 parent until the child's end is posted to its inbox, then runs the step again,
-which finds the child ended (see ``supervision/_child_wait.py``).
+which finds the child ended (see ``session/_child_wait.py``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .._errors import ConfigurationError, SubgraphFailed
 from ..protocols import AgentState, Machine, Patch, Stage, StateView, record_call
-from ..supervision._seams import ChildWaits, take_child_end
-from ._host import current_scope
+from ._child_wait import ChildWaits, take_child_end
+from ._scope import current_scope
 
 if TYPE_CHECKING:
     import enum

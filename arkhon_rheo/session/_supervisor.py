@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     import enum
     from collections.abc import Awaitable
 
-    from ..core._seams import StatePlan
     from ..protocols import AgentState, Stage
+    from ._compiled import StatePlan
     from ._record import Session
     from ._stages import StageSlot
 

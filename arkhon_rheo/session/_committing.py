@@ -15,16 +15,17 @@ import enum
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ArkhonError, IllegalTransition, PreconditionFailed
-from ..core._seams import check_edge, check_invariants, state_label, step_moves, with_fields
+from ..core._seams import check_edge, check_invariants, state_label, step_moves
 from ..protocols import ErrorClass, EventKind, Patch
+from ._compiled import with_fields
 from ._record import ExitReason, failure_record
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from ..core._seams import StatePlan
     from ..protocols import AgentState, FailureRecord, Stage, TransitionEvent
     from ..protocols._seams import ScheduledMessage
+    from ._compiled import StatePlan
     from ._inbox import Delivery, Inbox
     from ._persist import Mail
     from ._record import Session

@@ -21,11 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
-from ._codec import EventCodec
-from ._digest import StateHasher
+from ..core._seams import EventCodec, PatchValidator, StateHasher, fingerprint
 from ._eventlog import Interner
-from ._fingerprint import fingerprint
-from ._validate import PatchValidator
 
 if TYPE_CHECKING:
     import enum

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .._construct import internal_only, make
 from ..protocols import AgentState, FailureRecord, TransitionEvent
 from ..protocols._seams import DEFAULT_CAPACITY
-from ..supervision import ExitReason
+from ._record import ExitReason
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from ..actors import ActorRef
     from ..protocols import Partial, SessionStream
-    from ..supervision._seams import Session
+    from ._record import Session
 
 __all__ = ["SessionHandle", "SessionResult", "new_handle", "session_of"]
 

@@ -18,16 +18,17 @@ import anyio
 
 from .._errors import ConfigurationError, SessionBusy, SessionNotFound, SystemNotRunning
 from .._hooks import installed, resources_scope
-from ..core._seams import compiled
-from ..graphs._seams import session_scope
 from ..protocols import AgentState, WallClock
 from ..protocols._seams import gate_commits
-from ..supervision import ExitReason
-from ..supervision._seams import Session, SessionSupervisor, post_child_end
+from ._child_wait import post_child_end
+from ._compiled import compiled
 from ._handle import new_handle, session_of
 from ._journal import Journal
 from ._options import check_budget, check_keyring
+from ._record import ExitReason, Session
+from ._scope import session_scope
 from ._secrets import HeldValues, held_values
+from ._supervisor import SessionSupervisor
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -36,14 +37,14 @@ if TYPE_CHECKING:
     from .._hooks import FaultInjector
     from ..actors import ActorSystem
     from ..core import Keyring
-    from ..graphs._seams import SubgraphHost
     from ..protocols import Clock, Machine, Store, TransitionEvent
-    from ..supervision._seams import EventListener, SessionConfig
     from ._claims import Claim, Claims
     from ._handle import SessionHandle
     from ._owner import Owner
+    from ._record import EventListener, SessionConfig
     from ._registry import Registry
     from ._resources import Resources
+    from ._scope import SubgraphHost
 
 __all__ = ["SessionHost", "child_link"]
 

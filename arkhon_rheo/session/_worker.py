@@ -36,13 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import (
-    ArkhonError,
-    ConfigurationError,
-    PoisonSession,
-    StoreError,
-    StoreUnavailable,
-)
+from .._errors import ArkhonError, ConfigurationError, PoisonSession, StoreError, StoreUnavailable
 from .._log import get_logger
 from .._redact import scrub
 from ..protocols import Machine, WorkQueue
@@ -58,8 +52,8 @@ if TYPE_CHECKING:
 
     from ..core import Keyring
     from ..protocols import Clock, SessionRecord, Store
-    from ..supervision._seams import EventListener
     from ._handle import SessionHandle
+    from ._record import EventListener
 
 __all__ = ["Worker"]
 

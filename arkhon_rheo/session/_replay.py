@@ -24,16 +24,9 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from .._errors import StoreCorrupt
-from ..core._seams import (
-    UPGRADE,
-    StoredForm,
-    compiled,
-    opener,
-    read_events,
-    same_form,
-    unmarked,
-)
-from ._forms import named
+from ..core._seams import StoredForm, opener, same_form
+from ._compiled import compiled
+from ._forms import UPGRADE, named, read_events, unmarked
 from ._secrets import held_values
 from ._verify import Divergence, ReplayReport, digest_differs, verify
 

@@ -25,9 +25,10 @@ from pydantic import ValidationError
 
 from .._redact import scrub_secrets
 from ..core import apply_event
-from ..core._seams import open_message
 from ..protocols import AgentState, EventKind, StateView, TransitionEvent
-from ..supervision._seams import CallPlayback, run_stage
+from ._recording import CallPlayback
+from ._sealed_mail import open_message
+from ._stages import run_stage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, MessageRefused, UndeclaredWrite
-from ..core._seams import compiled
 from ..protocols import (
     SUPERVISOR_FIELDS,
     Abort,
@@ -24,6 +23,7 @@ from ..protocols import (
     Patch,
 )
 from ..protocols._seams import SENSITIVE, sensitive_fields
+from ._compiled import compiled
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

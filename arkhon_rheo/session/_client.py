@@ -12,8 +12,8 @@ import uuid
 from typing import TYPE_CHECKING, TypeVar
 
 from .._errors import ConfigurationError, SessionError
-from ..core._seams import compiled
 from ..protocols import AgentState
+from ._compiled import compiled
 from ._options import check_initial
 
 if TYPE_CHECKING:

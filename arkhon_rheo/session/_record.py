@@ -21,8 +21,10 @@ import anyio
 from .._log import get_logger
 from .._redact import scrub_secrets
 from ..actors._seams import LazyEvent
-from ..core._seams import EventLog, compiled, state_label
+from ..core._seams import state_label
 from ..protocols import Clock, ErrorClass, EventKind, FailureRecord, TransitionEvent, WallClock
+from ._compiled import compiled
+from ._eventlog import EventLog
 from ._partials import PartialHub
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
@@ -30,8 +32,9 @@ from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from ..core._seams import CompiledMachine, PatchValidator
+    from ..core._seams import PatchValidator
     from ..protocols import AgentState, Machine, Patch, StoredMessage
+    from ._compiled import CompiledMachine
     from ._persist import Persistence
 
 __all__ = [

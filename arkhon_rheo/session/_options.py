@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
 from .._redact import register_secret
-from ..supervision import StageMode
-from ..supervision._seams import SessionConfig
+from ._record import SessionConfig, StageMode
 
 if TYPE_CHECKING:
     from ..protocols import AgentState, Machine

@@ -38,12 +38,12 @@ from .._errors import (
     SessionLocked,
 )
 from .._log import get_logger
-from ..core._seams import seal_message
 from ..protocols import Machine, NewMessage, message_kind
 from ..protocols._seams import DECISIONS
-from ..supervision._seams import message_record
+from ._inbox import message_record
 from ._journal import Journal
 from ._options import check_positive
+from ._sealed_mail import seal_message
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable

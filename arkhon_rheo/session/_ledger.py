@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .._errors import ConfigurationError, SessionError
 from ..protocols import Patch, TransitionEvent
-from ..supervision import ExitReason
+from ._record import ExitReason
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from ..protocols import AgentState, EventKind, FailureRecord, Machine
-    from ..supervision._seams import Session
+    from ._record import Session
 
 __all__ = [
     "Ledger",

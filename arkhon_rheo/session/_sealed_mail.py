@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic_core import to_json
 
 from .._errors import KeyringError
+from ..core._seams import opener
 from ..protocols._seams import sensitive_fields
-from ._sealed import opener
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from ._keyring import Keyring
+    from ..core import Keyring
 
 __all__ = ["open_message", "seal_message"]
 

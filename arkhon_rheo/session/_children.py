@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._errors import ArkhonError, SessionLocked, SessionNotFound
 from .._log import get_logger
-from ..graphs import SubgraphStage
-from ..graphs._seams import ChildOutcome
 from ..protocols import AgentState, EventKind, Machine
-from ..supervision import ExitReason
-from ..supervision._seams import post_child_end
+from ._child_wait import post_child_end
 from ._handle import session_of
 from ._journal import Journal
 from ._mail import ENDED
 from ._owner import is_dead
+from ._record import ExitReason
+from ._scope import ChildOutcome
+from ._subgraph import SubgraphStage
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

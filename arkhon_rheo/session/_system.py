@@ -4,8 +4,9 @@ It keeps the system's lifecycle and its leases; what the operations on
 sessions need of it (the claim on a session, the launch of its supervisor...)
 is its `SessionHost`'s, which it hands to each `StoredSession`; the operations
 on stored sessions are `StoredSession`'s, a session's store record is its
-`Journal`'s. It sits above both `supervision` and `store`, since by
-default it keeps its sessions in a SQLite file.
+`Journal`'s. It lives in `arkhon_rheo.session` with all of those, above
+`store`, since by default it keeps its sessions in a SQLite file;
+`arkhon_rheo.system` is its public namespace.
 """
 
 from __future__ import annotations
@@ -16,16 +17,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 
-from .._errors import (
-    SessionError,
-    SessionLocked,
-    SessionNotFound,
-)
+from .._errors import SessionError, SessionLocked, SessionNotFound
 from ..actors import ActorSystem
 from ..protocols import AgentState, Durability, Machine
 from ..store._seams import owned_store
-from ..supervision import StageMode
-from ..supervision._seams import EventListener
 from ._ask import Replies
 from ._children import ChildHost, tell_parked_parents, wake_cut_parents, wake_parent, with_subgraphs
 from ._claims import Claims
@@ -43,6 +38,7 @@ from ._options import (
     session_config,
 )
 from ._owner import Owner
+from ._record import EventListener, StageMode
 from ._recovery import orphaned
 from ._registry import AgentStatistics, Registry
 from ._resources import Resources
@@ -56,9 +52,9 @@ if TYPE_CHECKING:
     from .._hooks import FaultInjector
     from ..core import Keyring
     from ..protocols import Clock, SessionRecord, Store
-    from ..supervision import Backoff, Classifier, RestartIntensity, RestartStrategy
-    from ..supervision._seams import EventListener
     from ._handle import SessionHandle, SessionResult
+    from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
+    from ._record import EventListener
 
 __all__ = ["AgentSystem"]
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
     from ..protocols import AgentState, FailureRecord, Machine
-    from ..supervision._seams import Session
+    from ._record import Session
 
 __all__ = ["ChildOutcome", "SessionScope", "SubgraphHost", "current_scope", "session_scope"]
 

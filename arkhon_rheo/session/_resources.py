@@ -28,8 +28,8 @@ import anyio
 from .._errors import ResourceUnavailable, SystemNotRunning
 from .._log import get_logger
 from .._redact import scrub
-from ..graphs import SubgraphStage
 from ..protocols._seams import is_async_context_manager
+from ._subgraph import SubgraphStage
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -16,29 +16,25 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, StoreCorrupt
 from ..core import fold
-from ..core._seams import (
-    UPGRADE,
-    MarkedCodec,
-    compiled,
-    form_mark,
-    opener,
-    read_events,
-    same_form,
-    session_codec,
-)
+from ..core._seams import opener, same_form, session_codec
 from ..protocols import EventKind
 from ..protocols._seams import DECISIONS, parks_on_append
-from ..supervision._seams import Persistence
+from ._compiled import compiled
 from ._forms import (
+    UPGRADE,
+    MarkedCodec,
     SessionForm,
     check_form,
     decode_error,
+    form_mark,
     form_of,
     named,
+    read_events,
     upgrade_info,
     upgraded,
 )
 from ._ledger import PausedAt, gate_of, not_paused, out_of_band_event
+from ._persist import Persistence
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._errors import SessionBusy, SessionNotFound
-from ..supervision import ExitReason
+from ._record import ExitReason
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
     from ..actors import SystemStatistics
-    from ..supervision._seams import Session
     from ._handle import SessionHandle
+    from ._record import Session
 
 __all__ = ["AgentStatistics", "Registry"]
 

@@ -17,13 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import (
-    ArkhonError,
-    LeaseLost,
-    RestartIntensityExceeded,
-    StoreUnavailable,
-    Transient,
-)
+from .._errors import ArkhonError, LeaseLost, RestartIntensityExceeded, StoreUnavailable, Transient
 from .._log import get_logger
 from ..protocols import ErrorClass, EventKind, Patch
 from ._child_wait import applied_info

@@ -1,0 +1,16 @@
+"""What the layers above `session` use of its insides: the package's own seams, not API.
+
+A subpackage's private modules are its own; another subpackage imports only
+its public namespace or this module (the layering test holds every module to
+that). The CLI and the inspector compile a machine to read what a stored
+session waits for and how it is stored; the CLI tells a live owner's lease from
+a dead one's.
+"""
+
+from __future__ import annotations
+
+from ._compiled import compiled as compiled
+from ._forms import Upgrader as Upgrader
+from ._forms import read_events as read_events
+from ._owner import Owner as Owner
+from ._owner import is_dead as is_dead
