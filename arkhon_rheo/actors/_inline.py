@@ -1,0 +1,182 @@
+"""Inline activations: an idle actor run in its caller's task, as a calling-thread dispatcher does.
+
+An actor that is idle (started, not stopping or cancelled, no activation under
+way, an empty mailbox) and is asked by a caller in its own system need not wait
+for an activation task: `ask_here` claims the actor's cell for the caller, runs
+the actor's ``receive`` in the caller's task and returns its reply, as Akka's
+calling-thread dispatcher does, or an Erlang scheduler that runs the process
+it just sent to. No task is started, no event made, nothing queued. While the
+cell is claimed it counts as active: mail that arrives meanwhile queues behind
+the inline handler, and a normal activation handles it afterwards, in order.
+An actor that is not idle is asked through its mailbox, as `ActorRef.ask` does.
+`spawn_here` starts an actor the same way (its ``on_start`` runs in the
+caller's task), and `stop_here` ends an idle one without an activation.
+
+What an inline activation does differently from one in its own task:
+
+- it runs in the caller's task and context: what the handler binds in context
+  variables is bound in the caller's context (a session's stage binds
+  ``stage=`` for its log lines, as the supervisor's own code did when stages
+  ran in its task), and the caller's cancel scopes are the handler's;
+- the caller's cancellation (a cancelled scope, a deadline) cancels the
+  handler: the cancellation propagates to the caller, and the actor stays
+  alive, idle, as an asker's cancelled ``ask`` leaves it (an activation's own
+  cancellation, `ActorRef.cancel`, ends the actor instead);
+- an ``Exception`` from the handler goes to the actor's failure policy (stop
+  or restart, in the caller's task) and is raised at the caller, as for an
+  ``ask``; any other ``BaseException`` ends the actor as crashed and reaches
+  the caller as `ActorStopped` from it, as an asker would see it; one the
+  actor escalated is raised as it is.
+
+The session supervisor asks its stages so: a stage is an actor with its own
+mailbox, and the common step costs what a call to the stage costs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple, cast
+
+import anyio
+
+from .._errors import ActorStopped
+from ._records import ActorState, TerminationKind
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._behaviour import Behaviour
+    from ._cell import Cell
+    from ._ref import ActorRef
+    from ._system import Actor, ActorSystem
+
+__all__ = ["ask_here", "spawn_here", "stop_here"]
+
+M = TypeVar("M")
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
+
+
+def _claim(cell: Cell[M, R]) -> Behaviour[M, R] | None:
+    """Claim ``cell`` for an inline activation; its actor, or ``None`` if it is not idle."""
+    state = cell.rx._state
+    if (
+        cell.active
+        or cell.state is not ActorState.RUNNING
+        or cell.cancelled
+        or state.buffer
+        or state.urgent
+        or cell._host.closing
+    ):
+        return None
+    cell.active = True
+    state.receive_waiter = None  # mail that comes meanwhile queues: no activation for it
+    return cell._actor
+
+
+def _release(cell: Cell[Any, Any]) -> None:
+    """End an inline activation: the actor goes idle, or an activation handles what came."""
+    cell.active = False
+    if cell.ended is not None:
+        return
+    state = cell.rx._state
+    if (
+        state.buffer
+        or state.urgent
+        or not state.open_send_streams
+        or cell.cancelled
+        or cell._host.closing
+    ):
+        cell.activate()  # the mail, the stop or the cancel that came meanwhile
+    else:
+        state.receive_waiter = cell
+
+
+async def ask_here(ref: ActorRef[M, R], message: M) -> R:
+    """Ask ``ref``'s actor for its reply to ``message``, in this task if it is idle.
+
+    An idle actor handles ``message`` here, as an inline activation (see the
+    module); a busy one is asked through its mailbox with no timeout, as
+    ``ref.ask(message, timeout=math.inf)``.
+
+    Raises:
+        ActorStopped: If the actor has stopped, or ends before replying.
+        Exception: Whatever the actor's handler raised.
+    """
+    cell = cast("Cell[M, R]", ref._cell)
+    actor = _claim(cell)
+    if actor is None:
+        return await ref.ask(message, timeout=float("inf"))
+    try:
+        return await actor.receive(message)
+    except Exception as exc:
+        await _handler_failed(cell, actor, exc)
+        raise
+    except BaseException as exc:
+        if exc is cell.escalated or isinstance(exc, anyio.get_cancelled_exc_class()):
+            raise  # the caller's cancellation, or an error meant to stop the program
+        await cell._settle(actor, TerminationKind.CRASHED, exc)
+        raise ActorStopped(actor=cell.name, detail="crashed before replying") from exc
+    finally:
+        _release(cell)
+
+
+async def _handler_failed(cell: Cell[Any, Any], actor: Behaviour[Any, Any], exc: Exception) -> None:
+    """The actor's failure policy, for ``exc`` from an inline handler: restart it, or end it."""
+    ended = cell._failed(exc, None)
+    if ended is not None:
+        await cell._settle(actor, *ended)
+        return
+    actor = cell._actor = cell.new_actor()
+    await actor.on_restart(exc)
+
+
+async def spawn_here(
+    system: ActorSystem,
+    factory: Callable[[*Ts], Actor[M, R]],
+    *args: *Ts,
+    name: str,
+    mailbox_capacity: int | None = None,
+) -> ActorRef[M, R]:
+    """`ActorSystem.spawn`, with the actor's ``on_start`` run in this task (no activation).
+
+    The actor starts idle; its first activation (for mail that finds it idle)
+    runs in a copy of the context of the task that starts it.
+    """
+    cell = system._new_cell(factory, name, mailbox_capacity, args=tuple(args))
+    ref = cell.ref
+    assert ref is not None
+    cell.active = True
+    cell.rx._state.receive_waiter = None
+    try:
+        actor = cell._actor = cell.new_actor()
+        await cell._start(actor)
+    except BaseException as exc:
+        cell._host.cells.pop(cell, None)
+        if not isinstance(exc, Exception):
+            await cell._settle(cell._actor, TerminationKind.CANCELLED, None)
+            raise
+        await cell._failed_start(cell._actor, exc)
+        raise
+    finally:
+        _release(cell)
+    return ref
+
+
+async def stop_here(ref: ActorRef[Any, Any]) -> None:
+    """End ``ref``'s actor as cancelled, in this task if it is idle; return once it has ended.
+
+    An idle actor's end (its ``on_stop``, its watchers told) runs here; a busy
+    one is cancelled (`ActorRef.cancel`) and waited for.
+    """
+    cell = cast("Cell[Any, Any]", ref._cell)
+    if cell.ended is not None:
+        return
+    actor = _claim(cell)
+    if actor is None:
+        cell.cancel()
+        await cell.wait_done()
+        return
+    try:
+        await cell._settle(actor, TerminationKind.CANCELLED, None)
+    finally:
+        _release(cell)
