@@ -34,7 +34,7 @@ mailbox, and the common step costs what a call to the stage costs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple, cast
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
 import anyio
 
@@ -53,6 +53,8 @@ __all__ = ["ask_here", "spawn_here", "stop_here"]
 
 M = TypeVar("M")
 R = TypeVar("R")
+_RUNNING = ActorState.RUNNING
+_FOREVER = float("inf")
 Ts = TypeVarTuple("Ts")
 
 
@@ -102,10 +104,22 @@ async def ask_here(ref: ActorRef[M, R], message: M) -> R:
         ActorStopped: If the actor has stopped, or ends before replying.
         Exception: Whatever the actor's handler raised.
     """
-    cell = cast("Cell[M, R]", ref._cell)
-    actor = _claim(cell)
-    if actor is None:
-        return await ref.ask(message, timeout=float("inf"))
+    # `_claim` and `_release`, written out: this runs at every step of every session.
+    cell: Cell[M, R] = ref._cell  # type: ignore[assignment]
+    state = cell.rx._state
+    if (
+        cell.active
+        or cell.state is not _RUNNING
+        or cell.cancelled
+        or state.buffer
+        or state.urgent
+        or cell._host.closing
+    ):
+        return await ref.ask(message, timeout=_FOREVER)
+    cell.active = True
+    state.receive_waiter = None  # mail that comes meanwhile queues: no activation for it
+    actor = cell._actor
+    assert actor is not None  # a running actor has its instance
     try:
         return await actor.receive(message)
     except Exception as exc:
@@ -117,7 +131,18 @@ async def ask_here(ref: ActorRef[M, R], message: M) -> R:
         await cell._settle(actor, TerminationKind.CRASHED, exc)
         raise ActorStopped(actor=cell.name, detail="crashed before replying") from exc
     finally:
-        _release(cell)
+        cell.active = False
+        if cell.ended is None:
+            if (
+                state.buffer
+                or state.urgent
+                or not state.open_send_streams
+                or cell.cancelled
+                or cell._host.closing
+            ):
+                cell.activate()  # the mail, the stop or the cancel that came meanwhile
+            else:
+                state.receive_waiter = cell
 
 
 async def _handler_failed(cell: Cell[Any, Any], actor: Behaviour[Any, Any], exc: Exception) -> None:
@@ -162,21 +187,24 @@ async def spawn_here(
     return ref
 
 
-async def stop_here(ref: ActorRef[Any, Any]) -> None:
-    """End ``ref``'s actor as cancelled, in this task if it is idle; return once it has ended.
+async def stop_here(ref: ActorRef[Any, Any]) -> bool:
+    """End ``ref``'s actor as cancelled, in this task if it is idle; whether it has ended.
 
-    An idle actor's end (its ``on_stop``, its watchers told) runs here; a busy
-    one is cancelled (`ActorRef.cancel`) and waited for.
+    An idle actor's end (its ``on_stop``, its watchers told) runs here, in the
+    caller's cancel scopes (a supervisor stops its stages from its own
+    ``on_stop``, shielded already), and this returns true. A busy one is
+    cancelled (`ActorRef.cancel`) and this returns false at once: wait for
+    its end with `ActorRef.wait_terminated`.
     """
-    cell = cast("Cell[Any, Any]", ref._cell)
+    cell: Cell[Any, Any] = ref._cell  # type: ignore[assignment]
     if cell.ended is not None:
-        return
+        return True
     actor = _claim(cell)
     if actor is None:
         cell.cancel()
-        await cell.wait_done()
-        return
+        return cell.ended is not None
     try:
-        await cell._settle(actor, TerminationKind.CANCELLED, None)
+        await cell._finish(actor, TerminationKind.CANCELLED, None)
     finally:
         _release(cell)
+    return True

@@ -15,6 +15,7 @@ import anyio
 
 from .._errors import ActorStopped, ConfigurationError, SystemNotRunning
 from ._cell import Cell, CellHost
+from ._event import event_factory
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -270,6 +271,7 @@ class ActorSystem:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = self._host.group = task_group
+        self._host.new_event = event_factory()  # one for all the mailboxes of its actors
         self._state = SystemState.RUNNING
         return self
 

@@ -149,22 +149,10 @@ def _layout(machine: Machine[Any]) -> tuple[tuple[str, ...], dict[str, type[Stag
     return found
 
 
-class _Invoke:
-    """Run the stage on this view: the work a supervisor sends its stage's actor."""
-
-    __slots__ = ("deadline", "recorder", "scope", "view")
-
-    def __init__(
-        self,
-        view: StateView[Any],
-        deadline: float | None,
-        recorder: CallRecorder,
-        scope: StageScope | None = None,
-    ) -> None:
-        self.view = view
-        self.deadline = deadline
-        self.recorder = recorder
-        self.scope = scope
+#: The work a supervisor sends its stage's actor: run the stage on this view, within
+#: this deadline, its calls to this recorder, its partial output to this scope. A
+#: tuple, built without a call: one is sent at every step.
+_Invoke = tuple["StateView[Any]", "float | None", "CallRecorder", "StageScope | None"]
 
 
 class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
@@ -186,9 +174,7 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
     async def receive(self, message: _Invoke) -> Patch | Exception | Escaped:
         # The log lines of the stage name it (the supervisor's task has bound the session).
         _bind_stage(self.stage.name)
-        outcome: Patch | Exception | Escaped = await run_stage(
-            self.stage, message.view, message.deadline, message.recorder, message.scope
-        )
+        outcome: Patch | Exception | Escaped = await run_stage(self.stage, *message)
         return outcome
 
 
@@ -211,8 +197,9 @@ class StageSlot:
         scope: StageScope | None = None,
     ) -> Awaitable[Patch | Exception | Escaped]:
         """Ask the stage's actor for its outcome on ``view`` (in this task: it is idle)."""
-        return ask_here(self.ref, _Invoke(view, deadline, recorder, scope))
+        return ask_here(self.ref, (view, deadline, recorder, scope))
 
     async def stop(self) -> None:
         """End the stage's actor (in this task: it is idle), and return once it has ended."""
-        await stop_here(self.ref)
+        if not await stop_here(self.ref):
+            await self.ref.wait_terminated()

@@ -22,7 +22,7 @@ from anyio.lowlevel import checkpoint
 from .. import _tracing
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
-from ..actors._seams import ask_here, spawn_here
+from ..actors._seams import ask_here, spawn_here, stop_here
 from ..core._seams import state_label
 from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ..protocols._seams import enter_session
@@ -32,7 +32,7 @@ from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
 from ._record import ExitReason, failure_record
 from ._recording import CallRecorder
-from ._stages import Escaped, StageActor, StageSlot, _Invoke, _layout, is_cancellation
+from ._stages import Escaped, StageActor, StageSlot, _layout, is_cancellation
 
 if TYPE_CHECKING:
     import enum
@@ -136,9 +136,11 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         try:
             # Each stage's actor is idle (its inline activations ran in this task),
             # so each ends here at once; one busy all the same is waited for, bounded.
-            with anyio.move_on_after(self.context.system.shutdown_timeout):
-                for slot in self.stages.values():
-                    await slot.stop()
+            busy = [slot for slot in self.stages.values() if not await stop_here(slot.ref)]
+            if busy:
+                with anyio.move_on_after(self.context.system.shutdown_timeout):
+                    for slot in busy:
+                        await slot.ref.wait_terminated()
         finally:
             try:
                 self._conclude(termination)
@@ -287,7 +289,7 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
                 slot.stage.delivered = delivery.message  # type: ignore[attr-defined]
             scope = session.partials.scope(name, seq, attempt)
             if self.span is None:  # the common case, nothing traced: `slot.invoke` unwrapped
-                outcome = await ask_here(slot.ref, _Invoke(view, deadline, recorder, scope))
+                outcome = await ask_here(slot.ref, (view, deadline, recorder, scope))
             else:
                 with _tracing.step(self.span, name, seq, attempt) as span:
                     outcome = await slot.invoke(view, deadline, recorder, scope)
