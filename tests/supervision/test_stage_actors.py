@@ -9,8 +9,7 @@ stage ends them all, and that ``stage_mode=`` is deprecated.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -30,6 +29,9 @@ from arkhon_rheo import (
     StateView,
 )
 from arkhon_rheo.supervision import RestartStrategy, StageMode
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 L = Lifecycle
 pytestmark = pytest.mark.anyio
