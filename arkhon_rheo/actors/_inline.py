@@ -24,9 +24,10 @@ What an inline activation does differently from one in its own task:
   cancellation, `ActorRef.cancel`, ends the actor instead);
 - an ``Exception`` from the handler goes to the actor's failure policy (stop
   or restart, in the caller's task) and is raised at the caller, as for an
-  ``ask``; any other ``BaseException`` ends the actor as crashed and reaches
-  the caller as `ActorStopped` from it, as an asker would see it; one the
-  actor escalated is raised as it is.
+  ``ask``; a stray ``BaseException`` (not cancellation, an interrupt, an exit
+  request or a group) ends the actor as crashed and reaches the caller as
+  `ActorStopped` from it, as an asker would see it; those, and an error the
+  actor escalated, propagate to the caller as they are, the actor alive.
 
 The session supervisor asks its stages so: a stage is an actor with its own
 mailbox, and the common step costs what a call to the stage costs.
@@ -36,9 +37,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
-import anyio
-
 from .._errors import ActorStopped
+from ._behaviour import containable
 from ._records import ActorState, TerminationKind
 
 if TYPE_CHECKING:
@@ -126,8 +126,8 @@ async def ask_here(ref: ActorRef[M, R], message: M) -> R:
         await _handler_failed(cell, actor, exc)
         raise
     except BaseException as exc:
-        if exc is cell.escalated or isinstance(exc, anyio.get_cancelled_exc_class()):
-            raise  # the caller's cancellation, or an error meant to stop the program
+        if exc is cell.escalated or not containable(exc):
+            raise  # the caller's cancellation (or a group), an interrupt, an escalated error
         await cell._settle(actor, TerminationKind.CRASHED, exc)
         raise ActorStopped(actor=cell.name, detail="crashed before replying") from exc
     finally:
