@@ -32,6 +32,7 @@ from arkhon_rheo.supervision import Backoff
 L = Lifecycle
 pytestmark = pytest.mark.anyio
 
+
 def System(**options: Any) -> AgentSystem:
     return AgentSystem(path=None, backoff=Backoff(base=0.0), **options)
 

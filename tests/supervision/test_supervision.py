@@ -44,6 +44,7 @@ from tests.support.helpers import on_virtual_clock
 
 L = Lifecycle
 
+
 def System(**options: Any) -> AgentSystem:
     return AgentSystem(path=None, **options)
 
