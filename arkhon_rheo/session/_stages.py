@@ -26,7 +26,7 @@ from ..protocols._seams import current_injector, enter_session
 
 if TYPE_CHECKING:
     import contextvars
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Coroutine
 
     from ..protocols import Machine, Patch, Stage, StateView
     from ..protocols._seams import StageScope
@@ -171,10 +171,11 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
     def __init__(self, stage: Stage[Any]) -> None:
         self.stage = stage
 
-    async def receive(self, message: _Invoke) -> Patch | Exception | Escaped:
+    def receive(self, message: _Invoke) -> Coroutine[Any, Any, Patch | Exception | Escaped]:
+        """`run_stage` on the work, its coroutine returned: no frame of its own while it runs."""
         # The log lines of the stage name it (the supervisor's task has bound the session).
         _bind_stage(self.stage.name)
-        outcome: Patch | Exception | Escaped = await run_stage(self.stage, *message)
+        outcome: Coroutine[Any, Any, Patch | Exception | Escaped] = run_stage(self.stage, *message)
         return outcome
 
 
