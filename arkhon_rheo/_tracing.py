@@ -19,7 +19,7 @@ library opens, on the tracer provider your application sets:
   ``gen_ai.tool.name``, ``gen_ai.tool.call.id``).
 
 Model and tool spans are children of the stage span that made the call when
-the stage runs in its supervisor's task (`StageMode.INLINE`, the default).
+the stage's actor runs in its supervisor's task (as it does while it is idle).
 
 An exception is recorded on a span (an ``exception`` event: its type, message
 and formatted traceback, chained causes included) and in its error status

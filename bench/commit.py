@@ -24,7 +24,7 @@ On each anyio backend (asyncio and trio), in one process and one run, it measure
     run they took are shown), then with ``gc.disable()`` for the whole run, which
     shows what the collector walking a growing heap costs. Memory per session is
     traced memory (tracemalloc) while all N sessions are alive and parked at the
-    gate (one supervisor actor each, its stages inline, nothing run yet), divided
+    gate (one supervisor actor and an actor per stage each, nothing run yet), divided
     by N; it is taken during the start phase of the GC-off run, and tracemalloc is
     stopped before its timed phase. A last, fully traced run (never timed) adds
     the peak while running and what each ended session still retains (its
@@ -78,7 +78,6 @@ from arkhon_rheo.actors import Actor, ActorSystem
 from arkhon_rheo.core._validate import PatchValidator
 from arkhon_rheo.session._record import Session, SessionConfig
 from arkhon_rheo.session._supervisor import SessionSupervisor
-from arkhon_rheo.supervision import StageMode
 from arkhon_rheo.testing import FaultPlan, ReferenceState, ReferenceStep
 
 if TYPE_CHECKING:
@@ -291,14 +290,10 @@ async def ask_round_trip(asks: int) -> float:
     return elapsed
 
 
-async def one_session(
-    cycles: int, mode: StageMode = StageMode.INLINE, plan: FaultPlan | None = None
-) -> float:
+async def one_session(cycles: int, plan: FaultPlan | None = None) -> float:
     """Seconds for one session to run ``cycles`` cycles, from start to result."""
     machine = build_machine()
-    async with AgentSystem(
-        path=None, max_steps=3 * cycles + 10, stage_mode=mode, fault_plan=plan
-    ) as system:
+    async with AgentSystem(path=None, max_steps=3 * cycles + 10, fault_plan=plan) as system:
         with gc_mode(enabled=True):
             start = time.perf_counter()
             result = await system.run(machine, ReferenceState(cycles=cycles))
@@ -308,20 +303,14 @@ async def one_session(
 
 
 async def report_cycle(sizes: Sizes) -> None:
-    cycle = tasked = ask = math.inf
+    cycle = ask = math.inf
     for _ in range(sizes.repeat):
         cycle = min(cycle, per(await one_session(sizes.cycles), sizes.cycles))
-        tasked = min(tasked, per(await one_session(sizes.cycles, StageMode.TASK), sizes.cycles))
         ask = min(ask, per(await ask_round_trip(sizes.asks), sizes.asks))
     print(
         f"  (b) cycle  think->act->observe {cycle:7.2f} us/cycle ({cycle / 3:.2f} us/step)   "
         f"ask echo {ask:6.2f} us/rt   cycle/ask {cycle / ask:5.2f}x   "
         f"(target <= 100 us/cycle on asyncio; {sizes.cycles:,} cycles, best of {sizes.repeat})",
-        flush=True,
-    )
-    print(
-        f"      StageMode.TASK (an actor per stage): {tasked:7.2f} us/cycle   "
-        f"ratio TASK/INLINE {tasked / cycle:5.2f}x",
         flush=True,
     )
     await report_fault_seam(sizes, cycle)

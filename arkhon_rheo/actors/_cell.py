@@ -62,9 +62,10 @@ class CellHost:
         group: The task group the cells' activations run in, while the system runs.
         closing: Whether the system cancels what is left of its actors: none may
             go idle any more (one going idle ends, cancelled).
+        new_event: Makes the events of the cells' mailboxes, once the system runs.
     """
 
-    __slots__ = ("cells", "closing", "dead_letters", "group", "shutdown_timeout")
+    __slots__ = ("cells", "closing", "dead_letters", "group", "new_event", "shutdown_timeout")
 
     def __init__(self, shutdown_timeout: float) -> None:
         self.cells: dict[Cell[Any, Any], None] = {}
@@ -72,6 +73,7 @@ class CellHost:
         self.shutdown_timeout = shutdown_timeout
         self.group: TaskGroup | None = None
         self.closing = False
+        self.new_event: Callable[[], anyio.Event] | None = None
 
 
 class Cell(Generic[M, R]):
@@ -163,7 +165,7 @@ class Cell(Generic[M, R]):
         self.state = ActorState.STARTING
         # The mailbox exists from the start, so a stop requested while the actor is
         # still starting has something to close.
-        self.tx, self.rx = open_mailbox(capacity, name=name)
+        self.tx, self.rx = open_mailbox(capacity, name=name, new_event=host.new_event)
         self.new_event: Callable[[], anyio.Event] = self.tx._state.new_event
         self._done = LazyEvent()  # set once the actor has ended
         self._starting: Starting | None = None  # the spawner's wait, until the actor runs

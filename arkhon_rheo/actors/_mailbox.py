@@ -405,13 +405,19 @@ class open_mailbox(tuple[MailboxSendStream[T], MailboxReceiveStream[T]]):
     """
 
     def __new__(  # type: ignore[misc]
-        cls, capacity: int, *, name: str = "mailbox"
+        cls,
+        capacity: int,
+        *,
+        name: str = "mailbox",
+        new_event: Callable[[], anyio.Event] | None = None,
     ) -> tuple[MailboxSendStream[T], MailboxReceiveStream[T]]:
         """Open the mailbox: ``open_mailbox(capacity, name=...)`` calls this.
 
         Args:
             capacity: The most messages queued before senders wait; at least 1.
             name: A name for error messages and statistics.
+            new_event: Makes its events (an `event_factory`'s, which a caller
+                opening many mailboxes keeps); by default one of its own.
 
         Returns:
             The send side and the receive side of one new mailbox.
@@ -424,5 +430,9 @@ class open_mailbox(tuple[MailboxSendStream[T], MailboxReceiveStream[T]]):
                 f"mailbox capacity must be a positive integer, got {capacity!r}; "
                 "use a larger bound rather than an unbounded mailbox"
             )
-        state: _State[T] = _State(name=name, capacity=capacity)
+        state: _State[T] = (
+            _State(name=name, capacity=capacity)
+            if new_event is None
+            else _State(name=name, capacity=capacity, new_event=new_event)
+        )
         return MailboxSendStream(state), MailboxReceiveStream(state)

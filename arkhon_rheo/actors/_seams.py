@@ -3,5 +3,8 @@
 from __future__ import annotations
 
 from ._event import LazyEvent as LazyEvent
+from ._inline import ask_here as ask_here
+from ._inline import spawn_here as spawn_here
+from ._inline import stop_here as stop_here
 
-__all__ = ["LazyEvent"]
+__all__ = ["LazyEvent", "ask_here", "spawn_here", "stop_here"]

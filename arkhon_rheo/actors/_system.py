@@ -15,6 +15,7 @@ import anyio
 
 from .._errors import ActorStopped, ConfigurationError, SystemNotRunning
 from ._cell import Cell, CellHost
+from ._event import event_factory
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -270,6 +271,7 @@ class ActorSystem:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = self._host.group = task_group
+        self._host.new_event = event_factory()  # one for all the mailboxes of its actors
         self._state = SystemState.RUNNING
         return self
 
@@ -354,35 +356,12 @@ class ActorSystem:
             ConfigurationError: If a capacity or timeout is out of range.
             Exception: Whatever the actor's ``on_start`` raised.
         """
-        if self._state is not SystemState.RUNNING or self._task_group is None:
-            raise SystemNotRunning(
-                f"cannot spawn in actor system {self.name!r}: it is {self._state.value}; "
-                "spawn inside its `async with` block"
-            )
-        capacity = self.mailbox_capacity if mailbox_capacity is None else mailbox_capacity
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ConfigurationError(
-                f"mailbox_capacity must be a positive integer, got {capacity!r}"
-            )
-        timeout = (
-            self.ask_timeout if ask_timeout is None else _check_seconds("ask_timeout", ask_timeout)
-        )
         if name is None:
             name = f"{getattr(factory, '__name__', 'actor')}-{next(self._ids)}"
-        cell: Cell[M, R] = _SystemCell(
-            self,
-            factory,
-            tuple(args),
-            name=name,
-            capacity=capacity,
-            ask_timeout=timeout,
-            on_failure=on_failure,
-        )
+        cell = self._new_cell(factory, name, mailbox_capacity, ask_timeout, on_failure, args)
         ref = cell.ref  # the cell lets go of it once the actor ends, which may be before we return
         assert ref is not None
         cells = self._host.cells
-        cells[cell] = None
-        self._spawned += 1
         starting = cell.starting()
         try:
             cell.activate()  # the first activation starts the actor
@@ -401,6 +380,42 @@ class ActorSystem:
                 raise starting.error
             raise ActorStopped(actor=name, detail="ended before it started")
         return ref
+
+    def _new_cell(
+        self,
+        factory: Callable[..., Actor[M, R]],
+        name: str,
+        mailbox_capacity: int | None,
+        ask_timeout: float | None = None,
+        on_failure: FailurePolicy | None = None,
+        args: tuple[Any, ...] = (),
+    ) -> Cell[M, R]:
+        """A new cell for ``factory``'s actor, listed as alive, not yet started (see `spawn`)."""
+        if self._state is not SystemState.RUNNING or self._task_group is None:
+            raise SystemNotRunning(
+                f"cannot spawn in actor system {self.name!r}: it is {self._state.value}; "
+                "spawn inside its `async with` block"
+            )
+        capacity = self.mailbox_capacity if mailbox_capacity is None else mailbox_capacity
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ConfigurationError(
+                f"mailbox_capacity must be a positive integer, got {capacity!r}"
+            )
+        timeout = (
+            self.ask_timeout if ask_timeout is None else _check_seconds("ask_timeout", ask_timeout)
+        )
+        cell: Cell[M, R] = _SystemCell(
+            self,
+            factory,
+            tuple(args),
+            name=name,
+            capacity=capacity,
+            ask_timeout=timeout,
+            on_failure=on_failure,
+        )
+        self._host.cells[cell] = None
+        self._spawned += 1
+        return cell
 
     def statistics(self) -> SystemStatistics:
         """Return a snapshot of the system's counters."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -59,20 +60,28 @@ def check_lease_ttl(lease_ttl: float) -> float:
 def session_config(
     max_steps: int,
     mailbox_capacity: int,
-    stage_mode: StageMode,
+    stage_mode: StageMode | None,
     **overrides: Any,
 ) -> SessionConfig:
     """The sessions' configuration from `AgentSystem`'s options (checked); ``None`` keeps a default.
 
+    ``stage_mode`` is deprecated: given, it warns, and is otherwise ignored (every
+    stage is an actor, asked in its supervisor's task while it is idle).
+
     Raises:
         ConfigurationError: If ``stage_mode`` is not a `StageMode` or the step budget is wrong.
     """
-    if not isinstance(stage_mode, StageMode):
-        raise ConfigurationError(f"stage_mode must be a StageMode, got {stage_mode!r}")
+    if stage_mode is not None:
+        if not isinstance(stage_mode, StageMode):
+            raise ConfigurationError(f"stage_mode must be a StageMode, got {stage_mode!r}")
+        warnings.warn(
+            "AgentSystem(stage_mode=...) is deprecated and ignored: every stage is an actor of "
+            "its own, asked in its supervisor's task while it is idle (one way to run a stage)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
     check_budget(max_steps)
-    config = SessionConfig(
-        max_steps=max_steps, mailbox_capacity=mailbox_capacity, stage_mode=stage_mode
-    )
+    config = SessionConfig(max_steps=max_steps, mailbox_capacity=mailbox_capacity)
     return replace(config, **{k: v for k, v in overrides.items() if v is not None})
 
 

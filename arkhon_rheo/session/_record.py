@@ -105,20 +105,18 @@ class ExitReason(enum.Enum):
 
 
 class StageMode(enum.Enum):
-    """Where a session's stages run.
+    """Deprecated: where a session's stages ran, when there were two ways.
 
-    Both give each stage its own instance and deadline scope, restart it with a
-    fresh instance, and supervise it the same way.
+    Every stage is now an actor of its own (a mailbox, restarted with a fresh
+    instance), which its supervisor asks in its own task while the stage is
+    idle: one way to run a stage, as fast as ``INLINE`` was. ``AgentSystem``
+    still takes ``stage_mode=`` for one release, with a `DeprecationWarning`,
+    and ignores it.
     """
 
-    #: Each stage is a child of the supervisor that runs in the supervisor's own
-    #: task: no task or mailbox of its own, so a step costs no message round trip
-    #: and an idle session a few kilobytes. The default.
+    #: Deprecated: the one way to run a stage is the only one.
     INLINE = "inline"
-    #: Each stage runs in its own long-lived actor (its own task and mailbox) and
-    #: the supervisor asks it for each patch: stages are isolated in their own
-    #: tasks (task-local context, their own cancellation) at the cost of a
-    #: round trip per step and an actor per stage.
+    #: Deprecated: the one way to run a stage is the only one.
     TASK = "task"
 
 
@@ -135,8 +133,7 @@ class SessionConfig:
         backoff: Retries of transient failures.
         restart_strategy: Which stage actors restart on a recoverable failure.
         restart_intensity: How many restarts within how long escalate to fatal.
-        mailbox_capacity: The mailbox bound of the session's actors.
-        stage_mode: Where stages run: in the supervisor's task, or each in its own actor.
+        mailbox_capacity: The mailbox bound of the session's actors (its stages' too).
     """
 
     max_steps: int = 100
@@ -145,7 +142,6 @@ class SessionConfig:
     restart_strategy: RestartStrategy = RestartStrategy.ONE_FOR_ONE
     restart_intensity: RestartIntensity = field(default_factory=RestartIntensity)
     mailbox_capacity: int = 16
-    stage_mode: StageMode = StageMode.INLINE
 
 
 class Session:

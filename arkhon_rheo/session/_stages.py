@@ -2,15 +2,17 @@
 
 `run_stage` runs one stage invocation and returns its patch or its error (and
 a ``BaseException`` other than cancellation as `Escaped`); it is also the seam
-of fault injection. A supervisor hosts each stage in a slot: `_InlineSlot`
-runs it in the supervisor's own task (`StageMode.INLINE`), `_TaskSlot` in its
-own `StageActor` (`StageMode.TASK`). Replay verification runs stages through
-`run_stage` too.
+of fault injection. Each stage of a session is an actor, a `StageActor` with
+its own mailbox: the supervisor sends it the work (`StageSlot.invoke`) and it
+replies with its outcome. The supervisor asks it with `ask_here`: a stage is
+idle whenever its supervisor asks it, so it runs as an inline activation in
+the supervisor's task (no task, no event, no mailbox round trip), and a busy
+one would be asked through its mailbox. Replay verification runs stages
+through `run_stage` too.
 """
 
 from __future__ import annotations
 
-import math
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +22,11 @@ import structlog
 from .._errors import StageTimeout
 from .._hooks import current_injector, enter_session
 from ..actors import Actor, ActorRef
+from ..actors._seams import ask_here, stop_here
 
 if TYPE_CHECKING:
     import contextvars
+    from collections.abc import Awaitable, Coroutine
 
     from ..protocols import Machine, Patch, Stage, StateView
     from ._partials import StageScope
@@ -34,8 +38,8 @@ __all__ = ["Escaped", "StageActor", "StageSlot", "is_cancellation", "run_stage"]
 class Escaped:
     """A ``BaseException`` other than cancellation that a stage raised.
 
-    It is never classified: `run_stage` hands it over to the supervisor (across
-    tasks in `StageMode.TASK`), which re-raises it in its own task.
+    It is never classified: `run_stage` hands it over to the supervisor (as the
+    stage actor's reply), which re-raises it in its own task.
     """
 
     __slots__ = ("error",)
@@ -115,7 +119,7 @@ def _bind_stage(name: str) -> None:
 
     The first call binds through structlog, which makes the variable its
     ``merge_contextvars`` reads; later calls set that variable directly (a
-    supervisor running its stages inline binds the stage at every step).
+    stage's actor binds its stage at every step).
     """
     global _stage_var
     var = _stage_var
@@ -145,50 +149,38 @@ def _layout(machine: Machine[Any]) -> tuple[tuple[str, ...], dict[str, type[Stag
     return found
 
 
-class _Invoke:
-    """Run the stage on this view."""
-
-    __slots__ = ("deadline", "recorder", "scope", "view")
-
-    def __init__(
-        self,
-        view: StateView[Any],
-        deadline: float | None,
-        recorder: CallRecorder,
-        scope: StageScope | None = None,
-    ) -> None:
-        self.view = view
-        self.deadline = deadline
-        self.recorder = recorder
-        self.scope = scope
+#: The work a supervisor sends its stage's actor: run the stage on this view, within
+#: this deadline, its calls to this recorder, its partial output to this scope. A
+#: tuple, built without a call: one is sent at every step.
+_Invoke = tuple["StateView[Any]", "float | None", "CallRecorder", "StageScope | None"]
 
 
 class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
-    """Runs one stage instance; answers each invocation with its patch or its error.
+    """The actor of one stage instance: answers each invocation with its patch or its error.
 
     It never crashes on a stage error: the supervisor decides what the error
     means and restarts this actor (a fresh stage instance) when it must. A
     ``BaseException`` from the stage comes back as `Escaped`, for the supervisor
-    to raise as in `StageMode.INLINE`.
+    to raise in its own task. Its supervisor asks it with `ask_here`: idle (as
+    it is whenever its supervisor asks), it runs in the supervisor's task.
     """
 
-    def __init__(self, stage: Stage[Any], session_id: str) -> None:
+    # It has no ``on_stop`` to bound: its end costs no timer.
+    _on_stop_bounded = True
+
+    def __init__(self, stage: Stage[Any]) -> None:
         self.stage = stage
-        self.session_id = session_id
 
-    async def on_start(self) -> None:
-        # Bound in this actor's own task: every log line of the stage names both.
-        structlog.contextvars.bind_contextvars(session_id=self.session_id, stage=self.stage.name)
-
-    async def receive(self, message: _Invoke) -> Patch | Exception | Escaped:
-        outcome: Patch | Exception | Escaped = await run_stage(
-            self.stage, message.view, message.deadline, message.recorder, message.scope
-        )
+    def receive(self, message: _Invoke) -> Coroutine[Any, Any, Patch | Exception | Escaped]:
+        """`run_stage` on the work, its coroutine returned: no frame of its own while it runs."""
+        # The log lines of the stage name it (the supervisor's task has bound the session).
+        _bind_stage(self.stage.name)
+        outcome: Coroutine[Any, Any, Patch | Exception | Escaped] = run_stage(self.stage, *message)
         return outcome
 
 
-class _TaskSlot:
-    """A stage hosted by its own `StageActor`."""
+class StageSlot:
+    """Where a supervisor keeps one stage: its actor's reference and its stage instance."""
 
     __slots__ = ("ref", "stage")
 
@@ -198,41 +190,17 @@ class _TaskSlot:
         self.ref = ref
         self.stage = stage
 
-    async def invoke(
+    def invoke(
         self,
         view: StateView[Any],
         deadline: float | None,
         recorder: CallRecorder,
         scope: StageScope | None = None,
-    ) -> Any:
-        return await self.ref.ask(_Invoke(view, deadline, recorder, scope), timeout=math.inf)
+    ) -> Awaitable[Patch | Exception | Escaped]:
+        """Ask the stage's actor for its outcome on ``view`` (in this task: it is idle)."""
+        return ask_here(self.ref, (view, deadline, recorder, scope))
 
     async def stop(self) -> None:
-        self.ref.cancel()
-        await self.ref.wait_terminated()
-
-
-class _InlineSlot:
-    """A stage hosted in its supervisor's task."""
-
-    __slots__ = ("stage",)
-
-    def __init__(self, stage: Stage[Any]) -> None:
-        self.stage = stage
-
-    async def invoke(
-        self,
-        view: StateView[Any],
-        deadline: float | None,
-        recorder: CallRecorder,
-        scope: StageScope | None = None,
-    ) -> Any:
-        _bind_stage(self.stage.name)
-        return await run_stage(self.stage, view, deadline, recorder, scope)
-
-    async def stop(self) -> None:
-        """Nothing runs between invocations, so there is nothing to stop."""
-
-
-#: Where a supervisor hosts one stage.
-StageSlot = _TaskSlot | _InlineSlot
+        """End the stage's actor (in this task: it is idle), and return once it has ended."""
+        if not await stop_here(self.ref):
+            await self.ref.wait_terminated()

@@ -23,24 +23,16 @@ from .. import _tracing
 from .._hooks import enter_session
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
+from ..actors._seams import ask_here, spawn_here, stop_here
 from ..core._seams import state_label
 from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ._child_wait import ChildWaits, tell_parent, wait_for_child
 from ._committing import Committing
 from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
-from ._record import ExitReason, StageMode, failure_record
+from ._record import ExitReason, failure_record
 from ._recording import CallRecorder
-from ._stages import (
-    Escaped,
-    StageActor,
-    _bind_stage,
-    _InlineSlot,
-    _layout,
-    _TaskSlot,
-    is_cancellation,
-    run_stage,
-)
+from ._stages import Escaped, StageActor, StageSlot, _layout, is_cancellation
 
 if TYPE_CHECKING:
     import enum
@@ -49,7 +41,6 @@ if TYPE_CHECKING:
     from ..protocols import AgentState, Stage
     from ._compiled import StatePlan
     from ._record import Session
-    from ._stages import StageSlot
 
 __all__ = ["SessionSupervisor"]
 
@@ -143,11 +134,13 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
     async def on_stop(self, termination: Termination) -> None:
         session = self.session
         try:
-            hosted = [slot for slot in self.stages.values() if type(slot) is not _InlineSlot]
-            if hosted:  # inline stages have nothing to stop: no timer for them
+            # Each stage's actor is idle (its inline activations ran in this task),
+            # so each ends here at once; one busy all the same is waited for, bounded.
+            busy = [slot for slot in self.stages.values() if not await stop_here(slot.ref)]
+            if busy:
                 with anyio.move_on_after(self.context.system.shutdown_timeout):
-                    for slot in hosted:
-                        await slot.stop()
+                    for slot in busy:
+                        await slot.ref.wait_terminated()
         finally:
             try:
                 self._conclude(termination)
@@ -211,17 +204,16 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
             session.finish(session.exit_reason or ExitReason.FINISHED)
 
     async def _spawn_stage(self, name: str) -> None:
+        """Start ``name``'s actor, a fresh stage instance, in this task (see `spawn_here`)."""
         stage = self.stage_types[name]()
-        if self.session.config.stage_mode is StageMode.INLINE:
-            self.stages[name] = _InlineSlot(stage)
-            return
-        actor = StageActor(stage, self.session.session_id)
-        ref = await self.context.system.spawn(
-            lambda: actor,
+        ref = await spawn_here(
+            self.context.system,
+            StageActor,
+            stage,
             name=f"{self.session.session_id}/{name}",
             mailbox_capacity=self.session.config.mailbox_capacity,
         )
-        self.stages[name] = _TaskSlot(ref, stage)
+        self.stages[name] = StageSlot(ref, stage)
 
     # -- the step ----------------------------------------------------------------
 
@@ -296,10 +288,8 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
             if delivery is not None:
                 slot.stage.delivered = delivery.message  # type: ignore[attr-defined]
             scope = session.partials.scope(name, seq, attempt)
-            if self.span is None and type(slot) is _InlineSlot:
-                # The common case, without a layer: inline, nothing traced.
-                _bind_stage(name)
-                outcome = await run_stage(slot.stage, view, deadline, recorder, scope)
+            if self.span is None:  # the common case, nothing traced: `slot.invoke` unwrapped
+                outcome = await ask_here(slot.ref, (view, deadline, recorder, scope))
             else:
                 with _tracing.step(self.span, name, seq, attempt) as span:
                     outcome = await slot.invoke(view, deadline, recorder, scope)

@@ -38,7 +38,7 @@ from ._options import (
     session_config,
 )
 from ._owner import Owner
-from ._record import EventListener, StageMode
+from ._record import EventListener
 from ._recovery import orphaned
 from ._registry import AgentStatistics, Registry
 from ._resources import Resources
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ..protocols import Clock, SessionRecord, Store
     from ._handle import SessionHandle, SessionResult
     from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
-    from ._record import EventListener
+    from ._record import EventListener, StageMode
 
 __all__ = ["AgentSystem"]
 
@@ -88,8 +88,9 @@ class AgentSystem(Messaging):
         restart_strategy: Which stage actors restart on a recoverable failure.
         restart_intensity: Restarts allowed within a window before escalating.
         mailbox_capacity: The mailbox bound of session actors.
-        stage_mode: Where stages run: `StageMode.INLINE` (in the supervisor's task,
-            the default) or `StageMode.TASK` (each in its own actor).
+        stage_mode: Deprecated, and ignored with a `DeprecationWarning`: there is
+            one way to run a stage (each stage is an actor of its own, which its
+            supervisor asks in its own task while the stage is idle).
         seed: Seeds each session's RNG (backoff jitter), for exact tests.
         listeners: Called with every committed event of every session.
         shutdown_timeout: Seconds the actors may take to stop on exit.
@@ -155,7 +156,7 @@ class AgentSystem(Messaging):
         restart_strategy: RestartStrategy | None = None,
         restart_intensity: RestartIntensity | None = None,
         mailbox_capacity: int = 16,
-        stage_mode: StageMode = StageMode.INLINE,
+        stage_mode: StageMode | None = None,
         seed: int | None = None,
         listeners: Iterable[EventListener] = (),
         shutdown_timeout: float = 5.0,

@@ -22,7 +22,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.errors import SubgraphFailed
 from arkhon_rheo.protocols import ErrorClass, EventKind
-from arkhon_rheo.supervision import Classifier, StageMode
+from arkhon_rheo.supervision import Classifier
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -129,15 +129,14 @@ CHILD = "m1/authenticate/2"  # the parent's id, the stage, the parent event's nu
 LINK = {"session_id": "m1", "stage": "authenticate", "seq": 2}
 
 
-@pytest.mark.parametrize("mode", [StageMode.INLINE, StageMode.TASK])
 @pytest.mark.parametrize("where", ["memory", "sqlite"])
 async def test_a_child_machine_runs_as_a_stage_and_merges_through_declared_writes(
-    where: str, mode: StageMode, tmp_path: Path
+    where: str, tmp_path: Path
 ) -> None:
     control = Control()
     parent, _ = machines(control)
     path = None if where == "memory" else tmp_path / "s.db"
-    async with AgentSystem(path=path, stage_mode=mode, keep_ended=10) as system:
+    async with AgentSystem(path=path, keep_ended=10) as system:
         result = await system.run(parent, Main(user="alice"), session_id="m1")
         child = system.session(CHILD)
         child_result = await child.result()

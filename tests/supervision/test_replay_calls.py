@@ -29,7 +29,6 @@ from arkhon_rheo import (
 from arkhon_rheo.errors import ReplayDiverged, UnrecordableCall
 from arkhon_rheo.session._recording import CallPlayback, CallRecorder
 from arkhon_rheo.store._schema import SCHEMA_VERSION
-from arkhon_rheo.supervision import StageMode
 from arkhon_rheo.testing import ReferenceState, reference_machine
 
 pytestmark = pytest.mark.anyio
@@ -90,8 +89,7 @@ async def test_a_recorded_call_inside_another_belongs_to_the_outer_one() -> None
     assert report.ok, report.divergence
 
 
-@pytest.mark.parametrize("mode", [StageMode.INLINE, StageMode.TASK])
-async def test_calls_made_concurrently_replay_in_any_order(mode: StageMode) -> None:
+async def test_calls_made_concurrently_replay_in_any_order() -> None:
     @recorded("tool:slow")
     async def slow(name: str, delay: float) -> str:
         await anyio.sleep(delay)
@@ -108,7 +106,7 @@ async def test_calls_made_concurrently_replay_in_any_order(mode: StageMode) -> N
             group.start_soon(one, "b", 0)
         return Patch(out=tuple(got))
 
-    state, report = await run_and_replay(body, stage_mode=mode)
+    state, report = await run_and_replay(body)
     assert state.out == ("b", "a")
     assert report.ok, report.divergence
 

@@ -27,23 +27,14 @@ from arkhon_rheo import (
     stage,
 )
 from arkhon_rheo.protocols import EventKind, SessionStreamStatistics
-from arkhon_rheo.supervision import Backoff, StageMode
+from arkhon_rheo.supervision import Backoff
 
 L = Lifecycle
 pytestmark = pytest.mark.anyio
 
-_MODE = [StageMode.INLINE]
-
-
-@pytest.fixture(autouse=True, params=list(StageMode), ids=lambda mode: mode.value)
-def stage_mode(request: pytest.FixtureRequest) -> StageMode:
-    """Every streaming test runs with stages inline and in their own actors."""
-    _MODE[0] = request.param
-    return _MODE[0]
-
 
 def System(**options: Any) -> AgentSystem:
-    return AgentSystem(stage_mode=_MODE[0], path=None, backoff=Backoff(base=0.0), **options)
+    return AgentSystem(path=None, backoff=Backoff(base=0.0), **options)
 
 
 class ChatState(AgentState):

@@ -39,24 +39,14 @@ from arkhon_rheo.supervision import (
     RestartIntensity,
     RestartStrategy,
     RestartWindow,
-    StageMode,
 )
 from tests.support.helpers import on_virtual_clock
 
 L = Lifecycle
 
-_MODE = [StageMode.INLINE]
-
-
-@pytest.fixture(autouse=True, params=list(StageMode), ids=lambda mode: mode.value)
-def stage_mode(request: pytest.FixtureRequest) -> StageMode:
-    """Every session test runs with stages inline and in their own actors."""
-    _MODE[0] = request.param
-    return _MODE[0]
-
 
 def System(**options: Any) -> AgentSystem:
-    return AgentSystem(stage_mode=_MODE[0], path=None, **options)
+    return AgentSystem(path=None, **options)
 
 
 class LoopState(AgentState):
@@ -502,12 +492,11 @@ async def test_a_stage_past_its_deadline_is_cancelled_and_retried(
 
 @on_virtual_clock
 async def test_a_session_stuck_in_a_hosted_stage_ends_within_the_shutdown_timeout(
-    autojump_clock: trio.testing.MockClock, stage_mode: StageMode
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
-    # Leaving the block stops the session at once. A stage in its own actor that
-    # does not stop is given up on after the shutdown timeout, and the session
-    # ends (the block itself waits for the stage); inline, the stage runs in the
-    # supervisor's own task, which nothing can take from a shielded wait.
+    # Leaving the block stops the session at once. Its stage's actor runs in the
+    # supervisor's own task (an inline activation), which nothing can take from
+    # a shielded wait: the session ends when the stage does.
     entered = anyio.Event()
     probe = Probe(act=[("shielded", 50.0, entered)])
     ended: list[float] = []
@@ -522,8 +511,7 @@ async def test_a_session_stuck_in_a_hosted_stage_ends_within_the_shutdown_timeou
         nursery.start_soon(watch)
         await entered.wait()
         start = trio.current_time()
-    expected = 7.0 if stage_mode is StageMode.TASK else 50.0
-    assert ended == [pytest.approx(expected, abs=0.02)]
+    assert ended == [pytest.approx(50.0, abs=0.02)]
 
 
 @on_virtual_clock
@@ -829,11 +817,11 @@ async def test_a_crash_by_base_exception_is_stored_and_resumable() -> None:
     probe = Probe(act=[Abort("stop")])
     machine = loop_machine(probe)
     with anyio.fail_after(20), pytest.RaisesGroup(Abort):
-        async with AgentSystem(stage_mode=_MODE[0]) as system:
+        async with AgentSystem() as system:
             handle = await system.start(machine, LoopState(), session_id="s1")
             await handle.result()
             await anyio.sleep_forever()
-    async with AgentSystem(stage_mode=_MODE[0]) as system:
+    async with AgentSystem() as system:
         store = system.store
         assert store is not None
         assert (await store.load("s1")).record.status == "crashed"

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import pytest
 
-from arkhon_rheo import AgentSystem, ConfigurationError, StageMode
+from arkhon_rheo import AgentSystem, ConfigurationError
 from arkhon_rheo.protocols import ModelReply, ToolCall, ToolMessage
 from arkhon_rheo.react import ReactState, react_agent
 from arkhon_rheo.testing import ScriptedModel
@@ -76,10 +76,7 @@ async def test_outside_a_session_the_context_has_the_call_id_and_no_session() ->
     assert seen == ToolContext(session_id=None, step=None, call_id="c9", resources={})
 
 
-@pytest.mark.parametrize("mode", [StageMode.INLINE, StageMode.TASK])
-async def test_a_tool_in_an_agent_gets_its_session_step_call_id_and_resources(
-    mode: StageMode,
-) -> None:
+async def test_a_tool_in_an_agent_gets_its_session_step_call_id_and_resources() -> None:
     http = object()  # any object: only async context managers are opened
     model = ScriptedModel(
         [
@@ -92,7 +89,7 @@ async def test_a_tool_in_an_agent_gets_its_session_step_call_id_and_resources(
         ]
     )
     agent = react_agent(model, [note, note_in_thread], resources={"http": http})
-    async with AgentSystem(path=None, stage_mode=mode) as system:
+    async with AgentSystem(path=None) as system:
         handle = await system.start(agent, ReactState(task="go"), session_id="s1")
         result = await handle.result()
         history = await handle.history()
