@@ -21,10 +21,10 @@ each of them reports that home as its module.
 from __future__ import annotations
 
 from .._exports import publish
-from ._ask import Reply as Reply
 from ._handle import SessionHandle as SessionHandle
 from ._handle import SessionResult as SessionResult
 from ._mail import Sent as Sent
+from ._messaging import Reply as Reply
 from ._policy import Backoff as Backoff
 from ._policy import Classifier as Classifier
 from ._policy import RestartIntensity as RestartIntensity
