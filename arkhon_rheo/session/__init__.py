@@ -23,6 +23,7 @@ from __future__ import annotations
 from .._exports import publish
 from ._handle import SessionHandle as SessionHandle
 from ._handle import SessionResult as SessionResult
+from ._host import AgentStatistics as AgentStatistics
 from ._mail import Sent as Sent
 from ._messaging import Reply as Reply
 from ._policy import Backoff as Backoff
@@ -32,7 +33,6 @@ from ._policy import RestartStrategy as RestartStrategy
 from ._policy import RestartWindow as RestartWindow
 from ._record import ExitReason as ExitReason
 from ._record import StageMode as StageMode
-from ._registry import AgentStatistics as AgentStatistics
 from ._stored import StoredSession as StoredSession
 from ._subgraph import SubgraphStage as SubgraphStage
 from ._subgraph import subgraph as subgraph

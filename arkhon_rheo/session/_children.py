@@ -38,9 +38,8 @@ if TYPE_CHECKING:
     from ..core import Keyring
     from ..protocols import SessionRecord, Store, TransitionEvent
     from ._handle import SessionHandle
-    from ._host import SessionHost
+    from ._host import Registry, SessionHost
     from ._mail import Postman
-    from ._registry import Registry
 
 __all__ = [
     "ChildHost",

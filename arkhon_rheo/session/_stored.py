@@ -34,9 +34,8 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from ..protocols import SessionRecord, TransitionEvent
-    from ._claims import Claim
     from ._handle import SessionHandle
-    from ._host import SessionHost
+    from ._host import Claim, SessionHost
     from ._ledger import Ledger
     from ._verify import ReplayReport
 
