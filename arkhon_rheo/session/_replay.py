@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import StoreCorrupt
 from ..core._seams import StoredForm, opener, same_form
 from ._compiled import compiled
-from ._forms import UPGRADE, named, read_events, unmarked
+from ._journal import UPGRADE, named, read_events, unmarked
 from ._secrets import held_values
 from ._verify import Divergence, ReplayReport, digest_differs, verify
 
