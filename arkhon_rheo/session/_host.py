@@ -52,15 +52,14 @@ from .._errors import (
 from .._log import get_logger
 from ..protocols import AgentState, WallClock
 from ..protocols._seams import gate_commits, installed, resources_scope
-from ._child_wait import post_child_end
 from ._compiled import compiled
 from ._handle import new_handle, session_of
 from ._journal import Journal
 from ._options import check_budget, check_keyring
 from ._owner import is_dead
 from ._record import ExitReason, Session
-from ._scope import session_scope
 from ._secrets import HeldValues, held_values
+from ._subgraph import post_child_end, session_scope
 from ._supervisor import SessionSupervisor
 
 if TYPE_CHECKING:
@@ -83,7 +82,7 @@ if TYPE_CHECKING:
     from ._owner import Owner
     from ._record import EventListener, SessionConfig
     from ._resources import Resources
-    from ._scope import SubgraphHost
+    from ._subgraph import SubgraphHost
 
 __all__ = ["AgentStatistics", "Claim", "Claims", "Registry", "SessionHost", "child_link"]
 

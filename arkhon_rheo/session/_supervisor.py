@@ -25,7 +25,6 @@ from ..actors import Actor, Termination, TerminationKind
 from ..core._seams import state_label
 from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ..protocols._seams import enter_session
-from ._child_wait import ChildWaits, tell_parent, wait_for_child
 from ._committing import Committing
 from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
@@ -41,6 +40,7 @@ from ._stages import (
     is_cancellation,
     run_stage,
 )
+from ._subgraph import ChildWaits, tell_parent, wait_for_child
 
 if TYPE_CHECKING:
     import enum
