@@ -27,7 +27,7 @@ from .._redact import scrub_secrets
 from ..core import apply_event
 from ..protocols import AgentState, EventKind, StateView, TransitionEvent
 from ._recording import CallPlayback
-from ._sealed_mail import open_message
+from ._secrets import open_message
 from ._stages import run_stage
 
 if TYPE_CHECKING:
@@ -298,7 +298,7 @@ def stored_differs(
 def _opened_payload(
     timer: Any, models: dict[str, Any], keyring: Keyring | None, session_id: str
 ) -> Any:
-    """A recorded timer's payload, its sealed fields opened (see ``core._sealed_mail``)."""
+    """A recorded timer's payload, its sealed fields opened (see ``_secrets``)."""
     if not isinstance(timer, dict):
         return None
     kind, payload = timer.get("kind"), timer.get("payload")
@@ -311,7 +311,7 @@ def _opened_payload(
 def _deliver(instance: Any, message: Any, keyring: Keyring | None, session_id: str) -> str | None:
     """Hand a receiving stage the message its recorded step applied; say what is wrong, if any.
 
-    Its sealed fields are opened with ``keyring`` (see ``core._sealed_mail``).
+    Its sealed fields are opened with ``keyring`` (see ``_secrets``).
     """
     if not isinstance(message, dict):
         return "the recorded step applied no message"
