@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
     from ..protocols import NewMessage, StoredEvent, StoredMessage
     from ._codec import MessageRow, Snapshot
-    from ._plan import Plan
 
 __all__ = ["MemoryStore", "Messages", "apply_inbox"]
 
