@@ -33,12 +33,12 @@ from ._policy import RestartStrategy as RestartStrategy
 from ._policy import RestartWindow as RestartWindow
 from ._record import ExitReason as ExitReason
 from ._record import StageMode as StageMode
+from ._replay import Divergence as Divergence
+from ._replay import ReplayReport as ReplayReport
 from ._stored import StoredSession as StoredSession
 from ._subgraph import SubgraphStage as SubgraphStage
 from ._subgraph import subgraph as subgraph
 from ._system import AgentSystem as AgentSystem
-from ._verify import Divergence as Divergence
-from ._verify import ReplayReport as ReplayReport
 from ._worker import Worker as Worker
 
 #: Each public name's documented home: the facade that exports it.

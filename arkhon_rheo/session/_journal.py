@@ -7,7 +7,7 @@ history, the events made outside any stage (a rollback, a human decision) and
 the status it ends with. While the session runs, its `Persistence` (made here)
 records each commit. Leases are the agent system's (see its claims): a journal
 writes only under one. A session kept in memory only is its own record
-(`MemoryJournal`, in `_ledger`).
+(`MemoryJournal`, in `_decision`).
 
 **The form a stored session is in**, and reading what an earlier form of a
 machine stored, is the journal's too, since every load goes through it.
@@ -58,7 +58,7 @@ from ..core._seams import (
 from ..protocols import EventKind, LoadedSession
 from ..protocols._seams import DECISIONS, EncodedJson, parks_on_append
 from ._compiled import compiled
-from ._ledger import PausedAt, gate_of, not_paused, out_of_band_event
+from ._decision import PausedAt, gate_of, not_paused, out_of_band_event
 from ._persist import Persistence
 
 if TYPE_CHECKING:
