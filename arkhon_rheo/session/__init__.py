@@ -21,10 +21,11 @@ each of them reports that home as its module.
 from __future__ import annotations
 
 from .._exports import publish
-from ._ask import Reply as Reply
 from ._handle import SessionHandle as SessionHandle
 from ._handle import SessionResult as SessionResult
+from ._host import AgentStatistics as AgentStatistics
 from ._mail import Sent as Sent
+from ._messaging import Reply as Reply
 from ._policy import Backoff as Backoff
 from ._policy import Classifier as Classifier
 from ._policy import RestartIntensity as RestartIntensity
@@ -32,13 +33,12 @@ from ._policy import RestartStrategy as RestartStrategy
 from ._policy import RestartWindow as RestartWindow
 from ._record import ExitReason as ExitReason
 from ._record import StageMode as StageMode
-from ._registry import AgentStatistics as AgentStatistics
+from ._replay import Divergence as Divergence
+from ._replay import ReplayReport as ReplayReport
 from ._stored import StoredSession as StoredSession
 from ._subgraph import SubgraphStage as SubgraphStage
 from ._subgraph import subgraph as subgraph
 from ._system import AgentSystem as AgentSystem
-from ._verify import Divergence as Divergence
-from ._verify import ReplayReport as ReplayReport
 from ._worker import Worker as Worker
 
 #: Each public name's documented home: the facade that exports it.

@@ -23,14 +23,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from .._errors import ArkhonError, SessionLocked, SessionNotFound
 from .._log import get_logger
 from ..protocols import AgentState, EventKind, Machine
-from ._child_wait import post_child_end
 from ._handle import session_of
 from ._journal import Journal
 from ._mail import ENDED
 from ._owner import is_dead
 from ._record import ExitReason
-from ._scope import ChildOutcome
-from ._subgraph import SubgraphStage
+from ._subgraph import ChildOutcome, SubgraphStage, post_child_end
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -38,9 +36,8 @@ if TYPE_CHECKING:
     from ..core import Keyring
     from ..protocols import SessionRecord, Store, TransitionEvent
     from ._handle import SessionHandle
-    from ._host import SessionHost
+    from ._host import Registry, SessionHost
     from ._mail import Postman
-    from ._registry import Registry
 
 __all__ = [
     "ChildHost",

@@ -18,8 +18,7 @@ from ._options import check_initial
 
 if TYPE_CHECKING:
     from ..protocols import Machine
-    from ._host import SessionHost
-    from ._registry import Registry
+    from ._host import Registry, SessionHost
 
 __all__ = ["checked_start", "submit"]
 

@@ -28,24 +28,240 @@ lists, tuples, sets, strings, numbers, booleans, None; a NaN reads back as a
 NaN, which equals nothing); an ``info`` with anything else in it (or nested
 too deep) follows the row as it is, and an event whose fields are not of the
 types a row holds is kept whole.
+
+**Packed info.** An event's ``info`` is written with its dicts' keys numbered.
+
+Every step of a session records the same few shapes of call (a model call's
+request and response, a tool call's): written as they are, the keys of each
+dict (``"kind"``, ``"request"``, ``"response"``, ``"usage"``, ``"prompt_tokens"``
+...) are about half of a row's bytes, the same in every row. `pack` writes a
+dict as a tuple of its keys' number in the machine's `Interner` (the keys
+themselves once the interner is full) and its values; `unpack` reads it back,
+an equal dict with its keys in the same order.
+
+Only JSON-shaped data is packed (dicts with string keys, lists, strings,
+numbers, booleans, None): a tuple in it would read back as a dict, so an
+``info`` with a tuple, set or any other object in it is written as it is.
+
+**Pointers.** A log points at the recorded dumps it holds already instead of keeping them.
+
+A stage's recorded calls (an event's ``info``) repeat what its patch appends: a
+tool call's response is the `ToolMessage` the act stage appends, a model
+call's response holds the `AssistantMessage` the think stage appends. `point`
+finds those dumps (the very values of the message, of types that dump to
+themselves, under its keys in its order) and leaves them out of the info the
+log writes, noting where each message is; `restore` dumps the messages again
+into the info read back, equal to what was recorded.
 """
 
 from __future__ import annotations
 
 import marshal
+import operator
 import threading
 from array import array
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
-from ..protocols import Patch, TransitionEvent
-from ._packed import pack, unpack
-from ._pointers import MESSAGES, Ref, point, restore
+from ..protocols import (
+    AssistantMessage,
+    Patch,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    TransitionEvent,
+    UserMessage,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
-__all__ = ["EventLog", "Interner"]
+    #: An interner's table (a tuple of keys to its number) and its numbering function.
+    InternerTable = tuple[dict[object, int], Callable[[Any], Any]]
+
+__all__ = ["MESSAGES", "EventLog", "Interner", "pack", "point", "restore", "unpack"]
+
+
+#: The types written as they are.
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+class _Unpackable(Exception):
+    """Raised inside `pack` by a value it does not write (the info is written as it is)."""
+
+
+def pack(info: dict[str, Any], interner: InternerTable) -> tuple[Any, ...] | None:
+    """``info`` with each dict a tuple of its keys' number and its values; None if not JSON-shaped.
+
+    Args:
+        info: An event's ``info``.
+        interner: The machine's interner's table and its ``number`` (a tuple of keys
+            gets a number by value).
+    """
+    try:
+        return _dict(info, interner)
+    except (_Unpackable, RecursionError):
+        return None
+
+
+def _dict(data: dict[Any, Any], interner: InternerTable) -> tuple[Any, ...]:
+    # Loops rather than a call per value: this runs at every commit that records a call.
+    keys = tuple(data)
+    found = interner[0].get(keys)
+    if found is None:
+        for key in keys:
+            if type(key) is not str:
+                raise _Unpackable
+        found = interner[1](keys)
+    return (found, *_list(data.values(), interner))
+
+
+def _list(items: Iterable[Any], interner: InternerTable) -> list[Any]:
+    out = []
+    for value in items:
+        kind = type(value)
+        if kind in _PLAIN:
+            out.append(value)
+        elif kind is dict:
+            out.append(_dict(value, interner))
+        elif kind is list:
+            out.append(_list(value, interner))
+        else:
+            raise _Unpackable
+    return out
+
+
+def unpack(packed: tuple[Any, ...], objects: list[Any]) -> dict[str, Any]:
+    """The ``info`` `pack` wrote: fresh dicts and lists, equal to the ones packed.
+
+    Args:
+        packed: What `pack` returned.
+        objects: The interner's objects (a key tuple's number is its place).
+    """
+    keys = packed[0]
+    if type(keys) is int:
+        keys = objects[keys]
+    return {key: _read(value, objects) for key, value in zip(keys, packed[1:], strict=True)}
+
+
+def _read(value: Any, objects: list[Any]) -> Any:
+    kind = type(value)
+    if kind is tuple:
+        return unpack(value, objects)
+    if kind is list:
+        return [_read(item, objects) for item in value]
+    return value
+
+
+#: The messages whose recorded dump a log may point at instead of keeping: their
+#: fields are strings, booleans, None and tuples of `ToolCall`, which dump to themselves.
+MESSAGES = frozenset({AssistantMessage, ToolMessage, UserMessage, SystemMessage})
+
+#: Where a dump left out is: the record's place in ``info["io"]``, ``""`` if it is
+#: the record's response or the key in the response it is, and its message's place
+#: after the event's row.
+Ref = tuple[int, str, int]
+
+
+def point(
+    info: dict[str, Any], messages: list[tuple[int, Any]]
+) -> tuple[dict[str, Any], tuple[Ref, ...]]:
+    """``info`` with each recorded response that is the dump of one of ``messages`` left out.
+
+    A response, or the ``"message"`` in it, may be the dump of one of
+    ``messages`` (an event's messages, each with its place after the event's
+    row). Returns the info to write (a copy where anything was left out;
+    ``info`` itself is never changed) and, for each dump left out, a `Ref`.
+    """
+    records = info.get("io")
+    if type(records) is not list:
+        return info, ()
+    refs: list[Ref] = []
+    copied: list[Any] | None = None
+    for index, record in enumerate(records):
+        response = record.get("response") if type(record) is dict else None
+        if type(response) is not dict:
+            continue
+        inner = response.get("message")
+        for place, message in messages:
+            if _dumps_to(message, response):
+                refs.append((index, "", place))
+                response = None
+                break
+            if type(inner) is dict and _dumps_to(message, inner):
+                refs.append((index, "message", place))
+                response = {**response, "message": None}
+                break
+        else:
+            continue
+        if copied is None:
+            copied = list(records)
+        copied[index] = {**record, "response": response}
+    if copied is None:
+        return info, ()
+    return {**info, "io": copied}, tuple(refs)
+
+
+def _dumps_to(model: Any, dumped: dict[str, Any]) -> bool:
+    """Whether ``model`` (one of `MESSAGES`) dumps to ``dumped``, as JSON.
+
+    Their fields are strings, booleans and None, which dump to themselves, and
+    (an `AssistantMessage`'s calls) a tuple of `ToolCall`, which dumps to a list
+    of their dumps. The check asks for the very objects the model holds (a
+    model validated from a dump holds its strings), so it compares no text.
+    """
+    if type(model) is not AssistantMessage:
+        return _same(model.__dict__, dumped)
+    fields = model.__dict__
+    calls = fields["tool_calls"]
+    other = dumped.get("tool_calls")
+    if not (
+        tuple(dumped) == _ASSISTANT
+        and dumped["role"] is fields["role"]
+        and dumped["content"] is fields["content"]
+        and type(fields["content"]) in _DUMPED_AS_IS
+        and type(other) is list
+        and len(other) == len(calls)
+    ):
+        return False
+    for call, data in zip(calls, other, strict=True):
+        if type(call) is not ToolCall or not _same(call.__dict__, data):
+            return False
+    return True
+
+
+def _same(fields: dict[str, Any], dumped: Any) -> bool:
+    """Whether ``dumped`` holds the very values of ``fields``, all plain, under the same keys."""
+    return (
+        type(dumped) is dict
+        and len(fields) == len(dumped)
+        and tuple(fields) == tuple(dumped)
+        and all(map(operator.is_, fields.values(), dumped.values()))
+        and _DUMPED_AS_IS.issuperset(map(type, fields.values()))
+    )
+
+
+#: The types of value that dump to themselves.
+_DUMPED_AS_IS = frozenset({str, bool, type(None)})
+
+#: An `AssistantMessage`'s fields, in order.
+_ASSISTANT = ("role", "content", "tool_calls")
+
+
+def restore(info: dict[str, Any], refs: tuple[Ref, ...], data: list[Any], start: int) -> None:
+    """Put back, in ``info`` (a fresh copy), the dumps `point` left out.
+
+    ``data`` holds the event's row at ``start``, its messages after it.
+    """
+    records = info["io"]
+    for index, key, place in refs:
+        message = data[start + place]
+        dumped = message.__pydantic_serializer__.to_python(message, mode="json")
+        if key:
+            records[index]["response"][key] = dumped
+        else:
+            records[index]["response"] = dumped
+
 
 #: The most objects one machine's interner numbers; past it, rows keep the objects.
 _INTERNED_MAX = 4096

@@ -20,9 +20,9 @@ import anyio
 from .._errors import ArkhonError, LeaseLost, RestartIntensityExceeded, StoreUnavailable, Transient
 from .._log import get_logger
 from ..protocols import ErrorClass, EventKind, Patch
-from ._child_wait import applied_info
 from ._persist import Mail
 from ._record import ExitReason, failure_record
+from ._subgraph import applied_info
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -29,10 +29,10 @@ from .._redact import scrub_data
 from ..core._seams import state_label
 from ..protocols import EventKind, NewMessage, Patch
 from ..protocols._seams import DECISIONS, check_json, json_data
-from ._child_wait import applied_info
 from ._persist import Mail
 from ._record import ExitReason
-from ._sealed_mail import open_message, seal_message
+from ._secrets import open_message, seal_message
+from ._subgraph import applied_info
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

@@ -43,7 +43,7 @@ from ..protocols._seams import DECISIONS
 from ._inbox import message_record
 from ._journal import Journal
 from ._options import check_positive
-from ._sealed_mail import seal_message
+from ._secrets import seal_message
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable

@@ -8,7 +8,7 @@ from ._owner import is_dead
 
 if TYPE_CHECKING:
     from ..protocols import Machine, SessionRecord, Store
-    from ._registry import Registry
+    from ._host import Registry
 
 __all__ = ["orphaned"]
 

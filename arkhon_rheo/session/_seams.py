@@ -10,7 +10,7 @@ a dead one's.
 from __future__ import annotations
 
 from ._compiled import compiled as compiled
-from ._forms import Upgrader as Upgrader
-from ._forms import read_events as read_events
+from ._journal import Upgrader as Upgrader
+from ._journal import read_events as read_events
 from ._owner import Owner as Owner
 from ._owner import is_dead as is_dead

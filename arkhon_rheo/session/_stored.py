@@ -23,9 +23,14 @@ from .._construct import internal_only, make
 from .._errors import ConfigurationError, SessionError
 from ..protocols import Abort, AgentState, Approve, Edit, EventKind, Machine
 from ._children import linked_history, parked_on_child
-from ._decision import decision_of_message, decision_updates, recorded_decision
+from ._decision import (
+    MemoryJournal,
+    decision_of_message,
+    decision_updates,
+    out_of_band_event,
+    recorded_decision,
+)
 from ._journal import Journal
-from ._ledger import MemoryJournal, out_of_band_event
 from ._mail import Mailbox, Sent, message_record
 from ._poison import check_poison
 from ._replay import verify_stored
@@ -34,11 +39,10 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from ..protocols import SessionRecord, TransitionEvent
-    from ._claims import Claim
+    from ._decision import Ledger
     from ._handle import SessionHandle
-    from ._host import SessionHost
-    from ._ledger import Ledger
-    from ._verify import ReplayReport
+    from ._host import Claim, SessionHost
+    from ._replay import ReplayReport
 
 __all__ = ["StoredSession", "new_stored"]
 

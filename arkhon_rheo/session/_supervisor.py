@@ -26,13 +26,13 @@ from ..actors import Actor, Termination, TerminationKind
 from ..actors._seams import ask_here, spawn_here, stop_here
 from ..core._seams import state_label
 from ..protocols import ErrorClass, EventKind, Patch, StateView
-from ._child_wait import ChildWaits, tell_parent, wait_for_child
 from ._committing import Committing
 from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
 from ._record import ExitReason, failure_record
 from ._recording import CallRecorder
 from ._stages import Escaped, StageActor, StageSlot, _layout, is_cancellation
+from ._subgraph import ChildWaits, tell_parent, wait_for_child
 
 if TYPE_CHECKING:
     import enum

@@ -21,14 +21,12 @@ from .._errors import SessionError, SessionLocked, SessionNotFound
 from ..actors import ActorSystem
 from ..protocols import AgentState, Durability, Machine
 from ..store._seams import owned_store
-from ._ask import Replies
 from ._children import ChildHost, tell_parked_parents, wake_cut_parents, wake_parent, with_subgraphs
-from ._claims import Claims
 from ._client import checked_start, submit
 from ._default_store import DEFAULT_PATH, announce_default_store
-from ._host import SessionHost
+from ._host import AgentStatistics, Claims, Registry, SessionHost
 from ._mail import MAX_MESSAGE_BYTES, Postman
-from ._messaging import Messaging
+from ._messaging import Messaging, Replies
 from ._options import (
     check_lease_ttl,
     check_positive,
@@ -40,7 +38,6 @@ from ._options import (
 from ._owner import Owner
 from ._record import EventListener
 from ._recovery import orphaned
-from ._registry import AgentStatistics, Registry
 from ._resources import Resources
 from ._stored import StoredSession, new_stored
 

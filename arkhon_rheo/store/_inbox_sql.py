@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import SessionNotFound
-from ._inbox import Inbox, reads_pending
-from ._plan import posted_ids, touches_inbox
+from ._plan import Inbox, posted_ids, reads_pending, touches_inbox
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

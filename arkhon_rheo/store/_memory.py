@@ -1,4 +1,7 @@
-"""`MemoryStore`: the `Store` protocol in memory, for tests and throwaway sessions."""
+"""`MemoryStore`: the `Store` protocol in memory, for tests and throwaway sessions.
+
+One session's inbox is kept here too, as `Messages`.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import anyio.lowlevel
 from .._errors import ConfigurationError, SessionLocked, SessionNotFound
 from .._hooks import current_injector
 from ..protocols import LeaseRecord, LoadedSession, SessionRecord, StoreStatistics
-from ._base import StoreBase, StoreState, inject_store_fault
+from ._base import StoreBase, StoreState, check_claim, inject_store_fault, pick_claims
 from ._codec import (
     EventRow,
     SessionRow,
@@ -23,13 +26,10 @@ from ._codec import (
     loads,
 )
 from ._effects import BeginEffect, EffectLedger, EffectRow, FinishEffect
-from ._fence import renewal_refused
-from ._inbox import reads_pending
-from ._memory_inbox import Messages as _Messages
-from ._memory_inbox import apply_inbox
 from ._plan import (
     Append,
     Create,
+    Inbox,
     Park,
     Plan,
     Post,
@@ -37,9 +37,10 @@ from ._plan import (
     SetStatus,
     plan,
     posted_ids,
+    reads_pending,
+    renewal_refused,
     touches_inbox,
 )
-from ._work import check_claim, pick_claims
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -48,7 +49,48 @@ if TYPE_CHECKING:
     from ..protocols import NewMessage, StoredEvent, StoredMessage
     from ._codec import MessageRow, Snapshot
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryStore", "Messages", "apply_inbox"]
+
+
+class Messages:
+    """One session's inbox in memory: every row by position, and which are pending."""
+
+    __slots__ = ("ids", "pending", "rows")
+
+    def __init__(self) -> None:
+        self.rows: list[MessageRow] = []
+        #: Position of each message id.
+        self.ids: dict[str, int] = {}
+        #: The positions of the pending messages (an ordered set).
+        self.pending: dict[int, None] = {}
+
+    def known(self, message_ids: list[str], *, rows_needed: bool = True) -> Inbox:
+        """What a plan needs to know of it, for a request posting ``message_ids``.
+
+        ``rows_needed``: the pending rows, not only their count (see `reads_pending`).
+        """
+        rows = self.rows
+        ids = {mid: rows[self.ids[mid] - 1] for mid in message_ids if mid in self.ids}
+        if not rows_needed:
+            return Inbox(len(rows), {}, ids, len(self.pending))
+        pending = {position: rows[position - 1] for position in self.pending}
+        return Inbox(len(rows), pending, ids)
+
+
+def apply_inbox(inboxes: dict[str, Messages], result: Plan) -> None:
+    """Write a plan's new inbox rows and applied messages into ``inboxes``."""
+    for row in result.inbox:
+        box = inboxes.get(row[0])
+        if box is None:
+            box = inboxes[row[0]] = Messages()
+        box.rows.append(row)
+        box.ids[row[1]] = row[2]
+        box.pending[row[2]] = None
+    for seq, session_id, position in result.applied:
+        box = inboxes[session_id]
+        box.rows[position - 1] = (*box.rows[position - 1][:7], seq)
+        del box.pending[position]
+
 
 #: The writes that may be work for a worker (see `wait_for_work`).
 _WORK = frozenset({Create, SetStatus, Post, Park})
@@ -73,7 +115,7 @@ class MemoryStore(StoreBase, EffectLedger):
         self._events: dict[str, list[EventRow]] = {}
         self._snapshots: dict[str, dict[int, Snapshot]] = {}
         self._leases: dict[str, tuple[str, float]] = {}
-        self._inboxes: dict[str, _Messages] = {}
+        self._inboxes: dict[str, Messages] = {}
         #: Each session's effect ledger by key, in the order first begun.
         self._effects: dict[str, dict[str, EffectRow]] = {}
         #: The message kinds each waiting session parked accepting.

@@ -1,4 +1,4 @@
-"""Write requests, and the pure check that turns a batch of them into rows.
+"""Write requests, and the pure check that turns a batch of them into rows (`Plan`).
 
 Both stores decide what a batch of writes does with the same function, `plan`:
 given the requests in arrival order and what is known of the sessions they
@@ -8,6 +8,25 @@ inbox, a message applied must be pending, a park must find no message it takes
 due) and returns the rows to write plus, per request, the error that excluded
 it and what it returns. A refused request never takes the other requests of its
 batch down with it.
+
+**Fencing**: an append made for a lease's owner is refused once another owner took the lease.
+
+An append may name the owner it is made for (and, where the store keeps them,
+the fencing token that owner was given when it took the lease). It is checked
+against the lease as the batch sees it, in the batch's own transaction: unless
+that owner still holds the lease (under that token), the append is refused
+with `LeaseLost` and nothing of it is written. A lease that ran out but that
+no other owner took still lets its owner commit.
+
+**A session's durable inbox**: the requests that write it, and what a batch knows of it.
+
+Messages posted to a session are numbered per session from 1 (their *position*)
+and kept, applied or not: a message id is unique per session, so posting one
+again changes nothing. A message is *pending* until an append marks it applied
+by one of its events. Both stores plan inbox writes with `plan`, given
+what the batch knows of each inbox it touches (`Inbox`), so they behave the
+same; the SQLite store reads that knowledge and writes the planned rows in the
+batch's transaction (`._inbox_sql`).
 """
 
 from __future__ import annotations
@@ -15,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._errors import (
     DuplicateEvent,
@@ -27,14 +46,11 @@ from .._errors import (
     StoreError,
 )
 from ._effects import BeginEffect, FinishEffect, plan_effect
-from ._fence import Lease, fence, renewal_refused
-from ._inbox import Inbox, NewRow, Park, Post
-from ._plan_rows import Plan
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ._codec import EventRow, MessageRow, Snapshot
+    from ._codec import EventRow, MessageRow, SessionRow, Snapshot
     from ._effects import EffectRow
 
 __all__ = [
@@ -42,18 +58,215 @@ __all__ = [
     "Append",
     "BeginEffect",
     "Create",
+    "Fenced",
     "FinishEffect",
     "Flush",
+    "Inbox",
+    "Lease",
+    "NewRow",
     "Park",
     "Plan",
     "Post",
     "Release",
     "Request",
     "SetStatus",
+    "fence",
     "plan",
     "posted_ids",
+    "reads_pending",
+    "renewal_refused",
     "touches_inbox",
 ]
+
+
+#: ``(owner, expires_at)`` of a lease.
+Lease = tuple[str, float]
+
+
+class Fenced(Protocol):
+    """An append as fencing sees it (`._plan.Append`)."""
+
+    session_id: str
+    #: Who the append is made for.
+    owner: str | None
+    #: The fencing token the store got when ``owner`` took the lease, if known.
+    token: int | None
+
+
+def fence(
+    request: Fenced, held: dict[str, Lease], tokens: dict[str, int] | None, location: str
+) -> LeaseLost | None:
+    """Refuse ``request`` unless its owner holds its session's lease (under its token).
+
+    Args:
+        request: An append naming its ``owner``.
+        held: The leases as the batch sees them, by session.
+        tokens: The fencing token of each lease, where the store keeps them.
+        location: The store, for the error.
+    """
+    sid, owner, token = request.session_id, request.owner, request.token
+    assert owner is not None
+    lease = held.get(sid)
+    if (
+        lease is not None
+        and lease[0] == owner
+        and (token is None or tokens is None or tokens.get(sid, token) == token)
+    ):
+        return None
+    holder = None if lease is None else lease[0]
+    return LeaseLost(session_id=sid, owner=owner, holder=holder, location=location)
+
+
+def renewal_refused(
+    session_id: str, owner: str, lease: Lease | None, location: str
+) -> LeaseLost | None:
+    """Refuse a renewal of ``owner``'s lease unless ``owner`` holds ``lease`` (expired or not).
+
+    A lease given up, or taken by another owner since (even if given up again),
+    is not renewed: its old holder was paused past it, and others may have
+    driven the session on meanwhile.
+    """
+    if lease is not None and lease[0] == owner:
+        return None
+    holder = None if lease is None else lease[0]
+    return LeaseLost(session_id=session_id, owner=owner, holder=holder, location=location)
+
+
+#: A message an append posts: ``(message_id, kind, payload, posted_at, due_at)``,
+#: the payload as JSON text.
+NewRow = tuple[str, str, str, float, float]
+
+
+@dataclass(slots=True)
+class Post:
+    """Store a message in a session's inbox, unless the inbox has its id already.
+
+    Refused (`InboxFull`) if the inbox holds ``capacity`` pending messages.
+    """
+
+    session_id: str
+    message: NewRow
+    capacity: int
+
+
+@dataclass(slots=True)
+class Park:
+    """Park a session unless a pending message of a kind in ``accepts`` is due at ``now``.
+
+    Parking sets the session's status, what it waits for (JSON text) and its
+    wake time, and releases ``owner``'s lease if it holds it. A park naming an
+    ``owner`` is fenced as an append is (see the module's doc): refused with
+    `LeaseLost` unless ``owner`` holds the lease (under ``token``, where the
+    store keeps tokens), so a driver paused past its lease cannot park a
+    session its successor has moved on (or finished) meanwhile.
+    """
+
+    session_id: str
+    owner: str | None
+    status: str
+    waiting: str | None
+    accepts: frozenset[str]
+    now: float
+    #: The fencing token the store got when ``owner`` took the lease, if known.
+    token: int | None = None
+
+
+@dataclass(slots=True)
+class Inbox:
+    """What a batch knows of one session's inbox.
+
+    Attributes:
+        last_position: The highest position taken (0: none).
+        pending: The rows of the messages not applied yet, by position.
+        ids: The rows of the message ids the batch posts, for those the inbox
+            has already (pending or applied), by message id.
+        count: How many messages are pending, where only that is known (a batch
+            that only posts to the inbox: its rows, payloads and all, are not
+            read); ``None``: ``pending`` holds them all.
+    """
+
+    last_position: int
+    pending: dict[int, MessageRow]
+    ids: dict[str, MessageRow]
+    count: int | None = None
+
+    def copy(self) -> Inbox:
+        """A copy the batch may change, leaving this one as it is."""
+        return Inbox(self.last_position, dict(self.pending), dict(self.ids), self.count)
+
+    def pending_count(self) -> int:
+        """How many messages are pending (what a post's capacity check counts)."""
+        return len(self.pending) if self.count is None else self.count
+
+
+def reads_pending(request: object) -> bool:
+    """Whether planning ``request`` needs its session's pending messages, not just their count.
+
+    A park looks at their kinds and due times, an append at the one it applies;
+    a post, or an append that only posts timers, needs their count only.
+    """
+    return isinstance(request, Park) or getattr(request, "applied", None) is not None
+
+
+class Plan:
+    """The rows a batch writes, and the error (or ``None``) of each request.
+
+    (A plain class: made once per batch and per memory-store write, it builds its
+    empty lists and dicts from literals, faster than a dataclass's factories.)
+
+    Attributes:
+        created: New session rows.
+        events: Event rows, in order.
+        snapshots: ``(session_id, seq, state)`` rows.
+        updated: The final ``(last_seq, status)`` of every session the batch touched.
+        leases: The final lease of every session whose lease the batch changed
+            (``None``: released).
+        inbox: New inbox rows, in order.
+        applied: ``(applied_seq, session_id, position)`` of the inbox messages applied.
+        waits: The final ``(waiting, wake_at, accepts)`` of every session whose
+            status the batch set (``(None, None, None)`` unless it parked; ``accepts``:
+            the message kinds it parked for, as a JSON list).
+        nudges: By session, then by message kind: the due time the messages posted
+            to it bring its ``wake_at`` down to (if earlier), if it is waiting once
+            the batch is written and parked accepting that kind.
+        effects: The final row of every effect-ledger entry the batch begins or
+            finishes, by ``(session_id, key)``.
+        errors: One entry per request: why it was refused, or ``None``.
+        results: One entry per request: what it returns (a post's ``(row, new)``,
+            whether a park parked), or ``None``.
+        appended: How many events the batch writes.
+    """
+
+    __slots__ = (
+        "appended",
+        "applied",
+        "created",
+        "effects",
+        "errors",
+        "events",
+        "inbox",
+        "leases",
+        "nudges",
+        "results",
+        "snapshots",
+        "updated",
+        "waits",
+    )
+
+    def __init__(self) -> None:
+        self.created: list[SessionRow] = []
+        self.events: list[EventRow] = []
+        self.snapshots: list[tuple[str, int, Snapshot]] = []
+        self.updated: dict[str, tuple[int, str]] = {}
+        self.leases: dict[str, Lease | None] = {}
+        self.inbox: list[MessageRow] = []
+        self.applied: list[tuple[int, str, int]] = []
+        self.waits: dict[str, tuple[str | None, float | None, str | None]] = {}
+        self.nudges: dict[str, dict[str, float]] = {}
+        self.effects: dict[tuple[str, str], EffectRow] = {}
+        self.errors: list[Exception | None] = []
+        self.results: list[Any] = []
+        self.appended = 0
 
 
 @dataclass(slots=True)
@@ -87,7 +300,7 @@ class Append:
     status: str | None
     applied: int | None = None
     posts: Sequence[NewRow] = ()
-    #: Fencing (see `._fence`): refused unless ``owner`` holds the lease (under ``token``).
+    #: Fencing (see the module's doc): refused unless ``owner`` holds the lease (under ``token``).
     owner: str | None = None
     token: int | None = None
     waiting: str | None = None
@@ -428,7 +641,7 @@ def plan(
             reads or writes (see `touches_inbox`; absent: empty). Not modified.
         effects: The effect-ledger rows of the entries the batch begins or finishes,
             by ``(session_id, key)`` (absent: none). Not modified.
-        tokens: The fencing token of each lease in ``leases`` (see `._fence`).
+        tokens: The fencing token of each lease in ``leases`` (see the module's doc).
         now: The time to record as the sessions' ``updated_at``.
         location: The store's location, for errors.
 

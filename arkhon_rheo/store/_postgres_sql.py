@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import SessionNotFound, StoreError
 from ._effects import effect_keys
-from ._inbox import Inbox, reads_pending
 from ._plan import (
     Acquire,
     Append,
     Create,
+    Inbox,
     Park,
     Plan,
     Release,
@@ -36,6 +36,7 @@ from ._plan import (
     SetStatus,
     plan,
     posted_ids,
+    reads_pending,
     touches_inbox,
 )
 from ._postgres_conn import notify_payloads, pipeline, sessions_channel
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from ._driver import Rows, Script, Statement
-    from ._fence import Lease
+    from ._plan import Lease
 
 __all__ = ["NOW", "SESSION_COLUMNS", "consistent", "later", "transaction", "write_batch"]
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from ._codec import Snapshot
     from ._driver import Rows, Script, Statement
-    from ._fence import Lease
+    from ._plan import Lease
 
 __all__ = [
     "StaleCache",

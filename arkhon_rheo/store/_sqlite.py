@@ -16,7 +16,7 @@ from . import _effects_sql as effects_sql
 from . import _inbox_sql as inbox_sql
 from . import _sql as sql
 from . import _work_sql as work_sql
-from ._base import StoreState
+from ._base import StoreState, check_claim
 from ._codec import (
     decode_event,
     decode_message,
@@ -29,7 +29,6 @@ from ._group_commit import GroupCommitStore
 from ._open import check_driver, open_driver
 from ._schema import inspect_file, prepare
 from ._thread_writer import ThreadWriter
-from ._work import check_claim
 from ._writer import Writer
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from arkhon_rheo import (
     subgraph,
 )
 from arkhon_rheo.protocols import EventKind, Receive
-from arkhon_rheo.session import _child_wait as child_wait
+from arkhon_rheo.session import _subgraph as subgraphs
 from arkhon_rheo.store import PostgresStore
 from arkhon_rheo.system import Worker
 
@@ -403,7 +403,7 @@ async def test_recover_posts_a_childs_end_its_process_died_before_posting(
     async with AgentSystem(path=db) as system:
         await system.run(parent, Main(user="alice"), session_id="m1")
     with monkeypatch.context() as patch:  # the child's process dies after its last commit
-        patch.setattr(child_wait, "post_child_end", _never_posted)
+        patch.setattr(subgraphs, "post_child_end", _never_posted)
         async with AgentSystem(path=db) as system:
             assert (await (await system.stored(child, CHILD).approve(True)).result()).ok
             record = await system.stored(parent, "m1").record()
@@ -580,7 +580,7 @@ async def test_a_worker_posts_a_childs_end_its_process_died_before_posting(
     async with AgentSystem(path=db) as system:
         await system.run(parent, Main(user="alice"), session_id="m1")
     with monkeypatch.context() as patch:  # the child's process dies after its last commit
-        patch.setattr(child_wait, "post_child_end", _never_posted)
+        patch.setattr(subgraphs, "post_child_end", _never_posted)
         async with AgentSystem(path=db) as system:
             assert (await (await system.stored(child, CHILD).approve(True)).result()).ok
     async with SQLiteStore(db) as store, anyio.create_task_group() as group:

@@ -35,7 +35,7 @@ import pytest
 from arkhon_rheo.protocols import NewMessage
 from arkhon_rheo.store import SQLiteStore
 from arkhon_rheo.store._driver import step
-from arkhon_rheo.store._inbox import Post
+from arkhon_rheo.store._plan import Post
 from arkhon_rheo.store._schema import SCHEMA_VERSION
 from arkhon_rheo.store._sql import write_batch
 from tests.fixtures.store_v7 import DB, RECORDS

@@ -119,7 +119,7 @@ def test_a_post_checks_capacity_on_a_count_of_pending_messages() -> None:
     # A batch that only posts knows how many messages are pending, not their rows
     # (payloads and all): the capacity check counts, and each post adds one.
     from arkhon_rheo.errors import InboxFull
-    from arkhon_rheo.store._inbox import Inbox, Post
+    from arkhon_rheo.store._plan import Inbox, Post
 
     def post(message_id: str) -> Post:
         return Post("s", (message_id, "Ask", "{}", 0.0, 0.0), capacity=3)
