@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import structlog
 
-from arkhon_rheo import AgentSystem, Machine, emit
-from arkhon_rheo.protocols._stream import PartialHub, SessionStream
+from arkhon_rheo import AgentSystem, Machine, SessionStream, emit
+from arkhon_rheo.session._partials import PartialHub, Subscription
 from arkhon_rheo.testing import ReferenceState, reference_machine
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def noop(data: Any) -> None:
     """The reference: an empty call with the same argument."""
 
 
-def time_calls(fn: Callable[[Any], None], calls: int, drain: list[SessionStream[Any]]) -> float:
+def time_calls(fn: Callable[[Any], None], calls: int, drain: list[Subscription[Any]]) -> float:
     """Seconds per call of ``fn``; the streams in ``drain`` are emptied every 128 calls."""
     delta = "token"
     started = time.perf_counter()

@@ -1,6 +1,6 @@
 """The layering of the package, kept by reading its imports (trio's `_core` is the model).
 
-protocols imports nothing of the package; actors only protocols; core (the
+protocols imports only `_hooks` (below it); actors only protocols; core (the
 pure, loop-free core: validation, codec, digest, fold, fingerprint, sealed
 values) only protocols; store only protocols; session (the session's one home:
 the compiled machine, the supervisor, the journal, host, postman and claims, the
@@ -9,7 +9,11 @@ are the public namespaces of its names, each importing session alone; models
 only protocols; rules only protocols (react uses rules, to check each proposal
 of a model); testing, cli and the inspector on top. Every
 layer may use the leaf modules ``_construct``, ``_errors``, ``_exports``,
-``_json``, ``_load``, ``_log``, ``_lru``, ``_redact`` and ``_tracing``. A subpackage's
+``_json``, ``_load``, ``_log``, ``_lru``, ``_redact`` and ``_tracing``. Below protocols
+lies ``_hooks`` (the context variables a running stage is seen through: fault
+injector, call recorder, partial-output scope, resources): it imports only
+leaves, and only the layers whose code runs in or around a stage may import it
+(protocols, store, tools, react, session, testing). A subpackage's
 private modules are its own: another layer imports its public namespace or its
 ``_seams`` module (the insides the layers above may use, listed in one place).
 
@@ -39,23 +43,25 @@ LEAVES = {
     "_tracing",
 }
 ALLOWED: dict[str, set[str]] = {
-    "protocols": set(),
+    # The hooks of a running stage (fault injector, recorder, output scope, resources).
+    "_hooks": set(),
+    "protocols": {"_hooks"},
     "actors": {"protocols"},
     # The pure core: what a machine compiles to, no event loop (no anyio, no actors).
     "core": {"protocols"},
-    "store": {"protocols"},
+    "store": {"_hooks", "protocols"},
     # The session's one home: its kernel's session half, its runner (the supervisor),
     # the agent system's insides (journal, host, postman, claims), subgraphs.
-    "session": {"protocols", "actors", "core", "store"},
+    "session": {"_hooks", "protocols", "actors", "core", "store"},
     # The public namespaces of the session's names: facades over `session`.
     "supervision": {"session"},
     "graphs": {"session"},
     "system": {"session"},
-    "tools": {"protocols"},
+    "tools": {"_hooks", "protocols"},
     # The engine checks each proposal with the rules engine (``Checks(rules=...)``).
-    "react": {"protocols", "models", "tools", "rules"},
+    "react": {"_hooks", "protocols", "models", "tools", "rules"},
     "models": {"protocols"},
-    "testing": {"protocols", "models", "session", "supervision", "store", "system"},
+    "testing": {"_hooks", "protocols", "models", "session", "supervision", "store", "system"},
     "rules": {"protocols"},
     # The command line sits on top: it drives AgentSystem (``system``) and reads the store.
     "cli": {
@@ -202,8 +208,10 @@ def test_the_private_module_checker_sees_a_reach() -> None:
     # ...and the checker would notice a reach past them, relative or absolute.
     reach = "from ..store._sqlite import SQLiteStore\n"
     assert _private_reaches(module, reach) == ["arkhon_rheo.store._sqlite"]
-    absolute = "from arkhon_rheo.protocols._faults import installed\n"
-    assert _private_reaches(module, absolute) == ["arkhon_rheo.protocols._faults"]
+    absolute = "from arkhon_rheo.protocols._io import record_call\n"
+    assert _private_reaches(module, absolute) == ["arkhon_rheo.protocols._io"]
+    hooks = "from .._hooks._faults import installed\nfrom .._hooks import installed\n"
+    assert _private_reaches(module, hooks) == ["arkhon_rheo._hooks._faults"]
     by_name = "from ..core import _validate\n"
     assert _private_reaches(module, by_name) == ["arkhon_rheo.core._validate"]
     plain = "import arkhon_rheo.store._sqlite\n"
@@ -217,6 +225,9 @@ def test_the_private_module_checker_sees_a_reach() -> None:
 def test_the_checker_sees_a_violation() -> None:
     # ``actors/_cell.py`` imports the leaf ``_errors``: the checker must notice it.
     assert "_errors" in _imported_subpackages(PACKAGE / "actors" / "_cell.py")
+    # ...and the hooks, which are no leaf: a layer not allowed them is told so.
+    assert "_hooks" in _imported_subpackages(PACKAGE / "store" / "_base.py")
+    assert "_hooks" not in ALLOWED["core"] | ALLOWED["actors"] | ALLOWED["models"]
 
 
 #: The most lines a function of the package may have, from ``def`` to its last line.
@@ -332,3 +343,28 @@ def test_no_import_circle_inside_a_package(package: str) -> None:
 def test_the_circle_finder_finds_one() -> None:
     assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _circle({"a": {"b"}, "b": set()}) is None
+
+
+def _context_variables(source: str) -> list[int]:
+    """The lines of ``source`` that make a context variable (``ContextVar(...)``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name == "ContextVar":
+                found.append(node.lineno)
+    return found
+
+
+def test_protocols_keeps_contracts_not_running_state() -> None:
+    # The context variables a running stage is seen through are `_hooks`'s: the
+    # contracts hold no context of their own (hubs, recorders, injectors live with their users).
+    held = {
+        path.name: lines
+        for path in sorted((PACKAGE / "protocols").rglob("*.py"))
+        if (lines := _context_variables(path.read_text()))
+    }
+    assert not held, f"running state in protocols/: {held}"
+    assert _context_variables("import contextvars\nV = contextvars.ContextVar('v')\n") == [2]
+    assert _context_variables((PACKAGE / "_hooks" / "_faults.py").read_text())

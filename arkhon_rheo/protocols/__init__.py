@@ -1,13 +1,18 @@
-"""Data contracts and interfaces shared by every layer.
+"""Data contracts and interfaces shared by every layer: contracts only, no running code.
 
 The agent state and its failure record, the patch a stage proposes, the stage
 contract with its read-only view, the machine and its graph (`StateGraph`,
 drawn as Mermaid), the transition event, the entry points that record a
 stage's model and tool calls (`record_call`, `record_stream`, `recorded`), the
-partial output a stage emits while it runs (`emit`, `Partial`,
-`SessionStream`), and the chat contract (messages, replies, tool specs, the
-model-client protocol). This layer imports nothing
-from the rest of the package.
+partial output a stage emits while it runs (`emit`, `Partial`, and the
+`SessionStream` protocol of a subscription), and the chat contract (messages,
+replies, tool specs, the model-client protocol).
+
+What answers the entry points is running code and lives beside its users: the
+partial-output hub and the call recorder in ``arkhon_rheo.session``, the
+context variables a running stage is seen through (fault injector, recorder,
+output scope, resources) in the private ``arkhon_rheo._hooks`` below this
+layer, the only part of the package it imports.
 """
 
 from __future__ import annotations

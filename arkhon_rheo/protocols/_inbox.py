@@ -26,7 +26,7 @@ import anyio
 from pydantic import BaseModel
 
 from .._errors import ConfigurationError
-from ._io import RECORDER
+from .._hooks import RECORDER
 from ._stage import Stage
 
 if TYPE_CHECKING:

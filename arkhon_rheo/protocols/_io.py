@@ -22,10 +22,11 @@ in the order the calls started. A call made while another recorded call runs
 (a recorded tool that uses a recorded model) belongs to the outer call and is
 not recorded on its own.
 
-This module holds the entry points and the contract of what answers them
-(`Recorder`, found through the `RECORDER` context variable); the recorder and
-the playback that the supervisor installs around a stage live in
-``arkhon_rheo.session`` (`CallRecorder`, `CallPlayback`).
+This module holds the entry points. What answers them (a `Recorder`, found
+through the `RECORDER` context variable) is running code: the variable lives
+in ``arkhon_rheo._hooks``, and the recorder and the playback that the
+supervisor puts there around a stage in ``arkhon_rheo.session``
+(`CallRecorder`, `CallPlayback`).
 """
 
 from __future__ import annotations
@@ -34,61 +35,21 @@ import contextlib
 import functools
 import inspect
 import typing
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pydantic_core import PydanticSerializationError
 
 from .._errors import ConfigurationError, UnrecordableCall
-from ._canonical import check_json, json_data
+from .._hooks import RECORDER, aclose_iterator
+from ._canonical import json_data
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
-    from ._store import Store
-
-__all__ = [
-    "RECORDER",
-    "Recorder",
-    "aclose_iterator",
-    "call_site",
-    "check_json",
-    "current_step",
-    "record_call",
-    "record_plain_call",
-    "record_stream",
-    "recorded",
-]
+__all__ = ["record_call", "record_stream", "recorded"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound="Callable[..., Awaitable[Any]]")
-
-
-class Recorder(Protocol):
-    """What answers the recorded calls of one stage invocation.
-
-    Attributes:
-        closed: Whether it records nothing more (the stage returned): calls
-            made then go straight through.
-    """
-
-    closed: bool
-
-    async def call(
-        self, kind: str, request: Any, call: Callable[[], Awaitable[Any]], returns: Any
-    ) -> Any:
-        """Answer one call of ``kind`` asking ``request`` (``request`` is JSON data)."""
-        ...
-
-    def stream(
-        self, kind: str, request: Any, call: Callable[[], AsyncIterator[Any]], returns: Any
-    ) -> AsyncGenerator[Any, None]:
-        """Answer one streamed call of ``kind`` asking ``request``, chunk by chunk."""
-        ...
-
-
-#: The recorder of the stage invocation running in this context, if any.
-RECORDER: ContextVar[Recorder | None] = ContextVar("arkhon_rheo_call_recorder", default=None)
 
 
 def _jsonable(kind: str, what: str, value: Any) -> Any:
@@ -100,41 +61,6 @@ def _jsonable(kind: str, what: str, value: Any) -> Any:
         return json_data(value, finite=True)
     except (PydanticSerializationError, ValueError, TypeError) as exc:
         raise UnrecordableCall(kind=kind, what=what, reason=str(exc)) from exc
-
-
-def current_step() -> int | None:
-    """The number of the step the running stage will be recorded as.
-
-    ``None`` outside a stage run by a supervisor (or a replay), and inside a
-    recorded call (a call it makes is part of that call).
-    """
-    recorder = RECORDER.get()
-    return None if recorder is None else getattr(recorder, "step", None)
-
-
-def call_site() -> tuple[str, int | None, Store | None]:
-    """Where a call made now is made: the session, the step, and the store of its effects.
-
-    The running stage's session id, the number its step will be recorded as,
-    and the store that keeps its session's effect ledger. Outside a stage run
-    by a supervisor, and inside a recorded call: ``("", None, None)``; in a
-    replay, and without a store, the store is ``None``.
-    """
-    recorder = RECORDER.get()
-    if recorder is None:
-        return "", None, None
-    return (
-        getattr(recorder, "session_id", ""),
-        getattr(recorder, "step", None),
-        getattr(recorder, "effects", None),
-    )
-
-
-async def aclose_iterator(iterator: AsyncIterator[Any]) -> None:
-    """Close ``iterator`` if it can be closed (an async generator can)."""
-    aclose = getattr(iterator, "aclose", None)
-    if aclose is not None:
-        await aclose()
 
 
 async def record_call(
@@ -170,23 +96,6 @@ async def record_call(
         return await call()
     jsonable = _jsonable(kind, "request", request)
     return cast("T", await recorder.call(kind, jsonable, call, returns))
-
-
-async def record_plain_call(
-    kind: str, request: Any, call: Callable[[], Awaitable[T]], *, returns: Any = Any
-) -> T:
-    """`record_call` for a request its caller made as plain JSON data, for this call only.
-
-    Plain as `plain_copy` takes it (dicts with string keys, lists, strings,
-    ints, bools, ``None``, finite floats), new, and never changed after: it is
-    recorded as it is, not copied. The library's own callers use it (the
-    ReAct engine's model turns); a request from elsewhere goes through
-    `record_call`.
-    """
-    recorder = RECORDER.get()
-    if recorder is None or recorder.closed:
-        return await call()
-    return cast("T", await recorder.call(kind, request, call, returns))
 
 
 async def record_stream(

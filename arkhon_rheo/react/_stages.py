@@ -32,6 +32,7 @@ import anyio
 
 from .. import _tracing
 from .._errors import Fatal, MalformedModelOutput, Recoverable
+from .._hooks import current_injector, current_session, current_step, record_plain_call
 from .._log import get_logger
 from ..models import current_priority, governing, rate_priority
 from ..protocols import (
@@ -50,13 +51,7 @@ from ..protocols import (
     record_call,
     record_stream,
 )
-from ..protocols._seams import (
-    current_injector,
-    current_session,
-    current_step,
-    record_plain_call,
-    share_fields_set,
-)
+from ..protocols._seams import share_fields_set
 from ..tools import Toolbox
 from ._budget import Used
 from ._calls import answer_data, check_reply, tail, unwrap

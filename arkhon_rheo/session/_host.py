@@ -49,9 +49,10 @@ from .._errors import (
     StoreError,
     SystemNotRunning,
 )
+from .._hooks import installed, resources_scope
 from .._log import get_logger
 from ..protocols import AgentState, WallClock
-from ..protocols._seams import gate_commits, installed, resources_scope
+from ..protocols._seams import gate_commits
 from ._compiled import compiled
 from ._handle import new_handle, session_of
 from ._journal import Journal
@@ -74,10 +75,10 @@ if TYPE_CHECKING:
     )
     from contextlib import AbstractAsyncContextManager
 
+    from .._hooks import FaultInjector
     from ..actors import ActorSystem, SystemStatistics
     from ..core import Keyring
     from ..protocols import Clock, Machine, Store, TransitionEvent
-    from ..protocols._seams import FaultInjector
     from ._handle import SessionHandle
     from ._owner import Owner
     from ._record import EventListener, SessionConfig

@@ -23,9 +23,9 @@ from .._redact import scrub_secrets
 from ..actors._seams import LazyEvent
 from ..core._seams import state_label
 from ..protocols import Clock, ErrorClass, EventKind, FailureRecord, TransitionEvent, WallClock
-from ..protocols._seams import PartialHub
 from ._compiled import compiled
 from ._eventlog import EventLog
+from ._partials import PartialHub
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 

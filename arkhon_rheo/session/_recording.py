@@ -25,23 +25,18 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from .._errors import RecordedCallFailed, ReplayDiverged, UnrecordableCall
+from .._hooks import RECORDER, aclose_iterator
 from .._redact import scrub_data, scrub_exception, scrub_secrets
-from ..protocols._seams import (
-    RECORDER,
-    aclose_iterator,
-    check_json,
-    json_data,
-    may_hold_sets,
-    share_fields_set,
-)
+from ..protocols._seams import check_json, json_data, may_hold_sets, share_fields_set
 from ._as_recorded import validation_checks_json
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
     from contextvars import Token
 
+    from .._hooks import Recorder
     from ..protocols import Store
-    from ..protocols._seams import Recorder, ScheduledMessage
+    from ..protocols._seams import ScheduledMessage
 
 __all__ = ["CallPlayback", "CallRecorder"]
 

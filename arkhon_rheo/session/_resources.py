@@ -28,7 +28,7 @@ import anyio
 from .._errors import ResourceUnavailable, SystemNotRunning
 from .._log import get_logger
 from .._redact import scrub
-from ..protocols._seams import counts_opens, is_async_context_manager, reports_open
+from ..protocols._seams import is_async_context_manager
 from ._subgraph import SubgraphStage
 
 if TYPE_CHECKING:
@@ -42,6 +42,27 @@ if TYPE_CHECKING:
 __all__ = ["Resources"]
 
 _logger = get_logger("arkhon_rheo.system")
+
+
+def reports_open(resource: object) -> bool:
+    """Whether ``resource`` says it is open already (its ``is_open`` is ``True``).
+
+    A resource that may be entered by its user (like `OpenAIChatClient`) tells
+    the system so with an ``is_open`` attribute; the system enters only the
+    resources that do not report themselves open.
+    """
+    return getattr(resource, "is_open", False) is True
+
+
+def counts_opens(resource: object) -> bool:
+    """Whether ``resource`` counts its opens (its ``counts_opens`` is ``True``).
+
+    Such a resource (like `OpenAIChatClient`) may be entered by any number of
+    users at once and stays open until the last of them leaves it, so the
+    system enters it even when it reports itself open: a client opened by its
+    user or by another system stays open while this system needs it.
+    """
+    return getattr(resource, "counts_opens", False) is True
 
 
 def _not_running() -> SystemNotRunning:

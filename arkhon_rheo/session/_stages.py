@@ -20,16 +20,16 @@ import anyio
 import structlog
 
 from .._errors import StageTimeout
+from .._hooks import current_injector, enter_session
 from ..actors import Actor, ActorRef
 from ..actors._seams import ask_here, stop_here
-from ..protocols._seams import current_injector, enter_session
 
 if TYPE_CHECKING:
     import contextvars
     from collections.abc import Awaitable, Coroutine
 
     from ..protocols import Machine, Patch, Stage, StateView
-    from ..protocols._seams import StageScope
+    from ._partials import StageScope
     from ._recording import CallRecorder
 
 __all__ = ["Escaped", "StageActor", "StageSlot", "is_cancellation", "run_stage"]

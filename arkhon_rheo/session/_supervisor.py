@@ -20,12 +20,12 @@ import structlog
 from anyio.lowlevel import checkpoint
 
 from .. import _tracing
+from .._hooks import enter_session
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
 from ..actors._seams import ask_here, spawn_here, stop_here
 from ..core._seams import state_label
 from ..protocols import ErrorClass, EventKind, Patch, StateView
-from ..protocols._seams import enter_session
 from ._committing import Committing
 from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox

@@ -46,9 +46,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from types import TracebackType
 
+    from .._hooks import FaultInjector
     from ..core import Keyring
     from ..protocols import Clock, SessionRecord, Store
-    from ..protocols._seams import FaultInjector
     from ._handle import SessionHandle, SessionResult
     from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
     from ._record import EventListener, StageMode

@@ -20,7 +20,7 @@ import anyio
 import anyio.lowlevel
 
 from .._errors import ConfigurationError, StoreError
-from ..protocols._seams import current_injector
+from .._hooks import current_injector
 from ._codec import dumps, encode_events, encode_snapshot
 from ._plan import Append, Create, Park, Post
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import anyio.lowlevel
 
 from .._errors import ConfigurationError, SessionNotFound, StoreError
+from .._hooks import current_injector
 from ..protocols import EffectStatus, StoredEffect
-from ..protocols._seams import current_injector
 from ._codec import dumps, loads
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._errors import ConfigurationError, StoreError
+from .._hooks import current_injector
 from ..protocols import Durability, StoreStatistics
-from ..protocols._seams import current_injector
 from ._base import StoreBase, inject_store_fault
 from ._codec import decode_message
 from ._effects import EffectLedger

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import anyio.lowlevel
 
 from .._errors import ConfigurationError, SessionLocked, SessionNotFound
+from .._hooks import current_injector
 from ..protocols import LeaseRecord, LoadedSession, SessionRecord, StoreStatistics
-from ..protocols._seams import current_injector
 from ._base import StoreBase, StoreState, check_claim, inject_store_fault, pick_claims
 from ._codec import (
     EventRow,

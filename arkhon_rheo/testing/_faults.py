@@ -26,7 +26,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
-from ..protocols._seams import install, uninstall
+from .._hooks import install, uninstall
 from ._fault_rules import ONLY, FaultCall, FaultKind, FaultRule, InjectedFault, act
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ import anyio
 import anyio.lowlevel
 
 from .._errors import Fatal
+from .._hooks import current_session
 from ..protocols import AssistantMessage, ModelReply, ReplyDelta, ToolCall, Usage
-from ..protocols._seams import current_session
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Sequence

@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
-from ..protocols._seams import STAGE_SCOPE, current_resources
+from .._hooks import STAGE_SCOPE, current_resources
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -76,7 +76,7 @@ def tool_context(call_id: str | None, key: str | None = None) -> ToolContext:
     scope = STAGE_SCOPE.get()
     if scope is None:
         return ToolContext(None, None, call_id, current_resources(), key)
-    return ToolContext(scope.hub.session_id, scope.seq, call_id, current_resources(), key)
+    return ToolContext(scope.session_id, scope.seq, call_id, current_resources(), key)
 
 
 def is_context(annotation: Any) -> bool:

@@ -16,9 +16,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, Fatal, ToolTimeout
+from .._hooks import current_injector
 from .._redact import scrub, scrub_secrets
 from ..protocols import ToolMessage, ToolSpec
-from ..protocols._seams import current_injector
 from ._effects import (
     Effect,
     Ledger,

@@ -32,10 +32,10 @@ from .._errors import (
     ToolError,
     Transient,
 )
+from .._hooks import call_site, current_injector, current_session
 from .._log import get_logger
 from .._redact import scrub, scrub_secrets
 from ..protocols import ToolCall, ToolMessage, ToolSpec, record_call
-from ..protocols._seams import call_site, current_injector, current_session
 from ._context import tool_context
 from ._effects import Effect, Ledger, RunPolicy, idempotency_key, policy_of, refused_by, run_once
 from ._retry import ESCALATE, OnExhausted, backoff_delay, observes, on_exhausted_of

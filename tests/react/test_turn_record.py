@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from arkhon_rheo import AgentSystem
+from arkhon_rheo._hooks import record_plain_call
 from arkhon_rheo.models import Pricing
 from arkhon_rheo.protocols import AssistantMessage, ModelReply, ToolCall, Usage
-from arkhon_rheo.protocols._seams import record_plain_call
 from arkhon_rheo.react import Budget, Calls, Limits, ReactState, react_agent
 from arkhon_rheo.session._recording import CallRecorder
 from arkhon_rheo.testing import ScriptedModel

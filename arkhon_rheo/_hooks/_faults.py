@@ -6,7 +6,8 @@ the ReAct engine's model call (``"model"``) and a store's write (``"store"``).
 Each reads one context variable and goes on at once when it is ``None``: with
 no injector installed, the seam costs one ``ContextVar.get`` and an ``is None``
 check. `arkhon_rheo.testing.FaultPlan` is the injector users install; this
-module only defines the contract, so every layer can hold the seam.
+module holds the contract and the context variables, low enough that every
+layer that calls out can hold the seam.
 
 An injector acts a fault out itself (raises, sleeps, hangs) and may return a
 function that alters the call's result (a model reply made malformed).
