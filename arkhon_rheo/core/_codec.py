@@ -24,7 +24,7 @@ from ..protocols import (
     TransitionEvent,
 )
 from ..protocols._seams import SENSITIVE, EncodedJson, sensitive_fields
-from ._validate import _item_type
+from ._schemas import item_type
 
 if TYPE_CHECKING:
     import enum
@@ -118,7 +118,7 @@ class EventCodec:
         self._items: dict[str, TypeAdapter[Any]] = {}
         for name, info in state_type.model_fields.items():
             self._values[name] = TypeAdapter(info.rebuild_annotation())
-            item = _item_type(info.annotation)
+            item = item_type(info.annotation)
             if item is not None:
                 self._items[name] = TypeAdapter(item)
         # Each field's serializer, called directly: `TypeAdapter.dump_python` costs

@@ -25,8 +25,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .._errors import StoreCorrupt
-from ._schemas import accepts, state_schema, type_name
-from ._validate import _item_type
+from ._schemas import accepts, item_type, state_schema, type_name
 
 if TYPE_CHECKING:
     import enum
@@ -155,7 +154,7 @@ def fingerprint(machine: Machine[Any]) -> dict[str, Any]:
         "types": types,
         "defs": defs,
         "optional": [name for name, info in fields.items() if not info.is_required()],
-        "items": [name for name, info in fields.items() if _item_type(info.annotation) is not None],
+        "items": [name for name, info in fields.items() if item_type(info.annotation) is not None],
         "lifecycle": {
             state.name: _stored_value(state)
             for state in sorted(machine.states, key=lambda s: s.name)

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
+from ..protocols import History
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["accepts", "canonical", "has_sets", "state_schema", "strip", "type_name"]
+__all__ = ["accepts", "canonical", "has_sets", "item_type", "state_schema", "strip", "type_name"]
 
 #: Schema keys that say nothing about the values a schema accepts.
 _COSMETIC = frozenset({"title", "description", "examples", "default", "deprecated"})
@@ -360,3 +362,14 @@ def canonical(data: Any, schema: Any, defs: Mapping[str, Any]) -> Any:
             for key, value in data.items()
         }
     return data
+
+
+def item_type(annotation: Any) -> Any | None:
+    """The item type of ``History[X]`` or ``tuple[X, ...]``, else ``None``."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is History or annotation is History:
+        return args[0] if args else Any
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return None

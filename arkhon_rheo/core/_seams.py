@@ -13,8 +13,6 @@ stopped session waits for, and show a session's sensitive values masked.
 from __future__ import annotations
 
 from ._codec import EventCodec as EventCodec
-from ._digest import StateDigest as StateDigest
-from ._digest import StateHasher as StateHasher
 from ._fingerprint import checked_fingerprint as checked_fingerprint
 from ._fingerprint import differences as differences
 from ._fingerprint import fingerprint as fingerprint
@@ -22,16 +20,14 @@ from ._fingerprint import legacy_schema as legacy_schema
 from ._fingerprint import same_form as same_form
 from ._fingerprint import upgrade_hint as upgrade_hint
 from ._fingerprint import version_of as version_of
+from ._floats import may_hold_floats as may_hold_floats
 from ._fold import step_moves as step_moves
+from ._schemas import item_type as item_type
 from ._sealed import Sealer as Sealer
 from ._sealed import masked as masked
 from ._sealed import opener as opener
 from ._sealed import session_codec as session_codec
 from ._sealed import shown_state as shown_state
 from ._stored_form import StoredForm as StoredForm
-from ._validate import PatchValidator as PatchValidator
-from ._validate import check_edge as check_edge
-from ._validate import check_invariants as check_invariants
-from ._validate import state_label as state_label
 from ._waiting import WaitsFor as WaitsFor
 from ._waiting import waits_for as waits_for

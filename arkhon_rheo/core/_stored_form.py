@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
-from ._schemas import canonical, has_sets
-from ._validate import _item_type
+from ._schemas import canonical, has_sets, item_type
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -74,7 +73,7 @@ class StoredForm:
                 name
                 for name in self.fields
                 if (
-                    _item_type(present[name].annotation) is not None
+                    item_type(present[name].annotation) is not None
                     if name in present
                     else isinstance(sample.get(name), list)
                 )

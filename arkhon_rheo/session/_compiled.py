@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
-from ..core._seams import EventCodec, PatchValidator, StateHasher, fingerprint
+from ..core._seams import EventCodec, fingerprint
+from ._digest import StateHasher
 from ._eventlog import Interner
+from ._validate import PatchValidator
 
 if TYPE_CHECKING:
     import enum

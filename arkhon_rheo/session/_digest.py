@@ -32,17 +32,16 @@ from pydantic import PlainSerializer, WrapSerializer
 from pydantic_core import PydanticSerializationError, to_json
 
 from .._errors import UnserializablePatch
+from ..core._seams import item_type, may_hold_floats
 from ..protocols._seams import EncodedPatch, canonical, may_hold_sets
-from ._floats import may_hold_floats
-from ._validate import _item_type
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from pydantic import TypeAdapter
 
+    from ..core._seams import EventCodec
     from ..protocols import AgentState, Patch, TransitionEvent
-    from ._codec import EventCodec
 
 __all__ = ["StateDigest", "StateHasher"]
 
@@ -102,7 +101,7 @@ class StateHasher:
             or any(isinstance(meta, (PlainSerializer, WrapSerializer)) for meta in info.metadata)
         )
         for name, info in fields.items():
-            item = _item_type(info.annotation)
+            item = item_type(info.annotation)
             if item is None:
                 annotation, adapter = info.rebuild_annotation(), codec.adapter(name)
             else:

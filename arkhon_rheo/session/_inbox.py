@@ -26,13 +26,13 @@ from pydantic import ValidationError
 from .._errors import ConfigurationError, Fatal
 from .._log import get_logger
 from .._redact import scrub_data
-from ..core._seams import state_label
 from ..protocols import EventKind, NewMessage, Patch
 from ..protocols._seams import DECISIONS, check_json, json_data
 from ._persist import Mail
 from ._record import ExitReason
 from ._secrets import open_message, seal_message
 from ._subgraph import applied_info
+from ._validate import state_label
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

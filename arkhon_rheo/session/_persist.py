@@ -20,9 +20,10 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Collection, Mapping
 
     from ..core import Keyring
-    from ..core._seams import EventCodec, StateDigest
+    from ..core._seams import EventCodec
     from ..protocols import AgentState, NewMessage, Store, TransitionEvent
     from ..protocols._seams import Queued
+    from ._digest import StateDigest
 
 __all__ = ["EVENT_BYTES", "SNAPSHOT_MIN_BYTES", "Mail", "Persistence", "linked"]
 

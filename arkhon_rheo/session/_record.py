@@ -21,21 +21,21 @@ import anyio
 from .._log import get_logger
 from .._redact import scrub_secrets
 from ..actors._seams import LazyEvent
-from ..core._seams import state_label
 from ..protocols import Clock, ErrorClass, EventKind, FailureRecord, TransitionEvent, WallClock
 from ._compiled import compiled
 from ._eventlog import EventLog
 from ._partials import PartialHub
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
+from ._validate import state_label
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from ..core._seams import PatchValidator
     from ..protocols import AgentState, Machine, Patch, StoredMessage
     from ._compiled import CompiledMachine
     from ._persist import Persistence
+    from ._validate import PatchValidator
 
 __all__ = [
     "EventListener",

@@ -58,11 +58,13 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from ..core import Keyring
-    from ..core._seams import EventCodec, PatchValidator, Sealer, StateHasher
+    from ..core._seams import EventCodec, Sealer
     from ..protocols import LoadedSession, Machine, Stage, StoredEvent
     from ..protocols._seams import ScheduledMessage
+    from ._digest import StateHasher
     from ._journal import Journal
     from ._secrets import HeldValues
+    from ._validate import PatchValidator
 
 __all__ = [
     "Divergence",

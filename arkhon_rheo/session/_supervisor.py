@@ -24,7 +24,6 @@ from .._hooks import enter_session
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
 from ..actors._seams import ask_here, spawn_here, stop_here
-from ..core._seams import state_label
 from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ._committing import Committing
 from ._failures import FailureHandler
@@ -33,6 +32,7 @@ from ._record import ExitReason, failure_record
 from ._recording import CallRecorder
 from ._stages import Escaped, StageActor, StageSlot, _layout, is_cancellation
 from ._subgraph import ChildWaits, tell_parent, wait_for_child
+from ._validate import state_label
 
 if TYPE_CHECKING:
     import enum

@@ -34,6 +34,7 @@ from .._errors import (
     TransitionInvariantViolation,
     UndeclaredWrite,
 )
+from ..core._seams import item_type
 from ..protocols import SUPERVISOR_FIELDS, AgentState, History, Patch
 
 if TYPE_CHECKING:
@@ -47,17 +48,6 @@ __all__ = ["PatchValidator", "check_edge", "check_invariants", "state_label"]
 def state_label(state: enum.Enum) -> str:
     """A lifecycle state as events and errors name it: its value if a string, else its name."""
     return str(state.value) if isinstance(state.value, str) else state.name
-
-
-def _item_type(annotation: Any) -> Any | None:
-    """The item type of ``History[X]`` or ``tuple[X, ...]``, else ``None``."""
-    origin = get_origin(annotation)
-    args = get_args(annotation)
-    if origin is History or annotation is History:
-        return args[0] if args else Any
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return args[0]
-    return None
 
 
 class _Fields:
@@ -92,7 +82,7 @@ class _Fields:
             annotation = field.rebuild_annotation()
             config = None if _has_config(field.annotation) else _CONFIG
             self.values[name] = TypeAdapter(annotation, config=config)
-            item = _item_type(field.annotation)
+            item = item_type(field.annotation)
             self.items[name] = (
                 None
                 if item is None

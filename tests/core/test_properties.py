@@ -25,9 +25,9 @@ from pydantic import (
 )
 
 from arkhon_rheo import AgentState, Condition, History, Machine, Patch, StateView, stage
-from arkhon_rheo.core._validate import PatchValidator
 from arkhon_rheo.errors import InvalidPatch, InvariantViolation, UndeclaredWrite
 from arkhon_rheo.protocols import SUPERVISOR_FIELDS, ErrorClass, FailureRecord
+from arkhon_rheo.session._validate import PatchValidator
 
 # == patch validation =====================================================================
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from arkhon_rheo import AgentSystem, Lifecycle
-from arkhon_rheo.core._validate import PatchValidator
 from arkhon_rheo.errors import TransitionInvariantViolation
+from arkhon_rheo.session._validate import PatchValidator
 from arkhon_rheo.testing import ScriptedModel
 
 pytestmark = pytest.mark.anyio
