@@ -156,6 +156,10 @@ class Actor(Generic[M, R]):
     replies to ``ask``. Its `context` is set before `on_start` runs.
     """
 
+    # None of its own: a subclass without ``__slots__`` has a ``__dict__`` as usual,
+    # one with them (an actor there are many of) need not.
+    __slots__ = ()
+
     context: ActorContext[M, R]
     #: Whether `on_stop` bounds every wait of its own (the library's supervisors
     #: do). If not, the cell runs it within the system's shutdown timeout, which
@@ -389,6 +393,7 @@ class ActorSystem:
         ask_timeout: float | None = None,
         on_failure: FailurePolicy | None = None,
         args: tuple[Any, ...] = (),
+        prefix: str | None = None,
     ) -> Cell[M, R]:
         """A new cell for ``factory``'s actor, listed as alive, not yet started (see `spawn`)."""
         if self._state is not SystemState.RUNNING or self._task_group is None:
@@ -412,6 +417,7 @@ class ActorSystem:
             capacity=capacity,
             ask_timeout=timeout,
             on_failure=on_failure,
+            prefix=prefix,
         )
         self._host.cells[cell] = None
         self._spawned += 1
@@ -445,6 +451,7 @@ class _SystemCell(Cell[M, R]):
         capacity: int,
         ask_timeout: float,
         on_failure: FailurePolicy | None,
+        prefix: str | None = None,
     ) -> None:
         self._system = system
         self._factory = factory
@@ -455,6 +462,7 @@ class _SystemCell(Cell[M, R]):
             capacity=capacity,
             ask_timeout=ask_timeout,
             on_failure=on_failure,
+            prefix=prefix,
         )
 
     def new_actor(self) -> Actor[M, R]:

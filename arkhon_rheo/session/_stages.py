@@ -3,7 +3,7 @@
 `run_stage` runs one stage invocation and returns its patch or its error (and
 a ``BaseException`` other than cancellation as `Escaped`); it is also the seam
 of fault injection. Each stage of a session is an actor, a `StageActor` with
-its own mailbox: the supervisor sends it the work (`StageSlot.invoke`) and it
+its own mailbox: the supervisor sends it the work (`StageActor.invoke`) and it
 replies with its outcome. The supervisor asks it with `ask_here`: a stage is
 idle whenever its supervisor asks it, so it runs as an inline activation in
 the supervisor's task (no task, no event, no mailbox round trip), and a busy
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..protocols._seams import StageScope
     from ._recording import CallRecorder
 
-__all__ = ["Escaped", "StageActor", "StageSlot", "is_cancellation", "run_stage"]
+__all__ = ["Escaped", "StageActor", "given", "is_cancellation", "run_stage"]
 
 
 class Escaped:
@@ -168,6 +168,9 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
     # It has no ``on_stop`` to bound: its end costs no timer.
     _on_stop_bounded = True
 
+    # A session has one per stage: no ``__dict__`` each.
+    __slots__ = ("context", "stage")
+
     def __init__(self, stage: Stage[Any]) -> None:
         self.stage = stage
 
@@ -179,16 +182,10 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
         return outcome
 
 
-class StageSlot:
-    """Where a supervisor keeps one stage: its actor's reference and its stage instance."""
-
-    __slots__ = ("ref", "stage")
-
-    def __init__(
-        self, ref: ActorRef[_Invoke, Patch | Exception | Escaped], stage: Stage[Any]
-    ) -> None:
-        self.ref = ref
-        self.stage = stage
+    @property
+    def ref(self) -> ActorRef[_Invoke, Patch | Exception | Escaped]:
+        """The reference of this stage's actor."""
+        return self.context.ref
 
     def invoke(
         self,
@@ -198,9 +195,15 @@ class StageSlot:
         scope: StageScope | None = None,
     ) -> Awaitable[Patch | Exception | Escaped]:
         """Ask the stage's actor for its outcome on ``view`` (in this task: it is idle)."""
-        return ask_here(self.ref, (view, deadline, recorder, scope))
+        return ask_here(self.context.ref, (view, deadline, recorder, scope))
 
     async def stop(self) -> None:
         """End the stage's actor (in this task: it is idle), and return once it has ended."""
-        if not await stop_here(self.ref):
-            await self.ref.wait_terminated()
+        ref = self.context.ref
+        if not await stop_here(ref):
+            await ref.wait_terminated()
+
+
+def given(actor: StageActor) -> StageActor:
+    """The factory of a stage's actor: the instance the supervisor made and keeps."""
+    return actor

@@ -32,7 +32,7 @@ from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
 from ._record import ExitReason, failure_record
 from ._recording import CallRecorder
-from ._stages import Escaped, StageActor, StageSlot, _layout, is_cancellation
+from ._stages import Escaped, StageActor, _layout, given, is_cancellation
 
 if TYPE_CHECKING:
     import enum
@@ -91,7 +91,7 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         self.session = session
         # Shared by every session of the machine (read only): not made per session.
         self.order, self.stage_types = _layout(session.machine)
-        self.stages: dict[str, StageSlot] = {}
+        self.stages: dict[str, StageActor] = {}
         #: What a failed step does (retry, restart, record, fail).
         self.failures = FailureHandler(session)
         self.started = 0.0
@@ -205,15 +205,18 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
 
     async def _spawn_stage(self, name: str) -> None:
         """Start ``name``'s actor, a fresh stage instance, in this task (see `spawn_here`)."""
-        stage = self.stage_types[name]()
-        ref = await spawn_here(
+        # The supervisor keeps the actor (its stage, its reference through its context):
+        # nothing else per stage. Its name, "<session id>/<stage>", is joined when read.
+        actor = StageActor(self.stage_types[name]())
+        await spawn_here(
             self.context.system,
-            StageActor,
-            stage,
-            name=f"{self.session.session_id}/{name}",
+            given,
+            actor,
+            name=name,
+            prefix=self.session.session_id,
             mailbox_capacity=self.session.config.mailbox_capacity,
         )
-        self.stages[name] = StageSlot(ref, stage)
+        self.stages[name] = actor
 
     # -- the step ----------------------------------------------------------------
 
@@ -289,7 +292,7 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
                 slot.stage.delivered = delivery.message  # type: ignore[attr-defined]
             scope = session.partials.scope(name, seq, attempt)
             if self.span is None:  # the common case, nothing traced: `slot.invoke` unwrapped
-                outcome = await ask_here(slot.ref, (view, deadline, recorder, scope))
+                outcome = await ask_here(slot.context.ref, (view, deadline, recorder, scope))
             else:
                 with _tracing.step(self.span, name, seq, attempt) as span:
                     outcome = await slot.invoke(view, deadline, recorder, scope)
