@@ -29,6 +29,7 @@ from anyio.lowlevel import checkpoint
 from .._errors import ActorStopped, ConfigurationError, MailboxClosed
 from .._log import get_logger
 from ._behaviour import Behaviour, Notice, Starting, containable, delivery
+from ._end import finish
 from ._event import event_factory
 from ._mailbox import MailboxReceiveStream, MailboxSendStream, open_mailbox
 from ._mailbox import _State as _MailboxState
@@ -49,7 +50,7 @@ R = TypeVar("R")
 _logger = get_logger("arkhon_rheo.actors")
 
 #: What an activation reads of an actor with no mailbox yet: nothing queued, still open.
-_EMPTY = _MailboxState(name="", capacity=1, open_send_streams=1)
+_EMPTY: _MailboxState[Any] = _MailboxState(name="", capacity=1, open_send_streams=1)
 
 #: An actor whose waits for more mail after a reply stopped paying off waits once in this many.
 _LINGER_RETRY = 32
@@ -196,12 +197,9 @@ class Cell(Generic[M, R]):
         return self._host.new_event or event_factory()
 
     def mailbox(self) -> MailboxSendStream[Any]:
-        """The send side of the actor's mailbox, opened now if it is not yet.
+        """The send side of the mailbox, opened now if not yet (one asked inline needs none).
 
-        An actor gets its mailbox when the first message is queued for it (or a
-        stop, a notice, a look at its statistics): one asked only inline never
-        needs one. A mailbox opened for an ended actor is closed at once, so
-        what is sent to it is a dead letter, as it would have been.
+        One opened for an ended actor is closed: what is sent to it is a dead letter.
         """
         tx = self.tx
         if tx is None:
@@ -499,56 +497,4 @@ class Cell(Generic[M, R]):
         if request is not None:
             request.set_error(ActorStopped(actor=self.name, detail="ended before replying"))
 
-    async def _finish(
-        self, actor: Behaviour[M, R] | None, kind: TerminationKind, error: BaseException | None
-    ) -> None:
-        """Record the end, fail pending asks, run ``on_stop``, tell the watchers."""
-        self.state = ActorState.STOPPED
-        assert self.ref is not None  # still ours: it is let go of once the actor has ended
-        self.ended = (kind, error)
-        self._actor = None  # the instance refers to its cell (its context): no cycle kept
-        self._context = None
-        termination = Termination(self.ref, kind, error)
-        if self.tx is not None:
-            self.tx.close()
-        for item in self.rx.close() if self.rx is not None else ():
-            if type(item) is Notice:
-                continue
-            if type(item) is Ask:
-                item.set_error(
-                    ActorStopped(actor=self.name, detail=f"{kind.value} before replying")
-                )
-            self._host.dead_letters += 1
-            _logger.warning(
-                "dead_letter",
-                actor=self.name,
-                state="stopped",
-                message_type=type(item).__name__,
-            )
-        if kind is TerminationKind.CRASHED:
-            _logger.error("actor_crashed", actor=self.name, error=repr(error))
-        try:
-            if actor is not None and actor._on_stop_bounded:
-                await actor.on_stop(termination)  # no timer: the hook bounds its own waits
-            elif actor is not None:
-                with anyio.move_on_after(self._host.shutdown_timeout):
-                    await actor.on_stop(termination)
-        except Exception as exc:
-            _logger.error("actor_on_stop_failed", actor=self.name, error=repr(exc))
-        finally:
-            self._host.cells.pop(self, None)
-            self.task = None  # an ended actor has nothing to cancel: not kept for its ref
-            self.active = False
-            self.ref = None  # see the class: no cycle through the reference once ended
-            done, self._done = self._done, None
-            if done is not None:
-                done.set()
-            watchers, self._watchers = self._watchers or (), None
-            for watcher in watchers:
-                if watcher._watching is not None:
-                    watcher._watching.pop(self, None)
-                watcher.notify(termination)
-            watching, self._watching = self._watching or (), None
-            for target in watching:  # ended watchers must not stay referenced
-                if target._watchers is not None:
-                    target._watchers.pop(self, None)
+    _finish = finish  # record the end, fail pending asks, run ``on_stop``, tell the watchers

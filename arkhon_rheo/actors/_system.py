@@ -468,5 +468,5 @@ class _SystemCell(Cell[M, R]):
     def new_actor(self) -> Actor[M, R]:
         """Make a fresh instance from the factory and give it its context."""
         actor = self._factory(*self._args)
-        actor.context = ActorContext(self, self._system)
+        actor.context = ActorContext(self, self._system)  # type: ignore[misc]
         return actor

@@ -181,7 +181,6 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
         outcome: Coroutine[Any, Any, Patch | Exception | Escaped] = run_stage(self.stage, *message)
         return outcome
 
-
     @property
     def ref(self) -> ActorRef[_Invoke, Patch | Exception | Escaped]:
         """The reference of this stage's actor."""
