@@ -20,7 +20,7 @@ import anyio
 import structlog
 
 from .._errors import StageTimeout
-from ..actors import Actor, ActorRef
+from ..actors import Actor, ActorContext, ActorRef
 from ..actors._seams import ask_here, stop_here
 from ..protocols._seams import current_injector, enter_session
 
@@ -168,11 +168,23 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
     # It has no ``on_stop`` to bound: its end costs no timer.
     _on_stop_bounded = True
 
-    # A session has one per stage: no ``__dict__`` each.
-    __slots__ = ("context", "stage")
+    # A session has one per stage: no ``__dict__`` each, and no `ActorContext` kept
+    # (it keeps its reference and its system; `context` makes one when read).
+    __slots__ = ("_system", "ref", "stage")
+
+    ref: ActorRef[_Invoke, Patch | Exception | Escaped]
 
     def __init__(self, stage: Stage[Any]) -> None:
         self.stage = stage
+
+    @property
+    def context(self) -> ActorContext[_Invoke, Patch | Exception | Escaped]:
+        """This actor's context, made when read."""
+        return ActorContext(self.ref._cell, self._system)  # type: ignore[arg-type]
+
+    @context.setter
+    def context(self, context: ActorContext[_Invoke, Patch | Exception | Escaped]) -> None:
+        self.ref, self._system = context.ref, context.system
 
     def receive(self, message: _Invoke) -> Coroutine[Any, Any, Patch | Exception | Escaped]:
         """`run_stage` on the work, its coroutine returned: no frame of its own while it runs."""
@@ -180,11 +192,6 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
         _bind_stage(self.stage.name)
         outcome: Coroutine[Any, Any, Patch | Exception | Escaped] = run_stage(self.stage, *message)
         return outcome
-
-    @property
-    def ref(self) -> ActorRef[_Invoke, Patch | Exception | Escaped]:
-        """The reference of this stage's actor."""
-        return self.context.ref
 
     def invoke(
         self,
@@ -194,11 +201,11 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
         scope: StageScope | None = None,
     ) -> Awaitable[Patch | Exception | Escaped]:
         """Ask the stage's actor for its outcome on ``view`` (in this task: it is idle)."""
-        return ask_here(self.context.ref, (view, deadline, recorder, scope))
+        return ask_here(self.ref, (view, deadline, recorder, scope))
 
     async def stop(self) -> None:
         """End the stage's actor (in this task: it is idle), and return once it has ended."""
-        ref = self.context.ref
+        ref = self.ref
         if not await stop_here(ref):
             await ref.wait_terminated()
 

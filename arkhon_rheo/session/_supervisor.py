@@ -205,7 +205,7 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
 
     async def _spawn_stage(self, name: str) -> None:
         """Start ``name``'s actor, a fresh stage instance, in this task (see `spawn_here`)."""
-        # The supervisor keeps the actor (its stage, its reference through its context):
+        # The supervisor keeps the actor (its stage, its reference):
         # nothing else per stage. Its name, "<session id>/<stage>", is joined when read.
         actor = StageActor(self.stage_types[name]())
         await spawn_here(
@@ -292,7 +292,7 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
                 slot.stage.delivered = delivery.message  # type: ignore[attr-defined]
             scope = session.partials.scope(name, seq, attempt)
             if self.span is None:  # the common case, nothing traced: `slot.invoke` unwrapped
-                outcome = await ask_here(slot.context.ref, (view, deadline, recorder, scope))
+                outcome = await ask_here(slot.ref, (view, deadline, recorder, scope))
             else:
                 with _tracing.step(self.span, name, seq, attempt) as span:
                     outcome = await slot.invoke(view, deadline, recorder, scope)
