@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from ._ref import ActorRef
     from ._system import Actor, ActorSystem
 
-__all__ = ["ask_here", "spawn_here", "stop_here"]
+__all__ = ["ask_here", "claim_here", "release_here", "spawn_here", "stop_here"]
 
 M = TypeVar("M")
 R = TypeVar("R")
@@ -140,6 +140,40 @@ async def ask_here(ref: ActorRef[M, R], message: M) -> R:
             cell.active = False
         else:
             _release(cell)
+
+
+def claim_here(ref: ActorRef[Any, Any]) -> bool:
+    """Claim ``ref``'s actor for an inline activation that the caller runs; whether it is idle.
+
+    `ask_here` taken apart, for a caller that owns the actor and knows its
+    handler returns its errors rather than raising them (a session's stage):
+    claimed, the caller awaits the handler itself (no frame of ``ask_here``
+    alive while it runs) and calls `release_here` after, whatever happens.
+    Not claimed (the actor is not idle), it asks with `ask_here`.
+    """
+    cell: Cell[Any, Any] = ref._cell  # type: ignore[assignment]
+    rx = cell.rx  # `_claim`, written out: this runs at every step of every session
+    if (
+        cell.active
+        or cell.state is not _RUNNING
+        or cell.cancelled
+        or cell._host.closing
+        or (rx is not None and (rx._state.buffer or rx._state.urgent))
+    ):
+        return False
+    cell.active = True
+    if rx is not None:
+        rx._state.receive_waiter = None  # mail that comes meanwhile queues: no activation for it
+    return True
+
+
+def release_here(ref: ActorRef[Any, Any]) -> None:
+    """End the inline activation `claim_here` claimed: idle again, or activated for what came."""
+    cell: Cell[Any, Any] = ref._cell  # type: ignore[assignment]
+    if cell.rx is None and not (cell.cancelled or cell._host.closing):  # no mail: idle
+        cell.active = False
+    else:
+        _release(cell)
 
 
 async def _handler_failed(cell: Cell[Any, Any], actor: Behaviour[Any, Any], exc: Exception) -> None:

@@ -188,8 +188,13 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
 
     def receive(self, message: _Invoke) -> Coroutine[Any, Any, Patch | Exception | Escaped]:
         """`run_stage` on the work, its coroutine returned: no frame of its own while it runs."""
-        # The log lines of the stage name it (the supervisor's task has bound the session).
-        _bind_stage(self.stage.name)
+        # The log lines of the stage name it (the supervisor's task has bound the session):
+        # `_bind_stage`'s common case written out.
+        var = _stage_var
+        if var is None:
+            _bind_stage(self.stage.name)
+        else:
+            var.set(self.stage.name)
         outcome: Coroutine[Any, Any, Patch | Exception | Escaped] = run_stage(self.stage, *message)
         return outcome
 

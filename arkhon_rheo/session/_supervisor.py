@@ -22,7 +22,7 @@ from anyio.lowlevel import checkpoint
 from .. import _tracing
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
-from ..actors._seams import ask_here, spawn_here, stop_here
+from ..actors._seams import ask_here, claim_here, release_here, spawn_here, stop_here
 from ..core._seams import state_label
 from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ..protocols._seams import enter_session
@@ -32,7 +32,7 @@ from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
 from ._record import ExitReason, failure_record
 from ._recording import CallRecorder
-from ._stages import Escaped, StageActor, _layout, given, is_cancellation
+from ._stages import Escaped, StageActor, _Invoke, _layout, given, is_cancellation
 
 if TYPE_CHECKING:
     import enum
@@ -291,12 +291,13 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
             if delivery is not None:
                 slot.stage.delivered = delivery.message  # type: ignore[attr-defined]
             scope = session.partials.scope(name, seq, attempt)
-            if self.span is None:  # the common case, nothing traced: `slot.invoke` unwrapped
-                outcome = await ask_here(slot.ref, (view, deadline, recorder, scope))
+            if self.span is None and claim_here(slot.ref):  # idle (as always): run it here
+                try:  # `slot.invoke` written out: no frame of `ask_here` kept while it runs
+                    outcome = await slot.receive((view, deadline, recorder, scope))
+                finally:
+                    release_here(slot.ref)
             else:
-                with _tracing.step(self.span, name, seq, attempt) as span:
-                    outcome = await slot.invoke(view, deadline, recorder, scope)
-                    _tracing.step_outcome(span, outcome)
+                outcome = await self._invoke(slot, (view, deadline, recorder, scope), seq, attempt)
             if isinstance(outcome, Escaped | ChildWaits):  # no patch, and no failure
                 return await self._no_patch(outcome, state, name)
             calls = recorder.finished() or None  # no empty list kept while a commit waits
@@ -326,6 +327,15 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
                 attempt += 1
                 continue
             return await self.failures.failed(failure, name, attempt, self._restart, error_class)
+
+    async def _invoke(self, slot: StageActor, work: _Invoke, seq: int, attempt: int) -> Any:
+        """Ask a stage's actor for its outcome through its mailbox (it is busy), or traced."""
+        if self.span is None:
+            return await ask_here(slot.ref, work)
+        with _tracing.step(self.span, slot.stage.name, seq, attempt) as span:
+            outcome = await slot.invoke(*work)
+            _tracing.step_outcome(span, outcome)
+        return outcome
 
     async def _no_patch(self, outcome: Escaped | ChildWaits, state: AgentState, stage: str) -> bool:
         """A stage that ended with neither a patch nor a failure; return whether the run ends.
