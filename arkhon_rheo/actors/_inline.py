@@ -188,7 +188,7 @@ async def _handler_failed(cell: Cell[Any, Any], actor: Behaviour[Any, Any], exc:
 
 async def spawn_here(
     system: ActorSystem,
-    factory: Callable[[*Ts], Actor[M, R]],
+    factory: Callable[[*Ts], Actor[M, R]] | Actor[M, R],
     *args: *Ts,
     name: str,
     mailbox_capacity: int | None = None,
@@ -199,6 +199,8 @@ async def spawn_here(
     The actor starts idle; its first activation (for mail that finds it idle)
     runs in a copy of the context of the task that starts it. Its name is
     ``f"{prefix}/{name}"`` with a ``prefix``, joined only when it is read.
+    ``factory`` may be the actor itself, made (and kept) by the caller: none
+    spawned here is restarted, so it is the only instance.
     """
     cell = system._new_cell(factory, name, mailbox_capacity, args=tuple(args), prefix=prefix)
     ref = cell.ref

@@ -15,6 +15,7 @@ import anyio
 
 from .._errors import ActorStopped, ConfigurationError, SystemNotRunning
 from ._cell import Cell, CellHost
+from ._end import finish
 from ._event import event_factory
 
 if TYPE_CHECKING:
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-    from ._records import FailurePolicy
+    from ._behaviour import Behaviour
+    from ._records import FailurePolicy, TerminationKind
     from ._ref import ActorRef, Termination
 
 __all__ = ["Actor", "ActorContext", "ActorSystem", "SystemState", "SystemStatistics"]
@@ -387,7 +389,7 @@ class ActorSystem:
 
     def _new_cell(
         self,
-        factory: Callable[..., Actor[M, R]],
+        factory: Callable[..., Actor[M, R]] | Actor[M, R],
         name: str,
         mailbox_capacity: int | None,
         ask_timeout: float | None = None,
@@ -441,10 +443,15 @@ class _SystemCell(Cell[M, R]):
 
     __slots__ = ("_args", "_factory", "_system")
 
+    # What its actor is made from: a factory and its arguments, or (`spawn_here`) the
+    # actor itself, made by its spawner. Let go of once the actor has ended: the actor
+    # may refer to its reference, which refers to this cell, and no cycle may be kept.
+    _factory: Callable[..., Actor[M, R]] | Actor[M, R] | None
+
     def __init__(
         self,
         system: ActorSystem,
-        factory: Callable[..., Actor[M, R]],
+        factory: Callable[..., Actor[M, R]] | Actor[M, R],
         args: tuple[Any, ...],
         *,
         name: str,
@@ -466,7 +473,16 @@ class _SystemCell(Cell[M, R]):
         )
 
     def new_actor(self) -> Actor[M, R]:
-        """Make a fresh instance from the factory and give it its context."""
-        actor = self._factory(*self._args)
+        """Make a fresh instance from the factory (or take the one given); give it its context."""
+        factory = self._factory
+        assert factory is not None  # an ended actor makes no new instance
+        actor = factory if isinstance(factory, Actor) else factory(*self._args)
         actor.context = ActorContext(self, self._system)  # type: ignore[misc]
         return actor
+
+    async def _finish(
+        self, actor: Behaviour[M, R] | None, kind: TerminationKind, error: BaseException | None
+    ) -> None:
+        """`Cell._finish`, letting go of what the actor was made from first."""
+        self._factory, self._args = None, ()
+        await finish(self, actor, kind, error)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..protocols._seams import StageScope
     from ._recording import CallRecorder
 
-__all__ = ["Escaped", "StageActor", "given", "is_cancellation", "run_stage"]
+__all__ = ["Escaped", "StageActor", "is_cancellation", "run_stage"]
 
 
 class Escaped:
@@ -213,8 +213,3 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
         ref = self.ref
         if not await stop_here(ref):
             await ref.wait_terminated()
-
-
-def given(actor: StageActor) -> StageActor:
-    """The factory of a stage's actor: the instance the supervisor made and keeps."""
-    return actor

@@ -32,7 +32,7 @@ from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
 from ._record import ExitReason, failure_record
 from ._recording import CallRecorder
-from ._stages import Escaped, StageActor, _Invoke, _layout, given, is_cancellation
+from ._stages import Escaped, StageActor, _Invoke, _layout, is_cancellation
 
 if TYPE_CHECKING:
     import enum
@@ -210,7 +210,6 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         actor = StageActor(self.stage_types[name]())
         await spawn_here(
             self.context.system,
-            given,
             actor,
             name=name,
             prefix=self.session.session_id,
