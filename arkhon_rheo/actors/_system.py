@@ -206,8 +206,8 @@ class ActorSystem:
 
     An actor holds no task while its mailbox is empty: the mail that finds it
     idle starts a task in this group that handles its messages, one at a time
-    and in order, and ends once none is left (an idle actor costs its mailbox
-    and its instance, no task).
+    and in order, and ends once none is left (an idle actor costs its cell,
+    reference and instance, and its mailbox once mail has come: no task).
 
     Use it as an async context manager inside your own event loop, on asyncio
     or trio. Leaving the block stops every actor: each finishes the messages
