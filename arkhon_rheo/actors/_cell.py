@@ -29,8 +29,10 @@ from anyio.lowlevel import checkpoint
 from .._errors import ActorStopped, ConfigurationError, MailboxClosed
 from .._log import get_logger
 from ._behaviour import Behaviour, Notice, Starting, containable, delivery
-from ._event import LazyEvent
+from ._end import finish
+from ._event import event_factory
 from ._mailbox import MailboxReceiveStream, MailboxSendStream, open_mailbox
+from ._mailbox import _State as _MailboxState
 from ._records import ActorState, Directive, FailurePolicy, TerminationKind
 from ._ref import ActorRef, Ask, Termination
 
@@ -46,6 +48,9 @@ __all__ = ["Cell", "CellHost"]
 M = TypeVar("M")
 R = TypeVar("R")
 _logger = get_logger("arkhon_rheo.actors")
+
+#: What an activation reads of an actor with no mailbox yet: nothing queued, still open.
+_EMPTY: _MailboxState[Any] = _MailboxState(name="", capacity=1, open_send_streams=1)
 
 #: An actor whose waits for more mail after a reply stopped paying off waits once in this many.
 _LINGER_RETRY = 32
@@ -112,18 +117,19 @@ class Cell(Generic[M, R]):
         "_context",
         "_done",
         "_host",
+        "_name",
         "_on_failure",
+        "_prefix",
         "_starting",
         "_watchers",
         "_watching",
         "active",
         "ask_timeout",
         "cancelled",
+        "capacity",
         "ended",
         "escalated",
         "linger_misses",
-        "name",
-        "new_event",
         "ref",
         "restarts",
         "rx",
@@ -132,9 +138,11 @@ class Cell(Generic[M, R]):
         "tx",
     )
 
-    # The mailbox carries the actor's messages, its asks and system notices.
-    tx: MailboxSendStream[Any]
-    rx: MailboxReceiveStream[Any]
+    # The mailbox carries the actor's messages, its asks and system notices. It is
+    # opened by the first message queued (`mailbox`): an actor only ever asked
+    # inline (a session's stage) never has one.
+    tx: MailboxSendStream[Any] | None
+    rx: MailboxReceiveStream[Any] | None
 
     def __init__(
         self,
@@ -144,6 +152,7 @@ class Cell(Generic[M, R]):
         capacity: int,
         ask_timeout: float,
         on_failure: FailurePolicy | None,
+        prefix: str | None = None,
     ) -> None:
         self._host = host
         self._on_failure = on_failure
@@ -160,14 +169,15 @@ class Cell(Generic[M, R]):
         # empty dict is 64 bytes, and most actors are never watched).
         self._watchers: dict[Cell[Any, Any], None] | None = None
         self._watching: dict[Cell[Any, Any], None] | None = None
-        self.name = name
+        # The name's parts, joined when asked (`name`): a session's stage is named
+        # after its session and its stage, strings that are kept alive anyway.
+        self._name = name
+        self._prefix = prefix
         self.ask_timeout = ask_timeout
         self.state = ActorState.STARTING
-        # The mailbox exists from the start, so a stop requested while the actor is
-        # still starting has something to close.
-        self.tx, self.rx = open_mailbox(capacity, name=name, new_event=host.new_event)
-        self.new_event: Callable[[], anyio.Event] = self.tx._state.new_event
-        self._done = LazyEvent()  # set once the actor has ended
+        self.capacity = capacity
+        self.tx = self.rx = None  # opened by the first message queued (see `mailbox`)
+        self._done: anyio.Event | None = None  # made by the first wait for the end
         self._starting: Starting | None = None  # the spawner's wait, until the actor runs
         self.ended: tuple[TerminationKind, BaseException | None] | None = None
         self.restarts = 0
@@ -175,12 +185,40 @@ class Cell(Generic[M, R]):
         self.escalated: BaseException | None = None  # see ActorContext.escalate
         self.ref: ActorRef[M, R] | None = ActorRef._of(self)
 
+    @property
+    def name(self) -> str:
+        """The actor's name."""
+        prefix = self._prefix
+        return self._name if prefix is None else f"{prefix}/{self._name}"
+
+    @property
+    def new_event(self) -> Callable[[], anyio.Event]:
+        """Makes an event of the running backend (the system's factory, once it runs)."""
+        return self._host.new_event or event_factory()
+
+    def mailbox(self) -> MailboxSendStream[Any]:
+        """The send side of the mailbox, opened now if not yet (one asked inline needs none).
+
+        One opened for an ended actor is closed: what is sent to it is a dead letter.
+        """
+        tx = self.tx
+        if tx is None:
+            tx, rx = self.tx, self.rx = open_mailbox(
+                self.capacity, name=self.name, new_event=self._host.new_event
+            )
+            if self.ended is not None or self.ref is None:
+                tx.close()
+                rx.close()
+            elif not self.active:  # idle: the first message activates it
+                rx._state.receive_waiter = self
+        return tx
+
     # -- called from other tasks -------------------------------------------------
 
     def request_stop(self) -> None:
         if self.state in (ActorState.STARTING, ActorState.RUNNING):
             self.state = ActorState.STOPPING
-            self.tx.close()  # the end of the mailbox wakes an idle actor, which ends
+            self.mailbox().close()  # the end of the mailbox wakes an idle actor, which ends
 
     def cancel(self) -> None:
         if self.ended is not None:
@@ -212,20 +250,26 @@ class Cell(Generic[M, R]):
 
     def notify(self, termination: Termination) -> None:
         with contextlib.suppress(MailboxClosed):  # the watcher ended: nobody left to tell
-            self.tx._send_urgent(Notice(termination))
+            self.mailbox()._send_urgent(Notice(termination))
 
     def pending(self) -> int:
-        state = self.rx._state
+        rx = self.rx
+        if rx is None:
+            return 0
+        state = rx._state
         return len(state.buffer) + len(state.urgent or ())
 
     async def wait_done(self) -> None:
-        """Wait until the actor has ended."""
-        done = self._done
-        if not done.is_set():
-            await done.wait(self.new_event)
+        """Wait until the actor has ended (its reference let go of: `_finish` is over)."""
+        if self.ref is not None:
+            done = self._done
+            if done is None:
+                done = self._done = self.new_event()
+            await done.wait()
 
     def dead_letter(self, message: object) -> None:
-        self.rx._count_dead_letter()
+        if self.rx is not None:
+            self.rx._count_dead_letter()
         self._host.dead_letters += 1
         _logger.warning(
             "dead_letter",
@@ -254,7 +298,8 @@ class Cell(Generic[M, R]):
         group = self._host.group
         assert group is not None  # the system runs while any of its actors is alive
         self.active = True
-        self.rx._state.receive_waiter = None  # no second wake-up while this one runs
+        if self.rx is not None:
+            self.rx._state.receive_waiter = None  # no second wake-up while this one runs
         context, self._context = self._context, None
         # The task runs in a copy of the context the last activation left.
         task = self._spawn(group) if context is None else context.run(self._spawn, group)
@@ -272,7 +317,8 @@ class Cell(Generic[M, R]):
         self.active = False
         self.task = None
         self._context = contextvars.copy_context()  # what the actor bound, for the next
-        self.rx._state.receive_waiter = self
+        if self.rx is not None:  # without one, the mailbox sets its waiter when it opens
+            self.rx._state.receive_waiter = self
 
     async def run(self) -> None:
         """An activation: start the actor if it is new, then handle its mail until none is left.
@@ -296,14 +342,16 @@ class Cell(Generic[M, R]):
                 actor = self._actor = self.new_actor()
                 await self._start(actor)
                 started = True
+            # No mailbox yet: no mail ever queued, no stop (an empty one stands in).
             rx = self.rx
-            state = rx._state
+            state = _EMPTY if rx is None else rx._state
             while True:
                 if not (state.urgent or state.buffer) and state.open_send_streams:
                     # Nothing queued: the actor goes idle, or, cancelled (while idle,
                     # say) or its system closing, ends here.
                     idle = not (self.cancelled or self._host.closing)
                     break
+                assert rx is not None  # something is queued
                 try:
                     item = await rx.receive()
                 except anyio.EndOfStream:
@@ -357,6 +405,7 @@ class Cell(Generic[M, R]):
         if misses >= 2 and misses % _LINGER_RETRY:
             self.linger_misses = misses + 1
             return
+        assert self.rx is not None  # a request came through it
         state = self.rx._state
         if state.open_send_streams:
             await checkpoint()
@@ -448,53 +497,4 @@ class Cell(Generic[M, R]):
         if request is not None:
             request.set_error(ActorStopped(actor=self.name, detail="ended before replying"))
 
-    async def _finish(
-        self, actor: Behaviour[M, R] | None, kind: TerminationKind, error: BaseException | None
-    ) -> None:
-        """Record the end, fail pending asks, run ``on_stop``, tell the watchers."""
-        self.state = ActorState.STOPPED
-        assert self.ref is not None  # still ours: it is let go of once the actor has ended
-        self.ended = (kind, error)
-        self._actor = None  # the instance refers to its cell (its context): no cycle kept
-        self._context = None
-        termination = Termination(self.ref, kind, error)
-        self.tx.close()
-        for item in self.rx.close():
-            if type(item) is Notice:
-                continue
-            if type(item) is Ask:
-                item.set_error(
-                    ActorStopped(actor=self.name, detail=f"{kind.value} before replying")
-                )
-            self._host.dead_letters += 1
-            _logger.warning(
-                "dead_letter",
-                actor=self.name,
-                state="stopped",
-                message_type=type(item).__name__,
-            )
-        if kind is TerminationKind.CRASHED:
-            _logger.error("actor_crashed", actor=self.name, error=repr(error))
-        try:
-            if actor is not None and actor._on_stop_bounded:
-                await actor.on_stop(termination)  # no timer: the hook bounds its own waits
-            elif actor is not None:
-                with anyio.move_on_after(self._host.shutdown_timeout):
-                    await actor.on_stop(termination)
-        except Exception as exc:
-            _logger.error("actor_on_stop_failed", actor=self.name, error=repr(exc))
-        finally:
-            self._host.cells.pop(self, None)
-            self.task = None  # an ended actor has nothing to cancel: not kept for its ref
-            self.active = False
-            self.ref = None  # see the class: no cycle through the reference once ended
-            self._done.set()
-            watchers, self._watchers = self._watchers or (), None
-            for watcher in watchers:
-                if watcher._watching is not None:
-                    watcher._watching.pop(self, None)
-                watcher.notify(termination)
-            watching, self._watching = self._watching or (), None
-            for target in watching:  # ended watchers must not stay referenced
-                if target._watchers is not None:
-                    target._watchers.pop(self, None)
+    _finish = finish  # record the end, fail pending asks, run ``on_stop``, tell the watchers

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from ._ref import ActorRef
     from ._system import Actor, ActorSystem
 
-__all__ = ["ask_here", "spawn_here", "stop_here"]
+__all__ = ["ask_here", "claim_here", "release_here", "spawn_here", "stop_here"]
 
 M = TypeVar("M")
 R = TypeVar("R")
@@ -60,18 +60,18 @@ Ts = TypeVarTuple("Ts")
 
 def _claim(cell: Cell[M, R]) -> Behaviour[M, R] | None:
     """Claim ``cell`` for an inline activation; its actor, or ``None`` if it is not idle."""
-    state = cell.rx._state
+    rx = cell.rx
     if (
         cell.active
         or cell.state is not ActorState.RUNNING
         or cell.cancelled
-        or state.buffer
-        or state.urgent
         or cell._host.closing
+        or (rx is not None and (rx._state.buffer or rx._state.urgent))
     ):
         return None
     cell.active = True
-    state.receive_waiter = None  # mail that comes meanwhile queues: no activation for it
+    if rx is not None:
+        rx._state.receive_waiter = None  # mail that comes meanwhile queues: no activation for it
     return cell._actor
 
 
@@ -80,7 +80,12 @@ def _release(cell: Cell[Any, Any]) -> None:
     cell.active = False
     if cell.ended is not None:
         return
-    state = cell.rx._state
+    rx = cell.rx  # opened meanwhile, maybe: by mail, a stop, a notice
+    if rx is None:
+        if cell.cancelled or cell._host.closing:
+            cell.activate()  # the cancel that came meanwhile
+        return
+    state = rx._state
     if (
         state.buffer
         or state.urgent
@@ -106,18 +111,18 @@ async def ask_here(ref: ActorRef[M, R], message: M) -> R:
     """
     # `_claim` and `_release`, written out: this runs at every step of every session.
     cell: Cell[M, R] = ref._cell  # type: ignore[assignment]
-    state = cell.rx._state
+    rx = cell.rx  # an actor asked only inline has none: nothing queued
     if (
         cell.active
         or cell.state is not _RUNNING
         or cell.cancelled
-        or state.buffer
-        or state.urgent
         or cell._host.closing
+        or (rx is not None and (rx._state.buffer or rx._state.urgent))
     ):
         return await ref.ask(message, timeout=_FOREVER)
     cell.active = True
-    state.receive_waiter = None  # mail that comes meanwhile queues: no activation for it
+    if rx is not None:
+        rx._state.receive_waiter = None  # mail that comes meanwhile queues: no activation for it
     actor = cell._actor
     assert actor is not None  # a running actor has its instance
     try:
@@ -131,18 +136,44 @@ async def ask_here(ref: ActorRef[M, R], message: M) -> R:
         await cell._settle(actor, TerminationKind.CRASHED, exc)
         raise ActorStopped(actor=cell.name, detail="crashed before replying") from exc
     finally:
+        if cell.rx is None and not (cell.cancelled or cell._host.closing):  # no mail: idle
+            cell.active = False
+        else:
+            _release(cell)
+
+
+def claim_here(ref: ActorRef[Any, Any]) -> bool:
+    """Claim ``ref``'s actor for an inline activation that the caller runs; whether it is idle.
+
+    `ask_here` taken apart, for a caller that owns the actor and knows its
+    handler returns its errors rather than raising them (a session's stage):
+    claimed, the caller awaits the handler itself (no frame of ``ask_here``
+    alive while it runs) and calls `release_here` after, whatever happens.
+    Not claimed (the actor is not idle), it asks with `ask_here`.
+    """
+    cell: Cell[Any, Any] = ref._cell  # type: ignore[assignment]
+    rx = cell.rx  # `_claim`, written out: this runs at every step of every session
+    if (
+        cell.active
+        or cell.state is not _RUNNING
+        or cell.cancelled
+        or cell._host.closing
+        or (rx is not None and (rx._state.buffer or rx._state.urgent))
+    ):
+        return False
+    cell.active = True
+    if rx is not None:
+        rx._state.receive_waiter = None  # mail that comes meanwhile queues: no activation for it
+    return True
+
+
+def release_here(ref: ActorRef[Any, Any]) -> None:
+    """End the inline activation `claim_here` claimed: idle again, or activated for what came."""
+    cell: Cell[Any, Any] = ref._cell  # type: ignore[assignment]
+    if cell.rx is None and not (cell.cancelled or cell._host.closing):  # no mail: idle
         cell.active = False
-        if cell.ended is None:
-            if (
-                state.buffer
-                or state.urgent
-                or not state.open_send_streams
-                or cell.cancelled
-                or cell._host.closing
-            ):
-                cell.activate()  # the mail, the stop or the cancel that came meanwhile
-            else:
-                state.receive_waiter = cell
+    else:
+        _release(cell)
 
 
 async def _handler_failed(cell: Cell[Any, Any], actor: Behaviour[Any, Any], exc: Exception) -> None:
@@ -157,21 +188,24 @@ async def _handler_failed(cell: Cell[Any, Any], actor: Behaviour[Any, Any], exc:
 
 async def spawn_here(
     system: ActorSystem,
-    factory: Callable[[*Ts], Actor[M, R]],
+    factory: Callable[[*Ts], Actor[M, R]] | Actor[M, R],
     *args: *Ts,
     name: str,
     mailbox_capacity: int | None = None,
+    prefix: str | None = None,
 ) -> ActorRef[M, R]:
     """`ActorSystem.spawn`, with the actor's ``on_start`` run in this task (no activation).
 
     The actor starts idle; its first activation (for mail that finds it idle)
-    runs in a copy of the context of the task that starts it.
+    runs in a copy of the context of the task that starts it. Its name is
+    ``f"{prefix}/{name}"`` with a ``prefix``, joined only when it is read.
+    ``factory`` may be the actor itself, made (and kept) by the caller: none
+    spawned here is restarted, so it is the only instance.
     """
-    cell = system._new_cell(factory, name, mailbox_capacity, args=tuple(args))
+    cell = system._new_cell(factory, name, mailbox_capacity, args=tuple(args), prefix=prefix)
     ref = cell.ref
     assert ref is not None
     cell.active = True
-    cell.rx._state.receive_waiter = None
     try:
         actor = cell._actor = cell.new_actor()
         await cell._start(actor)

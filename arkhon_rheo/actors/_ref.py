@@ -68,8 +68,11 @@ class CellView(Protocol):
         """The default timeout of an ask, in seconds."""
 
     @property
-    def tx(self) -> MailboxSendStream[Any]:
-        """The sending side of the actor's mailbox."""
+    def tx(self) -> MailboxSendStream[Any] | None:
+        """The sending side of the actor's mailbox, once it is opened."""
+
+    def mailbox(self) -> MailboxSendStream[Any]:
+        """The sending side of the actor's mailbox, opened now if it is not yet."""
 
     @property
     def new_event(self) -> Callable[[], anyio.Event]:
@@ -172,7 +175,7 @@ class ActorRef(Generic[M, R]):
         """
         cell = self._cell
         try:
-            await cell.tx.send(message)
+            await (cell.tx or cell.mailbox()).send(message)
         except MailboxClosed:
             cell.dead_letter(message)
 
@@ -186,7 +189,7 @@ class ActorRef(Generic[M, R]):
         """
         cell = self._cell
         try:
-            cell.tx.send_nowait(message)
+            (cell.tx or cell.mailbox()).send_nowait(message)
         except MailboxClosed:
             cell.dead_letter(message)
 
@@ -233,8 +236,8 @@ class ActorRef(Generic[M, R]):
         return request.value  # type: ignore[return-value]
 
     async def _ask(self, request: Ask[M, R]) -> None:
-        tx = self._cell.tx
         cell = self._cell
+        tx = cell.tx or cell.mailbox()
         try:
             try:
                 tx.send_nowait(request)
@@ -265,7 +268,8 @@ class ActorRef(Generic[M, R]):
 
     def statistics(self) -> MailboxStatistics:
         """Return a snapshot of the actor's mailbox counters."""
-        return self._cell.tx.statistics()
+        cell = self._cell
+        return (cell.tx or cell.mailbox()).statistics()
 
     def __repr__(self) -> str:
         return f"<ActorRef {self._cell.name!r} {self._cell.state.value}>"

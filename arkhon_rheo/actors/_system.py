@@ -15,6 +15,7 @@ import anyio
 
 from .._errors import ActorStopped, ConfigurationError, SystemNotRunning
 from ._cell import Cell, CellHost
+from ._end import finish
 from ._event import event_factory
 
 if TYPE_CHECKING:
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-    from ._records import FailurePolicy
+    from ._behaviour import Behaviour
+    from ._records import FailurePolicy, TerminationKind
     from ._ref import ActorRef, Termination
 
 __all__ = ["Actor", "ActorContext", "ActorSystem", "SystemState", "SystemStatistics"]
@@ -156,6 +158,10 @@ class Actor(Generic[M, R]):
     replies to ``ask``. Its `context` is set before `on_start` runs.
     """
 
+    # None of its own: a subclass without ``__slots__`` has a ``__dict__`` as usual,
+    # one with them (an actor there are many of) need not.
+    __slots__ = ()
+
     context: ActorContext[M, R]
     #: Whether `on_stop` bounds every wait of its own (the library's supervisors
     #: do). If not, the cell runs it within the system's shutdown timeout, which
@@ -200,8 +206,8 @@ class ActorSystem:
 
     An actor holds no task while its mailbox is empty: the mail that finds it
     idle starts a task in this group that handles its messages, one at a time
-    and in order, and ends once none is left (an idle actor costs its mailbox
-    and its instance, no task).
+    and in order, and ends once none is left (an idle actor costs its cell,
+    reference and instance, and its mailbox once mail has come: no task).
 
     Use it as an async context manager inside your own event loop, on asyncio
     or trio. Leaving the block stops every actor: each finishes the messages
@@ -383,12 +389,13 @@ class ActorSystem:
 
     def _new_cell(
         self,
-        factory: Callable[..., Actor[M, R]],
+        factory: Callable[..., Actor[M, R]] | Actor[M, R],
         name: str,
         mailbox_capacity: int | None,
         ask_timeout: float | None = None,
         on_failure: FailurePolicy | None = None,
         args: tuple[Any, ...] = (),
+        prefix: str | None = None,
     ) -> Cell[M, R]:
         """A new cell for ``factory``'s actor, listed as alive, not yet started (see `spawn`)."""
         if self._state is not SystemState.RUNNING or self._task_group is None:
@@ -412,6 +419,7 @@ class ActorSystem:
             capacity=capacity,
             ask_timeout=timeout,
             on_failure=on_failure,
+            prefix=prefix,
         )
         self._host.cells[cell] = None
         self._spawned += 1
@@ -435,16 +443,22 @@ class _SystemCell(Cell[M, R]):
 
     __slots__ = ("_args", "_factory", "_system")
 
+    # What its actor is made from: a factory and its arguments, or (`spawn_here`) the
+    # actor itself, made by its spawner. Let go of once the actor has ended: the actor
+    # may refer to its reference, which refers to this cell, and no cycle may be kept.
+    _factory: Callable[..., Actor[M, R]] | Actor[M, R] | None
+
     def __init__(
         self,
         system: ActorSystem,
-        factory: Callable[..., Actor[M, R]],
+        factory: Callable[..., Actor[M, R]] | Actor[M, R],
         args: tuple[Any, ...],
         *,
         name: str,
         capacity: int,
         ask_timeout: float,
         on_failure: FailurePolicy | None,
+        prefix: str | None = None,
     ) -> None:
         self._system = system
         self._factory = factory
@@ -455,10 +469,20 @@ class _SystemCell(Cell[M, R]):
             capacity=capacity,
             ask_timeout=ask_timeout,
             on_failure=on_failure,
+            prefix=prefix,
         )
 
     def new_actor(self) -> Actor[M, R]:
-        """Make a fresh instance from the factory and give it its context."""
-        actor = self._factory(*self._args)
-        actor.context = ActorContext(self, self._system)
+        """Make a fresh instance from the factory (or take the one given); give it its context."""
+        factory = self._factory
+        assert factory is not None  # an ended actor makes no new instance
+        actor = factory if isinstance(factory, Actor) else factory(*self._args)
+        actor.context = ActorContext(self, self._system)  # type: ignore[misc]
         return actor
+
+    async def _finish(
+        self, actor: Behaviour[M, R] | None, kind: TerminationKind, error: BaseException | None
+    ) -> None:
+        """`Cell._finish`, letting go of what the actor was made from first."""
+        self._factory, self._args = None, ()
+        await finish(self, actor, kind, error)

@@ -3,7 +3,7 @@
 `run_stage` runs one stage invocation and returns its patch or its error (and
 a ``BaseException`` other than cancellation as `Escaped`); it is also the seam
 of fault injection. Each stage of a session is an actor, a `StageActor` with
-its own mailbox: the supervisor sends it the work (`StageSlot.invoke`) and it
+its own mailbox: the supervisor sends it the work (`StageActor.invoke`) and it
 replies with its outcome. The supervisor asks it with `ask_here`: a stage is
 idle whenever its supervisor asks it, so it runs as an inline activation in
 the supervisor's task (no task, no event, no mailbox round trip), and a busy
@@ -21,7 +21,7 @@ import structlog
 
 from .._errors import StageTimeout
 from .._hooks import current_injector, enter_session
-from ..actors import Actor, ActorRef
+from ..actors import Actor, ActorContext, ActorRef
 from ..actors._seams import ask_here, stop_here
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ._partials import StageScope
     from ._recording import CallRecorder
 
-__all__ = ["Escaped", "StageActor", "StageSlot", "is_cancellation", "run_stage"]
+__all__ = ["Escaped", "StageActor", "is_cancellation", "run_stage"]
 
 
 class Escaped:
@@ -168,27 +168,35 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
     # It has no ``on_stop`` to bound: its end costs no timer.
     _on_stop_bounded = True
 
+    # A session has one per stage: no ``__dict__`` each, and no `ActorContext` kept
+    # (it keeps its reference and its system; `context` makes one when read).
+    __slots__ = ("_system", "ref", "stage")
+
+    ref: ActorRef[_Invoke, Patch | Exception | Escaped]
+
     def __init__(self, stage: Stage[Any]) -> None:
         self.stage = stage
 
+    @property
+    def context(self) -> ActorContext[_Invoke, Patch | Exception | Escaped]:
+        """This actor's context, made when read."""
+        return ActorContext(self.ref._cell, self._system)  # type: ignore[arg-type]
+
+    @context.setter
+    def context(self, context: ActorContext[_Invoke, Patch | Exception | Escaped]) -> None:
+        self.ref, self._system = context.ref, context.system
+
     def receive(self, message: _Invoke) -> Coroutine[Any, Any, Patch | Exception | Escaped]:
         """`run_stage` on the work, its coroutine returned: no frame of its own while it runs."""
-        # The log lines of the stage name it (the supervisor's task has bound the session).
-        _bind_stage(self.stage.name)
+        # The log lines of the stage name it (the supervisor's task has bound the session):
+        # `_bind_stage`'s common case written out.
+        var = _stage_var
+        if var is None:
+            _bind_stage(self.stage.name)
+        else:
+            var.set(self.stage.name)
         outcome: Coroutine[Any, Any, Patch | Exception | Escaped] = run_stage(self.stage, *message)
         return outcome
-
-
-class StageSlot:
-    """Where a supervisor keeps one stage: its actor's reference and its stage instance."""
-
-    __slots__ = ("ref", "stage")
-
-    def __init__(
-        self, ref: ActorRef[_Invoke, Patch | Exception | Escaped], stage: Stage[Any]
-    ) -> None:
-        self.ref = ref
-        self.stage = stage
 
     def invoke(
         self,
@@ -202,5 +210,6 @@ class StageSlot:
 
     async def stop(self) -> None:
         """End the stage's actor (in this task: it is idle), and return once it has ended."""
-        if not await stop_here(self.ref):
-            await self.ref.wait_terminated()
+        ref = self.ref
+        if not await stop_here(ref):
+            await ref.wait_terminated()

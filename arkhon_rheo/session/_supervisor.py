@@ -23,14 +23,14 @@ from .. import _tracing
 from .._hooks import enter_session
 from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
-from ..actors._seams import ask_here, spawn_here, stop_here
+from ..actors._seams import ask_here, claim_here, release_here, spawn_here, stop_here
 from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ._committing import Committing
 from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
 from ._record import ExitReason, failure_record
 from ._recording import CallRecorder
-from ._stages import Escaped, StageActor, StageSlot, _layout, is_cancellation
+from ._stages import Escaped, StageActor, _Invoke, _layout, is_cancellation
 from ._subgraph import ChildWaits, tell_parent, wait_for_child
 from ._validate import state_label
 
@@ -91,7 +91,7 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         self.session = session
         # Shared by every session of the machine (read only): not made per session.
         self.order, self.stage_types = _layout(session.machine)
-        self.stages: dict[str, StageSlot] = {}
+        self.stages: dict[str, StageActor] = {}
         #: What a failed step does (retry, restart, record, fail).
         self.failures = FailureHandler(session)
         self.started = 0.0
@@ -205,15 +205,17 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
 
     async def _spawn_stage(self, name: str) -> None:
         """Start ``name``'s actor, a fresh stage instance, in this task (see `spawn_here`)."""
-        stage = self.stage_types[name]()
-        ref = await spawn_here(
+        # The supervisor keeps the actor (its stage, its reference):
+        # nothing else per stage. Its name, "<session id>/<stage>", is joined when read.
+        actor = StageActor(self.stage_types[name]())
+        await spawn_here(
             self.context.system,
-            StageActor,
-            stage,
-            name=f"{self.session.session_id}/{name}",
+            actor,
+            name=name,
+            prefix=self.session.session_id,
             mailbox_capacity=self.session.config.mailbox_capacity,
         )
-        self.stages[name] = StageSlot(ref, stage)
+        self.stages[name] = actor
 
     # -- the step ----------------------------------------------------------------
 
@@ -288,12 +290,13 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
             if delivery is not None:
                 slot.stage.delivered = delivery.message  # type: ignore[attr-defined]
             scope = session.partials.scope(name, seq, attempt)
-            if self.span is None:  # the common case, nothing traced: `slot.invoke` unwrapped
-                outcome = await ask_here(slot.ref, (view, deadline, recorder, scope))
+            if self.span is None and claim_here(slot.ref):  # idle (as always): run it here
+                try:  # `slot.invoke` written out: no frame of `ask_here` kept while it runs
+                    outcome = await slot.receive((view, deadline, recorder, scope))
+                finally:
+                    release_here(slot.ref)
             else:
-                with _tracing.step(self.span, name, seq, attempt) as span:
-                    outcome = await slot.invoke(view, deadline, recorder, scope)
-                    _tracing.step_outcome(span, outcome)
+                outcome = await self._invoke(slot, (view, deadline, recorder, scope), seq, attempt)
             if isinstance(outcome, Escaped | ChildWaits):  # no patch, and no failure
                 return await self._no_patch(outcome, state, name)
             calls = recorder.finished() or None  # no empty list kept while a commit waits
@@ -323,6 +326,15 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
                 attempt += 1
                 continue
             return await self.failures.failed(failure, name, attempt, self._restart, error_class)
+
+    async def _invoke(self, slot: StageActor, work: _Invoke, seq: int, attempt: int) -> Any:
+        """Ask a stage's actor for its outcome through its mailbox (it is busy), or traced."""
+        if self.span is None:
+            return await ask_here(slot.ref, work)
+        with _tracing.step(self.span, slot.stage.name, seq, attempt) as span:
+            outcome = await slot.invoke(*work)
+            _tracing.step_outcome(span, outcome)
+        return outcome
 
     async def _no_patch(self, outcome: Escaped | ChildWaits, state: AgentState, stage: str) -> bool:
         """A stage that ended with neither a patch nor a failure; return whether the run ends.

@@ -32,6 +32,7 @@ SESSION_PARTS = (
     "SessionHandle",
     "SessionSupervisor",
     "_SystemCell",
+    "StageActor",
     "ActorRef",
     "Termination",
     "EventLog",
