@@ -183,8 +183,19 @@ def transaction(body: Script[Any]) -> Script[Any]:
         result = stop.value
     except GeneratorExit:
         raise
-    except BaseException:
-        yield sql("ROLLBACK")
+    except BaseException as failure:
+        # No COMMIT was sent: nothing of this transaction is stored. A connection that
+        # dropped is told by the failure (``before_commit``), so the writer may run the
+        # whole transaction again on a new one, as it does a serialization conflict.
+        if isinstance(failure, StoreError):
+            failure.before_commit = True  # type: ignore[attr-defined]
+        try:
+            yield sql("ROLLBACK")
+        except StoreError:
+            if not isinstance(failure, StoreError):
+                raise
+            # The connection is gone, and the server rolls the transaction back itself:
+            # the failure that stopped it says more than the ROLLBACK's.
         raise
     try:
         yield _with(waiting, _COMMIT)

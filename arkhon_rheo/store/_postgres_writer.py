@@ -104,6 +104,21 @@ class _Connection:
             finally:
                 self._used = time.monotonic()
 
+    def dropped_before_commit(self, error: StoreError) -> bool:
+        """Whether ``error`` is a connection PostgreSQL dropped before the transaction's COMMIT.
+
+        Nothing of such a transaction is stored, so running it again on a new
+        connection is safe (a connection dropped while sending the COMMIT is
+        not: that one may have landed, see `PostgresWriter._landed`). A server
+        that did not answer in time is not asked again at once.
+        """
+        return (
+            isinstance(error, StoreUnavailable)
+            and getattr(error, "before_commit", False)
+            and self._connection.closed
+            and time.monotonic() >= self._quiet_until
+        )
+
     def _cuts(self) -> int:
         """How many connections the watchdog has cut so far."""
         return 0 if self._watchdog is None else self._watchdog.cut
@@ -171,8 +186,10 @@ class PostgresWriter(ThreadWriter):
         reconnect: Callable[[], Any],
         watchdog: Watchdog | None = None,
     ) -> None:
+        #: The connection the batches run on (the driver this writer runs them through).
+        self._link = _Connection(connection, location, reconnect, watchdog)
         super().__init__(
-            _Connection(connection, location, reconnect, watchdog),  # type: ignore[arg-type]
+            self._link,  # type: ignore[arg-type]
             location=location,
             clock=clock,
             batch_max=batch_max,
@@ -192,6 +209,8 @@ class PostgresWriter(ThreadWriter):
             except StoreError as exc:
                 if getattr(exc, "sqlstate", None) in _CONFLICTS and attempt < _ATTEMPTS:
                     continue
+                if attempt == 1 and self._link.dropped_before_commit(exc):
+                    continue  # nothing of it stored: once more, on a new connection
                 raise
             self.transactions += 1
             return result

@@ -219,6 +219,23 @@ async def test_a_new_session_runs_after_the_idle_connections_are_dropped(
         assert (await store.record("second")).status == "finished"
 
 
+async def test_a_write_right_after_the_connections_are_dropped_runs_on_a_new_one(
+    postgres_url: str,
+) -> None:
+    # Dropped well within the writer's idle check (1 s), the connection is found dead
+    # only by the next batch's first statement. Nothing of that transaction was sent
+    # to COMMIT, so the writer runs it again on a new connection instead of failing it.
+    async with PostgresStore(postgres_url) as store, AgentSystem(store=store) as system:
+        first = await system.run(COUNTER, Counting(target=2), session_id="first")
+        assert first.exit_reason is ExitReason.FINISHED
+        for round_ in range(3):
+            assert await anyio.to_thread.run_sync(_terminate_backends, postgres_url) > 0
+            await anyio.sleep(0.05)  # the backends gone, the writer's check not yet due
+            again = await system.run(COUNTER, Counting(target=2), session_id=f"next{round_}")
+            assert again.exit_reason is ExitReason.FINISHED, again.failure
+            assert (await store.record(f"next{round_}")).status == "finished"
+
+
 def _pg_ctl(server: Any, *args: str) -> None:
     import subprocess
 
