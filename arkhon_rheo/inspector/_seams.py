@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ._serve import _check_address as check_address
 from ._serve import _listen as listen
-from ._serve import is_loopback as is_loopback
 from ._serve import read_token_file as read_token_file
 from ._serve import serve_asgi as serve_asgi
 
