@@ -7,4 +7,4 @@ from ._serve import _listen as listen
 from ._serve import read_token_file as read_token_file
 from ._serve import serve_asgi as serve_asgi
 
-__all__ = ["check_address", "is_loopback", "listen", "read_token_file", "serve_asgi"]
+__all__ = ["check_address", "listen", "read_token_file", "serve_asgi"]
