@@ -11,8 +11,8 @@ replies, tool specs, the model-client protocol).
 What answers the entry points is running code and lives beside its users: the
 partial-output hub and the call recorder in ``arkhon_rheo.session``, the
 context variables a running stage is seen through (fault injector, recorder,
-output scope, resources) in the private ``arkhon_rheo._hooks`` below this
-layer, the only part of the package it imports.
+output scope, resources) in a private package below this layer, the only
+part of the library it imports.
 """
 
 from __future__ import annotations
