@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from .._errors import ArkhonError, IllegalTransition, PreconditionFailed
 from ..core._seams import step_moves
 from ..protocols import ErrorClass, EventKind, Patch
+from ._commit_rule import check_edge, check_invariants, state_label
 from ._compiled import with_fields
 from ._record import ExitReason, failure_record
-from ._validate import check_edge, check_invariants, state_label
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

@@ -22,20 +22,20 @@ from .._log import get_logger
 from .._redact import scrub_secrets
 from ..actors._seams import LazyEvent
 from ..protocols import Clock, ErrorClass, EventKind, FailureRecord, TransitionEvent, WallClock
+from ._commit_rule import state_label
 from ._compiled import compiled
 from ._eventlog import EventLog
 from ._partials import PartialHub
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
-from ._validate import state_label
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from ..protocols import AgentState, Machine, Patch, StoredMessage
+    from ._commit_rule import PatchValidator
     from ._compiled import CompiledMachine
     from ._persist import Persistence
-    from ._validate import PatchValidator
 
 __all__ = [
     "EventListener",

@@ -61,10 +61,9 @@ if TYPE_CHECKING:
     from ..core._seams import EventCodec, Sealer
     from ..protocols import LoadedSession, Machine, Stage, StoredEvent
     from ..protocols._seams import ScheduledMessage
-    from ._digest import StateHasher
+    from ._commit_rule import PatchValidator, StateHasher
     from ._journal import Journal
     from ._secrets import HeldValues
-    from ._validate import PatchValidator
 
 __all__ = [
     "Divergence",

@@ -25,6 +25,7 @@ from .._log import get_logger
 from ..actors import Actor, Termination, TerminationKind
 from ..actors._seams import ask_here, claim_here, release_here, spawn_here, stop_here
 from ..protocols import ErrorClass, EventKind, Patch, StateView
+from ._commit_rule import state_label
 from ._committing import Committing
 from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
@@ -32,7 +33,6 @@ from ._record import ExitReason, failure_record
 from ._recording import CallRecorder
 from ._stages import Escaped, StageActor, _Invoke, _layout, is_cancellation
 from ._subgraph import ChildWaits, tell_parent, wait_for_child
-from ._validate import state_label
 
 if TYPE_CHECKING:
     import enum
