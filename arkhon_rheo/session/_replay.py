@@ -52,7 +52,7 @@ from ._compiled import compiled
 from ._journal import UPGRADE, named, read_events, unmarked
 from ._recording import CallPlayback
 from ._secrets import held_values, open_message
-from ._stages import run_stage
+from ._supervisor import run_stage
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
