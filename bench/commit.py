@@ -75,9 +75,9 @@ from _loop import SESSION_CYCLES, Gate, build_machine, check_finished
 from arkhon_rheo import AgentSystem, History, Lifecycle, Machine, Patch
 from arkhon_rheo._hooks import current_injector
 from arkhon_rheo.actors import Actor, ActorSystem
+from arkhon_rheo.session._commit_rule import PatchValidator
 from arkhon_rheo.session._record import Session, SessionConfig
 from arkhon_rheo.session._supervisor import SessionSupervisor
-from arkhon_rheo.session._validate import PatchValidator
 from arkhon_rheo.testing import FaultPlan, ReferenceState, ReferenceStep
 
 if TYPE_CHECKING:

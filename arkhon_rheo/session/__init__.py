@@ -21,8 +21,6 @@ each of them reports that home as its module.
 from __future__ import annotations
 
 from .._exports import publish
-from ._handle import SessionHandle as SessionHandle
-from ._handle import SessionResult as SessionResult
 from ._host import AgentStatistics as AgentStatistics
 from ._mail import Sent as Sent
 from ._messaging import Reply as Reply
@@ -32,6 +30,8 @@ from ._policy import RestartIntensity as RestartIntensity
 from ._policy import RestartStrategy as RestartStrategy
 from ._policy import RestartWindow as RestartWindow
 from ._record import ExitReason as ExitReason
+from ._record import SessionHandle as SessionHandle
+from ._record import SessionResult as SessionResult
 from ._record import StageMode as StageMode
 from ._replay import Divergence as Divergence
 from ._replay import ReplayReport as ReplayReport

@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from .._errors import ArkhonError, SessionLocked, SessionNotFound
 from .._log import get_logger
 from ..protocols import AgentState, EventKind, Machine
-from ._handle import session_of
 from ._journal import Journal
 from ._mail import ENDED
 from ._owner import is_dead
-from ._record import ExitReason
+from ._record import ExitReason, session_of
 from ._subgraph import ChildOutcome, SubgraphStage, post_child_end
 
 if TYPE_CHECKING:
@@ -35,9 +34,9 @@ if TYPE_CHECKING:
 
     from ..core import Keyring
     from ..protocols import SessionRecord, Store, TransitionEvent
-    from ._handle import SessionHandle
     from ._host import Registry, SessionHost
     from ._mail import Postman
+    from ._record import SessionHandle
 
 __all__ = [
     "ChildHost",

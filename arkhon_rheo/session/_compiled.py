@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from ..core._seams import EventCodec, fingerprint
-from ._digest import StateHasher
+from ._commit_rule import PatchValidator, StateHasher
 from ._eventlog import Interner
-from ._validate import PatchValidator
 
 if TYPE_CHECKING:
     import enum

@@ -54,11 +54,10 @@ from .._log import get_logger
 from ..protocols import AgentState, WallClock
 from ..protocols._seams import gate_commits
 from ._compiled import compiled
-from ._handle import new_handle, session_of
 from ._journal import Journal
 from ._options import check_budget, check_keyring
 from ._owner import is_dead
-from ._record import ExitReason, Session
+from ._record import ExitReason, Session, new_handle, session_of
 from ._secrets import HeldValues, held_values
 from ._subgraph import post_child_end, session_scope
 from ._supervisor import SessionSupervisor
@@ -79,9 +78,8 @@ if TYPE_CHECKING:
     from ..actors import ActorSystem, SystemStatistics
     from ..core import Keyring
     from ..protocols import Clock, Machine, Store, TransitionEvent
-    from ._handle import SessionHandle
     from ._owner import Owner
-    from ._record import EventListener, SessionConfig
+    from ._record import EventListener, SessionConfig, SessionHandle
     from ._resources import Resources
     from ._subgraph import SubgraphHost
 

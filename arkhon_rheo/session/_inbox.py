@@ -28,11 +28,11 @@ from .._log import get_logger
 from .._redact import scrub_data
 from ..protocols import EventKind, NewMessage, Patch
 from ..protocols._seams import DECISIONS, check_json, json_data
+from ._commit_rule import state_label
 from ._persist import Mail
 from ._record import ExitReason
 from ._secrets import open_message, seal_message
 from ._subgraph import applied_info
-from ._validate import state_label
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

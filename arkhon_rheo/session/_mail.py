@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
     from ..protocols import Clock, Store, StoredMessage
-    from ._handle import SessionHandle
     from ._host import SessionHost
+    from ._record import SessionHandle
 
 __all__ = [
     "ENDED",

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..core._seams import EventCodec
     from ..protocols import AgentState, NewMessage, Store, TransitionEvent
     from ..protocols._seams import Queued
-    from ._digest import StateDigest
+    from ._commit_rule import StateDigest
 
 __all__ = ["EVENT_BYTES", "SNAPSHOT_MIN_BYTES", "Mail", "Persistence", "linked"]
 

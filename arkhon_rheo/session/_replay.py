@@ -52,7 +52,7 @@ from ._compiled import compiled
 from ._journal import UPGRADE, named, read_events, unmarked
 from ._recording import CallPlayback
 from ._secrets import held_values, open_message
-from ._stages import run_stage
+from ._supervisor import run_stage
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -61,10 +61,9 @@ if TYPE_CHECKING:
     from ..core._seams import EventCodec, Sealer
     from ..protocols import LoadedSession, Machine, Stage, StoredEvent
     from ..protocols._seams import ScheduledMessage
-    from ._digest import StateHasher
+    from ._commit_rule import PatchValidator, StateHasher
     from ._journal import Journal
     from ._secrets import HeldValues
-    from ._validate import PatchValidator
 
 __all__ = [
     "Divergence",

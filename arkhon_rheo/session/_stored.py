@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
     from ..protocols import SessionRecord, TransitionEvent
     from ._decision import Ledger
-    from ._handle import SessionHandle
     from ._host import Claim, SessionHost
+    from ._record import SessionHandle
     from ._replay import ReplayReport
 
 __all__ = ["StoredSession", "new_stored"]

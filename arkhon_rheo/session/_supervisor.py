@@ -1,4 +1,4 @@
-"""The supervisor actor: it owns one session's state and drives its machine.
+"""The supervisor actor and its stages: it owns one session's state, runs its stages, commits.
 
 Each step it checks the current state's invariants and the stage's
 preconditions, asks the stage for a patch computed from a read-only view,
@@ -6,13 +6,33 @@ validates the patch, asks the stage's ``next`` for the move, checks the move
 and the target state's invariants, and commits: the new version becomes
 authoritative and a `TransitionEvent` is appended to the session's log and
 offered to its listeners. What a failed step does is `FailureHandler`'s
-(``_failures.py``); where stages run, ``_stages.py``'s.
+(``_failures.py``).
+
+How the stages run, and how their outcomes come back: `run_stage` runs one
+stage invocation and returns its patch or its error (and a ``BaseException``
+other than cancellation as `Escaped`); it is also the seam of fault injection.
+Each stage of a session is an actor, a `StageActor` with its own mailbox: the
+supervisor sends it the work (`StageActor.invoke`) and it replies with its
+outcome. The supervisor asks it with `ask_here`: a stage is idle whenever its
+supervisor asks it, so it runs as an inline activation in the supervisor's
+task (no task, no event, no mailbox round trip), and a busy one would be asked
+through its mailbox. Replay verification runs stages through `run_stage` too.
+
+The commit is the supervisor's half that checks and commits (`Committing`, a
+base of `SessionSupervisor`): `Committing._commit` validates the patch, checks
+the move and the target state, builds the event and, with a store, hands the
+write to `Persistence.write`; the supervisor's step awaits that write itself (no
+coroutine of the commit's, nor of the store's, alive while hundreds of commits
+wait for one transaction) and lands the commit (`Committing._land`) once it is
+stored.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -20,29 +40,33 @@ import structlog
 from anyio.lowlevel import checkpoint
 
 from .. import _tracing
-from .._hooks import enter_session
+from .._errors import ArkhonError, IllegalTransition, PreconditionFailed, StageTimeout
+from .._hooks import current_injector, enter_session
 from .._log import get_logger
-from ..actors import Actor, Termination, TerminationKind
+from ..actors import Actor, ActorContext, ActorRef, Termination, TerminationKind
 from ..actors._seams import ask_here, claim_here, release_here, spawn_here, stop_here
+from ..core._seams import step_moves
 from ..protocols import ErrorClass, EventKind, Patch, StateView
-from ._committing import Committing
+from ._commit_rule import check_edge, check_invariants, state_label
+from ._compiled import with_fields
 from ._failures import FailureHandler
 from ._inbox import Delivery, Inbox
 from ._record import ExitReason, failure_record
 from ._recording import CallRecorder
-from ._stages import Escaped, StageActor, _Invoke, _layout, is_cancellation
 from ._subgraph import ChildWaits, tell_parent, wait_for_child
-from ._validate import state_label
 
 if TYPE_CHECKING:
-    import enum
-    from collections.abc import Awaitable
+    import contextvars
+    from collections.abc import Awaitable, Coroutine
 
-    from ..protocols import AgentState, Stage
+    from ..protocols import AgentState, FailureRecord, Machine, Stage, TransitionEvent
+    from ..protocols._seams import ScheduledMessage
     from ._compiled import StatePlan
+    from ._partials import StageScope
+    from ._persist import Mail
     from ._record import Session
 
-__all__ = ["SessionSupervisor"]
+__all__ = ["Escaped", "SessionSupervisor", "StageActor", "is_cancellation", "run_stage"]
 
 _logger = get_logger("arkhon_rheo.supervision")
 
@@ -71,6 +95,393 @@ _STEP = _Step()
 #: Sixteen trivial steps are a fraction of a millisecond, and a stage that awaits I/O yields there
 #: anyway (``bench/scale.py`` shows the effect at 10,000 sessions).
 _STEPS_PER_YIELD = 16
+
+
+# The stages: how a stage runs, and its actor.
+
+
+class Escaped:
+    """A ``BaseException`` other than cancellation that a stage raised.
+
+    It is never classified: `run_stage` hands it over to the supervisor (as the
+    stage actor's reply), which re-raises it in its own task.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is the backend's cancellation, or a group holding one."""
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(cancelled) is not None
+    return isinstance(exc, cancelled)
+
+
+async def run_stage(
+    stage: Stage[Any],
+    view: StateView[Any],
+    deadline: float | None,
+    recorder: CallRecorder,
+    partials: StageScope | None = None,
+) -> Any:
+    """Run ``stage`` on ``view`` within ``deadline``; return its patch or its error.
+
+    The calls it makes through `record_call` go to ``recorder``, what it emits
+    to ``partials`` (nowhere without it). Errors are returned, not raised: the
+    supervisor classifies them. Any other ``BaseException`` is returned as
+    `Escaped`, for the supervisor to re-raise. Cancellation (or a group holding
+    one) is never caught.
+    """
+    try:
+        # ``with recorder, partials:`` without the context-manager protocol: this
+        # runs at every step, and ``open``/``close`` are the whole of what it does.
+        recording = recorder.open()
+        try:
+            emitting = None if partials is None else partials.open()
+            try:
+                if deadline is None:
+                    if current_injector() is not None:
+                        await _inject(stage.name, recorder.session_id)
+                    return await stage.execute(view)
+                with anyio.move_on_after(deadline) as scope:
+                    if current_injector() is not None:
+                        await _inject(stage.name, recorder.session_id)
+                    return await stage.execute(view)
+            finally:
+                if partials is not None:
+                    partials.close(emitting)  # type: ignore[arg-type]
+        finally:
+            recorder.close(recording)
+        if scope.cancelled_caught:
+            return StageTimeout(stage=stage.name, deadline=deadline)
+        raise AssertionError("unreachable")  # pragma: no cover
+    except Exception as exc:  # classified by the supervisor, never here
+        return exc
+    except BaseException as exc:
+        if is_cancellation(exc):
+            raise
+        return Escaped(exc)  # not classified: re-raised by the supervisor
+
+
+async def _inject(stage: str, session_id: str) -> None:
+    """The stage seam of fault injection: act out the installed plan's fault, if any."""
+    injector = current_injector()
+    if injector is not None:
+        enter_session(session_id)
+        await injector.inject(f"stage:{stage}", session_id, {"stage": stage})
+
+
+#: structlog's context variable for ``stage``, once `_bind_stage` has bound it.
+_stage_var: contextvars.ContextVar[Any] | None = None
+
+
+def _bind_stage(name: str) -> None:
+    """``structlog.contextvars.bind_contextvars(stage=name)``, at the cost of one ``set``.
+
+    The first call binds through structlog, which makes the variable its
+    ``merge_contextvars`` reads; later calls set that variable directly (a
+    stage's actor binds its stage at every step).
+    """
+    global _stage_var
+    var = _stage_var
+    if var is None:
+        _stage_var = structlog.contextvars.bind_contextvars(stage=name)["stage"].var
+    else:
+        var.set(name)
+
+
+#: Each machine's stage layout (see `_layout`), made once and shared by its sessions.
+_LAYOUTS: weakref.WeakKeyDictionary[Machine[Any], tuple[tuple[str, ...], dict[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _layout(machine: Machine[Any]) -> tuple[tuple[str, ...], dict[str, type[Stage[Any]]]]:
+    """The names of ``machine``'s stages in start order, and each name's stage class.
+
+    A stage class may serve several states: it is one stage (one instance, one
+    actor), started and restarted once, in the order it first appears.
+    """
+    found = _LAYOUTS.get(machine)
+    if found is None:
+        stages = machine.stages.values()
+        order = tuple(dict.fromkeys(stage.name for stage in stages))
+        found = _LAYOUTS[machine] = (order, {stage.name: stage for stage in stages})
+    return found
+
+
+#: The work a supervisor sends its stage's actor: run the stage on this view, within
+#: this deadline, its calls to this recorder, its partial output to this scope. A
+#: tuple, built without a call: one is sent at every step.
+_Invoke = tuple["StateView[Any]", "float | None", "CallRecorder", "StageScope | None"]
+
+
+class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
+    """The actor of one stage instance: answers each invocation with its patch or its error.
+
+    It never crashes on a stage error: the supervisor decides what the error
+    means and restarts this actor (a fresh stage instance) when it must. A
+    ``BaseException`` from the stage comes back as `Escaped`, for the supervisor
+    to raise in its own task. Its supervisor asks it with `ask_here`: idle (as
+    it is whenever its supervisor asks), it runs in the supervisor's task.
+    """
+
+    # It has no ``on_stop`` to bound: its end costs no timer.
+    _on_stop_bounded = True
+
+    # A session has one per stage: no ``__dict__`` each, and no `ActorContext` kept
+    # (it keeps its reference and its system; `context` makes one when read).
+    __slots__ = ("_system", "ref", "stage")
+
+    ref: ActorRef[_Invoke, Patch | Exception | Escaped]
+
+    def __init__(self, stage: Stage[Any]) -> None:
+        self.stage = stage
+
+    @property
+    def context(self) -> ActorContext[_Invoke, Patch | Exception | Escaped]:
+        """This actor's context, made when read."""
+        return ActorContext(self.ref._cell, self._system)  # type: ignore[arg-type]
+
+    @context.setter
+    def context(self, context: ActorContext[_Invoke, Patch | Exception | Escaped]) -> None:
+        self.ref, self._system = context.ref, context.system
+
+    def receive(self, message: _Invoke) -> Coroutine[Any, Any, Patch | Exception | Escaped]:
+        """`run_stage` on the work, its coroutine returned: no frame of its own while it runs."""
+        # The log lines of the stage name it (the supervisor's task has bound the session):
+        # `_bind_stage`'s common case written out.
+        var = _stage_var
+        if var is None:
+            _bind_stage(self.stage.name)
+        else:
+            var.set(self.stage.name)
+        outcome: Coroutine[Any, Any, Patch | Exception | Escaped] = run_stage(self.stage, *message)
+        return outcome
+
+    def invoke(
+        self,
+        view: StateView[Any],
+        deadline: float | None,
+        recorder: CallRecorder,
+        scope: StageScope | None = None,
+    ) -> Awaitable[Patch | Exception | Escaped]:
+        """Ask the stage's actor for its outcome on ``view`` (in this task: it is idle)."""
+        return ask_here(self.ref, (view, deadline, recorder, scope))
+
+    async def stop(self) -> None:
+        """End the stage's actor (in this task: it is idle), and return once it has ended."""
+        ref = self.ref
+        if not await stop_here(ref):
+            await ref.wait_terminated()
+
+
+# The commit: the supervisor's half that checks a patch and commits it.
+
+_set = object.__setattr__
+
+
+def _illegal_transition(
+    stage: str, lifecycle: enum.Enum, target: object, plan: StatePlan
+) -> IllegalTransition:
+    """The refusal of a move from ``lifecycle`` to ``target`` that ``plan`` does not allow."""
+    return IllegalTransition(
+        stage=stage,
+        from_state=state_label(lifecycle),
+        to_state=state_label(target) if isinstance(target, enum.Enum) else repr(target),
+        allowed=[state_label(s) for s in plan.allowed],
+    )
+
+
+def _info(calls: list[dict[str, Any]] | None, mail: Mail | None) -> dict[str, Any] | None:
+    """A step event's ``info``: the calls it made (``"io"``), the message and timers of its mail."""
+    info = {"io": calls} if calls else None
+    if mail is not None:
+        info = {**(info or {}), **mail.info}
+    return info
+
+
+def _chosen_failure(
+    stage: str, lifecycle: enum.Enum, target: enum.Enum, attempt: int
+) -> FailureRecord:
+    """The record of a stage that moved its session to a failed state itself."""
+    return failure_record(
+        "StageChoseFailure",
+        f"stage {stage!r} moved the session to {state_label(target)!r}",
+        ErrorClass.FATAL,
+        stage=stage,
+        lifecycle=lifecycle,
+        attempt=attempt,
+        reason=ExitReason.FAILED,
+    )
+
+
+class Committing:
+    """The commit of a step, mixed into the supervisor (which sets these attributes)."""
+
+    session: Session
+    inbox: Inbox
+    #: The state the last commit checked against the invariants of its lifecycle.
+    verified: AgentState | None
+    #: The plan of the state the last commit moved the session to.
+    landed: StatePlan
+    #: A durable commit's write, for the step to await (no coroutine of its own
+    #: alive while it waits), and what the commit lands once it is stored.
+    _writing: Awaitable[object] | None
+    #: The candidate state (``None``: no commit waits), its event, plan and records:
+    #: attributes, not a tuple of them for the GC to walk while the commit waits.
+    _landing: AgentState | None
+    _landing_event: TransitionEvent | None
+    _landing_to: StatePlan
+    _landing_verified: AgentState | None
+    _landing_record: FailureRecord | None
+
+    def _refusal(self, state: AgentState, plan: StatePlan, name: str) -> ArkhonError | None:
+        """Why ``state`` may not run stage ``name`` (an invariant, a precondition), if so."""
+        try:
+            if plan.invariants and state is not self.verified:
+                check_invariants(plan.invariants, state, state.lifecycle, stage=name)
+            for condition in plan.preconditions:
+                try:
+                    holds = condition.holds(state)
+                except Exception as exc:
+                    raise PreconditionFailed(
+                        stage=name, condition=f"{condition.name} (the check raised {exc!r})"
+                    ) from exc
+                if not holds:
+                    raise PreconditionFailed(stage=name, condition=condition.name)
+        except ArkhonError as refused:
+            return refused
+        return None
+
+    def _commit(
+        self,
+        state: AgentState,
+        patch: Patch,
+        stage: Stage[Any],
+        started: float,
+        attempt: int,
+        calls: list[dict[str, Any]] | None = None,
+        plan: StatePlan | None = None,
+        delivery: Delivery | None = None,
+        timers: list[ScheduledMessage] | None = None,
+    ) -> Exception | None:
+        """Validate and commit one stage's patch; return the refusal instead of raising.
+
+        ``plan`` is the compiled plan of ``state``'s lifecycle, when the caller has it;
+        ``delivery`` the message the step applied and ``timers`` those it set, if any.
+        With a store, the write is left in `_writing` for the caller to await, then `_land`.
+        """
+        session = self.session
+        machine = session.machine
+        name = stage.name
+        lifecycle = state.lifecycle
+        if plan is None:
+            plan = session.compiled.plan(lifecycle)
+        try:  # (a timer's sensitive fields, without a keyring, refuse the step)
+            mail = self.inbox.mail(delivery, timers)
+            updates, patch, written = session.validator._validated(
+                state, patch, stage=name, writes=stage.writes
+            )
+            written = plan.shared_writes(written)
+            candidate = session.compiled.copy_with(state, updates)
+            target = stage.next(candidate)
+            # Identity, not equality: a str-valued enum's member of another enum, or a
+            # bare string, may compare equal to an allowed state without being one.
+            # The plan's targets are keyed by the identity of the allowed states.
+            to = plan.targets.get(id(target))
+            if to is None:
+                raise _illegal_transition(name, lifecycle, target, plan)
+            # The stage's own decision to fail: still a structured record.
+            record = _chosen_failure(name, lifecycle, target, attempt) if to.failed else None
+            moved = step_moves(machine, state, lifecycle, target, record, updates)
+            # The candidate is still private to this call: set the moves on it
+            # rather than copying the state a second time.
+            candidate.__dict__.update(moved)
+            share = session.compiled.frozen
+            _set(candidate, "__pydantic_fields_set__", with_fields(candidate, moved, share=share))
+            verified = None
+            if record is None:
+                if to.invariants:
+                    check_invariants(to.invariants, candidate, target, stage=name)
+                verified = candidate
+                if (edge := plan.edge_checks.get(id(target))) is not None:
+                    check_edge(edge, state, candidate, stage=name)
+        except Exception as exc:
+            return exc
+        event = session.event(
+            EventKind.STEP,
+            name,
+            lifecycle,
+            target,
+            patch,
+            written,
+            attempt,
+            reads=stage.reads,
+            started_at=started,
+            error=record,
+            info=_info(calls, mail),
+        )
+        if (persistence := session.persistence) is not None:
+            try:  # write-ahead: `_step` awaits it, with no coroutine of this call alive
+                self._writing = persistence.write(event, candidate, mail=mail)
+            except Exception as exc:
+                return exc
+            self._landing, self._landing_event, self._landing_to = candidate, event, to
+            self._landing_verified, self._landing_record = verified, record
+            return None
+        if mail is not None:
+            return self.inbox.unstored()  # a timer, without a store to keep it
+        self._apply(candidate, event, to, verified, record)
+        return None
+
+    def _land(self) -> Exception | None:
+        """The durable write `_step` awaited returned: land its commit, or return the refusal."""
+        candidate, self._landing = self._landing, None
+        persistence = self.session.persistence
+        assert candidate is not None
+        assert persistence is not None
+        try:
+            persistence.accept()  # the store's refusal, if any, is raised here
+        except Exception as exc:
+            return exc
+        event, self._landing_event = self._landing_event, None
+        assert event is not None
+        self._apply(
+            candidate, event, self._landing_to, self._landing_verified, self._landing_record
+        )
+        return None
+
+    def _unwaited(self, exc: BaseException) -> Exception:
+        """The durable write's wait raised ``exc``: return it (a refusal) or re-raise it."""
+        self._landing = self._landing_event = None
+        persistence = self.session.persistence
+        assert persistence is not None
+        persistence.abandon()  # cancelled: the write is committed all the same (or logged)
+        if isinstance(exc, Exception):
+            return exc
+        raise exc
+
+    def _apply(
+        self,
+        candidate: AgentState,
+        event: TransitionEvent,
+        to: StatePlan,
+        verified: AgentState | None,
+        record: FailureRecord | None,
+    ) -> None:
+        """The commit is authoritative: the session moves to ``candidate``."""
+        session = self.session
+        if record is not None:
+            session.failure = record
+        session.applies = None  # applied by this commit, if it was due
+        session.commit(candidate, event)
+        self.verified = verified
+        self.landed = to
 
 
 class SessionSupervisor(Committing, Actor[_Step, None]):

@@ -49,9 +49,8 @@ if TYPE_CHECKING:
     from .._hooks import FaultInjector
     from ..core import Keyring
     from ..protocols import Clock, SessionRecord, Store
-    from ._handle import SessionHandle, SessionResult
     from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
-    from ._record import EventListener, StageMode
+    from ._record import EventListener, SessionHandle, SessionResult, StageMode
 
 __all__ = ["AgentSystem"]
 

@@ -41,8 +41,8 @@ from .._log import get_logger
 from .._redact import scrub
 from ..protocols import Machine, WorkQueue
 from ._children import tell_parked_parents
-from ._handle import session_of
 from ._options import check_positive
+from ._record import session_of
 from ._system import AgentSystem
 
 if TYPE_CHECKING:
@@ -52,8 +52,7 @@ if TYPE_CHECKING:
 
     from ..core import Keyring
     from ..protocols import Clock, SessionRecord, Store
-    from ._handle import SessionHandle
-    from ._record import EventListener
+    from ._record import EventListener, SessionHandle
 
 __all__ = ["Worker"]
 

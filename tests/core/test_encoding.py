@@ -32,8 +32,7 @@ from arkhon_rheo.core._floats import may_hold_floats
 from arkhon_rheo.errors import InvalidPatch, UnserializablePatch
 from arkhon_rheo.protocols import EventKind, TransitionEvent
 from arkhon_rheo.protocols._encoded import EncodedPatch
-from arkhon_rheo.session._digest import StateHasher
-from arkhon_rheo.session._validate import PatchValidator
+from arkhon_rheo.session._commit_rule import PatchValidator, StateHasher
 from arkhon_rheo.store import MemoryStore
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ from arkhon_rheo.errors import (
     UndeclaredWrite,
 )
 from arkhon_rheo.protocols import ErrorClass, EventKind, FailureRecord
-from arkhon_rheo.session._validate import PatchValidator
+from arkhon_rheo.session._commit_rule import PatchValidator
 from arkhon_rheo.supervision import RestartIntensity
 from tests.support.helpers import on_virtual_clock
 
@@ -1115,7 +1115,7 @@ def test_machine_build_check_names_the_culprit(
 def test_the_fast_named_tuple_item_check_wants_the_exact_type_length_and_parts() -> None:
     # A `History` of named tuples skips pydantic for an item of exactly the
     # declared shape; anything else goes through full validation.
-    from arkhon_rheo.session._validate import _item_check
+    from arkhon_rheo.session._commit_rule import _item_check
     from arkhon_rheo.testing import ReferenceStep
 
     check = _item_check(ReferenceStep)

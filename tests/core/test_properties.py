@@ -27,7 +27,7 @@ from pydantic import (
 from arkhon_rheo import AgentState, Condition, History, Machine, Patch, StateView, stage
 from arkhon_rheo.errors import InvalidPatch, InvariantViolation, UndeclaredWrite
 from arkhon_rheo.protocols import SUPERVISOR_FIELDS, ErrorClass, FailureRecord
-from arkhon_rheo.session._validate import PatchValidator
+from arkhon_rheo.session._commit_rule import PatchValidator
 
 # == patch validation =====================================================================
 

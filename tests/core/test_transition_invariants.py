@@ -101,7 +101,7 @@ async def test_a_violation_is_refused_with_a_typed_error() -> None:
 
 
 def test_the_validator_error_carries_both_ends() -> None:
-    from arkhon_rheo.session._validate import PatchValidator
+    from arkhon_rheo.session._commit_rule import PatchValidator
 
     validator = PatchValidator(build())
     with pytest.raises(TransitionInvariantViolation) as caught:
@@ -112,7 +112,7 @@ def test_the_validator_error_carries_both_ends() -> None:
 
 
 def test_a_broken_predicate_is_a_violation() -> None:
-    from arkhon_rheo.session._validate import PatchValidator
+    from arkhon_rheo.session._commit_rule import PatchValidator
 
     def broken(before: S, after: S) -> bool:
         raise KeyError("x")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from arkhon_rheo import AgentState, Lifecycle, Machine, Patch, StateView, stage
 from arkhon_rheo.errors import InvalidPatch
 from arkhon_rheo.protocols import AssistantMessage, History, Message, ToolCall, UserMessage
-from arkhon_rheo.session._validate import PatchValidator
+from arkhon_rheo.session._commit_rule import PatchValidator
 
 L = Lifecycle
 

@@ -23,5 +23,5 @@ def test_the_architecture_page_lists_the_path_a_message_takes() -> None:
 def test_the_trace_starts_at_send_and_reaches_the_commit() -> None:
     path = send_path("memory")
     assert path[0] == "arkhon_rheo.session._messaging"  # AgentSystem.send
-    assert "arkhon_rheo.session._committing" in path  # the commit...
+    assert "arkhon_rheo.session._supervisor" in path  # the commit (Committing)...
     assert "arkhon_rheo.store._memory" in path  # ...written to the store

@@ -12,7 +12,7 @@ import pytest
 
 from arkhon_rheo import AgentSystem, Lifecycle
 from arkhon_rheo.errors import TransitionInvariantViolation
-from arkhon_rheo.session._validate import PatchValidator
+from arkhon_rheo.session._commit_rule import PatchValidator
 from arkhon_rheo.testing import ScriptedModel
 
 pytestmark = pytest.mark.anyio

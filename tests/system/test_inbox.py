@@ -21,8 +21,7 @@ from arkhon_rheo import (
 )
 from arkhon_rheo.errors import InboxFull, MessageRefused
 from arkhon_rheo.protocols import EventKind, Receive
-from arkhon_rheo.session._handle import session_of
-from arkhon_rheo.session._record import Session
+from arkhon_rheo.session._record import Session, session_of
 from arkhon_rheo.testing import VirtualClock
 from tests.support.tickets import (
     TICKETS,

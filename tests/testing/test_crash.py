@@ -32,7 +32,7 @@ from arkhon_rheo import AgentState, ConfigurationError, Lifecycle, Patch
 from arkhon_rheo.core import apply_event, fold
 from arkhon_rheo.core._codec import EventCodec
 from arkhon_rheo.protocols import Durability, EventKind
-from arkhon_rheo.session._digest import StateHasher
+from arkhon_rheo.session._commit_rule import StateHasher
 from arkhon_rheo.store import SQLiteStore
 from arkhon_rheo.testing import CrashReport, CrashRunFailed, LostCommit, ReferenceState, crash_loop
 from tests.support.crash_child import ROUNDS, SNAPSHOT_EVERY, crash_machine, expected_trace, point
