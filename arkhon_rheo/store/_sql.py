@@ -9,6 +9,7 @@ rolling back on any error.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import SessionNotFound, StoreError
@@ -140,7 +141,9 @@ def write_batch(
     the batch again without it. The cache is
     not updated here: the caller does that once the transaction commits.
     ``shapes``: event shapes this writer saw committed to the file (the table only
-    grows), which need no ``INSERT OR IGNORE``: most commits write none.
+    grows), which need no ``INSERT OR IGNORE``: most commits write none. Should the
+    file have lost one (a copy restored in place), the script raises `StaleCache`
+    and the caller drops both caches and runs the batch again.
     """
     known, leases = yield from _current(requests, cache)
     inboxes = {}
@@ -164,12 +167,7 @@ def write_batch(
     if result.updated:
         yield from _update_sessions(result, known, now, location, guarded=cache is not None)
     if result.events:
-        new = {row[2] for row in result.events}
-        if shapes:
-            new.difference_update(shapes)
-        if new:
-            yield _rows(INSERT_SHAPE, [(shape,) for shape in new])
-        yield _rows(INSERT_EVENT, result.events)
+        yield from _insert_events(result, shapes, location)
     if result.snapshots:
         yield _rows(INSERT_SNAPSHOT, result.snapshots)
     if result.waits or result.nudges or result.inbox or result.applied:
@@ -184,6 +182,34 @@ def write_batch(
         if dropped:
             yield _rows(DELETE_LEASE, dropped)
     return result
+
+
+def _insert_events(result: Plan, shapes: set[str] | None, location: str) -> Script[None]:
+    """Insert ``result``'s events, and the shapes among them ``shapes`` does not hold."""
+    new = {row[2] for row in result.events}
+    trusted = False  # whether some were taken as stored
+    if shapes:
+        trusted = not new.isdisjoint(shapes)
+        new.difference_update(shapes)
+    if new:
+        yield _rows(INSERT_SHAPE, [(shape,) for shape in new])
+    try:
+        yield _rows(INSERT_EVENT, result.events)
+    except StoreError as exc:
+        if trusted and _shape_missing(exc):
+            # The file lost a shape this writer saw committed (a copy restored in
+            # place): nothing was written; the caller runs the batch again with
+            # its caches dropped, which writes the shape.
+            raise StaleCache(
+                f"{location} lost an event shape this writer had stored", location=location
+            ) from None
+        raise
+
+
+def _shape_missing(error: StoreError) -> bool:
+    """Whether ``error`` is an event row whose shape the file does not hold (``shape`` NULL)."""
+    cause = error.__cause__
+    return isinstance(cause, sqlite3.IntegrityError) and "events.shape" in str(cause)
 
 
 def _update_sessions(

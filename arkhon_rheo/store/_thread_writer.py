@@ -356,8 +356,10 @@ class ThreadWriter:
             try:
                 result = self._run_batch(requests, now, cache)
             except StaleCache:
-                # Another process wrote one of these sessions: read them all back.
+                # Another process wrote one of these sessions, or the file lost a shape
+                # (restored in place): read them all back, write every shape.
                 cache.clear()
+                self._shapes.clear()
                 result = self._run_batch(requests, now, None)
         except BaseException:
             for request in requests:  # not known for sure any more
