@@ -239,6 +239,8 @@ class StoredSession(Generic[S]):
             SessionError: If the session is running here already (or another call
                 here is starting or changing it), is paused at a gate, or has ended.
             SessionLocked: If a live owner elsewhere drives it.
+            LeaseLost: If this resume was held past its lease (a paused process)
+                and another owner took the session on meanwhile: nothing is written.
             PoisonSession: If a worker's resume found the session claimed its
                 limit of times since its last commit: it is failed instead.
             StoreCorrupt: If what is stored does not decode.
@@ -266,7 +268,9 @@ class StoredSession(Generic[S]):
             if machine.is_terminal(state.lifecycle):
                 ended = "failed" if state.lifecycle is machine.failed else "finished"
                 if record.status not in (ended, "max_steps", "cancelled", "crashed"):
-                    await journal.set_status(ended)  # repair a record a crash left behind
+                    # Repair a record a crash left behind (fenced: LeaseLost if
+                    # another owner took the session meanwhile, nothing written).
+                    await journal.set_status(ended, owner=claim.owner)
                 raise SessionError(
                     f"session {self.session_id!r} has ended in {state.lifecycle.name}; "
                     "fork it or roll it back to go on",
