@@ -669,15 +669,7 @@ class Messaging:
         *,
         stream: bool,
     ) -> AsyncIterator[Any]:
-        check_on_busy(on_busy)
-        if timeout is not None:
-            check_positive("timeout", timeout)
-        if decision_of(machine, message) is not None:
-            raise ConfigurationError(
-                "a gate decision is not asked: send it (system.send) or use "
-                "system.stored(...).approve/abort/edit"
-            )
-        check_message_id(message_id)
+        _check_ask(machine, message, message_id, timeout, on_busy)
         message_id = message_id or uuid.uuid4().hex
         replies = self._replies
         # A deadline, not a scope: no cancel scope may span a yield of this generator.
@@ -739,6 +731,25 @@ class Messaging:
                 host.unsubscribe_next(session_id, launched)
             replies.unwatch(session_id, message_id)
         yield reply
+
+
+def _check_ask(
+    machine: Machine[Any],
+    message: object,
+    message_id: str | None,
+    timeout: float | None,
+    on_busy: str,
+) -> None:
+    """Refuse an ask's bad arguments before anything is stored (`ConfigurationError`)."""
+    check_on_busy(on_busy)
+    if timeout is not None:
+        check_positive("timeout", timeout)
+    if decision_of(machine, message) is not None:
+        raise ConfigurationError(
+            "a gate decision is not asked: send it (system.send) or use "
+            "system.stored(...).approve/abort/edit"
+        )
+    check_message_id(message_id)
 
 
 async def _partial(
