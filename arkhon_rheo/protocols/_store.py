@@ -361,8 +361,17 @@ class Store(Protocol):
         """Every session's record, oldest first."""
         ...
 
-    async def set_status(self, session_id: str, status: str) -> None:
-        """Change a session's status (clearing its ``waiting`` and ``wake_at``)."""
+    async def set_status(self, session_id: str, status: str, *, owner: str | None = None) -> None:
+        """Change a session's status (clearing its ``waiting`` and ``wake_at``).
+
+        Fencing: with ``owner`` (who holds the session's lease), the write is fenced
+        as an append naming ``owner`` is (it is one: an append of no events with
+        this ``status``): refused with ``LeaseLost`` unless ``owner`` still holds the
+        lease, checked in the same transaction, and then nothing is written. So a
+        driver paused past its lease cannot store its run's end over the status
+        of the owner that took the session on. Without ``owner`` the write is not
+        fenced (a caller that holds no lease). Raises ``SessionNotFound``.
+        """
         ...
 
     async def post(

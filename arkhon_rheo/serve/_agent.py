@@ -96,11 +96,9 @@ class Agent:
             if "task" in type(initial).model_fields:
                 initial = initial.model_copy(update={"task": ""})
             try:
-                handle = await self.system.start(self.machine, initial, session_id=session_id)
-                # Its first run comes to rest (parked, waiting for messages) before the
-                # first message is asked: a stream then subscribes to the run that message
-                # launches, never to one on its way to park (whose deltas it would miss).
-                await handle.result()
+                # Asked at once: a stream follows the turn into whichever run takes it,
+                # should this first run park on its way without taking the message.
+                await self.system.start(self.machine, initial, session_id=session_id)
                 break
             except (SessionBusy, SessionLocked):
                 pass  # another request (or replica) is creating it

@@ -812,9 +812,15 @@ class Journal:
         after = self.next_seq(record)
         return PausedAt(state, gate_of(pause), after, after, (), record.waiting)
 
-    async def set_status(self, status: str) -> None:
-        """Store the session's status (a record a crash left behind, repaired)."""
-        await self.store.set_status(self.session_id, status)
+    async def set_status(self, status: str, *, owner: str) -> None:
+        """Store the session's status (a record a crash left behind, repaired), fenced.
+
+        The write lands only while ``owner`` holds the session's lease.
+
+        Raises:
+            LeaseLost: If another owner took the lease meanwhile: nothing is written.
+        """
+        await self.store.set_status(self.session_id, status, owner=owner)
 
     def persistence(
         self,

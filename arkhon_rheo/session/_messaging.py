@@ -364,6 +364,52 @@ class Replies:
             check = timer.cancelled_caught or watch.closes != closes
             closes = watch.closes
 
+    async def next_run(
+        self,
+        watch: _Watch,
+        session_id: str,
+        message_id: str,
+        launched: list[Any],
+        deadline: float,
+    ) -> SessionStream[Partial] | None:
+        """The partial output of the next run here that may take the asked message.
+
+        For a stream whose run ended before the turn did: the run under way when
+        it asked may park without taking the message (it found none due just
+        before the post), which the next run launched here then takes.
+        ``launched`` gets that run's subscription before the run starts
+        (`SessionHost.presubscribe`, asked before the post), so none of its
+        partial output is missed (its buffer is bounded, as every subscription's).
+
+        Returns:
+            The earliest such subscription (taken out of ``launched``), or
+            ``None`` if the message was applied with no run here to follow (by
+            another process, or by the run that ended), the session ended, or
+            ``deadline`` passed: the reply is then waited for as `ask` waits.
+        """
+        store = self.host.require_store("ask a session")
+        closes, interval = watch.closes, _FIRST_POLL
+        while not launched:
+            changed = watch.changed
+            if message_id in watch.replies:
+                return None
+            left = deadline - anyio.current_time()
+            if left <= 0:
+                return None
+            with anyio.move_on_after(min(interval, left)) as timer:
+                await changed.wait()
+            elsewhere = timer.cancelled_caught or watch.closes != closes  # a run's end, a notice
+            closes = watch.closes
+            if elsewhere and not launched:  # nothing launched here yet: the store says
+                record = await store.record(session_id)
+                found = await Mailbox(store, session_id).known(message_id)
+                applied = found is not None and found.applied_seq is not None
+                if (applied or record.status in ENDED) and not launched:
+                    return None
+                interval = min(interval * 1.5, self.poll)
+        following: SessionStream[Partial] = launched.pop(0)
+        return following
+
     async def _stored(
         self, machine: Machine[Any], session_id: str, message_id: str, record: SessionRecord
     ) -> _TurnEnd | None:
@@ -602,7 +648,10 @@ class Messaging:
         The partial output (`Partial` items: a model's `ReplyDelta`, say) of
         the turn this message begins reaches the caller when this process
         drives the turn; when another process does, only the reply comes
-        (the last item, always a `Reply`).
+        (the last item, always a `Reply`). It follows the turn, not a run: a
+        run under way that parks without taking the message (a session asked
+        as it starts) hands over to the run here that takes it, whose output
+        was subscribed to from its start (bounded: see `SessionStream`).
         """
         return self._asking(
             machine, session_id, message, message_id, timeout, on_busy, True, stream=True
@@ -620,15 +669,7 @@ class Messaging:
         *,
         stream: bool,
     ) -> AsyncIterator[Any]:
-        check_on_busy(on_busy)
-        if timeout is not None:
-            check_positive("timeout", timeout)
-        if decision_of(machine, message) is not None:
-            raise ConfigurationError(
-                "a gate decision is not asked: send it (system.send) or use "
-                "system.stored(...).approve/abort/edit"
-            )
-        check_message_id(message_id)
+        _check_ask(machine, message, message_id, timeout, on_busy)
         message_id = message_id or uuid.uuid4().hex
         replies = self._replies
         # A deadline, not a scope: no cancel scope may span a yield of this generator.
@@ -654,6 +695,16 @@ class Messaging:
                         while True:
                             ended = message_id in watch.replies
                             item = await _partial(subscription, watch.changed, deadline, ended)
+                            if item is END and not ended:
+                                # The run followed ended (parked: it read its clock before
+                                # the post) short of the turn: follow the one taking it.
+                                following = await replies.next_run(
+                                    watch, session_id, message_id, launched, deadline
+                                )
+                                if following is not None:
+                                    subscription.close()
+                                    subscription = following
+                                    continue
                             if item is END:
                                 break
                             if item is not None and _of_turn(item, watch, message_id):
@@ -680,6 +731,25 @@ class Messaging:
                 host.unsubscribe_next(session_id, launched)
             replies.unwatch(session_id, message_id)
         yield reply
+
+
+def _check_ask(
+    machine: Machine[Any],
+    message: object,
+    message_id: str | None,
+    timeout: float | None,
+    on_busy: str,
+) -> None:
+    """Refuse an ask's bad arguments before anything is stored (`ConfigurationError`)."""
+    check_on_busy(on_busy)
+    if timeout is not None:
+        check_positive("timeout", timeout)
+    if decision_of(machine, message) is not None:
+        raise ConfigurationError(
+            "a gate decision is not asked: send it (system.send) or use "
+            "system.stored(...).approve/abort/edit"
+        )
+    check_message_id(message_id)
 
 
 async def _partial(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .._errors import LeaseLost
 from ..protocols._seams import parks_on_append, queue_append, takes_encoded
 
 if TYPE_CHECKING:
@@ -318,16 +319,27 @@ class Persistence:
     async def close(self, status: str | None) -> None:
         """The run has ended: store its ``status`` (unless ``None``) and give its lease up.
 
-        Nothing at all once the lease was lost to another owner (`lost`).
+        Nothing at all once the lease was lost to another owner (`lost`). The
+        status is fenced by the lease (`Store.set_status` with the owner): a run
+        paused past its lease while another owner took the session on stores
+        nothing over that owner's status.
 
         Raises:
+            LeaseLost: If another owner took the lease meanwhile: nothing is
+                written, and ``lost`` is set (the lease is not ours to give up).
             StoreError: If the store failed; the lease is given up all the same.
         """
         if self.lost:  # the session is another owner's now: not ours to write
             return
+        owner = self.owner
         try:
-            if status is not None:
+            if status is not None and owner is None:
                 await self.store.set_status(self.session_id, status)
+            elif status is not None:
+                await self.store.set_status(self.session_id, status, owner=owner)
+        except LeaseLost:
+            self.lost = True
+            raise
         finally:
-            if self.owner is not None:
-                await self.store.release(self.session_id, self.owner)
+            if owner is not None and not self.lost:
+                await self.store.release(self.session_id, owner)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, cast
 
 from .._construct import internal_only, make
 from .._errors import ConfigurationError, SessionError
@@ -239,6 +239,8 @@ class StoredSession(Generic[S]):
             SessionError: If the session is running here already (or another call
                 here is starting or changing it), is paused at a gate, or has ended.
             SessionLocked: If a live owner elsewhere drives it.
+            LeaseLost: If this resume was held past its lease (a paused process)
+                and another owner took the session on meanwhile: nothing is written.
             PoisonSession: If a worker's resume found the session claimed its
                 limit of times since its last commit: it is failed instead.
             StoreCorrupt: If what is stored does not decode.
@@ -264,14 +266,7 @@ class StoredSession(Generic[S]):
             state = cast("S", journal.current(loaded))
             machine = self.machine
             if machine.is_terminal(state.lifecycle):
-                ended = "failed" if state.lifecycle is machine.failed else "finished"
-                if record.status not in (ended, "max_steps", "cancelled", "crashed"):
-                    await journal.set_status(ended)  # repair a record a crash left behind
-                raise SessionError(
-                    f"session {self.session_id!r} has ended in {state.lifecycle.name}; "
-                    "fork it or roll it back to go on",
-                    session_id=self.session_id,
-                )
+                await self._refuse_ended(journal, record, state, claim.owner)
             stage = machine.stages.get(state.lifecycle)
             info = {
                 "resumed_by": host.owner.describe(),
@@ -300,6 +295,24 @@ class StoredSession(Generic[S]):
                 anchor_seq=anchor,
                 journal=journal,
             )
+
+    async def _refuse_ended(
+        self, journal: Journal, record: SessionRecord, state: S, owner: str
+    ) -> NoReturn:
+        """Refuse to resume an ended session, its record repaired first if a crash left it behind.
+
+        The repair is fenced by ``owner``'s lease (``LeaseLost``, nothing written,
+        if another owner took the session on meanwhile).
+        """
+        machine = self.machine
+        ended = "failed" if state.lifecycle is machine.failed else "finished"
+        if record.status not in (ended, "max_steps", "cancelled", "crashed"):
+            await journal.set_status(ended, owner=owner)
+        raise SessionError(
+            f"session {self.session_id!r} has ended in {state.lifecycle.name}; "
+            "fork it or roll it back to go on",
+            session_id=self.session_id,
+        )
 
     async def approve(
         self, value: Any = None, *, message_id: str | None = None

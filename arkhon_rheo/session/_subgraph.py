@@ -248,8 +248,8 @@ async def tell_parent(session: Session) -> None:
     one a decision or a message launched.
     """
     link, persistence = session.link, session.persistence
-    if not session.tell_parent or link is None or persistence is None:
-        return
+    if not session.tell_parent or link is None or persistence is None or persistence.lost:
+        return  # (lost: the session is another owner's, who tells the parent of its end)
     if session.exit_reason not in _ENDED:
         return
     reason = session.exit_reason.value

@@ -40,7 +40,7 @@ import structlog
 from anyio.lowlevel import checkpoint
 
 from .. import _tracing
-from .._errors import ArkhonError, IllegalTransition, PreconditionFailed, StageTimeout
+from .._errors import ArkhonError, IllegalTransition, LeaseLost, PreconditionFailed, StageTimeout
 from .._hooks import current_injector, enter_session
 from .._log import get_logger
 from ..actors import Actor, ActorContext, ActorRef, Termination, TerminationKind
@@ -572,6 +572,14 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
             # "finished", "failed": stored by the final commit; "waiting": by the park.
             ended = status in _STORED_WITH_COMMIT or self.session.handoff  # handoff: "running"
             await persistence.close(None if ended else status)
+        except LeaseLost as exc:  # paused past its lease: the session is another owner's
+            _logger.error(
+                "session_lease_lost",
+                session_id=self.session.session_id,
+                owner=exc.owner,
+                holder=exc.holder,
+                stage="status",
+            )
         except Exception as exc:  # the outcome is known in memory; the record catches up on resume
             _logger.error("status_not_stored", session_id=self.session.session_id, error=repr(exc))
 

@@ -368,16 +368,28 @@ class GroupCommitStore(StoreBase, EffectLedger, abc.ABC):
             return ticket, self._submit_slowly(ticket)
         return ticket, batch.done.wait()
 
-    async def set_status(self, session_id: str, status: str) -> None:
-        """Change a session's status, durably.
+    async def set_status(self, session_id: str, status: str, *, owner: str | None = None) -> None:
+        """Change a session's status, durably; with ``owner``, fenced (`Store.set_status`).
+
+        With ``owner`` it is an append of no events for that owner, acknowledged
+        once committed in every mode: refused by the writer's transaction as a
+        stale holder's append is.
 
         Raises:
             SessionNotFound: No such session.
+            LeaseLost: ``owner`` is given and no longer holds the session's lease
+                (another owner took it); nothing is written.
             StoreError: The write failed, or the store is not open.
+            ConfigurationError: ``owner`` is not a non-empty str.
         """
         self._check_open()
         self._raise_deferred(session_id)
-        await self._submit(SetStatus(session_id, status), wait=True)
+        if owner is None:
+            await self._submit(SetStatus(session_id, status), wait=True)
+        else:
+            await self._submit(
+                self._append_request(session_id, (), None, status, owner=owner), wait=True
+            )
         self._work.set()
 
     # -- leases ----------------------------------------------------------------

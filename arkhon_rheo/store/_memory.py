@@ -354,15 +354,21 @@ class MemoryStore(StoreBase, EffectLedger):
         self._check_open()
         return decode_records(self._sessions.values(), self.location)
 
-    async def set_status(self, session_id: str, status: str) -> None:
-        """Change a session's status.
+    async def set_status(self, session_id: str, status: str, *, owner: str | None = None) -> None:
+        """Change a session's status; with ``owner``, fenced as an append is (`Store.set_status`).
 
         Raises:
             SessionNotFound: No such session.
+            LeaseLost: ``owner`` is given and no longer holds the session's lease
+                (another owner took it); nothing is written.
+            ConfigurationError: ``owner`` is not a non-empty str.
         """
         await anyio.lowlevel.checkpoint()
         self._check_open()
-        self._write(SetStatus(session_id, status))
+        if owner is None:
+            self._write(SetStatus(session_id, status))
+        else:  # an event-less append for the owner: the append's own fence
+            self._write(self._append_request(session_id, (), None, status, owner=owner))
 
     async def acquire(
         self,

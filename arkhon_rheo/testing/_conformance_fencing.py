@@ -127,6 +127,28 @@ class FencingConformance(ConformanceBase):
             await store.append("s", [make_event("s", 4)])
             assert [e.seq for e in await store.history("s")] == [1, 2, 3, 4]
 
+    async def test_a_stale_holders_status_write_is_refused(
+        self, new_store: Callable[[], Store]
+    ) -> None:
+        # A driver paused past its lease stores its run's end ("stopped", a repaired
+        # "finished") only if it still holds the lease: never over its successor's.
+        async with new_store() as store:
+            await self._session_with_a_stale_holder(store)
+            with pytest.raises(LeaseLost) as caught:
+                await store.set_status("s", "stopped", owner="alice")
+            assert (caught.value.session_id, caught.value.owner) == ("s", "alice")
+            assert caught.value.holder == "bob"
+            await _untouched(store, 1)
+            await store.set_status("s", "finished", owner="bob")  # the holder's lands
+            assert (await store.record("s")).status == "finished"
+            await store.release("s", "bob")
+            with pytest.raises(LeaseLost):  # given up: not hers again either
+                await store.set_status("s", "running", owner="alice")
+            assert (await store.record("s")).status == "finished"
+            await store.set_status("s", "cancelled")  # no owner: not fenced
+            record = await store.record("s")
+            assert (record.status, record.last_seq) == ("cancelled", 1)
+
     async def test_a_lease_that_ran_out_untaken_still_lets_its_owner_commit(
         self, new_store: Callable[[], Store]
     ) -> None:

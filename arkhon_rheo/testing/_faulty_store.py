@@ -302,10 +302,13 @@ class FaultyStore:
         await self._check("sessions", None)
         return await self.inner.sessions()
 
-    async def set_status(self, session_id: str, status: str) -> None:
+    async def set_status(self, session_id: str, status: str, *, owner: str | None = None) -> None:
         """`Store.set_status`, unless a rule fails it."""
         await self._check("set_status", session_id)
-        await self.inner.set_status(session_id, status)
+        if owner is None:
+            await self.inner.set_status(session_id, status)
+        else:
+            await self.inner.set_status(session_id, status, owner=owner)
 
     async def acquire(
         self,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from arkhon_rheo.errors import LeaseLost, StoreError
+from arkhon_rheo.errors import ConfigurationError, LeaseLost, StoreError
 from arkhon_rheo.protocols import Durability
 from tests.store.test_store import event
 
@@ -47,6 +47,30 @@ async def test_a_stale_holder_is_refused_and_nothing_is_written(
         await store.append("s", [event("s", 2)], owner="bob")
         await store.append("s", [event("s", 3)])
         assert (await store.record("s")).last_seq == 3
+
+
+async def test_a_stale_holder_s_status_write_is_refused_at_once_in_every_mode(
+    make_store: Callable[..., AnyStore],
+) -> None:
+    # A run's end ("cancelled") stored by a driver paused past its lease: refused, and
+    # known at once (acknowledged once committed, even where plain appends are not).
+    async with make_store() as store:
+        await store.create_session("s", machine="m", snapshot={})
+        await store.acquire("s", "alice", ttl=30)
+        await store.append("s", [event("s", 1)], owner="alice")
+        await store.acquire("s", "bob", ttl=30, replacing="alice")
+        await store.append("s", [event("s", 2)], status="finished", owner="bob")
+        with pytest.raises(LeaseLost) as caught:
+            await store.set_status("s", "cancelled", owner="alice")
+        assert (caught.value.owner, caught.value.holder) == ("alice", "bob")
+        record = await store.record("s")
+        assert (record.last_seq, record.status) == (2, "finished")
+        await store.append("s", [event("s", 3)], owner="bob")  # nothing deferred for bob
+        with pytest.raises(ConfigurationError, match="owner must be"):
+            await store.set_status("s", "cancelled", owner="")
+        await store.set_status("s", "waiting", owner="bob")
+        await store.set_status("s", "stopped")  # no owner: not fenced
+        assert (await store.record("s")).status == "stopped"
 
 
 async def test_a_stale_holder_s_park_is_refused_and_the_successor_s_status_stands(

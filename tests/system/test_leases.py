@@ -220,8 +220,8 @@ class CountingStore:
         records: tuple[SessionRecord, ...] = await self._call(self.inner.sessions)
         return records
 
-    async def set_status(self, session_id: str, status: str) -> None:
-        await self._call(lambda: self.inner.set_status(session_id, status))
+    async def set_status(self, session_id: str, status: str, *, owner: str | None = None) -> None:
+        await self._call(lambda: self.inner.set_status(session_id, status, owner=owner))
 
     async def acquire(
         self,
