@@ -24,8 +24,6 @@ from ._encoded import queue_append as queue_append
 from ._encoded import takes_encoded as takes_encoded
 from ._frozen import FrozenJson as FrozenJson
 from ._frozen import Metadata as Metadata
-from ._gates import DECISIONS as DECISIONS
-from ._gates import gate_commits as gate_commits
 from ._inbox import ScheduledMessage as ScheduledMessage
 from ._model import takes_schema as takes_schema
 from ._resources import is_async_context_manager as is_async_context_manager
@@ -33,4 +31,3 @@ from ._sensitive import SENSITIVE as SENSITIVE
 from ._sensitive import secret_texts as secret_texts
 from ._sensitive import sensitive_fields as sensitive_fields
 from ._shared import share_fields_set as share_fields_set
-from ._stream import DEFAULT_CAPACITY as DEFAULT_CAPACITY

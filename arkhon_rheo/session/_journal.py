@@ -56,9 +56,9 @@ from ..core._seams import (
     version_of,
 )
 from ..protocols import EventKind, LoadedSession
-from ..protocols._seams import DECISIONS, EncodedJson, parks_on_append
+from ..protocols._seams import EncodedJson, parks_on_append
 from ._compiled import compiled
-from ._decision import PausedAt, gate_of, not_paused, out_of_band_event
+from ._decision import DECISIONS, PausedAt, gate_of, not_paused, out_of_band_event
 from ._persist import Persistence
 
 if TYPE_CHECKING:

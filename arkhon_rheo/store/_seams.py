@@ -35,17 +35,3 @@ def store_at(
     if is_postgres_url(location):
         return PostgresStore(str(location), durability=mode)
     return SQLiteStore(location, durability=mode)
-
-
-def owned_store(
-    store: object, path: str | os.PathLike[str] | None, *, durability: Durability
-) -> SQLiteStore | PostgresStore | None:
-    """The store an `AgentSystem` opens itself: ``store`` given as a str, or else ``path``.
-
-    ``None``: it was given a `Store` (its caller's), or neither.
-    """
-    if isinstance(store, str):
-        return store_at(store, durability=durability)
-    if store is None and path is not None:
-        return store_at(path, durability=durability)
-    return None
