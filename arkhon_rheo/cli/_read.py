@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from .._errors import SessionsDamaged, StoreCorrupt
-from ..core._seams import differences, fingerprint, masked, waits_for
+from ..core._seams import fingerprint, masked, reading, waits_for
 from ..protocols import StateGraph
 from ..session._seams import Owner, is_dead
 from ..store._seams import store_at
@@ -218,10 +218,11 @@ def _session_machine(record: SessionRecord, target: str) -> Machine[Any]:
 
     Raises:
         CommandError: If it is not the session's machine (exit status 2).
+        StoreCorrupt: If the session's stored fingerprint is damaged.
     """
     machine = load_machine(target)
-    found = differences(record.fingerprint or {}, fingerprint(machine))
-    if record.fingerprint is not None and found:
+    found = reading(record.session_id, record.fingerprint, fingerprint(machine)).found
+    if found:
         raise CommandError(
             f"session {record.session_id!r} runs machine {record.machine!r}, not "
             f"{machine.name!r}: {'; '.join(found)}",

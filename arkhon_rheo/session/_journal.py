@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -46,13 +45,10 @@ from .._errors import ConfigurationError, StoreCorrupt
 from ..core import fold
 from ..core._seams import (
     EventCodec,
-    checked_fingerprint,
-    differences,
-    legacy_schema,
     opener,
+    reading,
     same_form,
     session_codec,
-    upgrade_hint,
     version_of,
 )
 from ..protocols import EventKind, LoadedSession
@@ -292,33 +288,20 @@ def check_form(
         ConfigurationError: If the machine does not read it, naming what differs.
         StoreCorrupt: If ``stored`` is damaged: not of a fingerprint's shape.
     """
-    stored = checked_fingerprint(session_id, stored)
-    if stored is None:
+    read = reading(session_id, stored, mine, machine.state_type)
+    if read.stored is None:
         legacy = record_machine == "machine" and machine.name == mine["state"]
         if record_machine == machine.name or legacy:
             return
         found = ["the name differs"]
-    elif stored.get("name", record_machine) != machine.name:
-        found = [f"the session's machine is {stored.get('name')!r}"]
+    elif read.stored.get("name", record_machine) != machine.name:
+        found = [f"the session's machine is {read.stored.get('name')!r}"]
     else:
-        try:
-            found = differences(
-                stored, mine, legacy=functools.partial(legacy_schema, machine.state_type)
-            )
-            hint = upgrade_hint(stored, mine) if found else ""
-        except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
-            # A fingerprint of the right keys whose JSON schemas are not of their shape.
-            raise StoreCorrupt(
-                f"session {session_id!r} is damaged in the store: the machine fingerprint it "
-                f"was stored with does not read ({type(exc).__name__}: {exc}). Restore the "
-                "store from a backup, or delete the session",
-                session_id=session_id,
-            ) from exc
-        if found:
+        if read.found:
             raise ConfigurationError(
-                f"session {session_id!r} was stored by version {version_of(stored)} of machine "
+                f"session {session_id!r} was stored by version {read.version} of machine "
                 f"{machine.name!r}, which this machine (version {machine.version}) does not "
-                f"read: {'; '.join(found)}. {hint}"
+                f"read: {'; '.join(read.found)}. {read.hint}"
             )
         return
     raise ConfigurationError(
