@@ -85,6 +85,7 @@ __all__ = [
     "mark_of",
     "named",
     "read_events",
+    "read_session",
     "unmarked",
     "upgrade_info",
     "upgraded",
@@ -257,6 +258,34 @@ def read_events(
             upgrader = Upgrader(machine, target, current, opener=opener)
         found.append(upgrader.event(event))
     return found
+
+
+def read_session(
+    machine: Machine[Any],
+    record: SessionRecord,
+    snapshot: Any,
+    events: Sequence[StoredEvent],
+    secrets: Keyring | None,
+) -> tuple[AgentState, list[TransitionEvent]]:
+    """A stored session's ``snapshot`` and ``events`` (all, in order), as ``machine`` reads them.
+
+    What a reader outside the session (the inspector's timeline) folds: a
+    session of an earlier version upgraded (its sealed values opened under the
+    names it stored them by first), then decoded through the session's codec
+    (which opens those sealed in the current form). Nothing is checked against
+    the machine's fingerprint first: ask `reading` (``arkhon_rheo.core``) for that.
+
+    Raises:
+        ConfigurationError: If a value does not fit the state type once upgraded.
+        StoreCorrupt: If a stored state or event does not decode.
+        KeyringError: If ``secrets`` does not open a sensitive value.
+    """
+    parts, session_id = compiled(machine), record.session_id
+    mine, keys = parts.fingerprint, opener(secrets, session_id)
+    data = Upgrader(machine, record.fingerprint, mine, opener=keys).state(snapshot)
+    stored = read_events(machine, mine, record.fingerprint, events, keys)
+    codec = session_codec(machine, parts.codec, secrets, session_id)
+    return codec.decode_state(data), [codec.decode_event(event) for event in stored]
 
 
 class SessionForm(NamedTuple):
