@@ -19,9 +19,7 @@ from ._canonical import may_hold_sets as may_hold_sets
 from ._encoded import EncodedJson as EncodedJson
 from ._encoded import EncodedPatch as EncodedPatch
 from ._encoded import Queued as Queued
-from ._encoded import parks_on_append as parks_on_append
-from ._encoded import queue_append as queue_append
-from ._encoded import takes_encoded as takes_encoded
+from ._encoded import StoreSupport as StoreSupport
 from ._frozen import FrozenJson as FrozenJson
 from ._frozen import Metadata as Metadata
 from ._inbox import ScheduledMessage as ScheduledMessage

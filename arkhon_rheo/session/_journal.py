@@ -52,7 +52,7 @@ from ..core._seams import (
     version_of,
 )
 from ..protocols import EventKind, LoadedSession
-from ..protocols._seams import EncodedJson, parks_on_append
+from ..protocols._seams import EncodedJson, StoreSupport
 from ._compiled import compiled
 from ._decision import DECISIONS, PausedAt, gate_of, not_paused, out_of_band_event
 from ._persist import Persistence
@@ -778,7 +778,7 @@ class Journal:
             upgrade = self._upgrade_event(event.seq - 1, before)
             events.insert(0, codec.encode_event(upgrade, hasher.of(before)))
         snapshot = (event.seq, codec.encode_state(state))
-        if waiting is not None and not parks_on_append(self.store):
+        if waiting is not None and not StoreSupport(self.store).parks:
             # A store whose append cannot park: a second write (`Store.park`).
             await self.store.append(
                 self.session_id, events, snapshot=snapshot, status=status, applied=applied
