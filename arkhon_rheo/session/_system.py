@@ -20,7 +20,7 @@ import anyio
 from .._errors import SessionError, SessionLocked, SessionNotFound
 from ..actors import ActorSystem
 from ..protocols import AgentState, Durability, Machine
-from ..store._seams import store_at
+from ..store._seams import StoreLocation
 from ._children import ChildHost, tell_parked_parents, wake_cut_parents, wake_parent, with_subgraphs
 from ._client import checked_start, submit
 from ._default_store import DEFAULT_PATH, announce_default_store
@@ -499,7 +499,7 @@ def _owned_store(
     closes), or neither.
     """
     if isinstance(store, str):
-        return store_at(store, durability=durability)
+        return StoreLocation(store).open(durability=durability)
     if store is None and path is not None:
-        return store_at(path, durability=durability)
+        return StoreLocation(path).open(durability=durability)
     return None
