@@ -230,6 +230,69 @@ def test_the_checker_sees_a_violation() -> None:
     assert "_hooks" not in ALLOWED["core"] | ALLOWED["actors"] | ALLOWED["models"]
 
 
+#: The most names all ``_seams`` modules together may list (issue 40: 108 once, 64 before this cap).
+MAX_SEAM_NAMES = 50
+
+
+def _seam_names(source: str) -> list[str]:
+    """The names a ``_seams`` module lists: what it re-exports, and what it defines itself.
+
+    A re-export is a top-level ``from .x import y as y`` (any relative import: the
+    package's insides); a definition, a top-level function, class or assignment
+    (``__all__`` and other dunders aside). Type-only imports (under ``if
+    TYPE_CHECKING:``) are not names another package can import at run time.
+    """
+    found: list[str] = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ImportFrom) and node.level:
+            found += [alias.asname or alias.name for alias in node.names]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.append(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found += [t.id for t in targets if isinstance(t, ast.Name)]
+    return [name for name in found if not (name.startswith("__") and name.endswith("__"))]
+
+
+def test_the_seams_stay_few() -> None:
+    # A seam is an inside of one package that another depends on: each couples two
+    # packages past their public namespaces, so each is a cost. Move a helper to the
+    # package of its only users, merge a concept's helpers into one contract, or
+    # make it public (documented) where users want it; do not hide it in another
+    # private module (the private-module rule above sees that).
+    counts = {
+        str(path.relative_to(PACKAGE)): len(_seam_names(path.read_text()))
+        for path in sorted(PACKAGE.rglob("_seams.py"))
+    }
+    total = sum(counts.values())
+    assert total <= MAX_SEAM_NAMES, (
+        f"the _seams modules list {total} names together, over {MAX_SEAM_NAMES}: {counts}. "
+        "Each name couples two packages past their public namespaces: lower the coupling "
+        "(move a helper to its users' package, merge a concept's helpers into one "
+        "contract, or make it documented API) rather than add a seam"
+    )
+
+
+def test_the_seam_counter_counts_re_exports_and_definitions() -> None:
+    source = (
+        "from __future__ import annotations\n"
+        "from typing import TYPE_CHECKING\n"
+        "from ._a import one as one\n"
+        "from ._b import _two as two, three\n"
+        "from ..protocols import four as four\n"
+        "if TYPE_CHECKING:\n"
+        "    from ._c import Hidden\n"
+        "__all__ = ['one']\n"
+        "LIMIT = 3\n"
+        "size: int = 4\n"
+        "def helper() -> None: ...\n"
+        "class Thing: ...\n"
+    )
+    assert _seam_names(source) == [
+        "one", "two", "three", "four", "LIMIT", "size", "helper", "Thing",
+    ]  # fmt: skip
+
+
 #: The most lines a function of the package may have, from ``def`` to its last line.
 MAX_FUNCTION_LINES = 80
 

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from .._errors import ArkhonError, KeyringError, SessionsDamaged
 from ..core import Keyring
-from ..core._seams import checked_fingerprint, differences, legacy_schema, same_form, version_of
+from ..core._seams import reading, version_of
 from ..session._seams import compiled
 from ..system import AgentSystem
 from ._common import ExitStatus, console, print_json, read_only_store, shown, styled
@@ -37,22 +37,16 @@ def _reading(machine: Machine[Any], record: SessionRecord, mine: dict[str, Any])
     """How the machine reads the session (as first stored): as it is, or through what.
 
     Raises:
-        StoreCorrupt: If its stored fingerprint is damaged.
+        StoreCorrupt: If its stored fingerprint is damaged (of another shape, or
+            JSON schemas that do not read): the session is reported damaged.
     """
-    stored = checked_fingerprint(record.session_id, record.fingerprint)
-    if stored is None or same_form(stored, mine):
+    read = reading(record.session_id, record.fingerprint, mine, machine.state_type)
+    if read.same:
         return "as stored"
-    old = version_of(stored)
-    try:
-        found = differences(
-            stored, mine, legacy=lambda names: legacy_schema(machine.state_type, names)
-        )
-    except (TypeError, ValueError, AttributeError, KeyError, RecursionError):
-        return "damaged"  # its JSON schemas are not: the replay says how (StoreCorrupt)
-    if found:
+    if read.found:
         return "changed, not declared"
-    if old != mine["version"]:
-        return f"upgraded from version {old}"
+    if read.version != mine["version"]:
+        return f"upgraded from version {read.version}"
     return "compatible change"
 
 

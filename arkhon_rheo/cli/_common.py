@@ -35,7 +35,7 @@ from .._errors import CommandError
 from .._errors._cli import ExitStatus
 from .._json import JsonSyntaxError, read_json
 from .._redact import scrub_secrets
-from ..store._seams import inspect_file, is_postgres_url, not_a_file, older_version, redacted_url
+from ..store._seams import StoreLocation
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -144,18 +144,13 @@ def store_file(path: str) -> str:
             a FIFO, a socket or a device: never a store, and reading one
             could block forever.
     """
-    if is_postgres_url(path):
-        redacted_url(path)  # its password is registered: never shown
-        return path
+    where = StoreLocation(path)  # a URL's password is registered: never shown
     try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return path
+        kind = where.not_a_file()
     except OSError as exc:
         raise CommandError(
             f"cannot use {path!r} as the store: {exc}", code=ExitStatus.USAGE
         ) from None
-    kind = not_a_file(mode)
     if kind is not None:
         raise CommandError(
             f"{path!r} is {kind}, not a regular file: pass --store with the path of a "
@@ -167,7 +162,7 @@ def store_file(path: str) -> str:
 
 def store_label(path: str) -> str:
     """``path`` as a summary may show it: a ``postgresql://`` URL without its password."""
-    return redacted_url(path) if is_postgres_url(path) else path
+    return StoreLocation(path).shown
 
 
 def existing_store(path: str) -> str:
@@ -179,7 +174,8 @@ def existing_store(path: str) -> str:
         StoreCorrupt: If the file is not a store (another application's, not
             SQLite at all) or of a schema version this code cannot read (1).
     """
-    if is_postgres_url(store_file(path)):
+    where = StoreLocation(store_file(path))
+    if where.url:
         return path
     if not os.path.exists(path):
         raise CommandError(
@@ -187,7 +183,7 @@ def existing_store(path: str) -> str:
             "`arkhon-rheo demo` or `arkhon-rheo run MODULE:ATTR`",
             code=ExitStatus.NOT_FOUND,
         )
-    if inspect_file(path):  # empty: opening it would write a new store into it
+    if where.is_new():  # empty: opening it would write a new store into it
         raise CommandError(
             f"{path} is empty: not an arkhon-rheo store. It was left untouched; pass --store "
             "with a store's path, or create one with `arkhon-rheo run MODULE:ATTR` or "
@@ -213,7 +209,7 @@ def read_only_store(path: str) -> Iterator[str]:
         StoreCorrupt: As `existing_store`.
     """
     existing_store(path)
-    version = None if is_postgres_url(path) else older_version(path)
+    version = StoreLocation(path).older_version()
     if version is None:
         yield path
         return

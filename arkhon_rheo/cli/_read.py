@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from .._errors import SessionsDamaged, StoreCorrupt
-from ..core._seams import differences, fingerprint, masked, waits_for
+from ..core._seams import fingerprint, masked, reading, waits_for
 from ..protocols import StateGraph
 from ..session._seams import Owner, is_dead
-from ..store._seams import store_at
+from ..store._seams import StoreLocation
 from ._common import (
     CommandError,
     ExitStatus,
@@ -128,7 +128,7 @@ def _damaged_row(session_id: str, machine: str, reason: str) -> dict[str, Any]:
 
 async def _sessions(path: str) -> list[dict[str, Any]]:
     """Every session's row; one whose rows are damaged is listed as such, after the others."""
-    async with store_at(path) as store:
+    async with StoreLocation(path).open() as store:
         damaged: tuple[tuple[str, str, str], ...] = ()
         try:
             records = await store.sessions()
@@ -198,7 +198,7 @@ def list_sessions(args: argparse.Namespace) -> ExitStatus:
 
 
 async def _history(path: str, session_id: str) -> tuple[SessionRecord, tuple[StoredEvent, ...]]:
-    async with store_at(path) as store:
+    async with StoreLocation(path).open() as store:
         record = await store.record(session_id)
         return record, await store.history(session_id)
 
@@ -207,7 +207,7 @@ async def _session(
     path: str, session_id: str
 ) -> tuple[SessionRecord, tuple[StoredEvent, ...], str | None]:
     """A session's record, its events, and who holds its live lease (``None``: nobody)."""
-    async with store_at(path) as store:
+    async with StoreLocation(path).open() as store:
         record = await store.record(session_id)
         owners = [lease.owner for lease in await store.leases() if lease.session_id == session_id]
         return record, await store.history(session_id), owners[0] if owners else None
@@ -218,10 +218,11 @@ def _session_machine(record: SessionRecord, target: str) -> Machine[Any]:
 
     Raises:
         CommandError: If it is not the session's machine (exit status 2).
+        StoreCorrupt: If the session's stored fingerprint is damaged.
     """
     machine = load_machine(target)
-    found = differences(record.fingerprint or {}, fingerprint(machine))
-    if record.fingerprint is not None and found:
+    found = reading(record.session_id, record.fingerprint, fingerprint(machine)).found
+    if found:
         raise CommandError(
             f"session {record.session_id!r} runs machine {record.machine!r}, not "
             f"{machine.name!r}: {'; '.join(found)}",

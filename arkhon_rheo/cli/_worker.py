@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ..core import Keyring
-from ..store._seams import store_at
+from ..store._seams import StoreLocation
 from ..system import Worker
 from ._common import print_json, store_file, store_label
 from ._load import load_machine
@@ -30,7 +30,7 @@ __all__ = ["worker"]
 
 
 async def _work(args: argparse.Namespace, machines: list[object]) -> dict[str, object]:
-    async with store_at(store_file(args.store)) as store:
+    async with StoreLocation(store_file(args.store)).open() as store:
         runner = Worker(
             store,
             machines,  # type: ignore[arg-type]

@@ -20,9 +20,10 @@ read: unchanged, they match as they always did.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._errors import StoreCorrupt
 from ._schemas import accepts, item_type, state_schema, type_name
@@ -34,11 +35,14 @@ if TYPE_CHECKING:
     from ..protocols import AgentState, Machine
 
 __all__ = [
+    "Reading",
     "checked_fingerprint",
     "differences",
     "fingerprint",
     "legacy_schema",
+    "reading",
     "same_form",
+    "upgrade_hint",
     "version_of",
 ]
 
@@ -276,6 +280,68 @@ def same_form(stored: Mapping[str, Any] | None, current: Mapping[str, Any]) -> b
         stored.get(key) == current[key]
         for key in ("name", "fields", "schema", "states", "transitions")
     )
+
+
+class Reading(NamedTuple):
+    """How a machine reads a session stored under a fingerprint (see `reading`)."""
+
+    #: The stored fingerprint, checked (``None``: a session stored before fingerprints).
+    stored: Mapping[str, Any] | None
+    #: The machine version it names (1 for one that names none).
+    version: int
+    #: Whether the machine reads the session as it is stored (`same_form`).
+    same: bool
+    #: What keeps the machine from reading it, in words (empty: nothing; see `differences`).
+    found: list[str]
+    #: How to declare what changed (`upgrade_hint`), when something is found of its own name.
+    hint: str
+
+
+def reading(
+    session_id: str,
+    stored: Any,
+    current: Mapping[str, Any],
+    state_type: type[AgentState] | None = None,
+) -> Reading:
+    """How the machine of fingerprint ``current`` reads a session stored under ``stored``.
+
+    The one question a stored session's readers ask (the journal as it loads
+    it, ``arkhon-rheo check`` before a deploy, ``show`` and the inspector
+    given a machine): the fingerprint checked for damage, its version, whether
+    it is read as it is, what keeps it from being read and how to declare it.
+
+    Args:
+        session_id: The session (named in a damage report).
+        stored: Its stored fingerprint, as the store gave it.
+        current: The reading machine's fingerprint.
+        state_type: The reading machine's state type: tells, in a fingerprint
+            of the digest form, a field added from a field retyped
+            (`legacy_schema`); without it, any such change is found.
+
+    Raises:
+        StoreCorrupt: The stored fingerprint is damaged: not of a
+            fingerprint's shape, or JSON schemas that do not read.
+    """
+    checked = checked_fingerprint(session_id, stored)
+    if checked is None:
+        return Reading(None, 1, True, [], "")
+    version = version_of(checked)
+    if same_form(checked, current):
+        return Reading(checked, version, True, [], "")
+    legacy = None if state_type is None else functools.partial(legacy_schema, state_type)
+    try:
+        found = differences(checked, current, legacy=legacy)
+        named = checked.get("name") == current["name"]
+        hint = upgrade_hint(checked, current) if found and named else ""
+    except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
+        # A fingerprint of the right keys whose JSON schemas are not of their shape.
+        raise StoreCorrupt(
+            f"session {session_id!r} is damaged in the store: the machine fingerprint it "
+            f"was stored with does not read ({type(exc).__name__}: {exc}). Restore the "
+            "store from a backup, or delete the session",
+            session_id=session_id,
+        ) from exc
+    return Reading(checked, version, False, found, hint)
 
 
 # -- what differs -----------------------------------------------------------------------

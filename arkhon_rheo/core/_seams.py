@@ -8,17 +8,17 @@ what it commits, and reads sessions an earlier form of a machine stored
 (`StoredForm`), their sealed values opened first (`opener`); the CLI and the
 inspector read a machine's fingerprint and what differs between two, what a
 stopped session waits for, and show a session's sensitive values masked.
+How a machine reads a stored session (its fingerprint checked, what differs,
+how to declare it) is one question, `reading`, which the journal, ``check``,
+``show`` and the inspector all ask.
 """
 
 from __future__ import annotations
 
 from ._codec import EventCodec as EventCodec
-from ._fingerprint import checked_fingerprint as checked_fingerprint
-from ._fingerprint import differences as differences
 from ._fingerprint import fingerprint as fingerprint
-from ._fingerprint import legacy_schema as legacy_schema
+from ._fingerprint import reading as reading
 from ._fingerprint import same_form as same_form
-from ._fingerprint import upgrade_hint as upgrade_hint
 from ._fingerprint import version_of as version_of
 from ._floats import may_hold_floats as may_hold_floats
 from ._fold import step_moves as step_moves

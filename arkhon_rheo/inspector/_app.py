@@ -28,9 +28,9 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .._errors import ArkhonError, SessionNotFound
+from .._errors import ArkhonError, SessionNotFound, StoreCorrupt
 from .._redact import scrub_secrets
-from ..core._seams import differences, fingerprint
+from ..core._seams import fingerprint, reading
 from ..protocols import StateGraph
 from ..system import AgentSystem
 from ._data import LIVE, load_timeline, summarize, when
@@ -126,10 +126,12 @@ class _Inspector:
                 f"no machine named {record.machine!r} was given to the inspector "
                 f"(start it with --machine MODULE:ATTR)"
             )
-        if record.fingerprint is not None:
-            found = differences(record.fingerprint, fingerprint(machine))
-            if found:
-                return None, f"the machine given differs from the session's: {'; '.join(found)}"
+        try:
+            found = reading(record.session_id, record.fingerprint, fingerprint(machine)).found
+        except StoreCorrupt as exc:
+            return None, str(exc)
+        if found:
+            return None, f"the machine given differs from the session's: {'; '.join(found)}"
         return machine, ""
 
     # -- tokens ---------------------------------------------------------------

@@ -21,12 +21,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core import apply_event
-from ..core._seams import masked, opener, session_codec, shown_state, waits_for
-from ..session._seams import Upgrader, compiled, read_events
+from ..core._seams import masked, shown_state, waits_for
+from ..session._seams import read_session
 
 if TYPE_CHECKING:
     from ..core import Keyring
-    from ..core._seams import EventCodec, WaitsFor
+    from ..core._seams import WaitsFor
     from ..protocols import Machine, SessionRecord, Store, StoredEvent
 
 __all__ = ["Change", "SessionSummary", "Step", "Timeline", "load_timeline", "summarize"]
@@ -217,22 +217,12 @@ def _fold_json(state: dict[str, Any], event: StoredEvent) -> dict[str, Any]:
 
 
 def _folded_states(
-    snapshot: Any,
-    events: tuple[StoredEvent, ...],
-    machine: Machine[Any] | None,
-    codec: EventCodec | None,
+    snapshot: Any, events: tuple[StoredEvent, ...]
 ) -> tuple[list[dict[str, Any]], bool]:
-    """The state before the first event and after each, as JSON data; and if exact.
+    """The state before the first event and after each, folded as JSON data (not exact).
 
     A `Sensitive` field's value is ``[SENSITIVE]`` in every state.
     """
-    if machine is not None and codec is not None:
-        state = codec.decode_state(snapshot)
-        states = [shown_state(state)]
-        for event in events:
-            state = apply_event(machine, state, codec.decode_event(event))
-            states.append(shown_state(state))
-        return states, True
     current: dict[str, Any] = copy.deepcopy(masked(dict(snapshot)))
     if events:
         current["lifecycle"] = events[0].from_state
@@ -256,12 +246,12 @@ def _exact_states(
     under the names it stored them by first), then folded through the
     session's codec (which opens those sealed in the current form).
     """
-    parts, session_id = compiled(machine), record.session_id
-    mine, keys = parts.fingerprint, opener(secrets, session_id)
-    snapshot = Upgrader(machine, record.fingerprint, mine, opener=keys).state(snapshot)
-    events = tuple(read_events(machine, mine, record.fingerprint, stored, keys))
-    codec = session_codec(machine, parts.codec, secrets, session_id)
-    return _folded_states(snapshot, events, machine, codec)
+    state, events = read_session(machine, record, snapshot, stored, secrets)
+    states = [shown_state(state)]
+    for event in events:
+        state = apply_event(machine, state, event)
+        states.append(shown_state(state))
+    return states, True
 
 
 def _shown(event: StoredEvent) -> StoredEvent:
@@ -313,7 +303,7 @@ async def load_timeline(
     if machine is not None:
         states, exact = _exact_states(machine, record, snapshot, stored, secrets)
     else:
-        states, exact = _folded_states(snapshot, events, None, None)
+        states, exact = _folded_states(snapshot, events)
     steps: list[Step] = []
     restarts = 0
     for index, event in enumerate(events):

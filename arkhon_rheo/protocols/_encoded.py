@@ -23,9 +23,7 @@ __all__ = [
     "EncodedPatch",
     "QueueAppend",
     "Queued",
-    "parks_on_append",
-    "queue_append",
-    "takes_encoded",
+    "StoreSupport",
 ]
 
 
@@ -95,13 +93,8 @@ def _key(name: str) -> bytes:
     return json.dumps(name, ensure_ascii=False).encode() + b":"
 
 
-def takes_encoded(store: object) -> bool:
-    """Whether ``store`` takes `EncodedPatch` patches and snapshots as JSON bytes."""
-    return getattr(store, "takes_encoded", False) is True
-
-
 class Queued(Protocol):
-    """A write a store queued without a coroutine of its own (see `queue_append`)."""
+    """A write a store queued without a coroutine of its own (see `StoreSupport.queue`)."""
 
     #: Why the store refused it, once its batch is resolved (``None``: stored).
     error: Exception | None
@@ -133,24 +126,47 @@ class QueueAppend(Protocol):
     ) -> tuple[Queued, Awaitable[object]] | None: ...
 
 
-def queue_append(store: object) -> QueueAppend | None:
-    """``store``'s way to queue an append with no coroutine of its own, if it has one.
+class StoreSupport:
+    """What ``store`` supports beyond the `Store` protocol, probed once, for its writers.
 
-    The package's own group-commit stores (SQLite on its writer thread) have
-    it: a commit waiting for its transaction then keeps no coroutine frame of
-    the store's alive (nor walked by the cyclic GC while hundreds wait).
+    The package's own stores support all of it; any other store gets what the
+    protocol promises (plain JSON data, an awaited ``append``, a pause in two
+    writes).
+
+    Attributes:
+        encoded: Whether it takes `EncodedPatch` patches and snapshots as JSON
+            bytes (it sets ``takes_encoded = True``).
+        queue: Its way to queue an append with no coroutine of its own, if it
+            has one (the package's group-commit stores, SQLite on its writer
+            thread): a commit waiting for its transaction then keeps no
+            coroutine frame of the store's alive (nor walked by the cyclic GC
+            while hundreds wait). Only a store that takes encoded values has it.
     """
-    found = getattr(store, "queue_append", None)
-    return found if takes_encoded(store) and callable(found) else None
+
+    __slots__ = ("_parks", "encoded", "queue", "store")
+
+    def __init__(self, store: object) -> None:
+        self.store = store
+        self.encoded = getattr(store, "takes_encoded", False) is True
+        found = getattr(store, "queue_append", None)
+        self.queue: QueueAppend | None = found if self.encoded and callable(found) else None
+        self._parks: bool | None = None
+
+    @property
+    def parks(self) -> bool:
+        """Whether its ``append`` takes ``waiting=`` (parks the session in the same write).
+
+        The package's stores do; a store written before `Store.append` took it
+        (or a wrapper that names its arguments) does not: a pause then takes two
+        writes, its append and a `Store.park`. Read from ``append``'s signature
+        the first time it is asked.
+        """
+        if self._parks is None:
+            self._parks = _parks_on_append(self.store)
+        return self._parks
 
 
-def parks_on_append(store: object) -> bool:
-    """Whether ``store``'s ``append`` takes ``waiting=`` (parks the session in the same write).
-
-    The package's stores do; a store written before `Store.append` took it (or a
-    wrapper that names its arguments) does not: a pause then takes two writes,
-    its append and a `Store.park`.
-    """
+def _parks_on_append(store: object) -> bool:
     append = getattr(store, "append", None)
     try:
         parameters = inspect.signature(append).parameters  # type: ignore[arg-type]

@@ -17,14 +17,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from .._errors import ConfigurationError, MessageRefused
-from ._events import EventKind
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
-    from ._events import TransitionEvent
 
-__all__ = ["DECISIONS", "Abort", "Approve", "Edit", "Gate", "gate_commits"]
+__all__ = ["Abort", "Approve", "Edit", "Gate"]
 
 
 class Approve(BaseModel):
@@ -61,10 +59,6 @@ class Edit(BaseModel):
 
     kind: ClassVar[str] = "edit"
     fields: dict[str, Any]
-
-
-#: The decision kinds a session paused at a gate accepts, by name.
-DECISIONS: dict[str, type[BaseModel]] = {"approve": Approve, "abort": Abort, "edit": Edit}
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,25 +195,11 @@ class Gate:
         """Whether the session pauses before running ``stage`` on ``state``.
 
         ``commits``: the steps committed since the session began or was last
-        rolled back (see `gate_commits`).
+        rolled back (each ``STEP`` event counts one; a ``ROLLBACK`` starts again
+        from none).
         """
         if self.stage is not None and self.stage == stage:
             return True
         if self.steps is not None and commits > 0 and commits % self.steps == 0:
             return True
         return self.predicate is not None and bool(self.predicate(state))
-
-
-def gate_commits(events: Iterable[TransitionEvent], commits: int = 0) -> int:
-    """The commits a `Gate.every` counts after ``events``, ``commits`` counted before them.
-
-    Each step (a ``STEP`` event) adds one; a ``ROLLBACK`` starts again from
-    none; every other event (a pause, a decision, a resume, a failure, an
-    upgrade) leaves the count as it is.
-    """
-    for event in events:
-        if event.kind is EventKind.STEP:
-            commits += 1
-        elif event.kind is EventKind.ROLLBACK:
-            commits = 0
-    return commits

@@ -19,13 +19,9 @@ from ._canonical import may_hold_sets as may_hold_sets
 from ._encoded import EncodedJson as EncodedJson
 from ._encoded import EncodedPatch as EncodedPatch
 from ._encoded import Queued as Queued
-from ._encoded import parks_on_append as parks_on_append
-from ._encoded import queue_append as queue_append
-from ._encoded import takes_encoded as takes_encoded
+from ._encoded import StoreSupport as StoreSupport
 from ._frozen import FrozenJson as FrozenJson
 from ._frozen import Metadata as Metadata
-from ._gates import DECISIONS as DECISIONS
-from ._gates import gate_commits as gate_commits
 from ._inbox import ScheduledMessage as ScheduledMessage
 from ._model import takes_schema as takes_schema
 from ._resources import is_async_context_manager as is_async_context_manager
@@ -33,4 +29,3 @@ from ._sensitive import SENSITIVE as SENSITIVE
 from ._sensitive import secret_texts as secret_texts
 from ._sensitive import sensitive_fields as sensitive_fields
 from ._shared import share_fields_set as share_fields_set
-from ._stream import DEFAULT_CAPACITY as DEFAULT_CAPACITY

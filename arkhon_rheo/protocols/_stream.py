@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 __all__ = [
-    "DEFAULT_CAPACITY",
     "Partial",
     "SessionStream",
     "SessionStreamStatistics",
@@ -48,9 +47,6 @@ __all__ = [
 ]
 
 T_co = TypeVar("T_co", covariant=True)
-
-#: The buffer bound of a subscription unless the caller picks one.
-DEFAULT_CAPACITY = 256
 
 
 class Partial(NamedTuple):

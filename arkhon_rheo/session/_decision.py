@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ._record import Session
 
 __all__ = [
+    "DECISIONS",
     "SUPERVISOR_OWNED",
     "Ledger",
     "MemoryJournal",
@@ -55,6 +56,9 @@ __all__ = [
     "out_of_band_event",
     "recorded_decision",
 ]
+
+#: The decision kinds a session paused at a gate accepts, by name (as mail or a message).
+DECISIONS: dict[str, type[BaseModel]] = {"approve": Approve, "abort": Abort, "edit": Edit}
 
 
 class PausedAt(NamedTuple):

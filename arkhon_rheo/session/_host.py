@@ -52,12 +52,11 @@ from .._errors import (
 from .._hooks import installed, resources_scope
 from .._log import get_logger
 from ..protocols import AgentState, WallClock
-from ..protocols._seams import gate_commits
 from ._compiled import compiled
 from ._journal import Journal
 from ._options import check_budget, check_keyring
 from ._owner import is_dead
-from ._record import ExitReason, Session, new_handle, session_of
+from ._record import ExitReason, Session, gate_commits, new_handle, session_of
 from ._secrets import HeldValues, held_values
 from ._subgraph import post_child_end, session_scope
 from ._supervisor import SessionSupervisor

@@ -27,8 +27,9 @@ from .._errors import ConfigurationError, Fatal
 from .._log import get_logger
 from .._redact import scrub_data
 from ..protocols import EventKind, NewMessage, Patch
-from ..protocols._seams import DECISIONS, check_json, json_data
+from ..protocols._seams import check_json, json_data
 from ._commit_rule import state_label
+from ._decision import DECISIONS
 from ._persist import Mail
 from ._record import ExitReason
 from ._secrets import open_message, seal_message

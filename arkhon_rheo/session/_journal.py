@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -46,19 +45,16 @@ from .._errors import ConfigurationError, StoreCorrupt
 from ..core import fold
 from ..core._seams import (
     EventCodec,
-    checked_fingerprint,
-    differences,
-    legacy_schema,
     opener,
+    reading,
     same_form,
     session_codec,
-    upgrade_hint,
     version_of,
 )
 from ..protocols import EventKind, LoadedSession
-from ..protocols._seams import DECISIONS, EncodedJson, parks_on_append
+from ..protocols._seams import EncodedJson, StoreSupport
 from ._compiled import compiled
-from ._decision import PausedAt, gate_of, not_paused, out_of_band_event
+from ._decision import DECISIONS, PausedAt, gate_of, not_paused, out_of_band_event
 from ._persist import Persistence
 
 if TYPE_CHECKING:
@@ -89,6 +85,7 @@ __all__ = [
     "mark_of",
     "named",
     "read_events",
+    "read_session",
     "unmarked",
     "upgrade_info",
     "upgraded",
@@ -263,6 +260,34 @@ def read_events(
     return found
 
 
+def read_session(
+    machine: Machine[Any],
+    record: SessionRecord,
+    snapshot: Any,
+    events: Sequence[StoredEvent],
+    secrets: Keyring | None,
+) -> tuple[AgentState, list[TransitionEvent]]:
+    """A stored session's ``snapshot`` and ``events`` (all, in order), as ``machine`` reads them.
+
+    What a reader outside the session (the inspector's timeline) folds: a
+    session of an earlier version upgraded (its sealed values opened under the
+    names it stored them by first), then decoded through the session's codec
+    (which opens those sealed in the current form). Nothing is checked against
+    the machine's fingerprint first: ask `reading` (``arkhon_rheo.core``) for that.
+
+    Raises:
+        ConfigurationError: If a value does not fit the state type once upgraded.
+        StoreCorrupt: If a stored state or event does not decode.
+        KeyringError: If ``secrets`` does not open a sensitive value.
+    """
+    parts, session_id = compiled(machine), record.session_id
+    mine, keys = parts.fingerprint, opener(secrets, session_id)
+    data = Upgrader(machine, record.fingerprint, mine, opener=keys).state(snapshot)
+    stored = read_events(machine, mine, record.fingerprint, events, keys)
+    codec = session_codec(machine, parts.codec, secrets, session_id)
+    return codec.decode_state(data), [codec.decode_event(event) for event in stored]
+
+
 class SessionForm(NamedTuple):
     """The form a loaded session is stored in, as the machine that reads it sees it."""
 
@@ -292,33 +317,20 @@ def check_form(
         ConfigurationError: If the machine does not read it, naming what differs.
         StoreCorrupt: If ``stored`` is damaged: not of a fingerprint's shape.
     """
-    stored = checked_fingerprint(session_id, stored)
-    if stored is None:
+    read = reading(session_id, stored, mine, machine.state_type)
+    if read.stored is None:
         legacy = record_machine == "machine" and machine.name == mine["state"]
         if record_machine == machine.name or legacy:
             return
         found = ["the name differs"]
-    elif stored.get("name", record_machine) != machine.name:
-        found = [f"the session's machine is {stored.get('name')!r}"]
+    elif read.stored.get("name", record_machine) != machine.name:
+        found = [f"the session's machine is {read.stored.get('name')!r}"]
     else:
-        try:
-            found = differences(
-                stored, mine, legacy=functools.partial(legacy_schema, machine.state_type)
-            )
-            hint = upgrade_hint(stored, mine) if found else ""
-        except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
-            # A fingerprint of the right keys whose JSON schemas are not of their shape.
-            raise StoreCorrupt(
-                f"session {session_id!r} is damaged in the store: the machine fingerprint it "
-                f"was stored with does not read ({type(exc).__name__}: {exc}). Restore the "
-                "store from a backup, or delete the session",
-                session_id=session_id,
-            ) from exc
-        if found:
+        if read.found:
             raise ConfigurationError(
-                f"session {session_id!r} was stored by version {version_of(stored)} of machine "
+                f"session {session_id!r} was stored by version {read.version} of machine "
                 f"{machine.name!r}, which this machine (version {machine.version}) does not "
-                f"read: {'; '.join(found)}. {hint}"
+                f"read: {'; '.join(read.found)}. {read.hint}"
             )
         return
     raise ConfigurationError(
@@ -766,7 +778,7 @@ class Journal:
             upgrade = self._upgrade_event(event.seq - 1, before)
             events.insert(0, codec.encode_event(upgrade, hasher.of(before)))
         snapshot = (event.seq, codec.encode_state(state))
-        if waiting is not None and not parks_on_append(self.store):
+        if waiting is not None and not StoreSupport(self.store).parks:
             # A store whose append cannot park: a second write (`Store.park`).
             await self.store.append(
                 self.session_id, events, snapshot=snapshot, status=status, applied=applied

@@ -39,7 +39,7 @@ from .._errors import (
 )
 from .._log import get_logger
 from ..protocols import Machine, NewMessage, message_kind
-from ..protocols._seams import DECISIONS
+from ._decision import DECISIONS
 from ._inbox import message_record
 from ._journal import Journal
 from ._options import check_positive

@@ -20,7 +20,6 @@ from anyio.lowlevel import checkpoint_if_cancelled
 from .._errors import ConfigurationError
 from .._hooks import STAGE_SCOPE
 from ..protocols import Partial, SessionStreamStatistics
-from ..protocols._seams import DEFAULT_CAPACITY
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -34,9 +33,12 @@ if TYPE_CHECKING:
     #: Returns the events a session committed so far (read from its store).
     CatchUp: TypeAlias = Callable[[], Awaitable[Sequence[TransitionEvent]]]
 
-__all__ = ["PartialHub", "StageScope", "Subscription"]
+__all__ = ["DEFAULT_CAPACITY", "PartialHub", "StageScope", "Subscription"]
 
 T = TypeVar("T")
+
+#: The buffer bound of a subscription unless the caller picks one.
+DEFAULT_CAPACITY = 256
 
 
 class StageScope:

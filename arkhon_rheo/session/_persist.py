@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._errors import LeaseLost
-from ..protocols._seams import parks_on_append, queue_append, takes_encoded
+from ..protocols._seams import StoreSupport
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Collection, Mapping
@@ -82,6 +82,7 @@ class Persistence:
         "_queue",
         "_since",
         "_size",
+        "_support",
         "_written",
         "codec",
         "digest",
@@ -117,9 +118,10 @@ class Persistence:
         self.session_id = session_id
         self.snapshot_every = snapshot_every
         #: Whether the store takes encoded patches and snapshots (JSON bytes) as they are.
-        self._direct = takes_encoded(store)
+        self._support = support = StoreSupport(store)
+        self._direct = support.encoded
         #: The store's append without a coroutine of its own, if it has one.
-        self._queue = queue_append(store)
+        self._queue = support.queue
         #: The write `write` queued that way, until `accept` (or `abandon`) reads it.
         self._written: Queued | None = None
         #: Bytes of the events stored since the last snapshot, and the state's size
@@ -152,7 +154,7 @@ class Persistence:
             UnserializablePatch: If the event cannot be encoded (nothing was written).
             StoreError: If the store refused or failed.
         """
-        split = waiting is not None and not parks_on_append(self.store)
+        split = waiting is not None and not self._support.parks
         try:
             parked = (None, ()) if split else (waiting, accepts)
             await self.write(event, state, status=status, mail=mail, parked=parked)
@@ -187,7 +189,7 @@ class Persistence:
         `abandon`. The supervisor's step awaits the store's write itself this
         way, with no coroutine of this class alive (and walked by the cyclic GC)
         while it waits, nor of the store's where it queues writes directly
-        (`queue_append`: then the awaitable is its batch's own signal).
+        (`StoreSupport.queue`: then the awaitable is its batch's own signal).
 
         ``mail`` is the inbox message the step applied and the timers it set: the
         store records both in the transaction that stores the event. ``parked``:

@@ -34,16 +34,15 @@ from ..protocols import (
     TransitionEvent,
     WallClock,
 )
-from ..protocols._seams import DEFAULT_CAPACITY
 from ._commit_rule import state_label
 from ._compiled import compiled
 from ._eventlog import EventLog
-from ._partials import PartialHub
+from ._partials import DEFAULT_CAPACITY, PartialHub
 from ._persist import linked
 from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping, Sequence
+    from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 
     from ..actors import ActorRef
     from ..protocols import Machine, Partial, Patch, SessionStream, StoredMessage
@@ -60,6 +59,7 @@ __all__ = [
     "SessionResult",
     "StageMode",
     "failure_record",
+    "gate_commits",
     "new_handle",
     "session_of",
 ]
@@ -290,7 +290,7 @@ class Session:
             event = linked(event, self.link)
         self.state = state
         self.seq = event.seq
-        if event.kind is _STEP:  # what a `Gate.every` counts (see `gate_commits`)
+        if event.kind is _STEP:  # what a `Gate.every` counts, as `gate_commits` counts it
             self.gate_commits += 1
         elif event.kind is _ROLLBACK:
             self.gate_commits = 0
@@ -645,3 +645,19 @@ async def stored_events(session: Session) -> list[TransitionEvent]:
     assert persistence is not None
     decode = persistence.codec.decode_event
     return [decode(event) for event in await persistence.store.history(session.session_id)]
+
+
+def gate_commits(events: Iterable[TransitionEvent], commits: int = 0) -> int:
+    """The commits a `Gate.every` counts after ``events``, ``commits`` counted before them.
+
+    Each step (a ``STEP`` event) adds one; a ``ROLLBACK`` starts again from
+    none; every other event (a pause, a decision, a resume, a failure, an
+    upgrade) leaves the count as it is. A resumed session starts from this
+    count of its history; a live one keeps it up in `Session.commit`.
+    """
+    for event in events:
+        if event.kind is _STEP:
+            commits += 1
+        elif event.kind is _ROLLBACK:
+            commits = 0
+    return commits

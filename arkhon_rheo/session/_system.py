@@ -20,7 +20,7 @@ import anyio
 from .._errors import SessionError, SessionLocked, SessionNotFound
 from ..actors import ActorSystem
 from ..protocols import AgentState, Durability, Machine
-from ..store._seams import owned_store
+from ..store._seams import StoreLocation
 from ._children import ChildHost, tell_parked_parents, wake_cut_parents, wake_parent, with_subgraphs
 from ._client import checked_start, submit
 from ._default_store import DEFAULT_PATH, announce_default_store
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .._hooks import FaultInjector
     from ..core import Keyring
     from ..protocols import Clock, SessionRecord, Store
+    from ..store import PostgresStore, SQLiteStore
     from ._policy import Backoff, Classifier, RestartIntensity, RestartStrategy
     from ._record import EventListener, SessionHandle, SessionResult, StageMode
 
@@ -187,7 +188,7 @@ class AgentSystem(Messaging):
         identity = Owner.current()
         announce_default_store(store, path)
         self._exit = contextlib.AsyncExitStack()
-        self._owned_store = owned_store(store, path, durability=durability)
+        self._owned_store = _owned_store(store, path, durability)
         store = self._owned_store or cast("Store | None", store)
         self._store = store
         self._actors = ActorSystem(
@@ -487,3 +488,18 @@ class AgentSystem(Messaging):
     def statistics(self) -> AgentStatistics:
         """Return a snapshot of the system's counters."""
         return self._registry.statistics(self._actors.statistics())
+
+
+def _owned_store(
+    store: object, path: str | os.PathLike[str] | None, durability: Durability
+) -> SQLiteStore | PostgresStore | None:
+    """The store an `AgentSystem` opens (and closes) itself: ``store`` given as a str, or ``path``.
+
+    ``None``: it was given a `Store` (its caller's, which it neither opens nor
+    closes), or neither.
+    """
+    if isinstance(store, str):
+        return StoreLocation(store).open(durability=durability)
+    if store is None and path is not None:
+        return StoreLocation(path).open(durability=durability)
+    return None

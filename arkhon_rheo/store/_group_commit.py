@@ -336,7 +336,7 @@ class GroupCommitStore(StoreBase, EffectLedger, abc.ABC):
         """`append`, queued now with no coroutine of its own: its ticket and what to await.
 
         The supervisor's step awaits the write's batch directly this way (see
-        `queue_append` in ``protocols``): await what is returned, then raise the
+        ``StoreSupport.queue`` in ``protocols``): await what is returned, then raise the
         ticket's ``error`` if it has one; a caller that stops waiting sets its
         ``abandoned`` (the write is committed all the same; a refusal is logged).
 

@@ -1,51 +1,10 @@
-"""What the layers above `store` use of its insides: the package's own seams, not API."""
+"""What the layers above `store` use of its insides: the package's own seams, not API.
+
+The agent system and the command line open a store by its location, a path
+or a ``postgresql://`` URL; the command line first looks at what is there
+without opening it (`StoreLocation`).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ._postgres_conn import is_postgres_url as is_postgres_url
-from ._postgres_conn import redacted_url as redacted_url
-from ._schema import inspect_file as inspect_file
-from ._schema import not_a_file as not_a_file
-from ._schema import older_version as older_version
-
-if TYPE_CHECKING:
-    import os
-
-    from ..protocols import Durability
-    from ._postgres import PostgresStore
-    from ._sqlite import SQLiteStore
-
-
-def store_at(
-    location: str | os.PathLike[str], *, durability: Durability | None = None
-) -> SQLiteStore | PostgresStore:
-    """The store at ``location``: a `PostgresStore` for a ``postgresql://`` URL, else a file's.
-
-    Raises:
-        ConfigurationError: psycopg is missing for a URL (``pip install
-            "arkhon-rheo[postgres]"``), or an argument is malformed.
-    """
-    from ..protocols import Durability
-    from ._postgres import PostgresStore
-    from ._sqlite import SQLiteStore
-
-    mode = Durability.BATCHED if durability is None else durability
-    if is_postgres_url(location):
-        return PostgresStore(str(location), durability=mode)
-    return SQLiteStore(location, durability=mode)
-
-
-def owned_store(
-    store: object, path: str | os.PathLike[str] | None, *, durability: Durability
-) -> SQLiteStore | PostgresStore | None:
-    """The store an `AgentSystem` opens itself: ``store`` given as a str, or else ``path``.
-
-    ``None``: it was given a `Store` (its caller's), or neither.
-    """
-    if isinstance(store, str):
-        return store_at(store, durability=durability)
-    if store is None and path is not None:
-        return store_at(path, durability=durability)
-    return None
+from ._location import StoreLocation as StoreLocation

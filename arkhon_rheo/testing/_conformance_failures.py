@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from .._errors import SessionNotFound, StoreError
-from ..protocols._seams import takes_encoded
+from ..protocols._seams import StoreSupport
 from ._conformance_base import T0, ConformanceBase, make_event, message
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class FailureConformance(ConformanceBase):
         self, new_store: Callable[[], Store]
     ) -> None:
         store = new_store()
-        if not takes_encoded(store):
+        if not StoreSupport(store).encoded:
             pytest.skip(f"{type(store).__name__} does not take encoded snapshots")
         async with store:
             with pytest.raises(StoreError):

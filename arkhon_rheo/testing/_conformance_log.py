@@ -10,7 +10,7 @@ import pytest
 
 from .._errors import DuplicateEvent, SessionError, SessionNotFound
 from ..protocols import NewMessage, Store
-from ..protocols._seams import EncodedJson, EncodedPatch, takes_encoded
+from ..protocols._seams import EncodedJson, EncodedPatch, StoreSupport
 from ._conformance_base import T0, ConformanceBase, make_event, make_events, message
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ class AppendConformance(ConformanceBase):
         self, new_store: Callable[[], Store]
     ) -> None:
         store = new_store()
-        if not takes_encoded(store):
+        if not StoreSupport(store).encoded:
             pytest.skip(f"{type(store).__name__} does not take encoded patches")
         encoded = EncodedPatch(
             {"answer": b'"42"', "point": b'{"x":1.5,"y":null}'},

@@ -19,7 +19,7 @@ import anyio.lowlevel
 
 from .._errors import ConfigurationError, StoreError
 from ..protocols import Store
-from ..protocols._seams import takes_encoded
+from ..protocols._seams import StoreSupport
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence
@@ -137,7 +137,7 @@ class FaultyStore:
     @property
     def takes_encoded(self) -> bool:
         """Whether ``inner`` takes pre-encoded patches: sessions write through as to ``inner``."""
-        return takes_encoded(self.inner)
+        return StoreSupport(self.inner).encoded
 
     def fail(
         self,

@@ -56,7 +56,7 @@ async def _opened(store: SQLiteStore, machine: Any, state: ReferenceState) -> Pe
 
 @pytest.mark.anyio
 async def test_a_queued_write_is_awaited_without_the_stores_coroutine(tmp_path: Path) -> None:
-    # The SQLite store queues the write itself (`queue_append`); `accept` reads its outcome.
+    # The SQLite store queues the write itself (its ``queue_append``); `accept` reads its outcome.
     machine = compiled(reference_machine())
     state = ReferenceState()
     async with SQLiteStore(tmp_path / "s.db") as store:
