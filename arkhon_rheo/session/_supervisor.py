@@ -37,14 +37,20 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
-from anyio.lowlevel import checkpoint
 
 from .. import _tracing
 from .._errors import ArkhonError, IllegalTransition, PreconditionFailed, StageTimeout
 from .._hooks import current_injector, enter_session
 from .._log import get_logger
 from ..actors import Actor, ActorContext, ActorRef, Termination, TerminationKind
-from ..actors._seams import ask_here, claim_here, release_here, spawn_here, stop_here
+from ..actors._seams import (
+    ask_here,
+    checkpoint_factory,
+    claim_here,
+    release_here,
+    spawn_here,
+    stop_here,
+)
 from ..core._seams import step_moves
 from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ._commit_rule import check_edge, check_invariants, state_label
@@ -57,7 +63,7 @@ from ._subgraph import ChildWaits, tell_parent, wait_for_child
 
 if TYPE_CHECKING:
     import contextvars
-    from collections.abc import Awaitable, Coroutine
+    from collections.abc import Awaitable, Callable, Coroutine
 
     from ..protocols import AgentState, FailureRecord, Machine, Stage, TransitionEvent
     from ..protocols._seams import ScheduledMessage
@@ -529,6 +535,10 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         self._landing = self._landing_event = self._landing_verified = None
         self._landing_to = self.landed
         self._landing_record = None
+        #: The yield between bursts of steps: the backend's own checkpoint, not
+        #: anyio's (two coroutines fewer kept alive while the session waits its turn).
+        #: (It is made by its first activation, on the running loop.)
+        self._yield: Callable[[], Awaitable[None]] = checkpoint_factory()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -671,7 +681,7 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
                 budget -= 1
                 if not budget or context.cancel_called:
                     budget = _STEPS_PER_YIELD
-                    await checkpoint()
+                    await self._yield()
         except Exception:
             raise  # a supervisor bug: this session crashes, nothing else
         except BaseException as exc:

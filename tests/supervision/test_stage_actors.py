@@ -4,8 +4,9 @@ One way to run a stage: each stage has its actor (a cell, a mailbox, a name),
 which the supervisor asks for its patch with an inline activation. These
 tests pin that the actors exist (each spawned when its stage first runs: a
 session parked in its first stage holds no actor for the others) and end with
-their session, that restarts replace them by the OTP strategy, that a cancel or a ``BaseException`` in a
-stage ends them all, and that ``stage_mode=`` is deprecated.
+their session, that restarts replace them by the OTP strategy, that a cancel
+or a ``BaseException`` in a stage ends them all, and that ``stage_mode=`` is
+deprecated.
 """
 
 from __future__ import annotations
