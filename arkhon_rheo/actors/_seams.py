@@ -8,5 +8,14 @@ from ._inline import claim_here as claim_here
 from ._inline import release_here as release_here
 from ._inline import spawn_here as spawn_here
 from ._inline import stop_here as stop_here
+from ._yield import checkpoint_factory as checkpoint_factory
 
-__all__ = ["LazyEvent", "ask_here", "claim_here", "release_here", "spawn_here", "stop_here"]
+__all__ = [
+    "LazyEvent",
+    "ask_here",
+    "checkpoint_factory",
+    "claim_here",
+    "release_here",
+    "spawn_here",
+    "stop_here",
+]

@@ -37,14 +37,20 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
-from anyio.lowlevel import checkpoint
 
 from .. import _tracing
 from .._errors import ArkhonError, IllegalTransition, LeaseLost, PreconditionFailed, StageTimeout
 from .._hooks import current_injector, enter_session
 from .._log import get_logger
 from ..actors import Actor, ActorContext, ActorRef, Termination, TerminationKind
-from ..actors._seams import ask_here, claim_here, release_here, spawn_here, stop_here
+from ..actors._seams import (
+    ask_here,
+    checkpoint_factory,
+    claim_here,
+    release_here,
+    spawn_here,
+    stop_here,
+)
 from ..core._seams import step_moves
 from ..protocols import ErrorClass, EventKind, Patch, StateView
 from ._commit_rule import check_edge, check_invariants, state_label
@@ -57,7 +63,7 @@ from ._subgraph import ChildWaits, tell_parent, wait_for_child
 
 if TYPE_CHECKING:
     import contextvars
-    from collections.abc import Awaitable, Coroutine
+    from collections.abc import Awaitable, Callable, Coroutine
 
     from ..protocols import AgentState, FailureRecord, Machine, Stage, TransitionEvent
     from ..protocols._seams import ScheduledMessage
@@ -237,14 +243,18 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
     # (it keeps its reference and its system; `context` makes one when read).
     __slots__ = ("_system", "ref", "stage")
 
-    ref: ActorRef[_Invoke, Patch | Exception | Escaped]
+    #: The actor's reference; ``None`` until its supervisor first runs the stage (the
+    #: instance is made when the session starts, its actor spawned at first use).
+    ref: ActorRef[_Invoke, Patch | Exception | Escaped] | None
 
     def __init__(self, stage: Stage[Any]) -> None:
         self.stage = stage
+        self.ref = None
 
     @property
     def context(self) -> ActorContext[_Invoke, Patch | Exception | Escaped]:
         """This actor's context, made when read."""
+        assert self.ref is not None  # a context is read by a spawned actor
         return ActorContext(self.ref._cell, self._system)  # type: ignore[arg-type]
 
     @context.setter
@@ -271,12 +281,16 @@ class StageActor(Actor[_Invoke, "Patch | Exception | Escaped"]):
         scope: StageScope | None = None,
     ) -> Awaitable[Patch | Exception | Escaped]:
         """Ask the stage's actor for its outcome on ``view`` (in this task: it is idle)."""
+        assert self.ref is not None  # spawned by the step that asks it
         return ask_here(self.ref, (view, deadline, recorder, scope))
 
     async def stop(self) -> None:
-        """End the stage's actor (in this task: it is idle), and return once it has ended."""
+        """End the stage's actor (in this task: it is idle), and return once it has ended.
+
+        One never spawned (its stage not run yet) has nothing to end.
+        """
         ref = self.ref
-        if not await stop_here(ref):
+        if ref is not None and not await stop_here(ref):
             await ref.wait_terminated()
 
 
@@ -521,6 +535,10 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         self._landing = self._landing_event = self._landing_verified = None
         self._landing_to = self.landed
         self._landing_record = None
+        #: The yield between bursts of steps: the backend's own checkpoint, not
+        #: anyio's (two coroutines fewer kept alive while the session waits its turn).
+        #: (It is made by its first activation, on the running loop.)
+        self._yield: Callable[[], Awaitable[None]] = checkpoint_factory()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -538,8 +556,10 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
                 lifecycle=state_label(session.state.lifecycle),
                 resumed=session.base_seq > 0,
             )
+        # Each stage's instance is made now (a stage that cannot be made fails the
+        # start); its actor is spawned when its stage first runs (`_spawn_stage`).
         for name in self.order:
-            await self._spawn_stage(name)
+            self.stages[name] = StageActor(self.stage_types[name]())
         self.context.ref.tell_nowait(_STEP)
 
     async def on_stop(self, termination: Termination) -> None:
@@ -547,11 +567,15 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         try:
             # Each stage's actor is idle (its inline activations ran in this task),
             # so each ends here at once; one busy all the same is waited for, bounded.
-            busy = [slot for slot in self.stages.values() if not await stop_here(slot.ref)]
+            busy = [
+                slot.ref
+                for slot in self.stages.values()
+                if slot.ref is not None and not await stop_here(slot.ref)
+            ]
             if busy:
                 with anyio.move_on_after(self.context.system.shutdown_timeout):
-                    for slot in busy:
-                        await slot.ref.wait_terminated()
+                    for ref in busy:
+                        await ref.wait_terminated()
         finally:
             try:
                 self._conclude(termination)
@@ -622,19 +646,21 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         else:
             session.finish(session.exit_reason or ExitReason.FINISHED)
 
-    async def _spawn_stage(self, name: str) -> None:
-        """Start ``name``'s actor, a fresh stage instance, in this task (see `spawn_here`)."""
+    async def _spawn_stage(self, slot: StageActor) -> ActorRef[_Invoke, Any]:
+        """Start ``slot``'s actor in this task (see `spawn_here`), the first time its stage runs.
+
+        A parked session holds the actors of the stages it has run only (its
+        cell and reference are most of what a stage's actor costs).
+        """
         # The supervisor keeps the actor (its stage, its reference):
         # nothing else per stage. Its name, "<session id>/<stage>", is joined when read.
-        actor = StageActor(self.stage_types[name]())
-        await spawn_here(
+        return await spawn_here(
             self.context.system,
-            actor,
-            name=name,
+            slot,
+            name=slot.stage.name,
             prefix=self.session.session_id,
             mailbox_capacity=self.session.config.mailbox_capacity,
         )
-        self.stages[name] = actor
 
     # -- the step ----------------------------------------------------------------
 
@@ -663,7 +689,7 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
                 budget -= 1
                 if not budget or context.cancel_called:
                     budget = _STEPS_PER_YIELD
-                    await checkpoint()
+                    await self._yield()
         except Exception:
             raise  # a supervisor bug: this session crashes, nothing else
         except BaseException as exc:
@@ -703,17 +729,18 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         ledger = None if session.persistence is None else session.persistence.store
         while True:
             slot = self.stages[name]
+            ref = slot.ref if slot.ref is not None else await self._spawn_stage(slot)
             view: StateView[Any] = StateView(state, plan.reads, name)
             seq = session.next_seq()
             recorder = CallRecorder(session.session_id, seq, ledger)
             if delivery is not None:
                 slot.stage.delivered = delivery.message  # type: ignore[attr-defined]
             scope = session.partials.scope(name, seq, attempt)
-            if self.span is None and claim_here(slot.ref):  # idle (as always): run it here
+            if self.span is None and claim_here(ref):  # idle (as always): run it here
                 try:  # `slot.invoke` written out: no frame of `ask_here` kept while it runs
                     outcome = await slot.receive((view, deadline, recorder, scope))
                 finally:
-                    release_here(slot.ref)
+                    release_here(ref)
             else:
                 outcome = await self._invoke(slot, (view, deadline, recorder, scope), seq, attempt)
             if isinstance(outcome, Escaped | ChildWaits):  # no patch, and no failure
@@ -749,6 +776,7 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
     async def _invoke(self, slot: StageActor, work: _Invoke, seq: int, attempt: int) -> Any:
         """Ask a stage's actor for its outcome through its mailbox (it is busy), or traced."""
         if self.span is None:
+            assert slot.ref is not None  # spawned by the step that asks it
             return await ask_here(slot.ref, work)
         with _tracing.step(self.span, slot.stage.name, seq, attempt) as span:
             outcome = await slot.invoke(*work)
@@ -871,9 +899,9 @@ class SessionSupervisor(Committing, Actor[_Step, None]):
         session = self.session
         names = session.config.restart_strategy.affected(self.order, failed)
         for name in reversed(names):
-            await self.stages.pop(name).stop()
-        for name in names:
-            await self._spawn_stage(name)
+            await self.stages[name].stop()
+        for name in names:  # fresh instances; each one's actor starts when its stage runs
+            self.stages[name] = StageActor(self.stage_types[name]())
         session.restarts += 1
         _logger.warning(
             "stages_restarted",
