@@ -35,6 +35,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 
 from .._errors import ArkhonError, ConfigurationError, PoisonSession, StoreError, StoreUnavailable
 from .._log import get_logger
@@ -274,9 +275,7 @@ class Worker:
             now = clock.now()
             if room > 0:
                 try:
-                    claimed = await self._queue.claim(
-                        self.owner, machines=names, limit=room, ttl=ttl, now=now
-                    )
+                    claimed = await self._claim(names, room, ttl, now)
                 except StoreUnavailable as exc:  # dropped: the next claim reconnects
                     _logger.warning("claim_failed", owner=self.owner, error=str(exc))
                     await anyio.sleep(self._poll)
@@ -290,6 +289,35 @@ class Worker:
                 if claimed and len(claimed) == room:
                     continue  # there may be more: look again once there is room
             await self._idle(now)
+
+    async def _claim(
+        self, names: tuple[str, ...], room: int, ttl: float, now: float
+    ) -> list[SessionRecord]:
+        """Claim up to ``room`` sessions; if cancelled meanwhile, give what it took back.
+
+        A claim cut by cancellation while its write was under way may still land
+        (a store that commits in a writer of its own goes on with it): its leases
+        would then be held, under this worker's name, by no run until they ran
+        out. So the claim is waited for, shielded (for at most a lease's time),
+        and, the worker cancelled meanwhile, every session it took is released
+        before the cancellation goes on.
+        """
+        claimed: list[SessionRecord] = []
+        with anyio.move_on_after(ttl, shield=True):
+            claimed = list(
+                await self._queue.claim(self.owner, machines=names, limit=room, ttl=ttl, now=now)
+            )
+        try:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        except anyio.get_cancelled_exc_class():
+            store = self._system.store
+            assert store is not None  # a worker's system runs on the store it claims from
+            with anyio.move_on_after(ttl, shield=True):
+                for record in claimed:
+                    with contextlib.suppress(StoreError):  # it runs out with its lease
+                        await store.release(record.session_id, self.owner)
+            raise
+        return claimed
 
     def _supersede(self, session_id: str) -> None:
         """Stop a run here of a session just claimed: its lease lapsed, and is the claim's now.
