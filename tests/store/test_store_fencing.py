@@ -49,17 +49,22 @@ async def test_a_stale_holder_is_refused_and_nothing_is_written(
         assert (await store.record("s")).last_seq == 3
 
 
+async def _finished_by_a_successor(store: AnyStore) -> None:
+    """ "s": alice held it and committed 1; bob took the lease over and finished it (2)."""
+    await store.create_session("s", machine="m", snapshot={})
+    await store.acquire("s", "alice", ttl=30)
+    await store.append("s", [event("s", 1)], owner="alice")
+    await store.acquire("s", "bob", ttl=30, replacing="alice")
+    await store.append("s", [event("s", 2)], status="finished", owner="bob")
+
+
 async def test_a_stale_holder_s_status_write_is_refused_at_once_in_every_mode(
     make_store: Callable[..., AnyStore],
 ) -> None:
     # A run's end ("cancelled") stored by a driver paused past its lease: refused, and
     # known at once (acknowledged once committed, even where plain appends are not).
     async with make_store() as store:
-        await store.create_session("s", machine="m", snapshot={})
-        await store.acquire("s", "alice", ttl=30)
-        await store.append("s", [event("s", 1)], owner="alice")
-        await store.acquire("s", "bob", ttl=30, replacing="alice")
-        await store.append("s", [event("s", 2)], status="finished", owner="bob")
+        await _finished_by_a_successor(store)
         with pytest.raises(LeaseLost) as caught:
             await store.set_status("s", "cancelled", owner="alice")
         assert (caught.value.owner, caught.value.holder) == ("alice", "bob")
@@ -79,11 +84,7 @@ async def test_a_stale_holder_s_park_is_refused_and_the_successor_s_status_stand
     # Found by the workers' chaos: a driver paused past its lease woke and parked a
     # session its successor had finished meanwhile, which no worker would claim again.
     async with make_store() as store:
-        await store.create_session("s", machine="m", snapshot={})
-        await store.acquire("s", "alice", ttl=30)
-        await store.append("s", [event("s", 1)], owner="alice")
-        await store.acquire("s", "bob", ttl=30, replacing="alice")
-        await store.append("s", [event("s", 2)], status="finished", owner="bob")
+        await _finished_by_a_successor(store)
         with pytest.raises(LeaseLost) as caught:
             await store.park("s", "alice", status="waiting", waiting={}, accepts=(), now=1.0)
         assert (caught.value.owner, caught.value.holder) == ("alice", "bob")

@@ -140,3 +140,20 @@ def check_history(events: list[TransitionEvent], state: Counting) -> None:
     assert len(received) == state.wait_for, f"{len(received)} receives"
     assert len(state.got) == state.wait_for
     assert state.lifecycle is Phase.DONE
+
+
+def stall_after_load(store: Any, stalled: anyio.Event, release: anyio.Event) -> None:
+    """Hold ``store``'s first ``load``, the record read, until ``release``: a process paused there.
+
+    ``stalled`` is set once it holds. Later loads go straight through.
+    """
+    load = store.load
+
+    async def stalling(session_id: str) -> Any:
+        loaded = await load(session_id)
+        if not stalled.is_set():
+            stalled.set()
+            await release.wait()
+        return loaded
+
+    store.load = stalling

@@ -85,7 +85,7 @@ async def test_a_wake_that_stalled_past_its_lease_never_stores_running_over_fini
     # "running"; another worker took the lease, ran the session to its end and gave the
     # lease up; woken, the first stored "running" over "finished" (unfenced) and the
     # session stayed "running" for good. Two systems on one store, no signals needed.
-    from tests.support.work_machine import COUNTER, Counting, Poke
+    from tests.support.work_machine import COUNTER, Counting, Poke, stall_after_load
 
     def open_store() -> Any:
         if kind == "sqlite":
@@ -103,16 +103,7 @@ async def test_a_wake_that_stalled_past_its_lease_never_stores_running_over_fini
         with anyio.fail_after(10):
             while (await second.record("s")).status != "waiting":  # noqa: ASYNC110 - the store
                 await anyio.sleep(0.01)
-        load = first.load
-
-        async def stalling(session_id: str) -> Any:  # the record read, then the "pause"
-            loaded = await load(session_id)
-            if not stalled.is_set():
-                stalled.set()
-                await release.wait()
-            return loaded
-
-        first.load = stalling
+        stall_after_load(first, stalled, release)  # the record read, then the "pause"
         async with anyio.create_task_group() as group:
             group.start_soon(stale.send, COUNTER, "s", Poke(text="poke"))
             await stalled.wait()  # leased and loaded: "waiting"

@@ -18,7 +18,7 @@ import structlog
 from arkhon_rheo import AgentSystem
 from arkhon_rheo.errors import LeaseLost
 from arkhon_rheo.store import PostgresStore, SQLiteStore
-from tests.support.work_machine import COUNTER, Counting, Poke, arm
+from tests.support.work_machine import COUNTER, Counting, Poke, arm, stall_after_load
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -107,16 +107,7 @@ async def test_a_repair_that_stalled_past_its_lease_never_stores_over_the_succes
         await other.send(COUNTER, "s", Poke(text="poke"))
         await _status(second, "finished")
         await second.set_status("s", "running")  # what a crash left behind
-        load = first.load
-
-        async def stalling(session_id: str) -> Any:  # the record read, then the "pause"
-            loaded = await load(session_id)
-            if not stalled.is_set():
-                stalled.set()
-                await release.wait()
-            return loaded
-
-        first.load = stalling
+        stall_after_load(first, stalled, release)  # the record read, then the "pause"
         outcome: list[BaseException] = []
 
         async def resume_stale() -> None:
